@@ -1,0 +1,146 @@
+// spillway/core/device.hpp — device queries, "is there a GPU here", and device_guard.
+#pragma once
+
+#include <spillway/core/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace spillway {
+
+namespace detail {
+// Both codes mean "no usable GPU on this machine": no device, or no (or too old a) driver.
+inline bool is_no_gpu_error(cudaError_t e) noexcept {
+  return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+}
+}  // namespace detail
+
+/// Number of visible CUDA devices; 0 on a machine with no GPU or no driver (never throws for that).
+/// Other failures (a broken driver install) throw cuda_error.
+inline int device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (detail::is_no_gpu_error(e)) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  SPILLWAY_CUDA_TRY(e);
+  return n;
+}
+
+/// Why there is no GPU, in words ("" when one is present).
+inline std::string no_gpu_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return {};
+  (void)cudaGetLastError();
+  if (e == cudaSuccess) return "no CUDA device is visible";
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// True when at least one CUDA device is usable.
+inline bool gpu_available() { return device_count() > 0; }
+
+/// The calling thread's current device.
+inline int current_device() {
+  int d = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&d));
+  return d;
+}
+
+namespace detail {
+inline void check_device_ordinal(int device, const char* who) {
+  const int n = device_count();
+  if (device < 0 || device >= n) {
+    throw logic_error(std::string(who) + ": device " + std::to_string(device) +
+                      " does not exist (" + std::to_string(n) + " visible)");
+  }
+}
+}  // namespace detail
+
+/// The facts about a device that spillway's planners use.
+struct device_properties {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int multiprocessors = 0;
+  std::size_t total_memory = 0;
+  std::size_t l2_bytes = 0;
+  std::size_t shared_memory_per_block_optin = 0;
+  int copy_engines = 0;  ///< asyncEngineCount
+  bool memory_pools = false;
+
+  [[nodiscard]] int compute_capability() const noexcept { return cc_major * 10 + cc_minor; }
+};
+
+inline device_properties get_device_properties(int device) {
+  detail::check_device_ordinal(device, "get_device_properties");
+  cudaDeviceProp p{};
+  SPILLWAY_CUDA_TRY(cudaGetDeviceProperties(&p, device));
+  device_properties r;
+  r.ordinal = device;
+  r.name = p.name;
+  r.cc_major = p.major;
+  r.cc_minor = p.minor;
+  r.multiprocessors = p.multiProcessorCount;
+  r.total_memory = p.totalGlobalMem;
+  r.l2_bytes = static_cast<std::size_t>(p.l2CacheSize);
+  r.shared_memory_per_block_optin = p.sharedMemPerBlockOptin;
+  r.copy_engines = p.asyncEngineCount;
+  int pools = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  r.memory_pools = pools != 0;
+  return r;
+}
+
+/// Free and total bytes of device memory.
+struct memory_info {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
+
+
+/// Sets the current device for its lifetime and restores the previous one on destruction.
+class device_guard {
+ public:
+  explicit device_guard(int device) {
+    SPILLWAY_CUDA_TRY(cudaGetDevice(&previous_));
+    if (device != previous_) {
+      detail::check_device_ordinal(device, "device_guard");
+      SPILLWAY_CUDA_TRY(cudaSetDevice(device));
+      changed_ = true;
+    }
+  }
+  ~device_guard() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  device_guard(device_guard&&) = delete;
+  device_guard& operator=(device_guard&&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+inline memory_info get_memory_info(int device) {
+  device_guard g(device);
+  memory_info m;
+  SPILLWAY_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  return m;
+}
+
+/// Ordinals 0..device_count()-1.
+inline std::vector<int> all_devices() {
+  std::vector<int> v(static_cast<std::size_t>(device_count()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
+  return v;
+}
+
+}  // namespace spillway

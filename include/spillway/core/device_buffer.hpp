@@ -1,0 +1,213 @@
+// spillway/core/device_buffer.hpp — typed, uninitialized, stream-ordered device memory.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_pool.hpp>
+#include <spillway/core/stream.hpp>
+
+#include <cuda/std/span>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace spillway {
+
+namespace detail {
+
+inline std::size_t checked_bytes(std::size_t n, std::size_t elem, const char* who) {
+  if (elem != 0 && n > std::numeric_limits<std::size_t>::max() / elem) {
+    throw logic_error(std::string(who) + ": element count " + std::to_string(n) +
+                      " times element size " + std::to_string(elem) + " overflows size_t");
+  }
+  return n * elem;
+}
+
+/// Allocates `bytes` from spillway's pool for the current device, stream-ordered on `s`.
+/// On failure trims the pool's cache and retries once, then throws out_of_memory.
+inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
+  if (bytes == 0) return nullptr;
+  cudaMemPool_t pool = device_pool(device);
+  void* p = nullptr;
+  cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(s.value());
+    (void)cudaMemPoolTrimTo(pool, 0);
+    e = cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    std::size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    (void)cudaGetLastError();
+    throw out_of_memory("device_buffer: cannot allocate " + format_bytes(bytes) + " on device " +
+                            std::to_string(device) + ": " + format_bytes(free_b) + " free of " +
+                            format_bytes(total_b),
+                        bytes, free_b);
+  }
+  SPILLWAY_CUDA_TRY(e);
+  return p;
+}
+
+}  // namespace detail
+
+/// A typed device allocation of `size()` elements of T, uninitialized, allocated and freed in
+/// stream order (cudaMallocFromPoolAsync / cudaFreeAsync on spillway's per-device pool). Move-only:
+/// copying device memory is an explicit call that names its stream.
+///
+/// The buffer remembers the stream it was allocated on; the memory is freed on that stream when the
+/// buffer is destroyed, so work enqueued on it before then is safe. Work on other streams must be
+/// ordered before the destructor by the caller (an event, or `set_stream`).
+template <class T>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "device_buffer<T> needs a trivially copyable T");
+
+ public:
+  using value_type = T;
+
+  /// An empty buffer (no allocation) bound to the per-thread stream.
+  device_buffer() noexcept : stream_(stream_view::per_thread()) {}
+
+  /// `n` uninitialized elements on the current device, stream-ordered on `s`.
+  device_buffer(std::size_t n, stream_view s) : stream_(s), device_(current_device()) {
+    data_ = static_cast<T*>(
+        detail::pool_allocate(detail::checked_bytes(n, sizeof(T), "device_buffer"), s, device_));
+    size_ = n;
+  }
+
+  ~device_buffer() { release(); }
+
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        stream_(o.stream_),
+        device_(o.device_) {}
+
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      stream_ = o.stream_;
+      device_ = o.device_;
+    }
+    return *this;
+  }
+
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] stream_view stream() const noexcept { return stream_; }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] cuda::std::span<T> span() noexcept { return {data_, size_}; }
+  [[nodiscard]] cuda::std::span<const T> span() const noexcept { return {data_, size_}; }
+
+  /// Rebinds the stream on which the memory will be freed (the caller orders the streams).
+  void set_stream(stream_view s) noexcept { stream_ = s; }
+
+  /// Resizes to `n` elements on stream `s`: allocates new memory, copies the first min(size(), n)
+  /// elements device-to-device on `s`, frees the old memory on `s`. New elements are uninitialized.
+  /// If the allocation fails the buffer is unchanged.
+  void resize(std::size_t n, stream_view s) {
+    if (n == size_) {
+      stream_ = s;
+      return;
+    }
+    device_guard g(device_);
+    T* fresh = static_cast<T*>(
+        detail::pool_allocate(detail::checked_bytes(n, sizeof(T), "device_buffer::resize"), s, device_));
+    const std::size_t keep = std::min(n, size_);
+    if (keep > 0) {
+      if (stream_ != s) {
+        event ordered;
+        ordered.record(stream_);
+        s.wait(ordered);
+      }
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(fresh, data_, keep * sizeof(T), cudaMemcpyDeviceToDevice, s.value()));
+    }
+    if (data_ != nullptr) {
+      // Free after the copy, on s.
+      if (keep == 0 && stream_ != s) {
+        event ordered;
+        ordered.record(stream_);
+        s.wait(ordered);
+      }
+      (void)cudaFreeAsync(data_, s.value());
+    }
+    data_ = fresh;
+    size_ = n;
+    stream_ = s;
+  }
+
+  /// Enqueues a copy of `src` into elements [offset, offset + src.size()) on `s`. From pageable
+  /// host memory the runtime stages the copy and it returns only once `src` has been read; from
+  /// pinned or registered memory it is truly asynchronous and `src` must stay valid until `s`
+  /// reaches it.
+  void copy_from_host_async(cuda::std::span<const T> src, stream_view s, std::size_t offset = 0) {
+    check_range(offset, src.size(), "copy_from_host_async");
+    if (src.empty()) return;
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(data_ + offset, src.data(), src.size_bytes(),
+                                      cudaMemcpyHostToDevice, s.value()));
+  }
+
+  /// Enqueues a copy of elements [offset, offset + dst.size()) into `dst` on `s`. The data is in
+  /// `dst` only once `s` has reached this point (synchronize, or wait on an event).
+  void copy_to_host_async(cuda::std::span<T> dst, stream_view s, std::size_t offset = 0) const {
+    check_range(offset, dst.size(), "copy_to_host_async");
+    if (dst.empty()) return;
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst.data(), data_ + offset, dst.size_bytes(),
+                                      cudaMemcpyDeviceToHost, s.value()));
+  }
+
+  /// Enqueues a byte-wise fill (e.g. 0xFF to poison) of the whole buffer on `s`.
+  void fill_bytes_async(unsigned char value, stream_view s) {
+    if (size_ == 0) return;
+    SPILLWAY_CUDA_TRY(cudaMemsetAsync(data_, value, size_bytes(), s.value()));
+  }
+
+ private:
+  void check_range(std::size_t offset, std::size_t count, const char* who) const {
+    if (offset > size_ || count > size_ - offset) {
+      throw logic_error(std::string("device_buffer::") + who + ": range [" + std::to_string(offset) +
+                        ", " + std::to_string(offset) + " + " + std::to_string(count) +
+                        ") exceeds the buffer's " + std::to_string(size_) + " elements");
+    }
+  }
+
+  void release() noexcept {
+    if (data_ != nullptr) {
+      int prev = 0;
+      (void)cudaGetDevice(&prev);
+      if (prev != device_) (void)cudaSetDevice(device_);
+      (void)cudaFreeAsync(data_, stream_.value());
+      if (prev != device_) (void)cudaSetDevice(prev);
+      data_ = nullptr;
+      size_ = 0;
+    }
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  stream_view stream_;
+  int device_ = 0;
+};
+
+/// Enqueues a device-to-device copy of `count` elements on `s`.
+template <class T>
+void copy_async(T* dst, const T* src, std::size_t count, stream_view s) {
+  if (count == 0) return;
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDefault, s.value()));
+}
+
+}  // namespace spillway

@@ -1,0 +1,62 @@
+// spillway/core/memory_budget.hpp — how much device memory an algorithm may use, per device.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/error.hpp>
+
+#include <cstddef>
+#include <string>
+
+namespace spillway {
+
+/// Bytes of device memory an algorithm may allocate on each device it uses. Out-of-core algorithms
+/// plan their chunks to fit inside it, so an 80 GB card can be made to behave like an 8 GB one.
+class memory_budget {
+ public:
+  /// The documented default: this fraction of the device's free memory at the time of the call.
+  static constexpr double default_fraction = 0.80;
+
+  explicit memory_budget(std::size_t bytes_per_device) : bytes_(bytes_per_device) {
+    if (bytes_per_device == 0) throw logic_error("memory_budget: bytes_per_device must be > 0, got 0");
+  }
+
+  /// `fraction` (0 < fraction ≤ 1) of the free memory on `device` now.
+  static memory_budget fraction_of_free(double fraction, int device) {
+    if (!(fraction > 0.0 && fraction <= 1.0)) {
+      throw logic_error("memory_budget::fraction_of_free: fraction must be in (0, 1], got " +
+                        std::to_string(fraction));
+    }
+    const memory_info m = get_memory_info(device);
+    const auto b = static_cast<std::size_t>(static_cast<double>(m.free_bytes) * fraction);
+    if (b == 0) throw out_of_memory("memory_budget: device " + std::to_string(device) + " has no free memory", 1, 0);
+    return memory_budget(b);
+  }
+
+  /// default_fraction (80%) of the free memory on `device` now.
+  static memory_budget default_for(int device) { return fraction_of_free(default_fraction, device); }
+
+  /// The smallest default_for() over several devices (one budget that fits each of them).
+  template <class Devices>
+  static memory_budget default_for_all(const Devices& devices) {
+    std::size_t b = 0;
+    bool first = true;
+    for (int d : devices) {
+      const std::size_t x = default_for(d).bytes();
+      b = first ? x : (x < b ? x : b);
+      first = false;
+    }
+    if (first) throw logic_error("memory_budget::default_for_all: no devices given");
+    return memory_budget(b);
+  }
+
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  std::size_t bytes_;
+};
+
+inline constexpr std::size_t operator""_KiB(unsigned long long v) { return static_cast<std::size_t>(v) << 10; }
+inline constexpr std::size_t operator""_MiB(unsigned long long v) { return static_cast<std::size_t>(v) << 20; }
+inline constexpr std::size_t operator""_GiB(unsigned long long v) { return static_cast<std::size_t>(v) << 30; }
+
+}  // namespace spillway

@@ -1,0 +1,6 @@
+// spillway/spillway.cuh — the umbrella header: everything spillway offers.
+#pragma once
+
+#include <spillway/version.hpp>
+#include <spillway/core.hpp>
+// Module umbrellas (one line each, added as modules land):
