@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# GPU check for spillway: run on the lent GPU machine over binaries built here.
+#
+#   scripts/gpu-check.sh pack [targets...]      (here, no GPU needed) build the "gpu" preset (sm_90a)
+#                                              and copy test/bench binaries + libbenchmark into gpubin/
+#   scripts/gpu-check.sh tests [module...]      (GPU machine) every test binary, SPILLWAY_REQUIRE_GPU=1:
+#                                              a skipped GPU test is a failure; prints how many GPU tests ran
+#   scripts/gpu-check.sh sanitizer [module...]  (GPU machine) compute-sanitizer memcheck over the GPU
+#                                              tests, racecheck over the modules with shared-memory kernels
+#   scripts/gpu-check.sh bench [name...]        (GPU machine) benchmarks, medians of repetitions, JSON to
+#                                              $OUT (or gpubin/results), a short table last
+#   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
+#
+# Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
+# names to split further. Environment: GPUBIN (default gpubin), SANITIZER_FILTER (gtest filter for the
+# sanitizer runs, default excludes tests tagged Large), BENCH_REPS (default 5), BENCH_FILTER.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-tests}
+shift || true
+GPUBIN=${GPUBIN:-gpubin}
+RESULTS=${OUT:-$GPUBIN/results}
+mkdir -p "$RESULTS"
+export LD_LIBRARY_PATH="$PWD/$GPUBIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+MODULES_DEFAULT="core io pipeline map gram ode"
+
+summary=()
+status=0
+
+run_tests() {
+  local mods=${*:-$MODULES_DEFAULT}
+  export SPILLWAY_REQUIRE_GPU=1
+  for m in $mods; do
+    for bin in "$GPUBIN/spillway_${m}_tests" "$GPUBIN/spillway_${m}_host_tests"; do
+      [[ -x $bin ]] || continue
+      local name log gpu_total
+      name=$(basename "$bin")
+      log="$RESULTS/$name.log"
+      gpu_total=$("$bin" --gtest_list_tests --gtest_filter='*Gpu*.*' | grep -c '^  ' || true)
+      "$bin" --gtest_color=no >"$log" 2>&1
+      local rc=$?
+      local passed failed skipped
+      passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$log" | tail -1)
+      failed=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= tests?, listed)' "$log" | tail -1)
+      skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+' "$log" | tail -1)
+      summary+=("$(printf '%-34s rc=%-3s passed=%-4s failed=%-3s skipped=%-3s gpu-tests=%s' "$name" "$rc" "${passed:-0}" "${failed:-0}" "${skipped:-0}" "$gpu_total")")
+      if [[ $rc -ne 0 || -n ${skipped:-} && ${skipped:-0} -ne 0 ]]; then
+        status=1
+        grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -20
+      fi
+    done
+  done
+}
+
+run_sanitizer() {
+  local mods=${*:-$MODULES_DEFAULT}
+  export SPILLWAY_REQUIRE_GPU=1
+  local filter=${SANITIZER_FILTER:-'*Gpu*.*:-*Large*'}
+  for m in $mods; do
+    local bin="$GPUBIN/spillway_${m}_tests"
+    [[ -x $bin ]] || continue
+    local tools="memcheck"
+    case $m in gram | map | ode | pipeline) tools="memcheck racecheck" ;; esac
+    for tool in $tools; do
+      local log="$RESULTS/sanitizer_${m}_${tool}.log"
+      compute-sanitizer --tool "$tool" --error-exitcode 99 --leak-check no "$bin" --gtest_filter="$filter" --gtest_color=no >"$log" 2>&1
+      local rc=$?
+      local errs
+      errs=$(grep -oP '(ERROR SUMMARY|RACECHECK SUMMARY): \K[0-9]+' "$log" | tail -1)
+      summary+=("$(printf '%-34s %-9s rc=%-3s errors=%s' "spillway_${m}_tests" "$tool" "$rc" "${errs:-?}")")
+      [[ $rc -ne 0 ]] && { status=1; tail -30 "$log"; }
+    done
+  done
+}
+
+run_bench() {
+  local names=${*:-}
+  local reps=${BENCH_REPS:-5}
+  for bin in "$GPUBIN"/spillway_*_bench; do
+    [[ -x $bin ]] || continue
+    local b
+    b=$(basename "$bin")
+    if [[ -n $names && " $names " != *" ${b#spillway_} "* && " $names " != *" $b "* ]]; then continue; fi
+    local args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true
+      --benchmark_out="$RESULTS/$b.json" --benchmark_out_format=json)
+    [[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")
+    "$bin" "${args[@]}" >"$RESULTS/$b.txt" 2>&1 || { status=1; tail -20 "$RESULTS/$b.txt"; }
+  done
+  python3 scripts/bench_table.py "$RESULTS"/*.json || true
+}
+
+case $mode in
+  pack)
+    export PATH=/usr/local/cuda/bin:$PATH
+    cmake --preset gpu >/dev/null || exit 1
+    if (($#)); then cmake --build --preset gpu --target "$@" || exit 1; else cmake --build --preset gpu || exit 1; fi
+    rm -rf "$GPUBIN" && mkdir -p "$GPUBIN"
+    for f in build-gpu/bin/spillway_*_tests build-gpu/bin/spillway_*_host_tests build-gpu/bin/spillway_*_bench build-gpu/bin/spillway-*; do
+      [[ -x $f ]] && cp "$f" "$GPUBIN/"
+    done
+    cp -P /usr/lib/x86_64-linux-gnu/libbenchmark.so.1* "$GPUBIN/" 2>/dev/null || true
+    git rev-parse --short HEAD >"$GPUBIN/COMMIT" 2>/dev/null || true
+    du -sh "$GPUBIN"
+    exit 0
+    ;;
+  tests) run_tests "$@" ;;
+  sanitizer) run_sanitizer "$@" ;;
+  bench) run_bench "$@" ;;
+  all)
+    run_tests
+    run_sanitizer
+    run_bench
+    ;;
+  *)
+    echo "usage: $0 pack|tests|sanitizer|bench|all [...]" >&2
+    exit 2
+    ;;
+esac
+
+echo
+echo "==== spillway gpu-check: $mode on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F), commit $(cat "$GPUBIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null) ===="
+for line in "${summary[@]}"; do echo "$line"; done
+echo "status: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
+exit $status
