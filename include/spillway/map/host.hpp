@@ -1,0 +1,438 @@
+// spillway/map/host.hpp — the host target: map, gufunc and reductions over host memory, in plain
+// C++ (OpenMP when the translation unit is compiled with it). It computes exactly what the device
+// functions compute and is their tests' oracle; choose it per call for work whose arithmetic
+// intensity does not pay for moving the data over PCIe (see docs/map.md).
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/map/config.hpp>
+#include <spillway/map/detail/gufunc_plan.hpp>
+#include <spillway/map/ndview.hpp>
+#include <spillway/map/operand.hpp>
+#include <spillway/map/shape.hpp>
+#include <spillway/map/signature.hpp>
+#include <spillway/map/team.hpp>
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#define SPILLWAY_MAP_OMP_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define SPILLWAY_MAP_OMP_FOR
+#endif
+
+namespace spillway {
+
+/// An owned, contiguous row-major host array (the host target's allocated outputs).
+template <class T>
+struct host_array {
+  std::vector<T> data;
+  std::vector<index_t> shape;
+
+  host_array() = default;
+  explicit host_array(std::vector<index_t> s) : shape(std::move(s)) {
+    index_t n = 1;
+    for (index_t e : shape) n *= e;
+    data.resize(static_cast<std::size_t>(n));
+  }
+  [[nodiscard]] ndview<T> view() { return ndview<T>(data.data(), shape); }
+  [[nodiscard]] ndview<const T> view() const { return ndview<const T>(data.data(), shape); }
+  [[nodiscard]] index_t size() const { return static_cast<index_t>(data.size()); }
+};
+
+namespace detail {
+
+template <class Op>
+std::vector<index_t> operand_shape(const Op& op) {
+  if constexpr (operand_info<Op>::is_array) {
+    return op.shape();
+  } else {
+    return {};
+  }
+}
+template <class Op>
+std::vector<index_t> operand_strides(const Op& op) {
+  if constexpr (operand_info<Op>::is_array) {
+    return op.strides();
+  } else {
+    return {};
+  }
+}
+
+/// Plans the elementwise loop of `out` = f(ops...): broadcast check, per-operand strides, collapse.
+/// Operand 0 of the plan is the output; scalars get all-zero strides.
+template <class Out, class... Ops>
+loop_plan plan_map(const ndview<Out>& out, const std::string& who, const Ops&... ops) {
+  std::vector<std::vector<index_t>> shapes{operand_shape(ops)...};
+  shapes.push_back(out.shape());
+  const auto b = broadcast_shapes(shapes, who);
+  if (b != out.shape()) {
+    throw logic_error(who + ": the output has shape " + out.shape_string() + " but the arguments broadcast to " +
+                      shape_string(b));
+  }
+  loop_plan p;
+  p.extents = b;
+  p.strides.push_back(out.strides());
+  (p.strides.push_back(operand_info<Ops>::is_array ? broadcast_strides(operand_shape(ops), operand_strides(ops), b)
+                                                   : std::vector<index_t>(b.size(), 0)),
+   ...);
+  return collapse(p);
+}
+
+template <class... Ops>
+std::vector<index_t> broadcast_operands(const std::string& who, const Ops&... ops) {
+  return broadcast_shapes({operand_shape(ops)...}, who);
+}
+
+/// Calls body(offsets) for every element of a collapsed loop, in parallel chunks; offsets[k] is
+/// operand k's element offset.
+template <std::size_t K, class Body>
+void host_loop(const loop_plan& p, Body&& body) {
+  const index_t n = p.size();
+  if (n == 0) return;
+  const int r = p.rank();
+  constexpr index_t chunk = 1 << 14;
+  const index_t chunks = (n + chunk - 1) / chunk;
+  SPILLWAY_MAP_OMP_FOR
+  for (index_t c = 0; c < chunks; ++c) {
+    const index_t begin = c * chunk;
+    const index_t end = begin + chunk < n ? begin + chunk : n;
+    index_t idx[max_rank] = {};
+    std::array<index_t, K> off{};
+    index_t rem = begin;
+    for (int d = r - 1; d >= 0; --d) {
+      const index_t e = p.extents[static_cast<std::size_t>(d)];
+      idx[d] = rem % e;
+      rem /= e;
+      for (std::size_t k = 0; k < K; ++k) off[k] += idx[d] * p.strides[k][static_cast<std::size_t>(d)];
+    }
+    for (index_t i = begin; i < end; ++i) {
+      body(off);
+      for (int d = r - 1; d >= 0; --d) {
+        const auto ud = static_cast<std::size_t>(d);
+        for (std::size_t k = 0; k < K; ++k) off[k] += p.strides[k][ud];
+        if (++idx[d] < p.extents[ud]) break;
+        for (std::size_t k = 0; k < K; ++k) off[k] -= idx[d] * p.strides[k][ud];
+        idx[d] = 0;
+      }
+    }
+  }
+}
+
+template <class Out, class F, class Loaded, std::size_t K, std::size_t... I>
+void host_apply(Out* out, const F& f, const Loaded& ops, const std::array<index_t, K>& off,
+                std::index_sequence<I...>) {
+  out[off[0]] = static_cast<Out>(f(std::get<I>(ops).value(off[I + 1])...));
+}
+
+}  // namespace detail
+
+/// out = f(args...) elementwise on the host, with NumPy broadcasting; args are host ndviews (or
+/// host_arrays) and scalars. `out` must have the broadcast shape.
+template <class Out, class F, class... Args>
+void map_host_into(ndview<Out> out, F f, const Args&... args) {
+  static_assert(!std::is_const_v<Out>, "map_host_into: the output view must be writable");
+  const auto plan = detail::plan_map(out, "map_host", detail::as_operand(args)...);
+  const auto loaded = std::make_tuple(detail::make_loaded(detail::as_operand(args))...);
+  Out* o = out.data();
+  detail::host_loop<1 + sizeof...(Args)>(plan, [&](const auto& off) {
+    detail::host_apply(o, f, loaded, off, std::index_sequence_for<Args...>{});
+  });
+}
+
+/// Allocates the broadcast-shaped output (element type from the functor) and maps into it.
+template <class F, class... Args>
+auto map_host(F f, const Args&... args) {
+  using R = detail::map_result_t<F, Args...>;
+  host_array<R> out(detail::broadcast_operands("map_host", detail::as_operand(args)...));
+  map_host_into(out.view(), f, args...);
+  return out;
+}
+
+// ---- generalized ufuncs ------------------------------------------------------------------------
+
+/// A gufunc call's signature plus options. Implicit from a string: gufunc_into(..., "(n),(n)->()", ...).
+struct gufunc_spec {
+  gufunc_signature signature;
+  /// Threads per core instance on the device: 0 picks by core size; otherwise 1, a power of two up
+  /// to 32 (a sub-warp), or 256 (a block). Ignored by the host target.
+  int team_size = 0;
+
+  gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design
+  gufunc_spec(const std::string& s) : signature(parse_signature(s)) {}  // NOLINT
+  gufunc_spec(const std::string& s, int team) : signature(parse_signature(s)), team_size(team) {}
+};
+
+namespace detail {
+
+template <class Op>
+shape_and_strides operand_layout(const Op& op) {
+  return {operand_shape(op), operand_strides(op)};
+}
+
+/// The argument a gufunc functor receives for one core instance of operand `o`.
+template <class T, bool Array>
+struct core_arg;
+template <class T>
+struct core_arg<T, true> {
+  const T* p;
+  SPILLWAY_MAP_HD ndview<const T> get(index_t off, const gufunc_operand_plan& o) const {
+    return ndview<const T>::from_parts(p + off, o.core_rank, o.core_extents, o.core_strides);
+  }
+};
+template <class T>
+struct core_arg<T, false> {
+  T v;
+  SPILLWAY_MAP_HD T get(index_t, const gufunc_operand_plan&) const { return v; }
+};
+template <class Op>
+auto make_core_arg(const Op& op) {
+  using I = operand_info<Op>;
+  if constexpr (I::is_array) {
+    return core_arg<typename I::value_type, true>{op.data()};
+  } else {
+    return core_arg<Op, false>{op};
+  }
+}
+
+template <class Op>
+void check_gufunc_scalar(const Op&, const gufunc_signature& sig, std::size_t i) {
+  if constexpr (!operand_info<Op>::is_array) {
+    if (!sig.inputs[i].empty()) {
+      throw logic_error("gufunc \"" + sig.text + "\": argument " + std::to_string(i) +
+                        " is a scalar but the signature gives it " + std::to_string(sig.inputs[i].size()) +
+                        " core dimensions");
+    }
+  }
+}
+
+template <class F, class R, class... A>
+SPILLWAY_MAP_HD inline void invoke_gufunc(const F& f, const gufunc_team& team, ndview<R> out, const A&... a) {
+  if constexpr (std::is_invocable_v<const F&, gufunc_team, ndview<R>, A...>) {
+    f(team, out, a...);
+  } else if constexpr (std::is_invocable_v<const F&, gufunc_team, A..., ndview<R>>) {
+    f(team, a..., out);
+  } else {
+    static_assert(std::is_invocable_v<const F&, A..., ndview<R>>,
+                  "a gufunc functor takes ([gufunc_team,] inputs..., ndview<R> output)");
+    f(a..., out);
+  }
+}
+
+template <class F, class R, class Args, std::size_t... I>
+SPILLWAY_MAP_HD inline void gufunc_instance(const F& f, const gufunc_team& team, R* out_base, const gufunc_operand_plan* ops,
+                                            const index_t* loop_extents, int loop_rank, index_t inst, const Args& args,
+                                            std::index_sequence<I...>) {
+  const index_t out_off = loop_offset(inst, loop_rank, loop_extents, ops[0].loop_strides);
+  const ndview<R> out =
+      ndview<R>::from_parts(out_base + out_off, ops[0].core_rank, ops[0].core_extents, ops[0].core_strides);
+  invoke_gufunc(f, team, out,
+                std::get<I>(args).get(loop_offset(inst, loop_rank, loop_extents, ops[I + 1].loop_strides), ops[I + 1])...);
+}
+
+}  // namespace detail
+
+/// Generalized ufunc on the host: for every loop instance, f([team,] core views of the inputs...,
+/// core view of the output). Inputs are host ndviews/host_arrays (or scalars for "()" entries).
+template <class R, class F, class... Args>
+void gufunc_host_into(const gufunc_spec& spec, ndview<R> out, F f, const Args&... args) {
+  const auto& sig = spec.signature;
+  std::size_t i = 0;
+  (detail::check_gufunc_scalar(detail::as_operand(args), sig, i++), ...);
+  const detail::shape_and_strides ol{out.shape(), out.strides()};
+  const auto plan = detail::plan_gufunc(sig, {detail::operand_layout(detail::as_operand(args))...}, &ol);
+  const auto core = std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
+  const gufunc_team team;
+  const index_t n = plan.instances;
+  SPILLWAY_MAP_OMP_FOR
+  for (index_t inst = 0; inst < n; ++inst) {
+    detail::gufunc_instance(f, team, out.data(), plan.ops.data(), plan.loop_extents, plan.loop_rank, inst, core,
+                            std::index_sequence_for<Args...>{});
+  }
+}
+
+/// Allocates the output (element type R, by default the inputs' common type) and runs the gufunc.
+template <class R = void, class F, class... Args>
+auto gufunc_host(const gufunc_spec& spec, F f, const Args&... args) {
+  using T = std::conditional_t<std::is_void_v<R>,
+                               std::common_type_t<typename detail::operand_info<detail::operand_t<Args>>::value_type...>, R>;
+  std::size_t i = 0;
+  (detail::check_gufunc_scalar(detail::as_operand(args), spec.signature, i++), ...);
+  const auto plan = detail::plan_gufunc(spec.signature, {detail::operand_layout(detail::as_operand(args))...}, nullptr);
+  host_array<T> out(plan.binding.output_shapes[0]);
+  gufunc_host_into(spec, out.view(), f, args...);
+  return out;
+}
+
+// ---- reductions --------------------------------------------------------------------------------
+
+namespace detail {
+
+/// The kept (output) and reduced dimensions of a reduction over `axes` of `in`.
+struct reduce_plan {
+  std::vector<index_t> out_shape;
+  std::vector<index_t> keep_extents, keep_strides;
+  std::vector<index_t> red_extents, red_strides;
+  index_t outputs = 1;
+  index_t reduced = 1;
+};
+
+inline reduce_plan plan_reduce(const std::vector<index_t>& shape, const std::vector<index_t>& strides,
+                               const std::vector<bool>& mask) {
+  reduce_plan p;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (mask[d]) {
+      p.red_extents.push_back(shape[d]);
+      p.red_strides.push_back(strides[d]);
+      p.reduced *= shape[d];
+    } else {
+      p.keep_extents.push_back(shape[d]);
+      p.keep_strides.push_back(strides[d]);
+      p.outputs *= shape[d];
+    }
+  }
+  p.out_shape = p.keep_extents;
+  return p;
+}
+
+inline index_t offset_of(index_t i, const std::vector<index_t>& ext, const std::vector<index_t>& str) {
+  index_t off = 0;
+  for (std::size_t d = ext.size(); d-- > 0;) {
+    off += (i % ext[d]) * str[d];
+    i /= ext[d];
+  }
+  return off;
+}
+
+template <class T>
+struct host_min {
+  T operator()(const T& a, const T& b) const { return b < a ? b : a; }
+};
+template <class T>
+struct host_max {
+  T operator()(const T& a, const T& b) const { return a < b ? b : a; }
+};
+
+}  // namespace detail
+
+/// out = reduction of `in` over `axes` with `op` starting from `init` (op associative; the result
+/// is computed in a fixed order, so it is the same run to run whatever the thread count). `out`
+/// has `in`'s shape without the reduced axes.
+template <class T, class R, class Op>
+void reduce_host_into(ndview<const T> in, ndview<R> out, Op op, R init, const std::vector<int>& axes) {
+  const auto mask = reduction_mask(axes, in.rank(), "reduce_host");
+  const auto p = detail::plan_reduce(in.shape(), in.strides(), mask);
+  if (out.shape() != p.out_shape) {
+    throw logic_error("reduce_host: the output has shape " + out.shape_string() + " but reducing " +
+                      in.shape_string() + " gives " + detail::shape_string(p.out_shape));
+  }
+  constexpr index_t block = 1 << 15;
+  const index_t blocks = p.reduced == 0 ? 0 : (p.reduced + block - 1) / block;
+  std::vector<R> partial(static_cast<std::size_t>(p.outputs * blocks));
+  const index_t work = p.outputs * blocks;
+  SPILLWAY_MAP_OMP_FOR
+  for (index_t w = 0; w < work; ++w) {
+    const index_t o = w / blocks;
+    const index_t b = w % blocks;
+    const index_t base = detail::offset_of(o, p.keep_extents, p.keep_strides);
+    const index_t begin = b * block;
+    const index_t end = begin + block < p.reduced ? begin + block : p.reduced;
+    R acc = static_cast<R>(in.data()[base + detail::offset_of(begin, p.red_extents, p.red_strides)]);
+    for (index_t r = begin + 1; r < end; ++r) {
+      acc = op(acc, static_cast<R>(in.data()[base + detail::offset_of(r, p.red_extents, p.red_strides)]));
+    }
+    partial[static_cast<std::size_t>(w)] = acc;
+  }
+  for (index_t o = 0; o < p.outputs; ++o) {
+    R acc = init;
+    for (index_t b = 0; b < blocks; ++b) acc = op(acc, partial[static_cast<std::size_t>(o * blocks + b)]);
+    out.data()[detail::offset_of(o, p.keep_extents, out.strides())] = acc;
+  }
+}
+/// Reduction over all elements.
+template <class T, class R, class Op>
+void reduce_host_into(ndview<const T> in, ndview<R> out, Op op, R init) {
+  std::vector<int> all(static_cast<std::size_t>(in.rank()));
+  for (int d = 0; d < in.rank(); ++d) all[static_cast<std::size_t>(d)] = d;
+  reduce_host_into(in, out, op, init, all);
+}
+
+template <class T, class R, class Op>
+host_array<R> reduce_host(ndview<const T> in, Op op, R init, const std::vector<int>& axes) {
+  const auto p = detail::plan_reduce(in.shape(), in.strides(), reduction_mask(axes, in.rank(), "reduce_host"));
+  host_array<R> out(p.out_shape);
+  reduce_host_into(in, out.view(), op, init, axes);
+  return out;
+}
+template <class T, class R, class Op>
+host_array<R> reduce_host(ndview<const T> in, Op op, R init) {
+  host_array<R> out(std::vector<index_t>{});
+  reduce_host_into(in, out.view(), op, init);
+  return out;
+}
+
+namespace detail {
+template <class T>
+std::vector<int> all_axes(const ndview<T>& v) {
+  std::vector<int> a(static_cast<std::size_t>(v.rank()));
+  for (int d = 0; d < v.rank(); ++d) a[static_cast<std::size_t>(d)] = d;
+  return a;
+}
+template <class T>
+void require_nonempty_extremum(const ndview<const T>& in, const std::vector<int>& axes, const char* who) {
+  const auto mask = reduction_mask(axes, in.rank(), who);
+  for (int d = 0; d < in.rank(); ++d) {
+    if (mask[static_cast<std::size_t>(d)] && in.extent(d) == 0) {
+      throw logic_error(std::string(who) + ": axis " + std::to_string(d) +
+                        " has size 0 and the operation has no identity");
+    }
+  }
+}
+template <class T>
+constexpr T max_identity() {
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+}
+template <class T>
+constexpr T min_identity() {
+  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+}
+}  // namespace detail
+
+/// Sum over `axes` (all axes when omitted) in T.
+template <class T>
+host_array<T> sum_host(ndview<const T> in, const std::vector<int>& axes) {
+  return reduce_host(in, std::plus<T>{}, T{}, axes);
+}
+template <class T>
+host_array<T> sum_host(ndview<const T> in) {
+  return sum_host(in, detail::all_axes(in));
+}
+template <class T>
+host_array<T> min_host(ndview<const T> in, const std::vector<int>& axes) {
+  detail::require_nonempty_extremum(in, axes, "min_host");
+  return reduce_host(in, detail::host_min<T>{}, detail::min_identity<T>(), axes);
+}
+template <class T>
+host_array<T> min_host(ndview<const T> in) {
+  return min_host(in, detail::all_axes(in));
+}
+template <class T>
+host_array<T> max_host(ndview<const T> in, const std::vector<int>& axes) {
+  detail::require_nonempty_extremum(in, axes, "max_host");
+  return reduce_host(in, detail::host_max<T>{}, detail::max_identity<T>(), axes);
+}
+template <class T>
+host_array<T> max_host(ndview<const T> in) {
+  return max_host(in, detail::all_axes(in));
+}
+
+}  // namespace spillway
