@@ -25,7 +25,7 @@ def main(paths):
                     "real_time", "cpu_time", "time_unit", "aggregate_name", "aggregate_unit", "family_index",
                     "per_family_instance_index", "bytes_per_second"}
             counters = [f"{k}={v:.4g}" for k, v in b.items() if k not in skip and isinstance(v, (int, float))]
-            if "bytes_per_second" in b:
+            if "bytes_per_second" in b and not any(c.startswith("GB/s=") for c in counters):
                 counters.insert(0, f"GB/s={b['bytes_per_second'] / 1e9:.4g}")
             rows.append((b["name"].replace("_median", ""), f"{t:.4g} {unit}", " ".join(counters)))
     width = max((len(r[0]) for r in rows), default=10)

@@ -63,7 +63,7 @@ run_sanitizer() {
     case $m in gram | map | ode | pipeline) tools="memcheck racecheck" ;; esac
     for tool in $tools; do
       local log="$RESULTS/sanitizer_${m}_${tool}.log"
-      compute-sanitizer --tool "$tool" --error-exitcode 99 --leak-check no "$bin" --gtest_filter="$filter" --gtest_color=no >"$log" 2>&1
+      compute-sanitizer --tool "$tool" --error-exitcode 99 --report-api-errors no "$bin" --gtest_filter="$filter" --gtest_color=no >"$log" 2>&1
       local rc=$?
       local errs
       errs=$(grep -oP '(ERROR SUMMARY|RACECHECK SUMMARY): \K[0-9]+' "$log" | tail -1)
@@ -99,6 +99,7 @@ case $mode in
       [[ -x $f ]] && cp "$f" "$GPUBIN/"
     done
     cp -P /usr/lib/x86_64-linux-gnu/libbenchmark.so.1* "$GPUBIN/" 2>/dev/null || true
+    cp -L /usr/local/cuda/lib64/libcudart.so.13 "$GPUBIN/" 2>/dev/null || true
     git rev-parse --short HEAD >"$GPUBIN/COMMIT" 2>/dev/null || true
     du -sh "$GPUBIN"
     exit 0
