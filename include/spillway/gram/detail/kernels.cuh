@@ -1,0 +1,204 @@
+// spillway/gram/detail/kernels.cuh — the bit-matrix product tile kernels and their dispatch.
+//
+// bit_gemm_async computes count(i, j) = popcount(row i of A & row j of B) for every output tile
+// it visits and hands each count to an epilogue functor; the public Gram API composes its
+// epilogues (raw counts, Jaccard, cosine, Hamming) and sinks on top of it.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gram/detail/kernel_popc.cuh>
+#include <spillway/gram/detail/kernel_schedule.cuh>
+#include <spillway/gram/detail/mma_sync_kernel.cuh>
+#include <spillway/gram/detail/wgmma_kernel.cuh>
+#include <spillway/gram/kernel_path.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace spillway::gram::detail {
+
+/// One bit-matrix product C = A·Bᵀ over panels of two bit matrices with the same word layout:
+/// row-major, `ld_words` 32-bit words per row (a multiple of 32), padding bits zero, bit c of a
+/// row is bit (c % 32) of word (c / 32); base pointers 128-byte aligned.
+struct bit_gemm_args {
+  const std::uint32_t* a = nullptr;
+  std::int64_t a_rows = 0;  ///< panel of A: global rows [a_row0, a_row0 + a_rows)
+  const std::uint32_t* b = nullptr;
+  std::int64_t b_rows = 0;  ///< panel of B: global rows [b_row0, b_row0 + b_rows)
+  std::int64_t ld_words = 0;
+  std::int64_t a_row0 = 0, b_row0 = 0;
+  /// A·Aᵀ: skip every tile whose global rows all exceed its global columns. Elements below the
+  /// diagonal inside a tile that crosses it are still delivered; the epilogue decides.
+  bool upper_only = false;
+};
+
+/// Writes C[(i - row0) * ldc + (j - col0)] = OutT(count); with upper_only, only where i <= j.
+template <class OutT>
+struct store_counts {
+  OutT* c;
+  std::int64_t ldc;
+  std::int64_t row0, col0;
+  bool upper_only;
+  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t count) const {
+    if (upper_only && i > j) return;
+    c[(i - row0) * ldc + (j - col0)] = static_cast<OutT>(count);
+  }
+};
+
+/// Which kernels this build carries for the code the device actually runs: bit 0 = BMMA
+/// (sm_80+), bit 1 = BGMMA (sm_90a).
+template <int Unused = 0>
+__global__ void gram_build_probe_kernel(int* out) {
+  int v = 0;
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ >= 800
+  v |= 1;
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  v |= 2;
+#endif
+#endif
+  *out = v;
+}
+
+inline int build_features(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device < 0) throw logic_error("gram: device " + std::to_string(device) + " does not exist");
+  if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, -1);
+  int& f = cache[static_cast<std::size_t>(device)];
+  if (f < 0) {
+    device_guard guard(device);
+    stream s(device);
+    device_buffer<int> flag(1, s);
+    gram_build_probe_kernel<<<1, 1, 0, s.value()>>>(flag.data());
+    SPILLWAY_CHECK_LAUNCH();
+    int host = 0;
+    flag.copy_to_host_async(cuda::std::span<int>(&host, 1), s);
+    s.synchronize();
+    f = host;
+  }
+  return f;
+}
+
+/// What `requested` runs as on `device`: automatic becomes wgmma on an sm_90a build running on
+/// compute capability 9.0, else mma_sync from 8.0 up, else popc. A forced path the device or the
+/// build cannot run throws logic_error naming the path and the device's compute capability.
+inline kernel_path resolve_path(kernel_path requested, int device) {
+  ::spillway::detail::check_device_ordinal(device, "gram::resolve_path");
+  int major = 0, minor = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const int cc = major * 10 + minor;
+  const std::string where = "device " + std::to_string(device) + " has compute capability " +
+                            std::to_string(major) + "." + std::to_string(minor);
+  const bool known = requested == kernel_path::automatic || requested == kernel_path::wgmma ||
+                     requested == kernel_path::mma_sync || requested == kernel_path::popc;
+  if (!known) throw logic_error("gram: unknown kernel_path value " + std::to_string(static_cast<int>(requested)));
+  // Only probe the build when a tensor-core path is in question (the probe launches a kernel).
+  const int features = (requested == kernel_path::popc || cc < 80) ? 0 : build_features(device);
+  kernel_path out = kernel_path::popc;
+  if (resolve_kernel_path(requested, cc, (features & 1) != 0, (features & 2) != 0, out)) return out;
+  if (requested == kernel_path::mma_sync) {
+    throw logic_error("gram: kernel_path mma_sync needs compute capability 8.0 or newer and a build with "
+                      "sm_80+ code; " + where);
+  }
+  throw logic_error("gram: kernel_path wgmma needs a build with sm_90a code running on compute capability "
+                    "9.0; " + where +
+                    (cc == 90 ? " but this build carries no sm_90a code (build for CUDA architecture 90a)" : ""));
+}
+
+inline void check_bit_gemm_args(const bit_gemm_args& g) {
+  auto fail = [](const std::string& m) { throw logic_error("gram::bit_gemm_async: " + m); };
+  if (g.ld_words < 0 || g.ld_words % 32 != 0) {
+    fail("ld_words must be a non-negative multiple of 32 (1024 bits per row block), got " +
+         std::to_string(g.ld_words));
+  }
+  if (g.a_rows < 0) fail("a_rows must be >= 0, got " + std::to_string(g.a_rows));
+  if (g.b_rows < 0) fail("b_rows must be >= 0, got " + std::to_string(g.b_rows));
+  if (g.a_row0 < 0) fail("a_row0 must be >= 0, got " + std::to_string(g.a_row0));
+  if (g.b_row0 < 0) fail("b_row0 must be >= 0, got " + std::to_string(g.b_row0));
+  constexpr std::int64_t max_rows = std::numeric_limits<std::int32_t>::max() - 1024;
+  if (g.a_rows > max_rows) fail("a_rows must be < 2^31 - 1024 per panel, got " + std::to_string(g.a_rows));
+  if (g.b_rows > max_rows) fail("b_rows must be < 2^31 - 1024 per panel, got " + std::to_string(g.b_rows));
+  if (g.ld_words > 0) {
+    if (g.a_rows > 0 && g.a == nullptr) fail("a is null with a_rows = " + std::to_string(g.a_rows));
+    if (g.b_rows > 0 && g.b == nullptr) fail("b is null with b_rows = " + std::to_string(g.b_rows));
+    if (reinterpret_cast<std::uintptr_t>(g.a) % 128 != 0) fail("a must be 128-byte aligned");
+    if (reinterpret_cast<std::uintptr_t>(g.b) % 128 != 0) fail("b must be 128-byte aligned");
+  }
+}
+
+inline int multiprocessors(int device) {
+  int n = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
+  return slots < max_blocks ? slots : max_blocks;
+}
+
+/// Enqueues C = A·Bᵀ tile by tile on `s`, calling `epi(i, j, count)` (global indices) exactly once
+/// for every (i, j) of every computed tile inside [a_row0, a_row0 + a_rows) x [b_row0, b_row0 +
+/// b_rows). `path` forces a kernel (see kernel_path); automatic picks the fastest available.
+/// Runs on the current device; A, B and whatever the epilogue writes must live there.
+template <class Epilogue>
+void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
+  check_bit_gemm_args(args);
+  const int device = current_device();
+  const kernel_path p = resolve_path(path, device);
+  if (args.a_rows == 0 || args.b_rows == 0) return;
+  const int sms = multiprocessors(device);
+
+  // With no columns every count is 0; the tensor-core kernels need at least one k-slice for
+  // their tensor maps and pipelines, so the (trivially exact) CUDA-core kernel delivers the zeros.
+  if (p == kernel_path::popc || args.ld_words == 0) {
+    const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                                 args.upper_only, popc_tile, popc_tile, 8);
+    if (sch.total == 0) return;
+    int per_sm = 0;
+    SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, popc_gemm_kernel<Epilogue>,
+                                                                    popc_threads, 0));
+    const auto grid = persistent_grid(sch.total, static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+    popc_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), popc_threads, 0, s.value()>>>(
+        args.a, args.b, args.ld_words, sch, epi);
+    SPILLWAY_CHECK_LAUNCH();
+    return;
+  }
+  if (p == kernel_path::mma_sync) {
+    const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                                 args.upper_only, mma_bm, mma_bn, 8);
+    if (sch.total == 0) return;
+    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gemm_kernel<Epilogue>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, mma_smem_bytes));
+    const auto grid = persistent_grid(sch.total, sms);
+    mma_sync_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), mma_threads, mma_smem_bytes, s.value()>>>(
+        args.a, args.b, args.ld_words, sch, epi);
+    SPILLWAY_CHECK_LAUNCH();
+    return;
+  }
+  // wgmma
+  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                               args.upper_only, wg_bm, wg_bn, 8);
+  if (sch.total == 0) return;
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm);
+  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn);
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gemm_kernel<Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
+  const auto grid = persistent_grid(sch.total, sms);
+  wgmma_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), wg_threads, wg_smem_bytes, s.value()>>>(
+      map_a, map_b, args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+}  // namespace spillway::gram::detail

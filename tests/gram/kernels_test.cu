@@ -1,0 +1,423 @@
+// Tile kernels of the bit-matrix product: every path forced, exact equality with a host popcount
+// oracle on random bits (printed seeds), poisoned outputs, edge shapes, offsets, streams, bad input.
+#include <spillway/gram/detail/kernels.cuh>
+
+#include "support/gpu_test.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using spillway::gram::kernel_path;
+namespace gd = spillway::gram::detail;
+
+// A host bit matrix in the kernels' layout: ld_words a multiple of 32, padding bits zero.
+struct host_bits {
+  std::int64_t rows = 0, cols = 0, ld_words = 0;
+  std::vector<std::uint32_t> w;
+  std::uint32_t* row(std::int64_t r) { return w.data() + r * ld_words; }
+  const std::uint32_t* row(std::int64_t r) const { return w.data() + r * ld_words; }
+};
+
+std::int64_t words_for(std::int64_t cols) { return (cols + 1023) / 1024 * 32; }
+
+// Random bits of density ~`p`; rows listed in `ones` are all ones, rows in `zeros` all zeros.
+host_bits random_bits(std::int64_t rows, std::int64_t cols, std::uint64_t seed, double p = 0.5,
+                      const std::vector<std::int64_t>& ones = {}, const std::vector<std::int64_t>& zeros = {}) {
+  host_bits m;
+  m.rows = rows;
+  m.cols = cols;
+  m.ld_words = words_for(cols);
+  m.w.assign(static_cast<std::size_t>(rows * m.ld_words), 0u);
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution bit(p);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const bool all1 = std::find(ones.begin(), ones.end(), r) != ones.end();
+    const bool all0 = std::find(zeros.begin(), zeros.end(), r) != zeros.end();
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const bool v = all0 ? false : (all1 ? true : bit(rng));
+      if (v) m.row(r)[c / 32] |= 1u << (c % 32);
+    }
+  }
+  return m;
+}
+
+// Faster generator for large shapes: random words, tail bits of each row cleared.
+host_bits random_words(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  host_bits m;
+  m.rows = rows;
+  m.cols = cols;
+  m.ld_words = words_for(cols);
+  m.w.assign(static_cast<std::size_t>(rows * m.ld_words), 0u);
+  std::mt19937_64 rng(seed);
+  const std::int64_t full = cols / 32;
+  const int tail = static_cast<int>(cols % 32);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint32_t* p = m.row(r);
+    for (std::int64_t k = 0; k < full; ++k) p[k] = static_cast<std::uint32_t>(rng());
+    if (tail) p[full] = static_cast<std::uint32_t>(rng()) & ((1u << tail) - 1u);
+  }
+  return m;
+}
+
+std::int32_t oracle(const host_bits& a, std::int64_t i, const host_bits& b, std::int64_t j) {
+  std::int32_t c = 0;
+  const std::uint32_t* x = a.row(i);
+  const std::uint32_t* y = b.row(j);
+  for (std::int64_t k = 0; k < a.ld_words; ++k) c += __builtin_popcount(x[k] & y[k]);
+  return c;
+}
+
+// Test epilogue: counts how often each (i, j) is delivered and stores the count (upper triangle
+// only when asked), so a test sees both the values and the "exactly once" contract.
+struct count_and_visit {
+  std::int32_t* c;
+  std::int32_t* visits;
+  std::int64_t ldc, row0, col0;
+  bool upper_only;
+  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t count) const {
+    const std::int64_t at = (i - row0) * ldc + (j - col0);
+    atomicAdd(visits + at, 1);
+    if (!upper_only || i <= j) c[at] = count;
+  }
+};
+
+struct panel {
+  const host_bits* m;
+  std::int64_t row0, rows;
+};
+
+// Runs one product on the device through `path` and checks every element against the oracle.
+// A and B are row ranges of host matrices (the same matrix for A·Aᵀ panels).
+void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillway::stream_view s,
+                   const std::string& what) {
+  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path));
+  const host_bits& A = *pa.m;
+  const host_bits& B = *pb.m;
+  ASSERT_EQ(A.ld_words, B.ld_words);
+  const std::int64_t ld = A.ld_words;
+  // Upload only the panels' rows (the kernels see panel-relative pointers).
+  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * ld, 1)), s);
+  spillway::device_buffer<std::uint32_t> db(static_cast<std::size_t>(std::max<std::int64_t>(pb.rows * ld, 1)), s);
+  if (pa.rows * ld > 0) {
+    da.copy_from_host_async({A.row(pa.row0), static_cast<std::size_t>(pa.rows * ld)}, s);
+  }
+  if (pb.rows * ld > 0) {
+    db.copy_from_host_async({B.row(pb.row0), static_cast<std::size_t>(pb.rows * ld)}, s);
+  }
+  const std::size_t n_out = static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * pb.rows, 1));
+  spillway::device_buffer<std::int32_t> dc(n_out, s);
+  spillway::device_buffer<std::int32_t> dv(n_out, s);
+  dc.fill_bytes_async(0xFF, s);  // poison: -1 is never a count
+  dv.fill_bytes_async(0x00, s);
+
+  gd::bit_gemm_args g;
+  g.a = da.data();
+  g.a_rows = pa.rows;
+  g.b = db.data();
+  g.b_rows = pb.rows;
+  g.ld_words = ld;
+  g.a_row0 = pa.row0;
+  g.b_row0 = pb.row0;
+  g.upper_only = upper_only;
+  gd::bit_gemm_async(g, count_and_visit{dc.data(), dv.data(), pb.rows, pa.row0, pb.row0, upper_only}, path, s);
+
+  std::vector<std::int32_t> c(n_out), v(n_out);
+  dc.copy_to_host_async({c.data(), c.size()}, s);
+  dv.copy_to_host_async({v.data(), v.size()}, s);
+  s.synchronize();
+
+  // The oracle runs in parallel where OpenMP is on; the comparison stays serial.
+  std::vector<std::int32_t> want(n_out, -1);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (std::int64_t li = 0; li < pa.rows; ++li) {
+    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
+      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
+      if (!upper_only || gi <= gj) want[static_cast<std::size_t>(li * pb.rows + lj)] = oracle(A, gi, B, gj);
+    }
+  }
+  std::int64_t bad_values = 0, bad_visits = 0;
+  for (std::int64_t li = 0; li < pa.rows; ++li) {
+    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
+      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
+      const std::size_t at = static_cast<std::size_t>(li * pb.rows + lj);
+      const bool wanted = !upper_only || gi <= gj;
+      const std::int32_t expect = want[at];
+      if (c[at] != expect && ++bad_values <= 5) {
+        ADD_FAILURE() << "C(" << gi << ", " << gj << ") = " << c[at] << ", expected " << expect;
+      }
+      // Every wanted element exactly once; below the diagonal at most once (diagonal tiles).
+      const bool visit_ok = wanted ? v[at] == 1 : (v[at] == 0 || v[at] == 1);
+      if (!visit_ok && ++bad_visits <= 5) {
+        ADD_FAILURE() << "(" << gi << ", " << gj << ") delivered " << v[at] << " times";
+      }
+    }
+  }
+  EXPECT_EQ(bad_values, 0);
+  EXPECT_EQ(bad_visits, 0);
+}
+
+std::vector<kernel_path> runnable_paths() {
+  std::vector<kernel_path> out;
+  const int dev = spillway::current_device();
+  for (kernel_path p : {kernel_path::popc, kernel_path::mma_sync, kernel_path::wgmma, kernel_path::automatic}) {
+    try {
+      (void)gd::resolve_path(p, dev);
+      out.push_back(p);
+    } catch (const spillway::logic_error&) {
+    }
+  }
+  return out;
+}
+
+// Every path the device and the code this binary carries for it can run must be offered (on the
+// H200 with the project's sm_90a build: all four); what is missing is printed.
+void expect_all_paths_runnable(const std::vector<kernel_path>& paths) {
+  const int dev = spillway::current_device();
+  const int cc = spillway::get_device_properties(dev).compute_capability();
+  const int f = gd::build_features(dev);
+  std::size_t expected = 2;  // popc, automatic
+  if (cc >= 80 && (f & 1) != 0) ++expected;
+  if (cc == 90 && (f & 2) != 0) ++expected;
+  EXPECT_EQ(paths.size(), expected) << "cc " << cc << ", build features " << f;
+  for (auto p : paths) std::cout << "[ path     ] " << spillway::gram::to_string(p) << " runnable (cc " << cc << ")\n";
+}
+
+struct shape_case {
+  std::int64_t a_rows, b_rows, cols;
+};
+
+TEST(GramKernelsGpu, EdgeShapesEveryPathAAt) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto paths = runnable_paths();
+  expect_all_paths_runnable(paths);
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {
+      {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
+      {129, 129, 1025}, {257, 257, 2049}, {301, 301, 4095}, {263, 263, 65}, {521, 521, 3000},
+  };
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = spillway::test::seed("aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    std::vector<std::int64_t> ones, zeros;
+    if (sh.a_rows > 3) {
+      ones = {0, sh.a_rows - 1};
+      zeros = {1};
+    }
+    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, ones, zeros);
+    for (auto p : paths) {
+      for (bool upper : {false, true}) {
+        check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
+                      std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"));
+      }
+    }
+  }
+}
+
+TEST(GramKernelsGpu, ABtDifferentRowCountsEveryPath) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = spillway::test::seed("abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
+    const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
+    const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
+    for (auto p : runnable_paths()) {
+      check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
+                    "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols));
+    }
+  }
+}
+
+TEST(GramKernelsGpu, UpperOnlyWithPanelOffsets) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::uint64_t seed = spillway::test::seed("offsets");
+  const host_bits m = random_bits(1400, 1100, seed);
+  // (a_row0, a_rows, b_row0, b_rows): panels above, across and below the diagonal, and panels
+  // whose offsets are not multiples of any tile size.
+  const std::vector<std::vector<std::int64_t>> cases = {
+      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
+      {129, 255, 1, 1}};
+  for (const auto& c : cases) {
+    for (auto p : runnable_paths()) {
+      check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s,
+                    "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) +
+                        "+" + std::to_string(c[3]) + ")");
+    }
+  }
+}
+
+TEST(GramKernelsGpu, ManyTilesPerBlockAndDeepK) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  // More tiles than multiprocessors (each persistent block walks several) and more k-slices
+  // than pipeline stages.
+  const std::uint64_t seed = spillway::test::seed("many tiles");
+  const host_bits m = random_words(2600, 9000, seed);
+  for (auto p : runnable_paths()) {
+    if (p == kernel_path::automatic) continue;
+    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper");
+  }
+  const host_bits a = random_words(1700, 5000, seed + 7);
+  for (auto p : runnable_paths()) {
+    if (p == kernel_path::automatic) continue;
+    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)");
+  }
+}
+
+TEST(GramKernelsGpu, ZeroColumnsAndEmptyPanels) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const host_bits m = random_bits(70, 0, 1);  // ld_words = 0: every count is 0
+  ASSERT_EQ(m.ld_words, 0);
+  for (auto p : runnable_paths()) check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns");
+  // Empty panels: nothing is called, nothing is written.
+  spillway::device_buffer<std::int32_t> dv(1, s);
+  dv.fill_bytes_async(0x00, s);
+  gd::bit_gemm_args g;
+  g.ld_words = 32;
+  g.a_rows = 0;
+  g.b_rows = 5;
+  spillway::device_buffer<std::uint32_t> db(5 * 32, s);
+  g.b = db.data();
+  for (auto p : runnable_paths()) {
+    gd::bit_gemm_async(g, count_and_visit{dv.data(), dv.data(), 0, 0, 0, false}, p, s);
+  }
+  int v = -1;
+  dv.copy_to_host_async({&v, 1}, s);
+  s.synchronize();
+  EXPECT_EQ(v, 0);
+}
+
+TEST(GramKernelsGpu, StoreCountsUint16AndPerThreadStream) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto s = spillway::stream_view::per_thread();
+  const std::uint64_t seed = spillway::test::seed("store_counts u16");
+  const host_bits m = random_words(333, 5000, seed);
+  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(m.rows * m.ld_words), s);
+  da.copy_from_host_async({m.w.data(), m.w.size()}, s);
+  for (auto p : runnable_paths()) {
+    SCOPED_TRACE(spillway::gram::to_string(p));
+    spillway::device_buffer<std::uint16_t> dc(static_cast<std::size_t>(m.rows * m.rows), s);
+    dc.fill_bytes_async(0xFF, s);
+    gd::bit_gemm_args g;
+    g.a = g.b = da.data();
+    g.a_rows = g.b_rows = m.rows;
+    g.ld_words = m.ld_words;
+    g.upper_only = true;
+    gd::bit_gemm_async(g, gd::store_counts<std::uint16_t>{dc.data(), m.rows, 0, 0, true}, p, s);
+    std::vector<std::uint16_t> c(dc.size());
+    dc.copy_to_host_async({c.data(), c.size()}, s);
+    s.synchronize();
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < m.rows; ++i)
+      for (std::int64_t j = 0; j < m.rows; ++j) {
+        const std::uint16_t expect = i <= j ? static_cast<std::uint16_t>(oracle(m, i, m, j)) : 0xFFFF;
+        if (c[static_cast<std::size_t>(i * m.rows + j)] != expect && ++bad <= 5) {
+          ADD_FAILURE() << "C(" << i << ", " << j << ") = " << c[static_cast<std::size_t>(i * m.rows + j)]
+                        << ", expected " << expect;
+        }
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// An output of more than 2^31 elements: the epilogue's 64-bit index arithmetic is exercised by
+// the last rows; checked on those rows in full and on a random sample of others.
+TEST(GramKernelsGpu, OutputBeyond2To31Elements) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::int64_t n = 48000;  // n*n = 2.3e9 > 2^31
+  const std::uint64_t seed = spillway::test::seed("beyond 2^31");
+  const host_bits m = random_words(n, 40, seed);
+  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(n * m.ld_words), s);
+  da.copy_from_host_async({m.w.data(), m.w.size()}, s);
+  spillway::device_buffer<std::uint16_t> dc(static_cast<std::size_t>(n * n), s);
+  dc.fill_bytes_async(0xFF, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = g.b_rows = n;
+  g.ld_words = m.ld_words;
+  g.upper_only = true;
+  gd::bit_gemm_async(g, gd::store_counts<std::uint16_t>{dc.data(), n, 0, 0, true}, kernel_path::automatic, s);
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> rows;
+  for (std::int64_t r = n - 40; r < n; ++r) rows.push_back(r);
+  for (int k = 0; k < 60; ++k) rows.push_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n)));
+  std::vector<std::uint16_t> line(static_cast<std::size_t>(n));
+  std::int64_t bad = 0;
+  for (std::int64_t r : rows) {
+    dc.copy_to_host_async({line.data(), line.size()}, s, static_cast<std::size_t>(r * n));
+    s.synchronize();
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::uint16_t expect = r <= j ? static_cast<std::uint16_t>(oracle(m, r, m, j)) : 0xFFFF;
+      if (line[static_cast<std::size_t>(j)] != expect && ++bad <= 5) {
+        ADD_FAILURE() << "C(" << r << ", " << j << ") = " << line[static_cast<std::size_t>(j)] << ", expected " << expect;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(GramKernelsGpu, BadInputsThrowAndWriteNothing) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  spillway::device_buffer<std::uint32_t> da(64 * 40, s);
+  spillway::device_buffer<std::int32_t> dc(64, s);
+  dc.fill_bytes_async(0xFF, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = g.b_rows = 8;
+  const gd::store_counts<std::int32_t> epi{dc.data(), 8, 0, 0, false};
+  auto expect_throw = [&](gd::bit_gemm_args bad, kernel_path p, const std::string& needle) {
+    try {
+      gd::bit_gemm_async(bad, epi, p, s);
+      ADD_FAILURE() << "no logic_error for " << needle;
+    } catch (const spillway::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  g.ld_words = 33;
+  expect_throw(g, kernel_path::automatic, "ld_words");
+  expect_throw(g, kernel_path::automatic, "33");
+  g.ld_words = 16;
+  expect_throw(g, kernel_path::popc, "16");
+  g.ld_words = 32;
+  gd::bit_gemm_args m = g;
+  m.a_rows = -1;
+  expect_throw(m, kernel_path::popc, "a_rows");
+  m = g;
+  m.b_row0 = -3;
+  expect_throw(m, kernel_path::popc, "b_row0");
+  m = g;
+  m.a = da.data() + 1;  // 4-byte offset: not 128-byte aligned
+  expect_throw(m, kernel_path::mma_sync, "aligned");
+  m = g;
+  m.b = nullptr;
+  expect_throw(m, kernel_path::popc, "null");
+  expect_throw(g, static_cast<kernel_path>(17), "17");
+
+  const auto props = spillway::get_device_properties(spillway::current_device());
+  const int f = gd::build_features(spillway::current_device());
+  const bool wgmma_ok = props.compute_capability() == 90 && (f & 2) != 0;
+  if (!wgmma_ok) {
+    expect_throw(g, kernel_path::wgmma, "wgmma");
+    expect_throw(g, kernel_path::wgmma, std::to_string(props.cc_major) + "." + std::to_string(props.cc_minor));
+  } else {
+    EXPECT_EQ(gd::resolve_path(kernel_path::wgmma, spillway::current_device()), kernel_path::wgmma);
+    EXPECT_EQ(gd::resolve_path(kernel_path::automatic, spillway::current_device()), kernel_path::wgmma);
+  }
+  // Nothing was written by any rejected call.
+  std::vector<std::int32_t> c(64);
+  dc.copy_to_host_async({c.data(), c.size()}, s);
+  s.synchronize();
+  for (auto x : c) EXPECT_EQ(x, -1);
+}
+
+}  // namespace
