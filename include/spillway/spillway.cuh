@@ -4,3 +4,4 @@
 #include <spillway/version.hpp>
 #include <spillway/core.hpp>
 // Module umbrellas (one line each, added as modules land):
+#include <spillway/pipeline.cuh>

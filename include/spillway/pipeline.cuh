@@ -1,0 +1,10 @@
+// spillway/pipeline.cuh — the out-of-core scheduler: chunk plans, the task pipeline (rings of
+// reusable device slots over one or several GPUs) and the streamed elementwise transform.
+#pragma once
+
+#include <spillway/pipeline/host_operand.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/plan.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
+#include <spillway/pipeline/transform.cuh>
+#include <spillway/pipeline/transform_host.hpp>

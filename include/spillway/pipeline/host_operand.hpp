@@ -1,0 +1,125 @@
+// spillway/pipeline/host_operand.hpp — how a streamed job sees a host array: pointer, length, and
+// whether the memory is page-locked (copied directly by DMA) or pageable (staged through pinned
+// buffers by host threads).
+//
+// Why staging: a cudaMemcpyAsync from pageable memory is effectively synchronous — the driver
+// copies it through its own small pinned bounce buffer and returns only when the source has been
+// read, so it neither overlaps with the caller nor with other copies. The pipeline instead copies
+// pageable chunks into its own pinned staging on several host threads and lets the copy engines
+// DMA from there asynchronously.
+//
+// Extension point: an operand is described, not just pointed at. Today every operand is a
+// contiguous array with one element per output element; a broadcast operand (a stride-0 or shaped
+// view, NumPy rules) becomes another kind of descriptor whose chunk [begin, end) of the output maps
+// to the source elements it needs (see docs/pipeline.md).
+#pragma once
+
+#include <spillway/core/error.hpp>
+
+#include <cuda/std/span>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace spillway {
+
+/// What kind of host memory an operand lives in.
+enum class host_memory {
+  detect,       ///< ask the runtime (cudaPointerGetAttributes) at the start of the job
+  page_locked,  ///< pinned (cudaHostAlloc, pinned_buffer) or registered (cudaHostRegister): direct DMA
+  pageable,     ///< ordinary memory: staged through pinned buffers
+};
+
+inline const char* to_string(host_memory m) noexcept {
+  switch (m) {
+    case host_memory::detect: return "detect";
+    case host_memory::page_locked: return "page-locked";
+    case host_memory::pageable: return "pageable";
+  }
+  return "?";
+}
+
+/// A contiguous host array a job reads: `size` elements of T at `data`.
+template <class T>
+struct host_operand {
+  using value_type = T;
+  const T* data = nullptr;
+  std::size_t size = 0;
+  host_memory memory = host_memory::detect;
+};
+
+/// A contiguous host array a job writes.
+template <class T>
+struct host_result {
+  using value_type = T;
+  T* data = nullptr;
+  std::size_t size = 0;
+  host_memory memory = host_memory::detect;
+};
+
+template <class T>
+host_operand<T> host_input(const T* data, std::size_t size, host_memory m = host_memory::detect) {
+  return {data, size, m};
+}
+/// From anything contiguous with data() and size() (std::vector, pinned_buffer, span…).
+template <class R, class T = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const R&>().data())>>>
+host_operand<T> host_input(const R& r, host_memory m = host_memory::detect) {
+  return {r.data(), static_cast<std::size_t>(r.size()), m};
+}
+template <class T>
+host_result<T> host_output(T* data, std::size_t size, host_memory m = host_memory::detect) {
+  return {data, size, m};
+}
+template <class R, class T = std::remove_pointer_t<decltype(std::declval<R&>().data())>,
+          class = std::enable_if_t<!std::is_const_v<T>>>
+host_result<T> host_output(R& r, host_memory m = host_memory::detect) {
+  return {r.data(), static_cast<std::size_t>(r.size()), m};
+}
+
+namespace detail {
+
+template <class T>
+struct is_host_operand : std::false_type {};
+template <class T>
+struct is_host_operand<host_operand<T>> : std::true_type {};
+template <class T>
+struct is_host_result : std::false_type {};
+template <class T>
+struct is_host_result<host_result<T>> : std::true_type {};
+
+template <class T>
+host_operand<T> as_input(const host_operand<T>& o) { return o; }
+template <class R, std::enable_if_t<!is_host_operand<R>::value, int> = 0>
+auto as_input(const R& r) { return host_input(r); }
+
+template <class T>
+host_result<T> as_output(const host_result<T>& o) { return o; }
+template <class R, std::enable_if_t<!is_host_result<std::remove_cv_t<R>>::value, int> = 0>
+auto as_output(R& r) { return host_output(r); }
+
+/// Whether [p, p + bytes) is page-locked host memory (first and last byte checked). False on a
+/// machine without a GPU.
+inline bool page_locked_range(const void* p, std::size_t bytes) {
+  if (p == nullptr || bytes == 0) return false;
+  auto locked = [](const void* q) {
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, q);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+  };
+  return locked(p) && locked(static_cast<const unsigned char*>(p) + (bytes - 1));
+}
+
+inline host_memory resolve_memory(host_memory m, const void* p, std::size_t bytes) {
+  if (m != host_memory::detect) return m;
+  return page_locked_range(p, bytes) ? host_memory::page_locked : host_memory::pageable;
+}
+
+}  // namespace detail
+}  // namespace spillway

@@ -1,0 +1,182 @@
+// spillway/pipeline/transform.cuh — spillway's streamed elementwise map over host arrays that may
+// be larger than device memory: out[i] = f(in0[i], in1[i], …).
+//
+//   std::vector<double> a(n), b(n), c(n);
+//   spillway::transform_options o;
+//   o.budget = spillway::memory_budget(1_GiB);         // per device; default 80% of free memory
+//   auto r = spillway::transform(o, c, multiplies{}, a, b);   // all visible GPUs
+//
+// f is a device functor: a __host__ __device__ lambda or functor (also usable by the host
+// fallback), or a __device__ lambda wrapped in cuda::proclaim_return_type. Operands are anything
+// contiguous (std::vector, pinned_buffer, span) or host_input()/host_output() descriptors; pinned
+// or registered memory is copied by DMA directly, pageable memory is staged through pinned buffers
+// by host threads (see host_operand.hpp for why).
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/detail/kernels.cuh>
+#include <spillway/pipeline/host_operand.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/plan.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
+#include <spillway/pipeline/transform_host.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace spillway {
+
+/// How spillway::transform runs.
+struct transform_options {
+  /// Devices to use. Empty: all visible devices, balanced dynamically.
+  std::vector<int> devices;
+  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
+  std::optional<memory_budget> budget;
+  /// Chunks in flight per device (each with its own stream); ≥ 3 overlaps H2D, compute and D2H.
+  std::size_t slots_per_device = 4;
+  /// Cap on one chunk's device bytes (all inputs and the output). Smaller chunks shorten the
+  /// pipeline's fill and drain; larger ones amortize per-copy overhead. 0: only the budget limits.
+  std::size_t max_chunk_bytes = std::size_t{96} << 20;
+  /// Chunk lengths are multiples of this many elements (except the last).
+  std::size_t granularity = 1024;
+  /// Optional progress / cancellation (see progress_callback).
+  progress_callback progress;
+  /// Threads per block of the kernel.
+  unsigned block_size = 256;
+};
+
+namespace detail {
+
+template <class F, class Out, class... In, std::size_t... I>
+job_report transform_impl(const transform_options& o, const host_result<Out>& out, F f,
+                          const std::tuple<host_operand<In>...>& ins, std::index_sequence<I...>) {
+  constexpr std::size_t n_in = sizeof...(In);
+  static_assert(n_in >= 1, "spillway::transform needs at least one input array");
+  check_transform_operands("transform", out, std::get<I>(ins)...);
+  if (o.block_size == 0 || o.block_size > 256 || o.block_size % 32 != 0) {
+    throw logic_error("transform: block_size must be a multiple of 32 in [32, 256], got " +
+                      std::to_string(o.block_size));
+  }
+  if (o.slots_per_device == 0) throw logic_error("transform: slots_per_device must be at least 1, got 0");
+  if (o.granularity == 0) throw logic_error("transform: granularity must be at least 1, got 0");
+  const std::size_t n = out.size;
+  if (n == 0) return job_report{};
+
+  const std::vector<int> devices = resolve_devices(o.devices, "transform");
+  const memory_budget budget = o.budget ? *o.budget : memory_budget::default_for_all(devices);
+
+  plan_request pr;
+  pr.extent = n;
+  pr.bytes_per_unit = {sizeof(In)..., sizeof(Out)};
+  pr.budget_bytes = budget.bytes();
+  pr.slots = o.slots_per_device;
+  pr.granularity = o.granularity;
+  pr.max_slot_bytes = o.max_chunk_bytes;
+  const chunk_plan plan = make_chunk_plan(pr);
+
+  // Operand k (inputs, then the output at n_in): host pointer, memory kind, staging index.
+  std::array<const void*, n_in + 1> host_src{};
+  std::array<std::size_t, n_in + 1> elem{sizeof(In)..., sizeof(Out)};
+  std::array<host_memory, n_in + 1> mem{};
+  ((host_src[I] = std::get<I>(ins).data,
+    mem[I] = resolve_memory(std::get<I>(ins).memory, std::get<I>(ins).data, n * sizeof(In))),
+   ...);
+  host_src[n_in] = out.data;
+  mem[n_in] = resolve_memory(out.memory, out.data, n * sizeof(Out));
+
+  task_job_options t;
+  t.devices = devices;
+  t.slots_per_device = plan.slots();
+  t.device_buffer_bytes = plan.buffer_bytes();
+  t.budget = budget;
+  t.progress = o.progress;
+  std::array<std::size_t, n_in + 1> staging{};
+  for (std::size_t k = 0; k <= n_in; ++k) {
+    staging[k] = static_cast<std::size_t>(-1);
+    if (mem[k] == host_memory::pageable) {
+      staging[k] = t.pinned_buffer_bytes.size();
+      t.pinned_buffer_bytes.push_back(plan.buffer_bytes()[k]);
+    }
+  }
+  // Host copy threads per device pipeline: the pool shared fairly between the devices.
+  const std::size_t copy_parts = (staging_workers().size() + 1) / devices.size() > 0
+                                     ? (staging_workers().size() + 1) / devices.size()
+                                     : 1;
+  int max_dev = 0;
+  for (int d : devices) max_dev = d > max_dev ? d : max_dev;
+  std::vector<int> sms(static_cast<std::size_t>(max_dev) + 1, 0);
+  for (int d : devices) {
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms[static_cast<std::size_t>(d)], cudaDevAttrMultiProcessorCount, d));
+  }
+
+  auto enqueue = [&](std::size_t task, task_slot& slot, stream_view s) {
+    const chunk c = plan.at(task);
+    std::array<const void*, n_in> dev_in{};
+    for (std::size_t k = 0; k < n_in; ++k) {
+      const std::size_t bytes = c.count * elem[k];
+      const auto* src = static_cast<const unsigned char*>(host_src[k]) + c.begin * elem[k];
+      if (staging[k] != static_cast<std::size_t>(-1)) {
+        void* st = slot.pinned(staging[k]);
+        parallel_copy(st, src, bytes, copy_parts);
+        src = static_cast<const unsigned char*>(st);
+      }
+      dev_in[k] = slot.device(k);
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device(k), src, bytes, cudaMemcpyHostToDevice, s.value()));
+      slot.add_bytes_moved(bytes);
+    }
+    Out* dev_out = slot.device<Out>(n_in);
+    const std::size_t blocks_needed = (c.count + o.block_size - 1) / o.block_size;
+    const std::size_t max_blocks = static_cast<std::size_t>(sms[static_cast<std::size_t>(slot.device())]) * 8;
+    const auto grid = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
+    transform_kernel<F, Out, In...><<<grid, o.block_size, 0, s.value()>>>(
+        f, dev_out, c.count, static_cast<const In*>(dev_in[I])...);
+    SPILLWAY_CHECK_LAUNCH();
+    void* dst = static_cast<unsigned char*>(const_cast<void*>(host_src[n_in])) + c.begin * sizeof(Out);
+    if (staging[n_in] != static_cast<std::size_t>(-1)) dst = slot.pinned(staging[n_in]);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, dev_out, c.count * sizeof(Out), cudaMemcpyDeviceToHost, s.value()));
+    slot.add_bytes_moved(c.count * sizeof(Out));
+  };
+  auto complete = [&](std::size_t task, task_slot& slot) {
+    if (staging[n_in] == static_cast<std::size_t>(-1)) return;
+    const chunk c = plan.at(task);
+    parallel_copy(out.data + c.begin, slot.pinned(staging[n_in]), c.count * sizeof(Out), copy_parts);
+  };
+  return run_tasks(plan.chunk_count(), t, enqueue, complete);
+}
+
+template <class T>
+struct is_transform_options : std::is_same<std::remove_cv_t<std::remove_reference_t<T>>, transform_options> {};
+
+}  // namespace detail
+
+/// out[i] = f(in[i]...) for host arrays of any size, streamed through the devices of `o` in chunks
+/// that fit its budget (one chunk in flight per slot and device). Returns when the output is
+/// complete on the host, or — if the progress callback cancelled — with report.cancelled set and
+/// report.completed saying which chunks (plan chunk indices) were written. Throws logic_error for
+/// bad arguments (sizes, options; before touching any data) and pipeline_error when the job fails
+/// (naming the chunk; its report says which chunks were written).
+template <class OutR, class F, class... InR>
+job_report transform(const transform_options& o, OutR&& out, F f, const InR&... in) {
+  auto out_d = detail::as_output(out);
+  auto ins = std::make_tuple(detail::as_input(in)...);
+  return detail::transform_impl(o, out_d, f, ins, std::index_sequence_for<InR...>{});
+}
+
+/// The same with default options: every visible device, 80% of each one's free memory.
+template <class OutR, class F, class... InR,
+          std::enable_if_t<!detail::is_transform_options<OutR>::value, int> = 0>
+job_report transform(OutR&& out, F f, const InR&... in) {
+  return transform(transform_options{}, std::forward<OutR>(out), f, in...);
+}
+
+}  // namespace spillway
