@@ -1,0 +1,10 @@
+// spillway/ode.cuh — the RK4 module: fused elementwise steps, coupled systems with per-step device
+// reductions and observers, general right-hand sides, ensembles, and the host implementation.
+#pragma once
+
+#include <spillway/ode/config.hpp>
+#include <spillway/ode/ensemble.cuh>
+#include <spillway/ode/rk4.cuh>
+#include <spillway/ode/rk4_element.hpp>
+#include <spillway/ode/rk4_host.hpp>
+#include <spillway/ode/systems.hpp>
