@@ -1,0 +1,298 @@
+// spillway/gram/host_gram.hpp — the host implementation of the Gram products and their sinks:
+// the tests' oracle and the fallback on a machine with no GPU. Plain C++ (OpenMP when available,
+// __builtin_popcountll), the same semantics as the GPU API in <spillway/gram.cuh>.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/gram/bit_matrix.hpp>
+#include <spillway/gram/epilogue.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::gram {
+
+// ---- sink options and results (shared with the GPU API) -----------------------------------------
+
+/// Largest k the top-k sink accepts.
+inline constexpr int max_top_k = 64;
+
+/// Per-row top-k: the k "most alike" columns of each row — largest counts, Jaccard or cosine,
+/// smallest Hamming distance — ties broken by the smaller column index.
+struct topk_options {
+  int k = 8;                      ///< 1 ≤ k ≤ 64
+  bool include_diagonal = false;  ///< A·Aᵀ only: whether row i may list itself
+};
+
+/// Per-row top-k lists, row-major rows x k. A row with fewer than k candidates (e.g. k ≥ n with
+/// the diagonal excluded) ends with index −1 and value 0 in the unused places.
+template <class V>
+struct topk_result {
+  std::int64_t rows = 0;
+  int k = 0;
+  std::vector<V> values;              ///< rows * k
+  std::vector<std::int64_t> indices;  ///< rows * k, column index or −1
+  [[nodiscard]] V value(std::int64_t r, int t) const { return values[static_cast<std::size_t>(r * k + t)]; }
+  [[nodiscard]] std::int64_t index(std::int64_t r, int t) const { return indices[static_cast<std::size_t>(r * k + t)]; }
+};
+
+/// Threshold → sparse: keeps entries with value ≥ threshold (counts, Jaccard, cosine) or
+/// ≤ threshold (Hamming distance).
+struct threshold_options {
+  double threshold = 0.0;
+  bool both_halves = false;       ///< A·Aᵀ: also emit (j, i) for every kept (i, j), i < j
+  bool include_diagonal = false;  ///< A·Aᵀ: whether (i, i) may be kept
+};
+
+/// A sparse result in coordinate form, sorted by row, then column.
+template <class V>
+struct coo_result {
+  std::vector<std::int64_t> row;
+  std::vector<std::int64_t> col;
+  std::vector<V> value;
+  [[nodiscard]] std::size_t size() const noexcept { return row.size(); }
+};
+
+namespace detail {
+
+template <class V>
+inline bool topk_better(bool larger, V av, std::int64_t ac, V bv, std::int64_t bc) {
+  if (av != bv) return larger ? av > bv : av < bv;
+  return ac < bc;
+}
+
+inline void check_topk(const topk_options& o, const char* who) {
+  if (o.k < 1 || o.k > max_top_k) {
+    throw logic_error(std::string(who) + ": k must be in [1, " + std::to_string(max_top_k) + "], got " +
+                      std::to_string(o.k));
+  }
+}
+
+inline void check_same_cols(const bit_matrix_view& a, const bit_matrix_view& b, const char* who) {
+  if (a.cols != b.cols) {
+    throw logic_error(std::string(who) + ": A has " + std::to_string(a.cols) + " columns but B has " +
+                      std::to_string(b.cols) + "; A·Bᵀ needs equal column counts");
+  }
+  if (a.ld_words != b.ld_words) {
+    throw logic_error(std::string(who) + ": A.ld_words (" + std::to_string(a.ld_words) + ") differs from B.ld_words (" +
+                      std::to_string(b.ld_words) + ")");
+  }
+}
+
+/// popcount(row i of a & row j of b) over the words that can hold bits.
+inline std::int32_t and_count(const std::uint32_t* x, const std::uint32_t* y, std::int64_t nwords64) {
+  std::int64_t s = 0;
+  for (std::int64_t w = 0; w < nwords64; ++w) {
+    std::uint64_t p, q;
+    std::memcpy(&p, x + 2 * w, 8);
+    std::memcpy(&q, y + 2 * w, 8);
+    s += __builtin_popcountll(p & q);
+  }
+  return static_cast<std::int32_t>(s);
+}
+
+inline std::int64_t words64(const bit_matrix_view& a) { return (a.cols + 63) / 64; }
+
+template <class Emit>
+inline void for_row_scores(const bit_matrix_view& a, const bit_matrix_view& b, std::int64_t i, std::int64_t j0,
+                           std::int64_t j1, Emit&& emit) {
+  const std::int64_t nw = words64(a);
+  const std::uint32_t* x = a.row(i);
+  for (std::int64_t j = j0; j < j1; ++j) emit(j, and_count(x, b.row(j), nw));
+}
+
+}  // namespace detail
+
+/// popcount(row i of A & row j of B): one entry of A·Bᵀ.
+inline std::int32_t host_count(const bit_matrix_view& a, const bit_matrix_view& b, std::int64_t i, std::int64_t j) {
+  return detail::and_count(a.row(i), b.row(j), detail::words64(a));
+}
+
+/// One entry of the metric for rows i of A and j of B (popcounts given).
+template <class OutT>
+inline OutT host_score(const bit_matrix_view& a, const bit_matrix_view& b, std::int64_t i, std::int64_t j, metric m,
+                       std::int32_t na, std::int32_t nb, score_options so = {}) {
+  return detail::scorer{m, so.jaccard_empty, so.cosine_zero}.template operator()<OutT>(host_count(a, b, i, j), na, nb);
+}
+
+/// A·Aᵀ of `a` into host memory `out` in `layout` (layout_size(layout, rows) elements).
+template <class OutT>
+void host_gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layout, metric m = metric::counts,
+                     score_options so = {}) {
+  detail::check_view(a, "host_gram_dense", "a");
+  detail::check_output_type<OutT>(m, a.cols, "host_gram_dense");
+  const std::int64_t n = a.rows;
+  if (layout_size(layout, n) > 0 && out == nullptr) throw logic_error("host_gram_dense: out is null");
+  const std::vector<std::int32_t> pc = row_popcounts(a);
+  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16)
+#endif
+  for (std::int64_t i = 0; i < n; ++i) {
+    detail::for_row_scores(a, a, i, i, n, [&](std::int64_t j, std::int32_t c) {
+      const OutT v = sc.template operator()<OutT>(c, pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
+      switch (layout) {
+        case triangle_layout::full:
+          out[i * n + j] = v;
+          out[j * n + i] = v;
+          break;
+        case triangle_layout::upper_packed: out[packed_row_offset(n, i) + (j - i)] = v; break;
+        case triangle_layout::condensed:
+          if (j > i) out[condensed_row_offset(n, i) + (j - i - 1)] = v;
+          break;
+      }
+    });
+  }
+}
+
+/// A·Bᵀ into host memory `out`, row-major a.rows x b.rows with `ldc` (≥ b.rows) between rows.
+template <class OutT>
+void host_gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, std::int64_t ldc,
+                     metric m = metric::counts, score_options so = {}) {
+  detail::check_view(a, "host_gram_dense", "a");
+  detail::check_view(b, "host_gram_dense", "b");
+  detail::check_same_cols(a, b, "host_gram_dense");
+  detail::check_output_type<OutT>(m, a.cols, "host_gram_dense");
+  if (ldc < b.rows) throw logic_error("host_gram_dense: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows) + ")");
+  if (a.rows > 0 && b.rows > 0 && out == nullptr) throw logic_error("host_gram_dense: out is null");
+  const std::vector<std::int32_t> pa = row_popcounts(a), pb = row_popcounts(b);
+  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16)
+#endif
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    detail::for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
+      out[i * ldc + j] = sc.template operator()<OutT>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]);
+    });
+  }
+}
+
+namespace detail {
+template <class V>
+topk_result<V> host_topk_impl(const bit_matrix_view& a, const bit_matrix_view& b, bool symmetric,
+                              const topk_options& o, metric m, score_options so) {
+  check_topk(o, "host_gram_topk");
+  check_output_type<V>(m, a.cols, "host_gram_topk");
+  const std::vector<std::int32_t> pa = row_popcounts(a);
+  const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
+  const scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  const bool larger = is_similarity(m);
+  topk_result<V> r;
+  r.rows = a.rows;
+  r.k = o.k;
+  r.values.assign(static_cast<std::size_t>(a.rows * o.k), V{});
+  r.indices.assign(static_cast<std::size_t>(a.rows * o.k), -1);
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+  {
+    std::vector<std::pair<V, std::int64_t>> cand;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 16)
+#endif
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      cand.clear();
+      for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
+        if (symmetric && j == i && !o.include_diagonal) return;
+        cand.emplace_back(sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]), j);
+      });
+      const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(o.k), cand.size());
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kk), cand.end(),
+                        [&](const auto& x, const auto& y) { return topk_better(larger, x.first, x.second, y.first, y.second); });
+      for (std::size_t t = 0; t < kk; ++t) {
+        r.values[static_cast<std::size_t>(i * o.k) + t] = cand[t].first;
+        r.indices[static_cast<std::size_t>(i * o.k) + t] = cand[t].second;
+      }
+    }
+  }
+  return r;
+}
+
+template <class V>
+inline bool passes(bool larger, V v, double threshold) {
+  return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
+}
+}  // namespace detail
+
+/// Per-row top-k of A·Aᵀ.
+template <class V>
+topk_result<V> host_gram_topk(const bit_matrix_view& a, const topk_options& o, metric m = metric::counts,
+                              score_options so = {}) {
+  detail::check_view(a, "host_gram_topk", "a");
+  return detail::host_topk_impl<V>(a, a, true, o, m, so);
+}
+
+/// Per-row top-k of A·Bᵀ (columns are rows of B; include_diagonal is ignored).
+template <class V>
+topk_result<V> host_gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, const topk_options& o,
+                              metric m = metric::counts, score_options so = {}) {
+  detail::check_view(a, "host_gram_topk", "a");
+  detail::check_view(b, "host_gram_topk", "b");
+  detail::check_same_cols(a, b, "host_gram_topk");
+  return detail::host_topk_impl<V>(a, b, false, o, m, so);
+}
+
+namespace detail {
+template <class V>
+coo_result<V> host_threshold_impl(const bit_matrix_view& a, const bit_matrix_view& b, bool symmetric,
+                                  const threshold_options& o, metric m, score_options so) {
+  check_output_type<V>(m, a.cols, "host_gram_threshold");
+  const std::vector<std::int32_t> pa = row_popcounts(a);
+  const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
+  const scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  const bool larger = is_similarity(m);
+  // Per row: the kept (col, value) pairs, columns ascending; rows computed in parallel.
+  std::vector<std::vector<std::pair<std::int64_t, V>>> rows(static_cast<std::size_t>(a.rows));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16)
+#endif
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    auto& out = rows[static_cast<std::size_t>(i)];
+    const std::int64_t j0 = symmetric ? (o.both_halves ? 0 : i) : 0;
+    for_row_scores(a, b, i, j0, b.rows, [&](std::int64_t j, std::int32_t c) {
+      if (symmetric && j == i && !o.include_diagonal) return;
+      const V v = sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]);
+      if (passes(larger, v, o.threshold)) out.emplace_back(j, v);
+    });
+  }
+  coo_result<V> r;
+  std::size_t total = 0;
+  for (const auto& v : rows) total += v.size();
+  r.row.reserve(total);
+  r.col.reserve(total);
+  r.value.reserve(total);
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    for (const auto& e : rows[static_cast<std::size_t>(i)]) {
+      r.row.push_back(i);
+      r.col.push_back(e.first);
+      r.value.push_back(e.second);
+    }
+  }
+  return r;
+}
+}  // namespace detail
+
+/// Threshold of A·Aᵀ → COO (upper triangle, or both halves), sorted by row then column.
+template <class V>
+coo_result<V> host_gram_threshold(const bit_matrix_view& a, const threshold_options& o, metric m = metric::counts,
+                                  score_options so = {}) {
+  detail::check_view(a, "host_gram_threshold", "a");
+  return detail::host_threshold_impl<V>(a, a, true, o, m, so);
+}
+
+/// Threshold of A·Bᵀ → COO, sorted by row then column.
+template <class V>
+coo_result<V> host_gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& o,
+                                  metric m = metric::counts, score_options so = {}) {
+  detail::check_view(a, "host_gram_threshold", "a");
+  detail::check_view(b, "host_gram_threshold", "b");
+  detail::check_same_cols(a, b, "host_gram_threshold");
+  return detail::host_threshold_impl<V>(a, b, false, o, m, so);
+}
+
+}  // namespace spillway::gram

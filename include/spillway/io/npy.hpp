@@ -1,0 +1,326 @@
+// spillway/io/npy.hpp — reading and writing NumPy .npy files (host only, no NumPy needed).
+//
+// Supported: C-order arrays of uint8 ('|u1'), bool ('|b1'), int8 ('|i1'), uint16 ('<u2'),
+// int32 ('<i4'), int64 ('<i8'), float32 ('<f4') and float64 ('<f8'); header versions 1.0, 2.0
+// and 3.0. Anything else (big-endian data, Fortran order, object arrays, structured dtypes) is a
+// spillway::logic_error that says what was found.
+#pragma once
+
+#include <spillway/core/error.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::io {
+
+/// The element types a .npy file may hold here.
+enum class npy_dtype { u1, b1, i1, u2, i4, i8, f4, f8 };
+
+/// NumPy's descr string for a dtype ("|u1", "<f4", ...).
+inline const char* npy_descr(npy_dtype t) noexcept {
+  switch (t) {
+    case npy_dtype::u1: return "|u1";
+    case npy_dtype::b1: return "|b1";
+    case npy_dtype::i1: return "|i1";
+    case npy_dtype::u2: return "<u2";
+    case npy_dtype::i4: return "<i4";
+    case npy_dtype::i8: return "<i8";
+    case npy_dtype::f4: return "<f4";
+    case npy_dtype::f8: return "<f8";
+  }
+  return "?";
+}
+
+/// Bytes per element.
+inline std::size_t npy_itemsize(npy_dtype t) noexcept {
+  switch (t) {
+    case npy_dtype::u1:
+    case npy_dtype::b1:
+    case npy_dtype::i1: return 1;
+    case npy_dtype::u2: return 2;
+    case npy_dtype::i4:
+    case npy_dtype::f4: return 4;
+    case npy_dtype::i8:
+    case npy_dtype::f8: return 8;
+  }
+  return 0;
+}
+
+/// The dtype that stores a C++ type T.
+template <class T>
+constexpr npy_dtype npy_dtype_of() {
+  if constexpr (std::is_same_v<T, bool>) return npy_dtype::b1;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return npy_dtype::u1;
+  else if constexpr (std::is_same_v<T, std::int8_t>) return npy_dtype::i1;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return npy_dtype::u2;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return npy_dtype::i4;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return npy_dtype::i8;
+  else if constexpr (std::is_same_v<T, float>) return npy_dtype::f4;
+  else {
+    static_assert(std::is_same_v<T, double>, "npy: unsupported element type");
+    return npy_dtype::f8;
+  }
+}
+
+/// What a .npy header says.
+struct npy_header {
+  npy_dtype dtype = npy_dtype::u1;
+  std::vector<std::int64_t> shape;  ///< () for a scalar
+  std::size_t data_offset = 0;      ///< bytes from the start of the file to the first element
+  int major_version = 1;
+
+  /// Number of elements (1 for a scalar).
+  [[nodiscard]] std::int64_t count() const noexcept {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  [[nodiscard]] std::size_t data_bytes() const noexcept {
+    return static_cast<std::size_t>(count()) * npy_itemsize(dtype);
+  }
+};
+
+/// A whole .npy array in host memory.
+struct npy_array {
+  npy_header header;
+  std::vector<unsigned char> bytes;  ///< the raw elements, C order, little-endian
+
+  /// The elements as T; throws logic_error when T is not the file's dtype.
+  template <class T>
+  [[nodiscard]] const T* data() const {
+    if (npy_dtype_of<T>() != header.dtype) {
+      throw logic_error(std::string("npy_array::data: the array holds ") + npy_descr(header.dtype) +
+                        ", not " + npy_descr(npy_dtype_of<T>()));
+    }
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+};
+
+namespace detail {
+
+inline const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
+
+inline std::string npy_where(const std::string& path) { return path.empty() ? "npy" : "npy '" + path + "'"; }
+
+// Finds `'key':` in a header dict and returns the position just after the colon.
+inline std::size_t npy_find_key(const std::string& h, const char* key, const std::string& path) {
+  const std::string k1 = std::string("'") + key + "'";
+  const std::string k2 = std::string("\"") + key + "\"";
+  std::size_t p = h.find(k1);
+  std::size_t len = k1.size();
+  if (p == std::string::npos) {
+    p = h.find(k2);
+    len = k2.size();
+  }
+  if (p == std::string::npos) {
+    throw logic_error(npy_where(path) + ": header has no '" + key + "' entry: " + h);
+  }
+  p += len;
+  while (p < h.size() && (h[p] == ' ')) ++p;
+  if (p >= h.size() || h[p] != ':') throw logic_error(npy_where(path) + ": malformed header near '" + key + "': " + h);
+  ++p;
+  while (p < h.size() && h[p] == ' ') ++p;
+  return p;
+}
+
+inline npy_header parse_npy_dict(const std::string& h, const std::string& path) {
+  npy_header r;
+  // descr
+  {
+    std::size_t p = npy_find_key(h, "descr", path);
+    if (p >= h.size() || (h[p] != '\'' && h[p] != '"')) {
+      throw logic_error(npy_where(path) + ": unsupported dtype (structured or not a string): " + h);
+    }
+    const char q = h[p];
+    const std::size_t e = h.find(q, p + 1);
+    if (e == std::string::npos) throw logic_error(npy_where(path) + ": malformed descr in header: " + h);
+    std::string d = h.substr(p + 1, e - p - 1);
+    // One-byte types may be written with '|', '<', '>' or '='; wider ones must be little-endian.
+    auto one_byte = [&](const char* base) {
+      return d == std::string("|") + base || d == std::string("<") + base || d == std::string(">") + base ||
+             d == std::string("=") + base;
+    };
+    if (one_byte("u1")) r.dtype = npy_dtype::u1;
+    else if (one_byte("b1") || d == "?") r.dtype = npy_dtype::b1;
+    else if (one_byte("i1")) r.dtype = npy_dtype::i1;
+    else if (d == "<u2") r.dtype = npy_dtype::u2;
+    else if (d == "<i4") r.dtype = npy_dtype::i4;
+    else if (d == "<i8") r.dtype = npy_dtype::i8;
+    else if (d == "<f4") r.dtype = npy_dtype::f4;
+    else if (d == "<f8") r.dtype = npy_dtype::f8;
+    else {
+      throw logic_error(npy_where(path) + ": unsupported dtype '" + d +
+                        "' (supported: |u1 |b1 |i1 <u2 <i4 <i8 <f4 <f8; big-endian data is not)");
+    }
+  }
+  // fortran_order
+  {
+    const std::size_t p = npy_find_key(h, "fortran_order", path);
+    if (h.compare(p, 4, "True") == 0) {
+      throw logic_error(npy_where(path) + ": fortran_order is True; only C-order arrays are supported "
+                                          "(save np.ascontiguousarray(a))");
+    }
+    if (h.compare(p, 5, "False") != 0) throw logic_error(npy_where(path) + ": malformed fortran_order: " + h);
+  }
+  // shape
+  {
+    std::size_t p = npy_find_key(h, "shape", path);
+    if (p >= h.size() || h[p] != '(') throw logic_error(npy_where(path) + ": malformed shape: " + h);
+    ++p;
+    const std::size_t e = h.find(')', p);
+    if (e == std::string::npos) throw logic_error(npy_where(path) + ": malformed shape: " + h);
+    std::size_t q = p;
+    while (q < e) {
+      while (q < e && (h[q] == ' ' || h[q] == ',')) ++q;
+      if (q >= e) break;
+      std::size_t z = q;
+      while (z < e && h[z] >= '0' && h[z] <= '9') ++z;
+      if (z == q) throw logic_error(npy_where(path) + ": malformed shape entry: " + h);
+      // Allow a trailing 'L' (Python 2 longs).
+      std::int64_t v = 0;
+      for (std::size_t t = q; t < z; ++t) {
+        if (v > (std::numeric_limits<std::int64_t>::max() - 9) / 10) {
+          throw logic_error(npy_where(path) + ": shape entry too large: " + h);
+        }
+        v = v * 10 + (h[t] - '0');
+      }
+      r.shape.push_back(v);
+      q = z;
+      if (q < e && h[q] == 'L') ++q;
+    }
+  }
+  // Element count and bytes must fit.
+  std::int64_t n = 1;
+  for (auto d : r.shape) {
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d / 8) {
+      throw logic_error(npy_where(path) + ": shape overflows 64-bit sizes: " + h);
+    }
+    n *= d;
+  }
+  return r;
+}
+
+}  // namespace detail
+
+/// Reads and checks a .npy header from `in` (positioned at the file's start). Leaves `in` at the
+/// first element. `path` only names the file in messages.
+inline npy_header read_npy_header(std::istream& in, const std::string& path = "") {
+  char pre[8];
+  in.read(pre, 8);
+  if (!in || std::memcmp(pre, detail::npy_magic, 6) != 0) {
+    throw logic_error(detail::npy_where(path) + ": not a .npy file (missing \\x93NUMPY magic)");
+  }
+  const int major = static_cast<unsigned char>(pre[6]);
+  std::size_t hlen = 0;
+  std::size_t prefix = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    in.read(reinterpret_cast<char*>(b), 2);
+    hlen = static_cast<std::size_t>(b[0]) | (static_cast<std::size_t>(b[1]) << 8);
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    in.read(reinterpret_cast<char*>(b), 4);
+    hlen = static_cast<std::size_t>(b[0]) | (static_cast<std::size_t>(b[1]) << 8) |
+           (static_cast<std::size_t>(b[2]) << 16) | (static_cast<std::size_t>(b[3]) << 24);
+    prefix = 12;
+  } else {
+    throw logic_error(detail::npy_where(path) + ": unsupported .npy format version " + std::to_string(major) + "." +
+                      std::to_string(static_cast<unsigned char>(pre[7])) + " (supported: 1.0, 2.0, 3.0)");
+  }
+  if (!in) throw logic_error(detail::npy_where(path) + ": truncated header");
+  if (hlen > (std::size_t{1} << 24)) throw logic_error(detail::npy_where(path) + ": header length " + std::to_string(hlen) + " is implausible");
+  std::string h(hlen, '\0');
+  in.read(h.data(), static_cast<std::streamsize>(hlen));
+  if (!in) throw logic_error(detail::npy_where(path) + ": truncated header");
+  npy_header r = detail::parse_npy_dict(h, path);
+  r.data_offset = prefix + hlen;
+  r.major_version = major;
+  return r;
+}
+
+/// Reads a whole .npy file.
+inline npy_array read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw logic_error("read_npy: cannot open '" + path + "'");
+  npy_array a;
+  a.header = read_npy_header(in, path);
+  const std::size_t n = a.header.data_bytes();
+  a.bytes.resize(n);
+  if (n > 0) in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n));
+  if (n > 0 && (!in || static_cast<std::size_t>(in.gcount()) != n)) {
+    throw logic_error("read_npy: '" + path + "' is truncated: the header promises " + std::to_string(n) +
+                      " data bytes");
+  }
+  return a;
+}
+
+/// The header bytes (magic through padding) for an array; version 1.0 when it fits, else 2.0.
+inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64_t>& shape) {
+  std::string dict = std::string("{'descr': '") + npy_descr(dtype) + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) throw logic_error("write_npy: shape[" + std::to_string(i) + "] is negative: " + std::to_string(shape[i]));
+    dict += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) dict += ", ";
+  }
+  if (shape.size() == 1) dict.pop_back();  // "(5,)"
+  dict += "), }";
+  // Total header (prefix + dict + padding + '\n') is a multiple of 64, as NumPy writes it.
+  auto build = [&](int major) {
+    const std::size_t prefix = major == 1 ? 10 : 12;
+    std::size_t total = prefix + dict.size() + 1;
+    const std::size_t padded = (total + 63) / 64 * 64;
+    std::string body = dict + std::string(padded - total, ' ') + "\n";
+    std::string out(detail::npy_magic, 6);
+    out += static_cast<char>(major);
+    out += '\0';
+    const std::size_t hl = body.size();
+    out += static_cast<char>(hl & 0xFF);
+    out += static_cast<char>((hl >> 8) & 0xFF);
+    if (major != 1) {
+      out += static_cast<char>((hl >> 16) & 0xFF);
+      out += static_cast<char>((hl >> 24) & 0xFF);
+    }
+    return out + body;
+  };
+  std::string v1 = build(1);
+  if (v1.size() - 10 <= 0xFFFF) return v1;
+  return build(2);
+}
+
+/// Writes `count = prod(shape)` elements of T from `data` as a C-order .npy file.
+template <class T>
+void write_npy(const std::string& path, const T* data, const std::vector<std::int64_t>& shape) {
+  const std::string header = make_npy_header(npy_dtype_of<T>(), shape);
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  if (n > 0 && data == nullptr) throw logic_error("write_npy: data is null for " + std::to_string(n) + " elements");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw logic_error("write_npy: cannot open '" + path + "' for writing");
+  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  if (ok && n > 0) {
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+    ok = std::fwrite(data, 1, bytes, f) == bytes;
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) throw logic_error("write_npy: writing '" + path + "' failed (disk full?)");
+}
+
+template <class T>
+void write_npy(const std::string& path, const std::vector<T>& v, const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  if (static_cast<std::int64_t>(v.size()) != n) {
+    throw logic_error("write_npy: vector has " + std::to_string(v.size()) + " elements but the shape holds " +
+                      std::to_string(n));
+  }
+  write_npy(path, v.data(), shape);
+}
+
+}  // namespace spillway::io
