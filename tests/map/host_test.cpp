@@ -128,8 +128,8 @@ TEST(MapHost, ReductionsOverAllAndChosenAxes) {
   EXPECT_EQ(all.data[0], ref);
   EXPECT_TRUE(all.shape.empty());
   const auto s1 = spillway::sum_host(v, {1});
-  const auto mx = spillway::max_host(v, {0, -1});
-  const auto mn = spillway::min_host(v, {2});
+  const auto mx = spillway::amax_host(v, {0, -1});
+  const auto mn = spillway::amin_host(v, {2});
   ASSERT_EQ(s1.shape, (std::vector<index_t>{A, C}));
   ASSERT_EQ(mx.shape, (std::vector<index_t>{B}));
   for (index_t a = 0; a < A; ++a)
@@ -159,8 +159,8 @@ TEST(MapHost, ReductionsOverAllAndChosenAxes) {
   // Empty: sum is 0, min/max have no identity.
   const spillway::ndview<const double> e(nullptr, {4, 0});
   EXPECT_EQ(spillway::sum_host(e, {1}).data, std::vector<double>(4, 0.0));
-  EXPECT_THROW(spillway::max_host(e, {1}), spillway::logic_error);
-  EXPECT_NO_THROW(spillway::max_host(e, {0}));
+  EXPECT_THROW(spillway::amax_host(e, {1}), spillway::logic_error);
+  EXPECT_NO_THROW(spillway::amax_host(e, {0}));
   EXPECT_THROW(spillway::sum_host(v, {3}), spillway::logic_error);
 }
 

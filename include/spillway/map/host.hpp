@@ -6,12 +6,15 @@
 
 #include <spillway/core/error.hpp>
 #include <spillway/map/config.hpp>
+#include <spillway/map/detail/gufunc_invoke.hpp>
 #include <spillway/map/detail/gufunc_plan.hpp>
 #include <spillway/map/ndview.hpp>
 #include <spillway/map/operand.hpp>
 #include <spillway/map/shape.hpp>
 #include <spillway/map/signature.hpp>
 #include <spillway/map/team.hpp>
+
+#include <cuda/std/tuple>
 
 #include <array>
 #include <cstddef>
@@ -179,31 +182,6 @@ shape_and_strides operand_layout(const Op& op) {
   return {operand_shape(op), operand_strides(op)};
 }
 
-/// The argument a gufunc functor receives for one core instance of operand `o`.
-template <class T, bool Array>
-struct core_arg;
-template <class T>
-struct core_arg<T, true> {
-  const T* p;
-  SPILLWAY_MAP_HD ndview<const T> get(index_t off, const gufunc_operand_plan& o) const {
-    return ndview<const T>::from_parts(p + off, o.core_rank, o.core_extents, o.core_strides);
-  }
-};
-template <class T>
-struct core_arg<T, false> {
-  T v;
-  SPILLWAY_MAP_HD T get(index_t, const gufunc_operand_plan&) const { return v; }
-};
-template <class Op>
-auto make_core_arg(const Op& op) {
-  using I = operand_info<Op>;
-  if constexpr (I::is_array) {
-    return core_arg<typename I::value_type, true>{op.data()};
-  } else {
-    return core_arg<Op, false>{op};
-  }
-}
-
 template <class Op>
 void check_gufunc_scalar(const Op&, const gufunc_signature& sig, std::size_t i) {
   if constexpr (!operand_info<Op>::is_array) {
@@ -213,30 +191,6 @@ void check_gufunc_scalar(const Op&, const gufunc_signature& sig, std::size_t i) 
                         " core dimensions");
     }
   }
-}
-
-template <class F, class R, class... A>
-SPILLWAY_MAP_HD inline void invoke_gufunc(const F& f, const gufunc_team& team, ndview<R> out, const A&... a) {
-  if constexpr (std::is_invocable_v<const F&, gufunc_team, ndview<R>, A...>) {
-    f(team, out, a...);
-  } else if constexpr (std::is_invocable_v<const F&, gufunc_team, A..., ndview<R>>) {
-    f(team, a..., out);
-  } else {
-    static_assert(std::is_invocable_v<const F&, A..., ndview<R>>,
-                  "a gufunc functor takes ([gufunc_team,] inputs..., ndview<R> output)");
-    f(a..., out);
-  }
-}
-
-template <class F, class R, class Args, std::size_t... I>
-SPILLWAY_MAP_HD inline void gufunc_instance(const F& f, const gufunc_team& team, R* out_base, const gufunc_operand_plan* ops,
-                                            const index_t* loop_extents, int loop_rank, index_t inst, const Args& args,
-                                            std::index_sequence<I...>) {
-  const index_t out_off = loop_offset(inst, loop_rank, loop_extents, ops[0].loop_strides);
-  const ndview<R> out =
-      ndview<R>::from_parts(out_base + out_off, ops[0].core_rank, ops[0].core_extents, ops[0].core_strides);
-  invoke_gufunc(f, team, out,
-                std::get<I>(args).get(loop_offset(inst, loop_rank, loop_extents, ops[I + 1].loop_strides), ops[I + 1])...);
 }
 
 }  // namespace detail
@@ -250,7 +204,7 @@ void gufunc_host_into(const gufunc_spec& spec, ndview<R> out, F f, const Args&..
   (detail::check_gufunc_scalar(detail::as_operand(args), sig, i++), ...);
   const detail::shape_and_strides ol{out.shape(), out.strides()};
   const auto plan = detail::plan_gufunc(sig, {detail::operand_layout(detail::as_operand(args))...}, &ol);
-  const auto core = std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
+  const auto core = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
   const gufunc_team team;
   const index_t n = plan.instances;
   SPILLWAY_MAP_OMP_FOR
@@ -417,22 +371,22 @@ host_array<T> sum_host(ndview<const T> in) {
   return sum_host(in, detail::all_axes(in));
 }
 template <class T>
-host_array<T> min_host(ndview<const T> in, const std::vector<int>& axes) {
-  detail::require_nonempty_extremum(in, axes, "min_host");
+host_array<T> amin_host(ndview<const T> in, const std::vector<int>& axes) {
+  detail::require_nonempty_extremum(in, axes, "amin_host");
   return reduce_host(in, detail::host_min<T>{}, detail::min_identity<T>(), axes);
 }
 template <class T>
-host_array<T> min_host(ndview<const T> in) {
-  return min_host(in, detail::all_axes(in));
+host_array<T> amin_host(ndview<const T> in) {
+  return amin_host(in, detail::all_axes(in));
 }
 template <class T>
-host_array<T> max_host(ndview<const T> in, const std::vector<int>& axes) {
-  detail::require_nonempty_extremum(in, axes, "max_host");
+host_array<T> amax_host(ndview<const T> in, const std::vector<int>& axes) {
+  detail::require_nonempty_extremum(in, axes, "amax_host");
   return reduce_host(in, detail::host_max<T>{}, detail::max_identity<T>(), axes);
 }
 template <class T>
-host_array<T> max_host(ndview<const T> in) {
-  return max_host(in, detail::all_axes(in));
+host_array<T> amax_host(ndview<const T> in) {
+  return amax_host(in, detail::all_axes(in));
 }
 
 }  // namespace spillway

@@ -1,0 +1,14 @@
+// spillway/map.cuh — elementwise maps with broadcasting, generalized ufuncs, reductions, and
+// their host target.
+#pragma once
+
+#include <spillway/map/config.hpp>
+#include <spillway/map/device_array.hpp>
+#include <spillway/map/gufunc.cuh>
+#include <spillway/map/host.hpp>
+#include <spillway/map/map.cuh>
+#include <spillway/map/ndview.hpp>
+#include <spillway/map/reduce.cuh>
+#include <spillway/map/shape.hpp>
+#include <spillway/map/signature.hpp>
+#include <spillway/map/team.hpp>
