@@ -277,7 +277,7 @@ TEST(TransformGpu, CancelReportsWhichChunksWereWritten) {
   }
 }
 
-TEST(TransformGpu, SixtyFourBitSizes) {
+TEST(TransformGpu, SixtyFourBitSizesLarge) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   // 2^31 + 4099 one-byte elements: indices and byte offsets pass 2^31.
   const std::size_t n = (std::size_t{1} << 31) + 4099;
