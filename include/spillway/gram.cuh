@@ -1,0 +1,220 @@
+// spillway/gram.cuh — the binary Gram module: A·Aᵀ and A·Bᵀ of 0/1 matrices, bit-packed, on the
+// b1 tensor cores, with epilogues (counts, Jaccard, cosine, Hamming) and sinks (dense host matrix,
+// packed triangle, SciPy condensed, per-row top-k, threshold → COO), out of core under a memory
+// budget on one or several GPUs. See docs/gram.md.
+//
+//   auto a = spillway::gram::pack_bits(bytes.data(), rows, cols);           // host, parallel
+//   spillway::gram::gram_options o;
+//   o.budget = spillway::memory_budget(8_GiB);
+//   std::vector<std::int32_t> tri(spillway::gram::layout_size(triangle_layout::upper_packed, rows));
+//   spillway::gram::gram_dense(a.view(), tri.data(), triangle_layout::upper_packed, o);
+//   auto nn = spillway::gram::gram_topk<float>(a.view(), {.k = 10}, o_with_jaccard);
+#pragma once
+
+#include <spillway/gram/bit_matrix.hpp>
+#include <spillway/gram/device_bit_matrix.cuh>
+#include <spillway/gram/epilogue.hpp>
+#include <spillway/gram/host_gram.hpp>
+#include <spillway/gram/kernel_path.hpp>
+#include <spillway/gram/out_of_core.cuh>
+#include <spillway/gram/plan.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace spillway::gram {
+
+namespace detail {
+template <class V>
+constexpr void static_check_sparse_value() {
+  static_assert(std::is_same_v<V, std::int32_t> || std::is_same_v<V, float> || std::is_same_v<V, double>,
+                "top-k and threshold values are int32 (counts, Hamming) or float/double (Jaccard, cosine)");
+}
+inline void check_host_inputs(const bit_matrix_view& a, const char* who, const char* name) {
+  check_view(a, who, name);
+  if (a.rows > 0x7FFFFFFELL) {
+    throw logic_error(std::string(who) + ": " + name + " has " + std::to_string(a.rows) +
+                      " rows; column indices on the device are int32, so at most 2^31 - 2");
+  }
+}
+}  // namespace detail
+
+/// A·Aᵀ of a host bit matrix into host memory `out` (layout_size(layout, a.rows) elements of
+/// OutT: int32/uint16 for counts and Hamming, float/double for Jaccard and cosine). Only tiles
+/// i ≤ j are computed; `full` is mirrored on the device. `out` should be pinned (pinned_buffer,
+/// or registered with host_registration) for the copies to overlap compute. Returns when all
+/// output is on the host.
+template <class OutT>
+job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layout, const gram_options& opt = {}) {
+  detail::check_host_inputs(a, "gram_dense", "a");
+  detail::check_output_type<OutT>(opt.epilogue, a.cols, "gram_dense");
+  if (layout_size(layout, a.rows) > 0 && out == nullptr) throw logic_error("gram_dense: out is null");
+  if (layout_size(layout, a.rows) == 0) return {};
+  detail::gram_job<OutT> job;
+  job.a = a;
+  job.symmetric = true;
+  job.opt = opt;
+  job.out = out;
+  job.sink = layout == triangle_layout::full ? sink_kind::dense_full : sink_kind::dense_packed;
+  job.with_diagonal = layout != triangle_layout::condensed;
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// A·Bᵀ (a.rows x b.rows, row-major with `ldc` ≥ b.rows between rows) into host memory `out`.
+template <class OutT>
+job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, std::int64_t ldc,
+                const gram_options& opt = {}) {
+  detail::check_host_inputs(a, "gram_dense", "a");
+  detail::check_host_inputs(b, "gram_dense", "b");
+  detail::check_same_cols(a, b, "gram_dense");
+  detail::check_output_type<OutT>(opt.epilogue, a.cols, "gram_dense");
+  if (ldc < b.rows) throw logic_error("gram_dense: ldc (" + std::to_string(ldc) + ") is smaller than b.rows (" + std::to_string(b.rows) + ")");
+  if (a.rows == 0 || b.rows == 0) return {};
+  if (out == nullptr) throw logic_error("gram_dense: out is null");
+  detail::gram_job<OutT> job;
+  job.a = a;
+  job.b = b;
+  job.symmetric = false;
+  job.opt = opt;
+  job.out = out;
+  job.ldc = ldc;
+  job.sink = sink_kind::dense_rect;
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// Per-row top-k of A·Aᵀ, merged across strips on the device; only the lists reach the host.
+template <class V>
+topk_result<V> gram_topk(const bit_matrix_view& a, const topk_options& k, const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_host_inputs(a, "gram_topk", "a");
+  detail::check_topk(k, "gram_topk");
+  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_topk");
+  if (a.rows == 0) return topk_result<V>{0, k.k, {}, {}};
+  detail::gram_job<V> job;
+  job.a = a;
+  job.symmetric = true;
+  job.opt = opt;
+  job.topk = k;
+  job.sink = sink_kind::topk;
+  detail::run_gram_job(job);
+  return detail::collect_topk(job);
+}
+
+/// Per-row top-k of A·Bᵀ: for each row of A, the k best rows of B.
+template <class V>
+topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, const topk_options& k,
+                         const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_host_inputs(a, "gram_topk", "a");
+  detail::check_host_inputs(b, "gram_topk", "b");
+  detail::check_same_cols(a, b, "gram_topk");
+  detail::check_topk(k, "gram_topk");
+  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_topk");
+  if (a.rows == 0 || b.rows == 0) {
+    topk_result<V> r{a.rows, k.k, {}, {}};
+    r.values.assign(static_cast<std::size_t>(a.rows * k.k), V{});
+    r.indices.assign(static_cast<std::size_t>(a.rows * k.k), -1);
+    return r;
+  }
+  detail::gram_job<V> job;
+  job.a = a;
+  job.b = b;
+  job.symmetric = false;
+  job.opt = opt;
+  job.topk = k;
+  job.sink = sink_kind::topk;
+  detail::run_gram_job(job);
+  return detail::collect_topk(job);
+}
+
+/// Entries of A·Aᵀ passing a threshold, as COO sorted by row then column (compacted on the device).
+template <class V>
+coo_result<V> gram_threshold(const bit_matrix_view& a, const threshold_options& t, const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_host_inputs(a, "gram_threshold", "a");
+  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_threshold");
+  if (a.rows == 0) return {};
+  detail::gram_job<V> job;
+  job.a = a;
+  job.symmetric = true;
+  job.opt = opt;
+  job.thr = t;
+  job.sink = sink_kind::threshold;
+  detail::run_gram_job(job);
+  return detail::collect_threshold(job);
+}
+
+/// Entries of A·Bᵀ passing a threshold, as COO sorted by row then column.
+template <class V>
+coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& t,
+                             const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_host_inputs(a, "gram_threshold", "a");
+  detail::check_host_inputs(b, "gram_threshold", "b");
+  detail::check_same_cols(a, b, "gram_threshold");
+  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_threshold");
+  if (a.rows == 0 || b.rows == 0) return {};
+  detail::gram_job<V> job;
+  job.a = a;
+  job.b = b;
+  job.symmetric = false;
+  job.opt = opt;
+  job.thr = t;
+  job.sink = sink_kind::threshold;
+  detail::run_gram_job(job);
+  return detail::collect_threshold(job);
+}
+
+/// In core: A·Aᵀ of a bit matrix already on the current device into device memory `out`
+/// (layout_size(layout, rows) elements), enqueued on `s`. Tiles i ≤ j only.
+template <class OutT>
+void gram_async(const device_bit_matrix& a, OutT* out, triangle_layout layout, stream_view s,
+                metric m = metric::counts, score_options so = {}, kernel_path path = kernel_path::automatic) {
+  detail::check_output_type<OutT>(m, a.cols(), "gram_async");
+  const std::int64_t n = a.rows();
+  if (layout_size(layout, n) == 0) return;
+  if (out == nullptr) throw logic_error("gram_async: out is null");
+  device_buffer<std::int32_t> pop(static_cast<std::size_t>(n), s);
+  row_popcounts_async(a.view(), pop.data(), s);
+  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  detail::bit_gemm_args g;
+  g.a = a.data();
+  g.a_rows = n;
+  g.b = a.data();
+  g.b_rows = n;
+  g.ld_words = a.ld_words();
+  g.upper_only = true;
+  if (layout == triangle_layout::full) {
+    detail::bit_gemm_async(g, detail::full_strip_epilogue<OutT>{out, nullptr, 0, n, n, n, pop.data(), sc}, path, s);
+  } else {
+    const bool wd = layout == triangle_layout::upper_packed;
+    detail::bit_gemm_async(g, detail::packed_strip_epilogue<OutT>{out, n, 0, wd, pop.data(), sc}, path, s);
+  }
+}
+
+/// In core: A·Bᵀ of two device bit matrices into device memory `out` (a.rows x b.rows, `ldc`).
+template <class OutT>
+void gram_async(const device_bit_matrix& a, const device_bit_matrix& b, OutT* out, std::int64_t ldc, stream_view s,
+                metric m = metric::counts, score_options so = {}, kernel_path path = kernel_path::automatic) {
+  detail::check_same_cols(a.view(), b.view(), "gram_async");
+  detail::check_output_type<OutT>(m, a.cols(), "gram_async");
+  if (ldc < b.rows()) throw logic_error("gram_async: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows()) + ")");
+  if (a.rows() == 0 || b.rows() == 0) return;
+  if (out == nullptr) throw logic_error("gram_async: out is null");
+  device_buffer<std::int32_t> pa(static_cast<std::size_t>(a.rows()), s), pb(static_cast<std::size_t>(b.rows()), s);
+  row_popcounts_async(a.view(), pa.data(), s);
+  row_popcounts_async(b.view(), pb.data(), s);
+  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  detail::bit_gemm_args g;
+  g.a = a.data();
+  g.a_rows = a.rows();
+  g.b = b.data();
+  g.b_rows = b.rows();
+  g.ld_words = a.ld_words();
+  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{out, 0, ldc, pa.data(), pb.data(), sc}, path, s);
+}
+
+}  // namespace spillway::gram

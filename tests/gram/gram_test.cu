@@ -1,0 +1,434 @@
+// The Gram module's public API on the GPU: device packing, every layout/epilogue/sink against the
+// host implementation on random inputs (printed seeds), every kernel path forced, A·Bᵀ, resident
+// and streamed operands (≥ 9 strips), several devices, an output past 2^31 entries, bad inputs.
+#include <spillway/gram.cuh>
+
+#include <support/gpu_test.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace spillway;
+using namespace spillway::gram;
+
+std::vector<std::uint8_t> random_bits(std::int64_t rows, std::int64_t cols, double p, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::bernoulli_distribution b(p);
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(rows * cols));
+  for (auto& x : v) x = b(g) ? 1 : 0;
+  if (rows > 4) {  // an all-ones row, an all-zero row, and a duplicate (ties)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      v[static_cast<std::size_t>(1 * cols + c)] = 1;
+      v[static_cast<std::size_t>(2 * cols + c)] = 0;
+      v[static_cast<std::size_t>(4 * cols + c)] = v[static_cast<std::size_t>(3 * cols + c)];
+    }
+  }
+  return v;
+}
+
+std::vector<kernel_path> runnable_paths() {
+  std::vector<kernel_path> v;
+  for (kernel_path p : {kernel_path::popc, kernel_path::mma_sync, kernel_path::wgmma}) {
+    try {
+      (void)spillway::gram::detail::resolve_path(p, current_device());
+      v.push_back(p);
+    } catch (const spillway::logic_error&) {
+    }
+  }
+  return v;
+}
+
+template <class T>
+void poison(std::vector<T>& v) {
+  std::memset(static_cast<void*>(v.data()), 0xFF, v.size() * sizeof(T));
+}
+
+const std::vector<std::pair<std::int64_t, std::int64_t>> kShapes = {
+    {1, 1}, {13, 1}, {3, 2049}, {97, 257}, {131, 1031}, {257, 65}, {300, 64}, {211, 4099}};
+
+TEST(GramDevicePackGpu, MatchesHostPackAndRejectsBadValues) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-device-pack");
+  spillway::stream s;
+  for (auto [rows, cols] : kShapes) {
+    const auto v = random_bits(rows, cols, 0.5, seed + static_cast<std::uint64_t>(rows + cols));
+    device_buffer<std::uint8_t> d(v.size(), s.view());
+    d.copy_from_host_async({v.data(), v.size()}, s.view());
+    const device_bit_matrix m = pack_bits_device(d.data(), rows, cols, cols, s.view());
+    const bit_matrix h = download(m, s.view());
+    EXPECT_EQ(unpack_bits(h.view()), v) << rows << "x" << cols;
+    EXPECT_TRUE(padding_is_zero(h.view()));
+    const bit_matrix ref = pack_bits(v, rows, cols);
+    ASSERT_EQ(0, std::memcmp(h.data(), ref.data(), ref.size_bytes()));
+  }
+  std::vector<std::uint8_t> bad(7 * 45, 0);
+  bad[5 * 45 + 33] = 3;
+  bad[6 * 45 + 1] = 2;
+  device_buffer<std::uint8_t> d(bad.size(), s.view());
+  d.copy_from_host_async({bad.data(), bad.size()}, s.view());
+  try {
+    (void)pack_bits_device(d.data(), 7, 45, 45, s.view());
+    FAIL() << "no exception";
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("value 3 at (row 5, column 33)"), std::string::npos) << e.what();
+  }
+  const bit_matrix h = download(pack_bits_async(d.data(), 7, 45, 45, s.view()), s.view());
+  EXPECT_TRUE(h.get(5, 33));
+  EXPECT_TRUE(h.get(6, 1));
+  EXPECT_FALSE(h.get(6, 2));
+}
+
+template <class OutT>
+void check_dense(metric m, kernel_path path, std::int64_t rows, std::int64_t cols, std::int64_t max_panel, std::uint64_t seed,
+                 std::optional<memory_budget> budget = std::nullopt, gram_report* rep = nullptr) {
+  const auto v = random_bits(rows, cols, 0.35, seed);
+  const bit_matrix a = pack_bits(v, rows, cols);
+  score_options so;
+  so.jaccard_empty = 0.5f;
+  gram_options o;
+  o.epilogue = m;
+  o.scores = so;
+  o.path = path;
+  o.max_panel_rows = max_panel;
+  o.budget = budget;
+  o.report = rep;
+  for (triangle_layout l : {triangle_layout::full, triangle_layout::upper_packed, triangle_layout::condensed}) {
+    const auto n = static_cast<std::size_t>(layout_size(l, rows));
+    std::vector<OutT> want(n), got(n);
+    host_gram_dense(a.view(), want.data(), l, m, so);
+    poison(got);
+    gram_dense(a.view(), got.data(), l, o);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << to_string(m) << " " << to_string(l) << " path " << to_string(path) << " " << rows
+                                 << "x" << cols << " panel " << max_panel << " element " << i;
+    }
+  }
+}
+
+TEST(GramDenseGpu, EveryLayoutEveryPathMatchesHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-dense-paths");
+  const auto paths = runnable_paths();
+  ASSERT_FALSE(paths.empty());
+  const auto props = get_device_properties(current_device());
+  if (props.compute_capability() >= 80) EXPECT_GE(paths.size(), 2u);
+  for (kernel_path p : paths) {
+    for (auto [rows, cols] : kShapes) {
+      check_dense<std::int32_t>(metric::counts, p, rows, cols, 0, seed + static_cast<std::uint64_t>(rows * 31 + cols));
+      check_dense<std::int32_t>(metric::counts, p, rows, cols, 64, seed + 1);  // several strips
+    }
+  }
+}
+
+TEST(GramDenseGpu, EveryEpilogue) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-dense-epilogues");
+  for (auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{61, 33}, {251, 1000}, {130, 65537}}) {
+    if (cols <= 65535) check_dense<std::uint16_t>(metric::counts, kernel_path::automatic, rows, cols, 96, seed);
+    check_dense<std::int32_t>(metric::hamming, kernel_path::automatic, rows, cols, 96, seed + 1);
+    check_dense<float>(metric::jaccard, kernel_path::automatic, rows, cols, 0, seed + 2);
+    check_dense<float>(metric::cosine, kernel_path::automatic, rows, cols, 50, seed + 3);
+    check_dense<double>(metric::jaccard, kernel_path::automatic, rows, cols, 0, seed + 4);
+  }
+}
+
+TEST(GramDenseGpu, StreamedUnderSmallBudgetNinePlusStrips) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-streamed");
+  // 600 rows x 5000 cols: A is 600 x 640 B; a 1.5 MB budget cannot hold A beside the slots.
+  gram_report rep;
+  check_dense<std::int32_t>(metric::counts, kernel_path::automatic, 600, 5000, 0, seed, memory_budget(1500000), &rep);
+  EXPECT_FALSE(rep.plan.resident);
+  EXPECT_GE(rep.plan.strips, 9);
+  EXPECT_LE(rep.plan.total_bytes(), 1500000u);
+  EXPECT_TRUE(rep.job.complete());
+  check_dense<float>(metric::jaccard, kernel_path::automatic, 600, 5000, 0, seed + 1, memory_budget(1500000), &rep);
+  EXPECT_FALSE(rep.plan.resident);
+}
+
+TEST(GramDenseGpu, GeneralABtResidentAndStreamed) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-abt");
+  const std::int64_t ra = 173, rb = 389, cols = 1500, ldc = 401;
+  const auto va = random_bits(ra, cols, 0.3, seed), vb = random_bits(rb, cols, 0.6, seed + 1);
+  const bit_matrix a = pack_bits(va, ra, cols), b = pack_bits(vb, rb, cols);
+  for (metric m : {metric::counts, metric::hamming}) {
+    std::vector<std::int32_t> want(static_cast<std::size_t>(ra * ldc), 0), got(want.size());
+    host_gram_dense(a.view(), b.view(), want.data(), ldc, m);
+    for (auto budget : {std::size_t{1} << 30, std::size_t{400000}}) {
+      for (std::int64_t i = 0; i < ra; ++i) std::fill_n(got.begin() + i * ldc, ldc, -12345);
+      gram_options o;
+      o.epilogue = m;
+      o.budget = memory_budget(budget);
+      o.max_panel_rows = 40;
+      gram_report rep;
+      o.report = &rep;
+      gram_dense(a.view(), b.view(), got.data(), ldc, o);
+      EXPECT_EQ(rep.plan.resident, budget > 1000000);
+      for (std::int64_t i = 0; i < ra; ++i) {
+        for (std::int64_t j = 0; j < rb; ++j) ASSERT_EQ(got[i * ldc + j], want[i * ldc + j]) << i << "," << j;
+        for (std::int64_t j = rb; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], -12345) << "padding column written";
+      }
+    }
+  }
+  std::vector<float> f(static_cast<std::size_t>(ra * rb));
+  std::vector<float> fw(f.size());
+  gram_options o;
+  o.epilogue = metric::cosine;
+  gram_dense(a.view(), b.view(), f.data(), rb, o);
+  host_gram_dense(a.view(), b.view(), fw.data(), rb, metric::cosine);
+  EXPECT_EQ(f, fw);
+}
+
+template <class V>
+void check_topk(const bit_matrix& a, const topk_options& k, gram_options o, const char* what) {
+  const auto got = gram_topk<V>(a.view(), k, o);
+  const auto want = host_gram_topk<V>(a.view(), k, o.epilogue, o.scores);
+  ASSERT_EQ(got.rows, want.rows);
+  for (std::size_t i = 0; i < want.indices.size(); ++i) {
+    ASSERT_EQ(got.indices[i], want.indices[i]) << what << " row " << i / static_cast<std::size_t>(k.k) << " rank " << i % static_cast<std::size_t>(k.k);
+    ASSERT_EQ(got.values[i], want.values[i]) << what << " at " << i;
+  }
+}
+
+TEST(GramTopKGpu, EveryMetricDiagonalOptionsAndStrips) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-topk");
+  const auto v = random_bits(517, 700, 0.3, seed);
+  const bit_matrix a = pack_bits(v, 517, 700);
+  for (int kk : {1, 7, 32, 64}) {
+    for (bool diag : {false, true}) {
+      topk_options k;
+      k.k = kk;
+      k.include_diagonal = diag;
+      gram_options o;
+      o.max_panel_rows = 64;
+      check_topk<std::int32_t>(a, k, o, "counts");
+      o.epilogue = metric::hamming;
+      check_topk<std::int32_t>(a, k, o, "hamming");
+      o.epilogue = metric::jaccard;
+      o.max_panel_rows = 0;
+      check_topk<float>(a, k, o, "jaccard");
+      o.epilogue = metric::cosine;
+      o.budget = memory_budget(3000000);  // streamed
+      check_topk<float>(a, k, o, "cosine streamed");
+    }
+  }
+  // k larger than the candidates: padded with -1.
+  const bit_matrix small = pack_bits(random_bits(5, 9, 0.5, seed), 5, 9);
+  topk_options k;
+  k.k = 10;
+  check_topk<std::int32_t>(small, k, gram_options{}, "k > rows");
+  // A·Bᵀ
+  const bit_matrix b = pack_bits(random_bits(300, 700, 0.5, seed + 9), 300, 700);
+  k.k = 16;
+  gram_options o;
+  o.max_panel_rows = 100;
+  const auto got = gram_topk<std::int32_t>(a.view(), b.view(), k, o);
+  const auto want = host_gram_topk<std::int32_t>(a.view(), b.view(), k);
+  EXPECT_EQ(got.indices, want.indices);
+  EXPECT_EQ(got.values, want.values);
+}
+
+TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-threshold");
+  const auto v = random_bits(389, 300, 0.3, seed);
+  const bit_matrix a = pack_bits(v, 389, 300);
+  for (bool both : {false, true})
+    for (bool diag : {false, true}) {
+      threshold_options t;
+      t.threshold = 30;
+      t.both_halves = both;
+      t.include_diagonal = diag;
+      gram_options o;
+      o.max_panel_rows = 50;
+      const auto got = gram_threshold<std::int32_t>(a.view(), t, o);
+      const auto want = host_gram_threshold<std::int32_t>(a.view(), t);
+      ASSERT_GT(want.size(), 100u);
+      EXPECT_EQ(got.row, want.row);
+      EXPECT_EQ(got.col, want.col);
+      EXPECT_EQ(got.value, want.value);
+      threshold_options tj = t;
+      tj.threshold = 0.3;
+      o.epilogue = metric::jaccard;
+      const auto gj = gram_threshold<float>(a.view(), tj, o);
+      const auto wj = host_gram_threshold<float>(a.view(), tj, metric::jaccard);
+      EXPECT_EQ(gj.row, wj.row);
+      EXPECT_EQ(gj.col, wj.col);
+      EXPECT_EQ(gj.value, wj.value);
+    }
+  const bit_matrix b = pack_bits(random_bits(77, 300, 0.5, seed + 1), 77, 300);
+  threshold_options t;
+  t.threshold = 150;
+  gram_options o;
+  o.epilogue = metric::hamming;
+  const auto got = gram_threshold<std::int32_t>(a.view(), b.view(), t, o);
+  const auto want = host_gram_threshold<std::int32_t>(a.view(), b.view(), t, metric::hamming);
+  ASSERT_GT(want.size(), 10u);
+  EXPECT_EQ(got.row, want.row);
+  EXPECT_EQ(got.col, want.col);
+  EXPECT_EQ(got.value, want.value);
+}
+
+TEST(GramInCoreGpu, DeviceGramAsyncOnOwnStream) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-incore");
+  spillway::stream s;
+  const std::int64_t n = 333, cols = 777;
+  const bit_matrix a = pack_bits(random_bits(n, cols, 0.4, seed), n, cols);
+  const device_bit_matrix d = upload_async(a.view(), s.view());
+  for (triangle_layout l : {triangle_layout::full, triangle_layout::upper_packed, triangle_layout::condensed}) {
+    const auto sz = static_cast<std::size_t>(layout_size(l, n));
+    device_buffer<std::int32_t> out(sz, s.view());
+    out.fill_bytes_async(0xFF, s.view());
+    gram_async(d, out.data(), l, s.view());
+    std::vector<std::int32_t> got(sz), want(sz);
+    out.copy_to_host_async({got.data(), sz}, s.view());
+    s.synchronize();
+    host_gram_dense(a.view(), want.data(), l);
+    EXPECT_EQ(got, want) << to_string(l);
+  }
+  const bit_matrix b = pack_bits(random_bits(100, cols, 0.4, seed + 1), 100, cols);
+  const device_bit_matrix db = upload_async(b.view(), s.view());
+  device_buffer<float> out(static_cast<std::size_t>(n * 100), s.view());
+  out.fill_bytes_async(0xFF, s.view());
+  gram_async(d, db, out.data(), 100, s.view(), metric::jaccard);
+  std::vector<float> got(static_cast<std::size_t>(n * 100)), want(got.size());
+  out.copy_to_host_async({got.data(), got.size()}, s.view());
+  s.synchronize();
+  host_gram_dense(a.view(), b.view(), want.data(), 100, metric::jaccard);
+  EXPECT_EQ(got, want);
+}
+
+TEST(GramBigGpu, OutputPast2To31EntriesSampledAgainstHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-big");
+  const std::int64_t n = 70000, cols = 48;  // n^2 = 4.9e9 entries; the packed triangle has 2.45e9
+  const auto v = random_bits(n, cols, 0.5, seed);
+  const bit_matrix a = pack_bits(v, n, cols);
+  const std::int64_t tri = layout_size(triangle_layout::upper_packed, n);
+  ASSERT_GT(tri, std::int64_t{1} << 31);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(tri));
+  std::fill(out.end() - 1000, out.end(), std::uint16_t{0xFFFF});
+  gram_options o;
+  gram_dense(a.view(), out.data(), triangle_layout::upper_packed, o);
+  std::mt19937_64 g(seed);
+  for (int t = 0; t < 20000; ++t) {
+    std::int64_t i = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(n));
+    std::int64_t j = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(n));
+    if (t < 100) i = n - 1 - t / 10;  // the far end of the triangle, past 2^31
+    if (j < i) std::swap(i, j);
+    ASSERT_EQ(out[static_cast<std::size_t>(packed_row_offset(n, i) + (j - i))], host_count(a.view(), a.view(), i, j))
+        << "(" << i << ", " << j << ")";
+  }
+  EXPECT_EQ(out.back(), host_count(a.view(), a.view(), n - 1, n - 1));
+  // Top-k over the same 70,000 x 70,000 product: sampled rows against the host.
+  topk_options k;
+  k.k = 8;
+  const auto r = gram_topk<std::int32_t>(a.view(), k, o);
+  for (int t = 0; t < 30; ++t) {
+    const std::int64_t i = t == 0 ? n - 1 : static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(n));
+    std::vector<std::pair<std::int32_t, std::int64_t>> all;
+    for (std::int64_t j = 0; j < n; ++j)
+      if (j != i) all.emplace_back(host_count(a.view(), a.view(), i, j), j);
+    std::partial_sort(all.begin(), all.begin() + 8, all.end(), [](auto& x, auto& y) {
+      return x.first != y.first ? x.first > y.first : x.second < y.second;
+    });
+    for (int q = 0; q < 8; ++q) {
+      ASSERT_EQ(r.index(i, q), all[static_cast<std::size_t>(q)].second) << "row " << i;
+      ASSERT_EQ(r.value(i, q), all[static_cast<std::size_t>(q)].first);
+    }
+  }
+}
+
+TEST(GramMultiGpu, TwoDevicesGiveIdenticalResults) {
+  SPILLWAY_GPUS_TEST_OR_SKIP(2);
+  const auto seed = test::seed("gram-multi");
+  const bit_matrix a = pack_bits(random_bits(900, 2000, 0.4, seed), 900, 2000);
+  gram_options o;
+  o.devices = {0, 1};
+  o.max_panel_rows = 64;
+  gram_report rep;
+  o.report = &rep;
+  std::vector<std::int32_t> got(static_cast<std::size_t>(900 * 900)), want(got.size());
+  poison(got);
+  gram_dense(a.view(), got.data(), triangle_layout::full, o);
+  host_gram_dense(a.view(), want.data(), triangle_layout::full);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(rep.job.devices.size(), 2u);
+  topk_options k;
+  k.k = 20;
+  const auto t = gram_topk<std::int32_t>(a.view(), k, o);
+  const auto w = host_gram_topk<std::int32_t>(a.view(), k);
+  EXPECT_EQ(t.indices, w.indices);
+  EXPECT_EQ(t.values, w.values);
+}
+
+TEST(GramErrorsGpu, BadInputsThrowLogicErrorAndLeaveOutputUntouched) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const bit_matrix a = pack_bits(random_bits(10, 100, 0.5, 1), 10, 100);
+  const bit_matrix b = pack_bits(random_bits(10, 101, 0.5, 2), 10, 101);
+  std::vector<std::int32_t> out(100, 77);
+  try {
+    gram_dense(a.view(), b.view(), out.data(), 10);
+    FAIL();
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("100"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("101"), std::string::npos);
+  }
+  EXPECT_EQ(out, std::vector<std::int32_t>(100, 77));
+  topk_options k;
+  k.k = 65;
+  EXPECT_THROW((void)gram_topk<std::int32_t>(a.view(), k), spillway::logic_error);
+  k.k = 0;
+  EXPECT_THROW((void)gram_topk<std::int32_t>(a.view(), k), spillway::logic_error);
+  std::vector<float> f(100);
+  EXPECT_THROW(gram_dense(a.view(), f.data(), triangle_layout::full), spillway::logic_error);  // counts into float
+  gram_options o;
+  o.epilogue = metric::jaccard;
+  EXPECT_THROW(gram_dense(a.view(), out.data(), triangle_layout::full, o), spillway::logic_error);  // jaccard into int
+  const bit_matrix wide = pack_bits(random_bits(3, 70000, 0.5, 3), 3, 70000);
+  std::vector<std::uint16_t> u(9);
+  EXPECT_THROW(gram_dense(wide.view(), u.data(), triangle_layout::full), spillway::logic_error);
+  o = gram_options{};
+  o.budget = memory_budget(1000);
+  EXPECT_THROW(gram_dense(a.view(), out.data(), triangle_layout::full, o), spillway::logic_error);
+  o = gram_options{};
+  o.devices = {device_count()};
+  EXPECT_THROW(gram_dense(a.view(), out.data(), triangle_layout::full, o), spillway::logic_error);
+  EXPECT_EQ(out, std::vector<std::int32_t>(100, 77));
+}
+
+TEST(GramProgressGpu, ReportsAndCancels) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const bit_matrix a = pack_bits(random_bits(640, 300, 0.5, 5), 640, 300);
+  std::vector<std::int32_t> out(static_cast<std::size_t>(640 * 640));
+  gram_options o;
+  o.max_panel_rows = 32;
+  std::size_t calls = 0, last_done = 0;
+  o.progress = [&](const progress_info& p) {
+    ++calls;
+    last_done = p.tasks_done;
+    EXPECT_EQ(p.tasks_total, 20u);
+    return true;
+  };
+  const job_report r = gram_dense(a.view(), out.data(), triangle_layout::full, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_GE(calls, 2u);
+  EXPECT_EQ(last_done, 20u);
+  o.progress = [&](const progress_info& p) { return p.tasks_done < 2; };
+  const job_report c = gram_dense(a.view(), out.data(), triangle_layout::full, o);
+  EXPECT_TRUE(c.cancelled);
+  EXPECT_LT(c.tasks_completed, 20u);
+}
+
+}  // namespace
