@@ -322,12 +322,14 @@ bool cross_check() {
 
 }  // namespace
 
-BENCHMARK(BM_coupled_fused)->Args({512, 32})->Args({512, 0})->Args({4096, 32})->Args({4096, 0})->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
-BENCHMARK(BM_coupled_baseline_b)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+// Coupled benchmarks: iteration time is the per-step time of a block of steps, so the iteration
+// count is fixed (a minimum time would multiply the blocks).
+BENCHMARK(BM_coupled_fused)->Args({512, 32})->Args({512, 0})->Args({4096, 32})->Args({4096, 0})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_coupled_baseline_b)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_coupled_baseline_a)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(BM_ensemble_lorenz<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
-BENCHMARK(BM_ensemble_lorenz<double>)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
-BENCHMARK(BM_ensemble_lorenz_per_step_launch)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+BENCHMARK(BM_ensemble_lorenz<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+BENCHMARK(BM_ensemble_lorenz<double>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_ensemble_lorenz_per_step_launch)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
