@@ -5,3 +5,4 @@
 #include <spillway/core.hpp>
 // Module umbrellas (one line each, added as modules land):
 #include <spillway/pipeline.cuh>
+#include <spillway/ode.cuh>
