@@ -148,6 +148,19 @@ inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks)
   return slots < max_blocks ? slots : max_blocks;
 }
 
+template <class Cfg, class Epilogue>
+void mma_sync_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                               args.upper_only, Cfg::bm, Cfg::bn, 8);
+  if (sch.total == 0) return;
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gemm_kernel<Cfg, Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+  const auto grid = persistent_grid(sch.total, sms);
+  mma_sync_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes, s.value()>>>(
+      args.a, args.b, args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
 /// Enqueues C = A·Bᵀ tile by tile on `s`, calling `epi(i, j, count)` (global indices) exactly once
 /// for every (i, j) of every computed tile inside [a_row0, a_row0 + a_rows) x [b_row0, b_row0 +
 /// b_rows). `path` forces a kernel (see kernel_path); automatic picks the fastest available.
@@ -176,15 +189,7 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
     return;
   }
   if (p == kernel_path::mma_sync) {
-    const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                                 args.upper_only, mma_bm, mma_bn, 8);
-    if (sch.total == 0) return;
-    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gemm_kernel<Epilogue>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, mma_smem_bytes));
-    const auto grid = persistent_grid(sch.total, sms);
-    mma_sync_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), mma_threads, mma_smem_bytes, s.value()>>>(
-        args.a, args.b, args.ld_words, sch, epi);
-    SPILLWAY_CHECK_LAUNCH();
+    mma_sync_launch<mma_default_config>(args, epi, sms, s);
     return;
   }
   // wgmma

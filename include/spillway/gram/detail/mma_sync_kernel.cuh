@@ -1,11 +1,13 @@
 // spillway/gram/detail/mma_sync_kernel.cuh — the b1 warp-MMA path:
 // mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc (BMMA), sm_80 and up.
 //
-// Block tile 128 (rows of A) x 256 (rows of B); 8 warps as 2 x 4, each owning a 64 x 64 output
-// block (4 x 8 MMA tiles, 128 int32 accumulators per thread). A k-slice is 1024 bits (128 bytes)
-// of every row, so each stage holds 384 rows x 128 bytes = 48 KiB, brought in by cp.async 16 bytes
-// at a time, 4 stages deep. Rows are stored with their eight 16-byte chunks XOR-swizzled by
-// (row % 8): ldmatrix then reads 8 rows of one chunk column from 8 different bank groups.
+// A k-slice is 1024 bits (128 bytes) of every row of the block tile, brought in by cp.async 16
+// bytes at a time, several stages deep. Rows are stored with their eight 16-byte chunks
+// XOR-swizzled by (row % 8), so ldmatrix reads 8 rows of one chunk column from 8 different bank
+// groups and the cp.async writes of one row stay contiguous. Each warp owns an (MT x 16) x
+// (NT x 8) block of the output in registers. The epilogue re-lays the accumulators out through
+// shared memory so that a warp hands the epilogue 32 consecutive columns of one row per call
+// (128-byte stores instead of 8 rows of half-filled sectors).
 #pragma once
 
 #include <spillway/gram/detail/kernel_schedule.cuh>
@@ -16,13 +18,23 @@
 
 namespace spillway::gram::detail {
 
-inline constexpr int mma_bm = 128;
-inline constexpr int mma_bn = 256;
-inline constexpr int mma_stages = 4;
-inline constexpr int mma_threads = 256;
-inline constexpr int mma_row_bytes = 128;  // one 1024-bit k-slice of one row
-inline constexpr int mma_stage_bytes = (mma_bm + mma_bn) * mma_row_bytes;
-inline constexpr int mma_smem_bytes = mma_stages * mma_stage_bytes;
+template <int WarpsM, int WarpsN, int MT, int NT, int Stages>
+struct mma_config {
+  static_assert(NT % 4 == 0, "the epilogue hands out 32-column pieces");
+  static constexpr int warps_m = WarpsM, warps_n = WarpsN, mt = MT, nt = NT, stages = Stages;
+  static constexpr int threads = WarpsM * WarpsN * 32;
+  static constexpr int bm = WarpsM * MT * 16;
+  static constexpr int bn = WarpsN * NT * 8;
+  static constexpr int stage_bytes = (bm + bn) * 128;
+  static constexpr int epi_pitch = 40;  // words per staged row (8-byte writes and 4-byte reads conflict-free)
+  static constexpr int epi_bytes = WarpsM * WarpsN * MT * 16 * epi_pitch * 4;
+  static constexpr int smem_bytes = stages * stage_bytes > epi_bytes ? stages * stage_bytes : epi_bytes;
+  static constexpr int chunks = (bm + bn) * 8;  // 16-byte cp.async chunks per stage
+};
+// 16 warps (4 per scheduler): the BMMA issue latency of one warp needs company to keep the
+// tensor pipe busy; 64 x 32 warp tiles keep 64 accumulators per thread within the 128-register
+// budget of 512 threads. Block tile 128 x 256, 4 stages x 48 KiB.
+using mma_default_config = mma_config<2, 6, 4, 4, 4>;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPILLWAY_GRAM_HAS_BMMA 1
@@ -30,7 +42,7 @@ inline constexpr int mma_smem_bytes = mma_stages * mma_stage_bytes;
 
 #ifdef SPILLWAY_GRAM_HAS_BMMA
 __device__ __forceinline__ std::uint32_t mma_swizzled(int row, int chunk) {
-  return static_cast<std::uint32_t>(row * mma_row_bytes + ((chunk ^ (row & 7)) << 4));
+  return static_cast<std::uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
 __device__ __forceinline__ void mma_cp_async16(std::uint32_t dst, const void* src, bool valid) {
@@ -54,126 +66,130 @@ __device__ __forceinline__ void mma_b1(int (&c)[4], const std::uint32_t (&a)[4],
 }
 #endif
 
-template <class Epilogue>
-__global__ void __launch_bounds__(mma_threads, 1)
+template <class Cfg, class Epilogue>
+__global__ void __launch_bounds__(Cfg::threads, 1)
     mma_sync_gemm_kernel(const std::uint32_t* __restrict__ a, const std::uint32_t* __restrict__ b,
                          std::int64_t ld_words, tile_schedule s, Epilogue epi) {
 #ifdef SPILLWAY_GRAM_HAS_BMMA
+  constexpr int MT = Cfg::mt, NT = Cfg::nt;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(mma_smem));
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int wm = warp >> 2;  // 0..1: 64-row slab of the block tile
-  const int wn = warp & 3;   // 0..3: 64-column slab
+  const int wm = warp / Cfg::warps_n;
+  const int wn = warp % Cfg::warps_n;
   const std::int64_t num_k = ld_words / 32;
   tile_cursor cursor;
 
   for (std::int64_t t = blockIdx.x; t < s.total; t += gridDim.x) {
     std::int64_t ti = 0, tj = 0;
     if (!cursor.locate(s, t, ti, tj)) continue;
-    const std::int64_t r0 = ti * mma_bm;
-    const std::int64_t c0 = tj * mma_bn;
+    const std::int64_t r0 = ti * Cfg::bm;
+    const std::int64_t c0 = tj * Cfg::bn;
 
-    // One stage: 384 rows x 8 chunks; thread tid copies chunks tid, tid + 256, ... (8 neighbouring
-    // threads cover one row's 128 contiguous bytes).
+    // One stage: (bm + bn) rows x 8 chunks; neighbouring threads copy one row's 128 contiguous bytes.
     auto load_stage = [&](std::int64_t kb, int slot) {
-      const std::uint32_t base = smem0 + static_cast<std::uint32_t>(slot * mma_stage_bytes);
+      const std::uint32_t base = smem0 + static_cast<std::uint32_t>(slot * Cfg::stage_bytes);
 #pragma unroll
-      for (int i = 0; i < (mma_bm + mma_bn) * 8 / mma_threads; ++i) {
-        const int idx = tid + i * mma_threads;
+      for (int i = 0; i < (Cfg::chunks + Cfg::threads - 1) / Cfg::threads; ++i) {
+        const int idx = tid + i * Cfg::threads;
+        if (Cfg::chunks % Cfg::threads != 0 && idx >= Cfg::chunks) break;
         const int row = idx >> 3;
         const int chunk = idx & 7;
-        const std::uint32_t* src;
-        bool valid;
-        if (row < mma_bm) {
-          const std::int64_t g = r0 + row;
-          valid = g < s.a_rows;
-          src = a + (valid ? g : 0) * ld_words + kb * 32 + chunk * 4;
-        } else {
-          const std::int64_t g = c0 + (row - mma_bm);
-          valid = g < s.b_rows;
-          src = b + (valid ? g : 0) * ld_words + kb * 32 + chunk * 4;
-        }
+        const bool is_a = row < Cfg::bm;
+        const std::int64_t g = is_a ? r0 + row : c0 + (row - Cfg::bm);
+        const bool valid = g < (is_a ? s.a_rows : s.b_rows);
+        const std::uint32_t* src = (is_a ? a : b) + (valid ? g : 0) * ld_words + kb * 32 + chunk * 4;
         mma_cp_async16(base + mma_swizzled(row, chunk), src, valid);
       }
     };
 
-    __syncthreads();  // every warp is done reading the previous tile's stages
+    __syncthreads();  // every warp is done with the previous tile's shared memory
 #pragma unroll
-    for (int st = 0; st < mma_stages - 1; ++st) {
+    for (int st = 0; st < Cfg::stages - 1; ++st) {
       if (st < num_k) load_stage(st, st);
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
 
-    int acc[4][8][4];
+    int acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
     // ldmatrix lane roles: lane L gives the address of row (L & 7) of matrix (L >> 3).
     const int q = lane >> 3;
     const int lr = lane & 7;
-    // A (m16 x k256 per MMA): matrices 0..3 = rows 0-7/8-15 of chunk 2s, then of chunk 2s+1.
+    // A (m16 x k256 per MMA): matrices = rows 0-7 / 8-15 of chunk 2s, then of chunk 2s+1.
     const int a_row_in = (q & 1) * 8 + lr;
     const int a_chunk_hi = q >> 1;
-    // B (two n8 tiles per x4): matrices = n-rows 0-7 chunk 2s, 0-7 chunk 2s+1, 8-15 chunk 2s, 8-15 chunk 2s+1.
+    // B (two n8 tiles per x4): n-rows 0-7 chunk 2s, 0-7 chunk 2s+1, 8-15 chunk 2s, 8-15 chunk 2s+1.
     const int b_row_in = (q >> 1) * 8 + lr;
     const int b_chunk_hi = q & 1;
 
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(mma_stages - 2) : "memory");
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 2) : "memory");
       __syncthreads();
       {
-        const std::int64_t next = kb + mma_stages - 1;
-        if (next < num_k) load_stage(next, static_cast<int>(next % mma_stages));
+        const std::int64_t next = kb + Cfg::stages - 1;
+        if (next < num_k) load_stage(next, static_cast<int>(next % Cfg::stages));
         asm volatile("cp.async.commit_group;\n" ::: "memory");
       }
-      const std::uint32_t base = smem0 + static_cast<std::uint32_t>((kb % mma_stages) * mma_stage_bytes);
+      const std::uint32_t base = smem0 + static_cast<std::uint32_t>((kb % Cfg::stages) * Cfg::stage_bytes);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        std::uint32_t af[4][4];
-        std::uint32_t bf[4][4];
+        std::uint32_t af[MT][4];
+        std::uint32_t bf[NT / 2][4];
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          const int row = wm * 64 + mt * 16 + a_row_in;
+        for (int mt = 0; mt < MT; ++mt) {
+          const int row = wm * MT * 16 + mt * 16 + a_row_in;
           mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
         }
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          const int row = mma_bm + wn * 64 + np * 16 + b_row_in;
+        for (int np = 0; np < NT / 2; ++np) {
+          const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
           mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bf[np]);
         }
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int np = 0; np < 4; ++np) {
+          for (int np = 0; np < NT / 2; ++np) {
             mma_b1(acc[mt][2 * np], af[mt], bf[np][0], bf[np][1]);
             mma_b1(acc[mt][2 * np + 1], af[mt], bf[np][2], bf[np][3]);
           }
       }
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();  // the stage buffers become the epilogue's staging tiles
 
     const int g = lane >> 2;
     const int tig = lane & 3;
+    int* tile = reinterpret_cast<int*>(mma_smem) + warp * (MT * 16 * Cfg::epi_pitch);
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int piece = 0; piece < NT / 4; ++piece) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const std::int64_t li = r0 + wm * 64 + mt * 16 + half * 8 + g;
-        if (li >= s.a_rows) continue;
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const std::int64_t lj = c0 + wn * 64 + nt * 8 + 2 * tig + e;
-            if (lj < s.b_rows) epi(s.a_row0 + li, s.b_row0 + lj, acc[mt][nt][half * 2 + e]);
-          }
+        for (int nn = 0; nn < 4; ++nn) {
+          const int* v = acc[mt][piece * 4 + nn];
+          *reinterpret_cast<int2*>(tile + (mt * 16 + g) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[0], v[1]);
+          *reinterpret_cast<int2*>(tile + (mt * 16 + g + 8) * Cfg::epi_pitch + 8 * nn + 2 * tig) =
+              make_int2(v[2], v[3]);
+        }
+      __syncwarp();
+      const std::int64_t lj = c0 + wn * NT * 8 + piece * 32 + lane;
+      if (lj < s.b_rows) {
+#pragma unroll 4
+        for (int r = 0; r < MT * 16; ++r) {
+          const std::int64_t li = r0 + wm * MT * 16 + r;
+          if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, tile[r * Cfg::epi_pitch + lane]);
+        }
       }
+      __syncwarp();
+    }
   }
 #else
   (void)a;

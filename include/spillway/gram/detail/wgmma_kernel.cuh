@@ -31,8 +31,12 @@ inline constexpr int wg_threads = 384;  // warpgroup 0: producer; 1 and 2: consu
 inline constexpr int wg_a_bytes = wg_bm * 128;
 inline constexpr int wg_b_bytes = wg_bn * 128;
 inline constexpr int wg_stage_bytes = wg_a_bytes + wg_b_bytes;
-// + 1 KiB to align the stages to the 1024-byte swizzle atom, + the mbarriers.
-inline constexpr int wg_smem_bytes = wg_stages * wg_stage_bytes + 1024 + 2 * wg_stages * 8;
+// Epilogue staging: 16 rows x 32 columns per consumer warp, row pitch 40 words (8-byte writes of
+// the accumulator layout and 4-byte row reads are both free of bank conflicts).
+inline constexpr int wg_stage_pitch = 40;
+inline constexpr int wg_staging_bytes = 8 * 16 * wg_stage_pitch * 4;
+// + 1 KiB to align the stages to the 1024-byte swizzle atom, + the staging tiles, + the mbarriers.
+inline constexpr int wg_smem_bytes = wg_stages * wg_stage_bytes + 1024 + wg_staging_bytes + 2 * wg_stages * 8;
 
 /// A 2-D tensor map over a bit panel: `rows` rows of `ld_words` words, box 32 words x `box_rows`
 /// rows, 128-byte swizzle. Rows past the end read as zeros.
@@ -148,7 +152,7 @@ __global__ void __launch_bounds__(wg_threads, 1)
   extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
   const std::uint32_t raw = static_cast<std::uint32_t>(__cvta_generic_to_shared(wg_smem_raw));
   const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
-  const std::uint32_t bars = smem0 + wg_stages * wg_stage_bytes;
+  const std::uint32_t bars = smem0 + wg_stages * wg_stage_bytes + wg_staging_bytes;
   auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
   auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(wg_stages + st) * 8u; };
 
@@ -236,23 +240,34 @@ __global__ void __launch_bounds__(wg_threads, 1)
         if (lane == 0) wg_mbar_arrive(empty_bar(prev));
       }
 
+      // Epilogue through a per-warp staging tile: the accumulator layout gives each lane two
+      // neighbouring columns of 8 rows, which would make every store instruction touch 8 rows
+      // with half-filled 32-byte sectors. Re-laid out 32 columns at a time, a warp hands the
+      // epilogue 32 consecutive columns of one row per call: stores of 128 contiguous bytes.
       const int g = lane / 4;
       const int tig = lane % 4;
-      const std::int64_t row_base = ti * wg_bm + cw * 64 + warp_in_wg * 16 + g;
-      const std::int64_t col_base = tj * wg_bn + 2 * tig;
+      int* stage_tile = reinterpret_cast<int*>(wg_smem_raw + (smem0 - raw) + wg_stages * wg_stage_bytes) +
+                        (tid / 32 - 4) * (16 * wg_stage_pitch);
+      const std::int64_t row_base = ti * wg_bm + cw * 64 + warp_in_wg * 16;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const std::int64_t li = row_base + half * 8;
-        if (li < s.a_rows) {
+      for (int piece = 0; piece < 8; ++piece) {
 #pragma unroll
-          for (int n = 0; n < 32; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const std::int64_t lj = col_base + n * 8 + e;
-              if (lj < s.b_rows) epi(s.a_row0 + li, s.b_row0 + lj, d[4 * n + 2 * half + e]);
-            }
+        for (int nn = 0; nn < 4; ++nn) {
+          const int n = piece * 4 + nn;
+          *reinterpret_cast<int2*>(stage_tile + g * wg_stage_pitch + 8 * nn + 2 * tig) = make_int2(d[4 * n], d[4 * n + 1]);
+          *reinterpret_cast<int2*>(stage_tile + (g + 8) * wg_stage_pitch + 8 * nn + 2 * tig) =
+              make_int2(d[4 * n + 2], d[4 * n + 3]);
+        }
+        __syncwarp();
+        const std::int64_t lj = tj * wg_bn + piece * 32 + lane;
+        if (lj < s.b_rows) {
+#pragma unroll 4
+          for (int r = 0; r < 16; ++r) {
+            const std::int64_t li = row_base + r;
+            if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, stage_tile[r * wg_stage_pitch + lane]);
           }
         }
+        __syncwarp();
       }
     }
   }
