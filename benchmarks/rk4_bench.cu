@@ -215,6 +215,30 @@ void BM_coupled_baseline_a(benchmark::State& state) {
   set_step_counters(state, side * side);
 }
 
+// The bandwidth floor measured here: copying F and G device-to-device (the same bytes a fused step
+// reads and writes).
+void BM_copy_floor(benchmark::State& state) {
+  const std::size_t side = static_cast<std::size_t>(state.range(0));
+  const std::uint64_t n = side * side;
+  spillway::stream s;
+  device_fields d(initial(side), s);
+  spillway::device_buffer<cf> F2(n, s), G2(n, s);
+  const int per = 20;
+  auto run = [&] {
+    for (int k = 0; k < per; ++k) {
+      spillway::copy_async(F2.data(), d.F.data(), n, s);
+      spillway::copy_async(G2.data(), d.G.data(), n, s);
+    }
+  };
+  run();
+  for (auto _ : state) {
+    spillway::event_timer t(s);
+    run();
+    state.SetIterationTime(static_cast<double>(t.stop()) * 1e-3 / per);
+  }
+  set_step_counters(state, n);
+}
+
 // ---- ensemble -------------------------------------------------------------------------------------
 constexpr std::uint64_t ens_n = 1000000, ens_steps = 1000, ens_every = 100;
 
@@ -325,6 +349,7 @@ bool cross_check() {
 // Coupled benchmarks: iteration time is the per-step time of a block of steps, so the iteration
 // count is fixed (a minimum time would multiply the blocks).
 BENCHMARK(BM_coupled_fused)->Args({512, 32})->Args({512, 0})->Args({4096, 32})->Args({4096, 0})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_copy_floor)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_coupled_baseline_b)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_coupled_baseline_a)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ensemble_lorenz<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(20);

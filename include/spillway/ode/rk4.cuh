@@ -65,8 +65,15 @@ struct rk4_options {
 
 namespace detail {
 
+// Threads per block and elements per thread per sweep of the fused step kernel: each thread first
+// loads `fused_items` elements of every array, then steps them, so that many loads are in flight.
+// SPILLWAY_ODE_FUSED_ITEMS overrides the default (a tuning knob; results do not depend on it
+// beyond the reduction's summation order).
+#ifndef SPILLWAY_ODE_FUSED_ITEMS
+#define SPILLWAY_ODE_FUSED_ITEMS 2
+#endif
 inline constexpr int fused_block = 256;
-inline constexpr int fused_items = 2;
+inline constexpr int fused_items = SPILLWAY_ODE_FUSED_ITEMS;
 
 template <class... T, std::size_t... I>
 void check_state(const char* who, const state_view<T...>& y, std::index_sequence<I...>) {
