@@ -6,3 +6,4 @@
 // Module umbrellas (one line each, added as modules land):
 #include <spillway/pipeline.cuh>
 #include <spillway/ode.cuh>
+#include <spillway/gram.cuh>

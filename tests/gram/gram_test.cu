@@ -143,27 +143,28 @@ TEST(GramDenseGpu, EveryEpilogue) {
 TEST(GramDenseGpu, StreamedUnderSmallBudgetNinePlusStrips) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("gram-streamed");
-  // 600 rows x 5000 cols: A is 600 x 640 B; a 1.5 MB budget cannot hold A beside the slots.
+  // 600 rows x 40,000 cols: A is 600 x 5,120 B = 3 MB; a 1.5 MB budget cannot hold it beside the slots.
   gram_report rep;
-  check_dense<std::int32_t>(metric::counts, kernel_path::automatic, 600, 5000, 0, seed, memory_budget(1500000), &rep);
+  check_dense<std::int32_t>(metric::counts, kernel_path::automatic, 600, 40000, 0, seed, memory_budget(1500000), &rep);
   EXPECT_FALSE(rep.plan.resident);
   EXPECT_GE(rep.plan.strips, 9);
   EXPECT_LE(rep.plan.total_bytes(), 1500000u);
   EXPECT_TRUE(rep.job.complete());
-  check_dense<float>(metric::jaccard, kernel_path::automatic, 600, 5000, 0, seed + 1, memory_budget(1500000), &rep);
+  check_dense<float>(metric::jaccard, kernel_path::automatic, 600, 40000, 0, seed + 1, memory_budget(1500000), &rep);
+  EXPECT_GE(rep.plan.strips, 9);
   EXPECT_FALSE(rep.plan.resident);
 }
 
 TEST(GramDenseGpu, GeneralABtResidentAndStreamed) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("gram-abt");
-  const std::int64_t ra = 173, rb = 389, cols = 1500, ldc = 401;
+  const std::int64_t ra = 173, rb = 389, cols = 20000, ldc = 401;  // B is 1 MB
   const auto va = random_bits(ra, cols, 0.3, seed), vb = random_bits(rb, cols, 0.6, seed + 1);
   const bit_matrix a = pack_bits(va, ra, cols), b = pack_bits(vb, rb, cols);
   for (metric m : {metric::counts, metric::hamming}) {
     std::vector<std::int32_t> want(static_cast<std::size_t>(ra * ldc), 0), got(want.size());
     host_gram_dense(a.view(), b.view(), want.data(), ldc, m);
-    for (auto budget : {std::size_t{1} << 30, std::size_t{400000}}) {
+    for (auto budget : {std::size_t{1} << 30, std::size_t{800000}}) {
       for (std::int64_t i = 0; i < ra; ++i) std::fill_n(got.begin() + i * ldc, ldc, -12345);
       gram_options o;
       o.epilogue = m;

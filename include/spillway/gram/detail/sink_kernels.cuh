@@ -255,12 +255,21 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
     topk_entry<V>* st = state + (row0 + r) * k;
     t.load(st, k);
     const V* row = s + r * w;
-    for (std::int64_t x0 = 0; x0 < w; x0 += 32) {
-      const std::int64_t x = x0 + lane;
-      const bool in = x < w;
-      const V v = in ? row[x] : V{};
-      const std::int64_t col = col0 + x;
-      t.offer(in && !(skip_diagonal && col == row0 + r), v, static_cast<std::int32_t>(col));
+    // Four loads in flight per lane before the (rarely taken) inserts.
+    for (std::int64_t x0 = 0; x0 < w; x0 += 128) {
+      V v[4];
+      bool in[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const std::int64_t x = x0 + 32 * u + lane;
+        in[u] = x < w;
+        v[u] = in[u] ? row[x] : V{};
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const std::int64_t col = col0 + x0 + 32 * u + lane;
+        t.offer(in[u] && !(skip_diagonal && col == row0 + r), v[u], static_cast<std::int32_t>(col));
+      }
     }
     t.store(st);
   }
@@ -268,12 +277,12 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
 
 /// Columns of a symmetric score strip, mirrored: global row j = i0 + x for x in [x_begin, w)
 /// takes candidates s[r * w + x] (global column i0 + r) for r < rows. A block of 32 warps stages
-/// 32 x 32 tiles through shared memory so the column reads stay coalesced.
+/// 128 x 32 tiles through shared memory so the column reads stay coalesced.
 template <class V, bool Larger>
 __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
                                                          std::int64_t i0, std::int64_t x_begin,
                                                          topk_entry<V>* __restrict__ state, int k) {
-  __shared__ V tile[32][33];
+  __shared__ V tile[128][33];
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int wid = static_cast<int>(threadIdx.x >> 5);
   const std::int64_t groups = (w - x_begin + 31) / 32;
@@ -285,13 +294,20 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
     topk_entry<V>* st = state + (i0 + (col_ok ? my_x : 0)) * k;
     if (col_ok) t.load(st, k);
     else t.load(state, k);  // a valid list to keep the warp uniform; never stored
-    for (std::int64_t r0 = 0; r0 < rows; r0 += 32) {
-      const std::int64_t lr = r0 + wid, lx = xb + lane;
-      tile[wid][lane] = (lr < rows && lx < w) ? s[lr * w + lx] : V{};
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 128) {
+      const std::int64_t lx = xb + lane;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const std::int64_t lr = r0 + wid + 32 * u;
+        tile[wid + 32 * u][lane] = (lr < rows && lx < w) ? s[lr * w + lx] : V{};
+      }
       __syncthreads();
-      const V v = tile[lane][wid];
-      const bool in = col_ok && (r0 + lane) < rows;
-      t.offer(in, v, static_cast<std::int32_t>(i0 + r0 + lane));
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const V v = tile[lane + 32 * u][wid];
+        const bool in = col_ok && (r0 + 32 * u + lane) < rows;
+        t.offer(in, v, static_cast<std::int32_t>(i0 + r0 + 32 * u + lane));
+      }
       __syncthreads();
     }
     if (col_ok) t.store(st);
