@@ -121,7 +121,6 @@ struct baseline_b {
       host_delta = cf(host_sum.real() * scale, host_sum.imag() * scale);
       if (history != nullptr) history->push_back(host_delta);
     }
-    // d.F/F2 swap changes which buffer d owns; keep the free streams consistent.
   }
 };
 

@@ -94,8 +94,7 @@ void copy_state_async(const cuda::std::tuple<T*...>& dst, const cuda::std::tuple
    ...);
 }
 
-template <class Args>
-int fused_grid(std::uint64_t n, const void* kernel) {
+inline int fused_grid(std::uint64_t n, const void* kernel) {
   int device = current_device();
   int sms = 0;
   SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -147,7 +146,7 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
   using A = typename args_t::accum_type;
   const void* kernel =
       reinterpret_cast<const void*>(&detail::fused_step_kernel<detail::fused_block, detail::fused_items, Rhs, Coupling, T...>);
-  const int grid = detail::fused_grid<args_t>(y.size, kernel);
+  const int grid = detail::fused_grid(y.size, kernel);
 
   const std::uint64_t n = y.size;
   std::tuple<device_buffer<T>...> scratch{device_buffer<T>(static_cast<std::size_t>(n), s)...};
