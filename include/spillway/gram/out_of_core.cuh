@@ -416,15 +416,24 @@ topk_result<V> collect_topk(gram_job<V>& job) {
   const std::int64_t n = job.a.rows;
   const int k = job.topk.k;
   const bool larger = is_similarity(job.opt.epilogue);
+  // Each device merges its slots' lists on the device; only one n x k list per device comes back.
+  const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   std::vector<std::vector<topk_entry<V>>> lists;
   for (auto& c : job.ctx) {
     device_guard g(c->device);
-    std::vector<topk_entry<V>> h(c->topk_state.size() / sizeof(topk_entry<V>));
-    if (!h.empty()) {
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data(), c->topk_state.data(), h.size() * sizeof(topk_entry<V>),
-                                        cudaMemcpyDeviceToHost, c->setup->value()));
-      c->setup->synchronize();
+    const stream_view s = c->setup->view();
+    auto* st = reinterpret_cast<topk_entry<V>*>(c->topk_state.data());
+    const int slots = static_cast<int>(c->topk_state.size() / sizeof(topk_entry<V>) / per_slot);
+    if (slots > 1) {
+      with_larger<V>(larger, [&](auto L) {
+        topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, slots,
+                                                                                        static_cast<std::int64_t>(per_slot));
+      });
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
     }
+    std::vector<topk_entry<V>> h(per_slot);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data(), st, per_slot * sizeof(topk_entry<V>), cudaMemcpyDeviceToHost, s.value()));
+    s.synchronize();
     lists.push_back(std::move(h));
   }
   topk_result<V> r;
@@ -432,7 +441,6 @@ topk_result<V> collect_topk(gram_job<V>& job) {
   r.k = k;
   r.values.assign(static_cast<std::size_t>(n * k), V{});
   r.indices.assign(static_cast<std::size_t>(n * k), -1);
-  const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
 #ifdef _OPENMP
 #pragma omp parallel
 #endif
@@ -444,11 +452,10 @@ topk_result<V> collect_topk(gram_job<V>& job) {
     for (std::int64_t i = 0; i < n; ++i) {
       cand.clear();
       for (const auto& h : lists)
-        for (std::size_t s = 0; s * per_slot < h.size(); ++s)
-          for (int t = 0; t < k; ++t) {
-            const topk_entry<V>& e = h[s * per_slot + static_cast<std::size_t>(i * k + t)];
-            if (e.c != INT_MAX) cand.push_back(e);
-          }
+        for (int t = 0; t < k; ++t) {
+          const topk_entry<V>& e = h[static_cast<std::size_t>(i * k + t)];
+          if (e.c != INT_MAX) cand.push_back(e);
+        }
       const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), cand.size());
       std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kk), cand.end(),
                         [&](const topk_entry<V>& x, const topk_entry<V>& y) {

@@ -314,6 +314,29 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
   }
 }
 
+/// Merges the per-slot lists of each row (slots lists of n x k, `stride` entries apart) into the
+/// first one. One warp per row.
+template <class V, bool Larger>
+__global__ void topk_merge_kernel(topk_entry<V>* __restrict__ state, std::int64_t n, int k, int slots,
+                                  std::int64_t stride) {
+  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  for (std::int64_t r = warp; r < n; r += nwarps) {
+    warp_topk<V, Larger> t;
+    t.load(state + r * k, k);
+    for (int q = 1; q < slots; ++q) {
+      const topk_entry<V>* o = state + q * stride + r * k;
+      for (int b = 0; b < k; b += 32) {
+        const bool in = b + lane < k;
+        const topk_entry<V> e = in ? o[b + lane] : topk_entry<V>{V{}, INT_MAX};
+        t.offer(in && e.c != INT_MAX, e.v, e.c);
+      }
+    }
+    t.store(state + r * k);
+  }
+}
+
 // ---- threshold → sparse -------------------------------------------------------------------------
 
 template <class V>
