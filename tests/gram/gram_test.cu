@@ -433,3 +433,46 @@ TEST(GramProgressGpu, ReportsAndCancels) {
 }
 
 }  // namespace
+
+namespace {
+// Small enough for compute-sanitizer (memcheck, racecheck): every sink, several strips, both the
+// resident and the streamed operand, on the CUDA-core path.
+TEST(GramSanitizeGpu, SmallEverySinkSeveralStrips) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("gram-sanitize");
+  const std::int64_t n = 400, cols = 8000;  // A is 400 KB: an 800 KB budget streams it for top-k and threshold
+  const bit_matrix a = pack_bits(random_bits(n, cols, 0.4, seed), n, cols);
+  for (std::size_t budget : {std::size_t{64} << 20, std::size_t{800000}}) {
+    gram_options o;
+    o.path = kernel_path::popc;
+    o.max_panel_rows = 32;
+    o.budget = memory_budget(budget);
+    gram_report rep;
+    o.report = &rep;
+    for (int kk : {7, 40}) {
+      topk_options k;
+      k.k = kk;
+      const auto got = gram_topk<std::int32_t>(a.view(), k, o);
+      const auto want = host_gram_topk<std::int32_t>(a.view(), k);
+      EXPECT_EQ(got.indices, want.indices);
+      EXPECT_EQ(got.values, want.values);
+    }
+    EXPECT_EQ(rep.plan.resident, budget > 1000000);
+    threshold_options t;
+    t.threshold = 1400;
+    t.both_halves = true;
+    const auto g = gram_threshold<std::int32_t>(a.view(), t, o);
+    const auto w = host_gram_threshold<std::int32_t>(a.view(), t);
+    EXPECT_EQ(g.row, w.row);
+    EXPECT_EQ(g.col, w.col);
+    EXPECT_EQ(g.value, w.value);
+    EXPECT_EQ(rep.plan.resident, budget > 1000000);
+    EXPECT_GT(w.size(), 100u);
+    std::vector<std::int32_t> full(static_cast<std::size_t>(n * n)), fw(full.size());
+    poison(full);
+    gram_dense(a.view(), full.data(), triangle_layout::full, o);
+    host_gram_dense(a.view(), fw.data(), triangle_layout::full);
+    EXPECT_EQ(full, fw);
+  }
+}
+}  // namespace
