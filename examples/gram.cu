@@ -35,7 +35,7 @@ struct args {
   std::string epilogue = "counts", sink = "triangle", path = "automatic";
   int k = 10;
   double threshold = -1;
-  bool both_halves = false, host_only = false;
+  bool both_halves = false, host_only = false, nonzero_as_one = false;
   int samples = 2000;
 };
 
@@ -45,7 +45,7 @@ struct args {
                "usage: spillway-gram [--input A.npy | --raw A.bin --shape RxC | --rows R --cols C --seed S --density P]\n"
                "                     [--epilogue counts|jaccard|cosine|hamming] [--sink full|triangle|condensed|topk|threshold]\n"
                "                     [--k K] [--threshold T] [--both-halves] [--budget BYTES|4GiB|512MiB]\n"
-               "                     [--path automatic|wgmma|mma_sync|popc] [--host] [--samples N] [--output OUT.npy]\n",
+               "                     [--path automatic|wgmma|mma_sync|popc] [--host] [--nonzero-as-one] [--samples N] [--output OUT.npy]\n",
                why);
   std::exit(2);
 }
@@ -88,6 +88,7 @@ args parse(int argc, char** argv) {
     else if (k == "--threshold") a.threshold = std::atof(val().c_str());
     else if (k == "--both-halves") a.both_halves = true;
     else if (k == "--host") a.host_only = true;
+    else if (k == "--nonzero-as-one") a.nonzero_as_one = true;
     else if (k == "--samples") a.samples = std::atoi(val().c_str());
     else if (k == "--output") a.output = val();
     else if (k == "--help" || k == "-h") usage("help");
@@ -121,9 +122,10 @@ sg::bit_matrix load(args& a) {
     a.rows = arr.header.shape[0];
     a.cols = arr.header.shape[1];
     std::printf("input: %s, %ld x %ld %s\n", a.input.c_str(), a.rows, a.cols, spillway::io::npy_descr(arr.header.dtype));
-    if (arr.header.dtype == spillway::io::npy_dtype::b1) return sg::pack_bits(arr.data<bool>(), a.rows, a.cols);
-    if (arr.header.dtype == spillway::io::npy_dtype::u1) return sg::pack_bits(arr.data<std::uint8_t>(), a.rows, a.cols);
-    if (arr.header.dtype == spillway::io::npy_dtype::i1) return sg::pack_bits(arr.data<std::int8_t>(), a.rows, a.cols);
+    const sg::pack_options po{a.nonzero_as_one, sg::host_memory::pageable};
+    if (arr.header.dtype == spillway::io::npy_dtype::b1) return sg::pack_bits(arr.data<bool>(), a.rows, a.cols, a.cols, po);
+    if (arr.header.dtype == spillway::io::npy_dtype::u1) return sg::pack_bits(arr.data<std::uint8_t>(), a.rows, a.cols, a.cols, po);
+    if (arr.header.dtype == spillway::io::npy_dtype::i1) return sg::pack_bits(arr.data<std::int8_t>(), a.rows, a.cols, a.cols, po);
     usage("--input must hold uint8, int8 or bool");
   }
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(a.rows * a.cols));
@@ -141,7 +143,7 @@ sg::bit_matrix load(args& a) {
                 static_cast<unsigned long long>(a.seed));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  sg::bit_matrix m = sg::pack_bits(bytes.data(), a.rows, a.cols, a.cols, sg::pack_options{false, sg::host_memory::pageable});
+  sg::bit_matrix m = sg::pack_bits(bytes.data(), a.rows, a.cols, a.cols, sg::pack_options{a.nonzero_as_one, sg::host_memory::pageable});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("packed on the host in %.3f s (%.2f GB/s of 0/1 input)\n", s, static_cast<double>(bytes.size()) / s / 1e9);
   return m;

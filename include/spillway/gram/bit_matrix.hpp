@@ -237,7 +237,7 @@ bit_matrix pack_bits(const T* data, std::int64_t rows, std::int64_t cols, std::i
       if (v != 0 && v != 1) {
         throw logic_error("pack_bits: value " + std::to_string(v) + " at (row " + std::to_string(first_bad_row) +
                           ", column " + std::to_string(c) +
-                          ") is not 0 or 1 (pass pack_options{.nonzero_as_one = true} to treat nonzero as 1)");
+                          ") is not 0 or 1 (set pack_options::nonzero_as_one to treat nonzero as 1)");
       }
     }
   }
