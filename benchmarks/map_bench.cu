@@ -136,13 +136,12 @@ void BM_d2d_copy_roofline(benchmark::State& state) {
   });
 }
 
-template <int U>
+template <int U, bool P>
 void BM_map_mul(benchmark::State& state) {
   auto& c = mul_data();
   c.out.buffer().fill_bytes_async(0xFF, c.s);
-  timed(state, "map_mul_u" + std::to_string(U), kMulBytes, c.s, [&](spillway::stream_view s) {
-    spillway::detail::map_into_impl<U>(s, c.out.view(), mul{}, c.a, c.b);
-  });
+  timed(state, std::string("map_mul_u") + std::to_string(U) + (P ? "_persistent" : ""), kMulBytes, c.s,
+        [&](spillway::stream_view s) { spillway::detail::map_into_impl<U>(s, c.out.view(), mul{}, P, c.a, c.b); });
   expect_same(c.out.data(), c.ref.data(), kMulN, "map a*b", c.s);
 }
 
@@ -177,7 +176,7 @@ void BM_naive_mul(benchmark::State& state) {
 
 // ---- broadcast (k*100, 4000, 5) ⊙ (4000, 5) float64 -----------------------------------------------
 
-template <int U>
+template <int U, bool P>
 void BM_broadcast(benchmark::State& state) {
   const index_t outer = state.range(0);
   spillway::stream s;
@@ -186,8 +185,8 @@ void BM_broadcast(benchmark::State& state) {
   auto out = spillway::device_array<double>({outer, 4000, 5}, s);
   out.buffer().fill_bytes_async(0xFF, s);
   const double bytes = static_cast<double>((2 * big.size() + small.size()) * sizeof(double));
-  timed(state, "broadcast_u" + std::to_string(U) + "_" + std::to_string(outer * 20000), bytes, s,
-        [&](spillway::stream_view st) { spillway::detail::map_into_impl<U>(st, out.view(), mul{}, small, big); });
+  timed(state, std::string("broadcast_u") + std::to_string(U) + (P ? "_persistent_" : "_") + std::to_string(outer * 20000),
+        bytes, s, [&](spillway::stream_view st) { spillway::detail::map_into_impl<U>(st, out.view(), mul{}, P, small, big); });
   // Check the last rows against a naive computation of the same product.
   auto ref = spillway::device_array<double>({outer, 4000, 5}, s);
   std::vector<double> hs(20000), hb(20000), ho(20000);
@@ -202,6 +201,25 @@ void BM_broadcast(benchmark::State& state) {
       std::exit(2);
     }
   }
+}
+
+/// a*b and the D2D copy on `elements` contiguous float64: the same-size references for the
+/// broadcast case (whose small operand adds under 1% of the bytes).
+void BM_same_size_refs(benchmark::State& state) {
+  const index_t n = state.range(0);
+  spillway::stream s;
+  auto a = filled<double>({n}, 7, s);
+  auto b = filled<double>({n}, 8, s);
+  auto out = spillway::device_array<double>({n}, s);
+  const bool copy = state.range(1) != 0;
+  timed(state, (copy ? "d2d_" : "map_mul_") + std::to_string(n), (copy ? 2.0 : 3.0) * static_cast<double>(n) * 8, s,
+        [&](spillway::stream_view st) {
+          if (copy) {
+            spillway::copy_async(out.data(), a.data(), static_cast<std::size_t>(n), st);
+          } else {
+            spillway::map_into_async(st, out.view(), mul{}, a, b);
+          }
+        });
 }
 
 // ---- gufunc per-row dot (1e6, 64) float32 ------------------------------------------------------
@@ -249,15 +267,18 @@ constexpr int kIters = 30;
 
 BENCHMARK(BM_d2d_copy_roofline)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_map_mul_default)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<1>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<2>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<8>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<2, false>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<8, false>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<4, true>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<8, true>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_thrust_transform_mul)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_naive_mul)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_d2d_copy_roofline)->Name("BM_d2d_copy_roofline_again")->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<spillway::detail::map_unroll>)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<2>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<8>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<spillway::detail::map_unroll, spillway::detail::map_persistent>)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<4, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<8, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<2, false>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_same_size_refs)->Args({20000000, 0})->Args({20000000, 1})->Args({200000000, 0})->Args({200000000, 1})->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {

@@ -11,4 +11,5 @@
 #include <spillway/map/reduce.cuh>
 #include <spillway/map/shape.hpp>
 #include <spillway/map/signature.hpp>
+#include <spillway/map/streamed.cuh>
 #include <spillway/map/team.hpp>

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -100,8 +101,13 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
   const index_t threads = block_team ? kp.instances * detail::map_block : kp.instances * team;
   const index_t blocks = std::min<index_t>((threads + detail::map_block - 1) / detail::map_block, index_t{1} << 20);
   const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
-  detail::gufunc_kernel<R><<<static_cast<unsigned>(blocks), detail::map_block, 0, s.value()>>>(
-      out.data(), f, kp, args_t, team, block_team);
+  if (kp.instances + threads < (index_t{1} << 32)) {
+    detail::gufunc_kernel<std::uint32_t, R><<<static_cast<unsigned>(blocks), detail::map_block, 0, s.value()>>>(
+        out.data(), f, kp, args_t, team, block_team);
+  } else {
+    detail::gufunc_kernel<std::uint64_t, R><<<static_cast<unsigned>(blocks), detail::map_block, 0, s.value()>>>(
+        out.data(), f, kp, args_t, team, block_team);
+  }
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }
 

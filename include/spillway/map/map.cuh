@@ -24,6 +24,7 @@
 
 #include <cuda/std/tuple>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -64,6 +65,19 @@ inline unsigned grid_for(index_t work, index_t per_block, const char* who) {
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }
 
+/// With `persistent`, caps a tile-strided kernel's grid at the blocks the device holds at once
+/// (so every block stays resident to the end: no partial last wave).
+template <class Kernel>
+unsigned resident_grid(Kernel kernel, unsigned grid, bool persistent) {
+  if (!persistent) return grid;
+  int device = 0, sms = 0, per_sm = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, map_block, 0));
+  const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
+  return grid < cap ? grid : cap;
+}
+
 template <class KOp>
 bool kop_aligned(const KOp& k, std::size_t bytes, int rank, index_t v) {
   if constexpr (KOp::is_array) {
@@ -92,7 +106,8 @@ bool kop_unit_inner(const KOp& k, int rank) {
 
 /// Launches the elementwise loop `plan` (operand 0 = out). U = vectors per thread per operand.
 template <int U, class Out, class F, class... KOps>
-void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s, const KOps&... kops_in) {
+void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s, bool persistent,
+                const KOps&... kops_in) {
   loop_plan plan = plan0;
   if (plan.rank() == 0) {  // a single element
     plan.extents = {1};
@@ -130,10 +145,12 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
 
   if (rank == 1 && all_unit && out_unit) {
     if (V > 1 && aligned_for(V)) {
-      map_contig_kernel<V, U><<<grid_for(n / V, index_t{map_block} * U, "map"), map_block, 0, s.value()>>>(
+      auto* k = &map_contig_kernel<V, U, Out, F, KOps...>;
+      k<<<resident_grid(k, grid_for(n / V, index_t{map_block} * U, "map"), persistent), map_block, 0, s.value()>>>(
           out_base, n, f, ops);
     } else {
-      map_contig_kernel<1, U><<<grid_for(n, index_t{map_block} * U, "map"), map_block, 0, s.value()>>>(
+      auto* k = &map_contig_kernel<1, U, Out, F, KOps...>;
+      k<<<resident_grid(k, grid_for(n, index_t{map_block} * U, "map"), persistent), map_block, 0, s.value()>>>(
           out_base, n, f, ops);
     }
     SPILLWAY_CUDA_TRY(cudaGetLastError());
@@ -148,10 +165,12 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
       const index_t total = rows * lv;
       const unsigned grid = grid_for(total, index_t{map_block} * U, "map");
       if (total + index_t{map_block} * U < (index_t{1} << 32)) {
-        map_rows_kernel<VV, U, std::uint32_t><<<grid, map_block, 0, s.value()>>>(
+        auto* k = &map_rows_kernel<VV, U, std::uint32_t, Out, F, KOps...>;
+        k<<<resident_grid(k, grid, persistent), map_block, 0, s.value()>>>(
             out_base, os[0], static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(lv), f, ops);
       } else {
-        map_rows_kernel<VV, U, std::uint64_t><<<grid, map_block, 0, s.value()>>>(
+        auto* k = &map_rows_kernel<VV, U, std::uint64_t, Out, F, KOps...>;
+        k<<<resident_grid(k, grid, persistent), map_block, 0, s.value()>>>(
             out_base, os[0], static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(lv), f, ops);
       }
     };
@@ -183,11 +202,15 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
 /// benchmarks/map_bench.cu).
 inline constexpr int map_unroll = 4;
 
+/// Whether the 1-d and rows kernels run on a resident-sized grid (tiles strided over it) or on one
+/// block per tile (tuned on the H200: see benchmarks/map_bench.cu).
+inline constexpr bool map_persistent = false;
+
 template <int U, class Out, class F, class... Args>
-void map_into_impl(stream_view s, ndview<Out> out, F f, const Args&... args) {
+void map_into_impl(stream_view s, ndview<Out> out, F f, bool persistent, const Args&... args) {
   static_assert(!std::is_const_v<Out>, "map_into: the output view must be writable");
   const auto plan = plan_map(out, "map", as_operand(args)...);
-  launch_map<U>(plan, out.data(), f, s, make_kop(as_operand(args), std::vector<index_t>{})...);
+  launch_map<U>(plan, out.data(), f, s, persistent, make_kop(as_operand(args), std::vector<index_t>{})...);
 }
 
 }  // namespace detail
@@ -196,7 +219,7 @@ void map_into_impl(stream_view s, ndview<Out> out, F f, const Args&... args) {
 /// broadcast shape and may be strided). Arguments are device ndviews/device_arrays and scalars.
 template <class Out, class F, class... Args>
 void map_into_async(stream_view s, ndview<Out> out, F f, const Args&... args) {
-  detail::map_into_impl<detail::map_unroll>(s, out, f, args...);
+  detail::map_into_impl<detail::map_unroll>(s, out, f, detail::map_persistent, args...);
 }
 
 /// Allocates the broadcast-shaped output on `s` (element type: the functor's return type) and

@@ -65,12 +65,15 @@ class ndview {
     for (int d = 0; d < rank_; ++d) strides_[d] = strides[static_cast<std::size_t>(d)];
   }
 
-  /// A view from raw parts (rank <= max_rank, unchecked): what kernels build for core instances.
+  /// A view from raw parts (arrays of max_rank entries, rank <= max_rank; unchecked): what kernels
+  /// build for core instances.
   SPILLWAY_MAP_HD static ndview from_parts(T* data, int rank, const index_t* extents, const index_t* strides) noexcept {
+    // Copies all max_rank entries (the callers' arrays are max_rank long, zero past `rank`): a
+    // constant trip count keeps the view in registers inside kernels instead of local memory.
     ndview v;
     v.data_ = data;
     v.rank_ = rank;
-    for (int d = 0; d < rank; ++d) {
+    for (int d = 0; d < max_rank; ++d) {
       v.extents_[d] = extents[d];
       v.strides_[d] = strides[d];
     }

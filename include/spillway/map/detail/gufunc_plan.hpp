@@ -88,16 +88,28 @@ inline gufunc_plan plan_gufunc(const gufunc_signature& sig, const std::vector<sh
   return p;
 }
 
-/// Offset of loop instance `i` for operand `o` (row-major over the loop dimensions).
+/// The row-major digits of loop instance `i` (dig[d] for d < loop_rank, 0 beyond). Unrolled over
+/// max_rank so that `dig` stays in registers; the outermost digit needs no division.
 template <class Idx>
-SPILLWAY_MAP_HD inline index_t loop_offset(Idx i, int loop_rank, const index_t* extents, const index_t* strides) {
-  index_t off = 0;
-  for (int d = loop_rank - 1; d >= 0; --d) {
-    const Idx e = static_cast<Idx>(extents[d]);
-    const Idx q = i / e;
-    off += static_cast<index_t>(i - q * e) * strides[d];
-    i = q;
+SPILLWAY_MAP_HD inline void loop_digits(Idx i, int loop_rank, const index_t* extents, index_t (&dig)[max_rank]) {
+  for (int d = max_rank - 1; d >= 0; --d) {
+    if (d >= loop_rank) {
+      dig[d] = 0;
+    } else if (d == 0) {
+      dig[d] = static_cast<index_t>(i);
+    } else {
+      const Idx e = static_cast<Idx>(extents[d]);
+      const Idx q = i / e;
+      dig[d] = static_cast<index_t>(i - q * e);
+      i = q;
+    }
   }
+}
+
+/// Offset of the instance with digits `dig` for an operand with loop strides `strides`.
+SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const index_t* strides) {
+  index_t off = 0;
+  for (int d = 0; d < max_rank; ++d) off += dig[d] * strides[d];
   return off;
 }
 

@@ -115,7 +115,8 @@ template <class Op, class Idx>
 __device__ __forceinline__ void load_nd(frag<Op, 1>& f, const Op& op, const Idx* idx, int rank) {
   if constexpr (Op::is_array) {
     index_t off = 0;
-    for (int d = 0; d < rank; ++d) off += static_cast<index_t>(idx[d]) * op.s[d];
+#pragma unroll
+    for (int d = 0; d < max_rank; ++d) off += d < rank ? static_cast<index_t>(idx[d]) * op.s[d] : 0;
     f.load(op, off, false);
   }
 }
@@ -147,27 +148,31 @@ struct kextents {
 };
 
 /// 1-d loop: every array operand has stride 1 (or 0: one element broadcast); out has stride 1.
-/// Vector i covers elements [i*V, i*V + V); the n % V tail is done by block 0. All U loads of a
-/// thread are issued before the first use.
+/// Vector i covers elements [i*V, i*V + V); tiles of map_block*U vectors are strided over the
+/// grid (one tile per block when the grid covers the array); the n % V tail is done by block 0.
+/// All U loads of a thread are issued before the first use.
 template <int V, int U, class Out, class F, class... Ops>
 __global__ void __launch_bounds__(map_block) map_contig_kernel(Out* __restrict__ out, index_t n, F f,
                                                                 cuda::std::tuple<Ops...> ops) {
   using seq = std::index_sequence_for<Ops...>;
   const index_t nvec = n / V;
-  const index_t base = static_cast<index_t>(blockIdx.x) * (map_block * U) + threadIdx.x;
-  cuda::std::tuple<frag<Ops, V>...> fr[U];
+  const index_t tiles = (nvec + map_block * U - 1) / (map_block * U);
+  for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const index_t base = tile * (map_block * U) + threadIdx.x;
+    cuda::std::tuple<frag<Ops, V>...> fr[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const index_t vi = base + u * map_block;
-    if (vi < nvec) load_all_contig<V>(fr[u], ops, vi, seq{});
-  }
+    for (int u = 0; u < U; ++u) {
+      const index_t vi = base + u * map_block;
+      if (vi < nvec) load_all_contig<V>(fr[u], ops, vi, seq{});
+    }
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const index_t vi = base + u * map_block;
-    if (vi < nvec) {
-      Out o[V];
-      compute<V>(o, f, ops, fr[u], seq{});
-      store_vec<Out, V>(out + vi * V, o);
+    for (int u = 0; u < U; ++u) {
+      const index_t vi = base + u * map_block;
+      if (vi < nvec) {
+        Out o[V];
+        compute<V>(o, f, ops, fr[u], seq{});
+        store_vec<Out, V>(out + vi * V, o);
+      }
     }
   }
   if constexpr (V > 1) {
@@ -185,29 +190,32 @@ __global__ void __launch_bounds__(map_block) map_contig_kernel(Out* __restrict__
 
 /// 2-d loop of `rows` rows of lv vectors (V elements each): every array operand has inner stride
 /// 1 (or 0: one element per row, broadcast) and any row stride (0 for an operand broadcast along
-/// the rows); the output is out + r*out_rs + c*V.
+/// the rows); the output is out + r*out_rs + c*V. Tiles are strided over the grid as above.
 template <int V, int U, class Idx, class Out, class F, class... Ops>
 __global__ void __launch_bounds__(map_block) map_rows_kernel(Out* __restrict__ out, index_t out_rs, Idx rows,
                                                              Idx lv, F f, cuda::std::tuple<Ops...> ops) {
   using seq = std::index_sequence_for<Ops...>;
   const Idx total = rows * lv;
-  const Idx base = static_cast<Idx>(blockIdx.x) * static_cast<Idx>(map_block * U) + static_cast<Idx>(threadIdx.x);
-  cuda::std::tuple<frag<Ops, V>...> fr[U];
-  Idx rr[U], cc[U];
+  const Idx tiles = (total + static_cast<Idx>(map_block * U - 1)) / static_cast<Idx>(map_block * U);
+  for (Idx tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Idx base = tile * static_cast<Idx>(map_block * U) + static_cast<Idx>(threadIdx.x);
+    cuda::std::tuple<frag<Ops, V>...> fr[U];
+    Idx rr[U], cc[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const Idx vi = base + static_cast<Idx>(u * map_block);
-    rr[u] = vi / lv;
-    cc[u] = vi - rr[u] * lv;
-    if (vi < total) load_all_rows<V>(fr[u], ops, rr[u], cc[u], seq{});
-  }
+    for (int u = 0; u < U; ++u) {
+      const Idx vi = base + static_cast<Idx>(u * map_block);
+      rr[u] = vi / lv;
+      cc[u] = vi - rr[u] * lv;
+      if (vi < total) load_all_rows<V>(fr[u], ops, rr[u], cc[u], seq{});
+    }
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const Idx vi = base + static_cast<Idx>(u * map_block);
-    if (vi < total) {
-      Out o[V];
-      compute<V>(o, f, ops, fr[u], seq{});
-      store_vec<Out, V>(out + static_cast<index_t>(rr[u]) * out_rs + static_cast<index_t>(cc[u]) * V, o);
+    for (int u = 0; u < U; ++u) {
+      const Idx vi = base + static_cast<Idx>(u * map_block);
+      if (vi < total) {
+        Out o[V];
+        compute<V>(o, f, ops, fr[u], seq{});
+        store_vec<Out, V>(out + static_cast<index_t>(rr[u]) * out_rs + static_cast<index_t>(cc[u]) * V, o);
+      }
     }
   }
 }
@@ -225,14 +233,20 @@ __global__ void __launch_bounds__(map_block) map_nd_kernel(kout<Out> out, kexten
     Idx i = base + static_cast<Idx>(u * map_block);
     if (i < n) {
       Idx idx[max_rank];
-      for (int d = ext.rank - 1; d >= 0; --d) {
-        const Idx e = static_cast<Idx>(ext.e[d]);
-        const Idx q = i / e;
-        idx[d] = i - q * e;
-        i = q;
+#pragma unroll
+      for (int d = max_rank - 1; d >= 0; --d) {  // unrolled with a guard: idx stays in registers
+        if (d < ext.rank) {
+          const Idx e = static_cast<Idx>(ext.e[d]);
+          const Idx q = i / e;
+          idx[d] = i - q * e;
+          i = q;
+        } else {
+          idx[d] = 0;
+        }
       }
       index_t o = 0;
-      for (int d = 0; d < ext.rank; ++d) o += static_cast<index_t>(idx[d]) * out.s[d];
+#pragma unroll
+      for (int d = 0; d < max_rank; ++d) o += d < ext.rank ? static_cast<index_t>(idx[d]) * out.s[d] : 0;
       ooff[u] = o;
       load_all_nd(fr[u], ops, idx, ext.rank, seq{});
     }
@@ -259,33 +273,35 @@ struct gufunc_kernel_plan {
 };
 
 /// One team of `team` threads (1, a power of two up to 32, or the whole block when block_team)
-/// per core instance; instances are strided over the grid's teams.
-template <class R, class F, class Args, std::size_t K, std::size_t... I>
+/// per core instance; instances are strided over the grid's teams. Idx is 32-bit when the
+/// instance count allows it (cheaper divisions).
+template <class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
 __device__ __forceinline__ void gufunc_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan, const Args& args,
                                            int team, bool block_team, std::index_sequence<I...> seq) {
+  const Idx instances = static_cast<Idx>(plan.instances);
   if (block_team) {
     const gufunc_team t(static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), 0xffffffffu,
                         gufunc_team::kind::block);
-    for (index_t inst = blockIdx.x; inst < plan.instances; inst += gridDim.x) {
+    for (Idx inst = blockIdx.x; inst < instances; inst += gridDim.x) {
       gufunc_instance(f, t, out, plan.ops, plan.loop_extents, plan.loop_rank, inst, args, seq);
     }
     return;
   }
-  const index_t tid = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const index_t teams = static_cast<index_t>(gridDim.x) * blockDim.x / team;
+  const Idx tid = static_cast<Idx>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Idx teams = static_cast<Idx>(gridDim.x) * blockDim.x / static_cast<Idx>(team);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int rank = lane % team;
   const unsigned mask = team == 32 ? 0xffffffffu : (((1u << team) - 1u) << (lane - rank));
   const gufunc_team t(team, rank, mask, team == 1 ? gufunc_team::kind::thread : gufunc_team::kind::subwarp);
-  for (index_t inst = tid / team; inst < plan.instances; inst += teams) {
+  for (Idx inst = tid / static_cast<Idx>(team); inst < instances; inst += teams) {
     gufunc_instance(f, t, out, plan.ops, plan.loop_extents, plan.loop_rank, inst, args, seq);
   }
 }
 
-template <class R, class F, class Args, std::size_t K>
+template <class Idx, class R, class F, class Args, std::size_t K>
 __global__ void __launch_bounds__(map_block) gufunc_kernel(R* out, F f, gufunc_kernel_plan<K> plan, Args args,
                                                            int team, bool block_team) {
-  gufunc_run(out, f, plan, args, team, block_team, std::make_index_sequence<K - 1>{});
+  gufunc_run<Idx>(out, f, plan, args, team, block_team, std::make_index_sequence<K - 1>{});
 }
 
 // ---- reductions --------------------------------------------------------------------------------
@@ -303,15 +319,19 @@ struct strided_reader {
     index_t o = reduced > 0 ? i / reduced : 0;
     index_t r = i - o * reduced;
     index_t off = 0;
-    for (int d = red_rank - 1; d >= 0; --d) {
-      const index_t q = r / red_e[d];
-      off += (r - q * red_e[d]) * red_s[d];
-      r = q;
+    for (int d = max_rank - 1; d >= 0; --d) {
+      if (d < red_rank) {
+        const index_t q = r / red_e[d];
+        off += (r - q * red_e[d]) * red_s[d];
+        r = q;
+      }
     }
-    for (int d = keep_rank - 1; d >= 0; --d) {
-      const index_t q = o / keep_e[d];
-      off += (o - q * keep_e[d]) * keep_s[d];
-      o = q;
+    for (int d = max_rank - 1; d >= 0; --d) {
+      if (d < keep_rank) {
+        const index_t q = o / keep_e[d];
+        off += (o - q * keep_e[d]) * keep_s[d];
+        o = q;
+      }
     }
     return p[off];
   }
