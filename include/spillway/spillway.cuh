@@ -7,3 +7,4 @@
 #include <spillway/pipeline.cuh>
 #include <spillway/ode.cuh>
 #include <spillway/gram.cuh>
+#include <spillway/map.cuh>
