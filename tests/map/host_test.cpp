@@ -79,6 +79,22 @@ TEST(MapHost, GivenStridedOutputAndZeroSize) {
   EXPECT_EQ(o3[0], -1.0f);
 }
 
+TEST(MapHost, LongRowsScalarsOnlyAndBroadcastColumns) {
+  std::mt19937_64 g(seed("MapHost.LongRows"));
+  const index_t R = 3, C = 40009;  // rows longer than the 2^14-element work runs
+  auto a = random_vector<float>(static_cast<std::size_t>(R * C), g);
+  auto col = random_vector<float>(static_cast<std::size_t>(R), g);
+  const auto out = spillway::map_host([](float x, float c) { return x - c; }, spillway::make_view(a.data(), {R, C}),
+                                      spillway::make_view(col.data(), {R, 1}));
+  for (index_t i = 0; i < R; ++i)
+    for (index_t j = 0; j < C; ++j)
+      ASSERT_EQ(out.data[static_cast<std::size_t>(i * C + j)],
+                a[static_cast<std::size_t>(i * C + j)] - col[static_cast<std::size_t>(i)]);
+  const auto s = spillway::map_host([](float x, float y) { return x * y; }, 3.0f, 4.0f);
+  EXPECT_TRUE(s.shape.empty());
+  EXPECT_EQ(s.data, std::vector<float>{12.0f});
+}
+
 TEST(MapHost, GufuncDotAndElementwiseCores) {
   std::mt19937_64 g(seed("MapHost.Gufunc"));
   const index_t rows = 101, n = 17;

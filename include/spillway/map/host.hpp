@@ -96,37 +96,41 @@ std::vector<index_t> broadcast_operands(const std::string& who, const Ops&... op
   return broadcast_shapes({operand_shape(ops)...}, who);
 }
 
-/// Calls body(offsets) for every element of a collapsed loop, in parallel chunks; offsets[k] is
-/// operand k's element offset.
+/// Calls body(offsets) for every element of a collapsed loop; offsets[k] is operand k's element
+/// offset. Work items are runs of up to 2^14 elements along the innermost dimension (split over
+/// OpenMP threads); inside a run the offsets only advance by the inner strides.
 template <std::size_t K, class Body>
 void host_loop(const loop_plan& p, Body&& body) {
   const index_t n = p.size();
   if (n == 0) return;
   const int r = p.rank();
-  constexpr index_t chunk = 1 << 14;
-  const index_t chunks = (n + chunk - 1) / chunk;
+  if (r == 0) {
+    body(std::array<index_t, K>{});
+    return;
+  }
+  const auto ur = static_cast<std::size_t>(r - 1);
+  const index_t inner = p.extents[ur];
+  std::array<index_t, K> step{};
+  for (std::size_t k = 0; k < K; ++k) step[k] = p.strides[k][ur];
+  constexpr index_t run = 1 << 14;
+  const index_t pieces = (inner + run - 1) / run;
+  const index_t items = (n / inner) * pieces;
   SPILLWAY_MAP_OMP_FOR
-  for (index_t c = 0; c < chunks; ++c) {
-    const index_t begin = c * chunk;
-    const index_t end = begin + chunk < n ? begin + chunk : n;
-    index_t idx[max_rank] = {};
+  for (index_t item = 0; item < items; ++item) {
+    index_t row = item / pieces;
+    const index_t j0 = (item % pieces) * run;
+    const index_t j1 = j0 + run < inner ? j0 + run : inner;
     std::array<index_t, K> off{};
-    index_t rem = begin;
-    for (int d = r - 1; d >= 0; --d) {
-      const index_t e = p.extents[static_cast<std::size_t>(d)];
-      idx[d] = rem % e;
-      rem /= e;
-      for (std::size_t k = 0; k < K; ++k) off[k] += idx[d] * p.strides[k][static_cast<std::size_t>(d)];
+    for (int d = r - 2; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      const index_t i = row % p.extents[ud];
+      row /= p.extents[ud];
+      for (std::size_t k = 0; k < K; ++k) off[k] += i * p.strides[k][ud];
     }
-    for (index_t i = begin; i < end; ++i) {
+    for (std::size_t k = 0; k < K; ++k) off[k] += j0 * step[k];
+    for (index_t j = j0; j < j1; ++j) {
       body(off);
-      for (int d = r - 1; d >= 0; --d) {
-        const auto ud = static_cast<std::size_t>(d);
-        for (std::size_t k = 0; k < K; ++k) off[k] += p.strides[k][ud];
-        if (++idx[d] < p.extents[ud]) break;
-        for (std::size_t k = 0; k < K; ++k) off[k] -= idx[d] * p.strides[k][ud];
-        idx[d] = 0;
-      }
+      for (std::size_t k = 0; k < K; ++k) off[k] += step[k];
     }
   }
 }

@@ -60,9 +60,9 @@ SPILLWAY_MAP_HD inline void gufunc_instance(const F& f, const gufunc_team& team,
                                             std::index_sequence<I...>) {
   index_t dig[max_rank];
   loop_digits(inst, loop_rank, loop_extents, dig);
-  const ndview<R> out = ndview<R>::from_parts(out_base + loop_offset(dig, ops[0].loop_strides), ops[0].core_rank,
+  const ndview<R> out = ndview<R>::from_parts(out_base + loop_offset(dig, ops[0].loop_strides, loop_rank), ops[0].core_rank,
                                               ops[0].core_extents, ops[0].core_strides);
-  invoke_gufunc(f, team, out, cuda::std::get<I>(args).get(loop_offset(dig, ops[I + 1].loop_strides), ops[I + 1])...);
+  invoke_gufunc(f, team, out, cuda::std::get<I>(args).get(loop_offset(dig, ops[I + 1].loop_strides, loop_rank), ops[I + 1])...);
 }
 
 }  // namespace spillway::detail

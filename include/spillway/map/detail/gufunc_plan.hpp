@@ -107,9 +107,11 @@ SPILLWAY_MAP_HD inline void loop_digits(Idx i, int loop_rank, const index_t* ext
 }
 
 /// Offset of the instance with digits `dig` for an operand with loop strides `strides`.
-SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const index_t* strides) {
+SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const index_t* strides, int loop_rank) {
   index_t off = 0;
-  for (int d = 0; d < max_rank; ++d) off += dig[d] * strides[d];
+  for (int d = 0; d < max_rank; ++d) {
+    if (d < loop_rank) off += dig[d] * strides[d];
+  }
   return off;
 }
 
