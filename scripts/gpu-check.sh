@@ -32,6 +32,10 @@ run_tests() {
   export SPILLWAY_REQUIRE_GPU=1
   SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
   export SPILLWAY_REQUIRE_GPUS
+  # The .npy interoperability test needs a python3 with NumPy (the GPU machine's image has one).
+  if [[ -z ${SPILLWAY_PYTHON:-} ]] && python3 -c "import numpy" 2>/dev/null; then
+    export SPILLWAY_PYTHON=$(command -v python3)
+  fi
   for m in $mods; do
     for bin in "$GPUBIN/spillway_${m}_tests" "$GPUBIN/spillway_${m}_host_tests"; do
       [[ -x $bin ]] || continue
