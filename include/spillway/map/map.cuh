@@ -240,8 +240,8 @@ void map_into(ndview<Out> out, F f, const Args&... args) {
   st.synchronize();
 }
 
-/// map_async on a stream of its own; returns once the result is complete. The returned array's
-/// memory is freed on that (then destroyed) stream's successor: use it from any stream.
+/// map_async on the calling thread's per-thread stream, synchronized before it returns (the
+/// returned array's memory is bound to that stream, which outlives the call).
 template <class F, class... Args>
 auto map(F f, const Args&... args) {
   auto out = map_async(stream_view::per_thread(), f, args...);
