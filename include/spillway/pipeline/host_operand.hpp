@@ -64,9 +64,36 @@ template <class T>
 host_operand<T> host_input(const T* data, std::size_t size, host_memory m = host_memory::detect) {
   return {data, size, m};
 }
-/// From anything contiguous with data() and size() (std::vector, pinned_buffer, span…).
+namespace detail {
+template <class R, class = void>
+struct has_is_contiguous : std::false_type {};
+template <class R>
+struct has_is_contiguous<R, std::void_t<decltype(std::declval<const R&>().is_contiguous())>> : std::true_type {};
+
+// A shaped view (anything with is_contiguous(), e.g. spillway::ndview) is a flat operand only
+// when it is contiguous; a strided or broadcast view read as flat memory would silently give
+// wrong elements, so it is refused here (the shape-aware transform overload takes such views).
+template <class R>
+void require_flat(const R& r, const char* who) {
+  if constexpr (has_is_contiguous<R>::value) {
+    if (!r.is_contiguous()) {
+      throw logic_error(std::string(who) +
+                        ": a strided or broadcast view cannot be streamed as a flat array; pass an "
+                        "ndview output to use the shape-aware (broadcasting) transform, or copy the "
+                        "view to contiguous memory");
+    }
+  } else {
+    (void)r;
+    (void)who;
+  }
+}
+}  // namespace detail
+
+/// From anything contiguous with data() and size() (std::vector, pinned_buffer, span, a contiguous
+/// view…). A non-contiguous view throws logic_error.
 template <class R, class T = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const R&>().data())>>>
 host_operand<T> host_input(const R& r, host_memory m = host_memory::detect) {
+  detail::require_flat(r, "host_input");
   return {r.data(), static_cast<std::size_t>(r.size()), m};
 }
 template <class T>
@@ -76,6 +103,7 @@ host_result<T> host_output(T* data, std::size_t size, host_memory m = host_memor
 template <class R, class T = std::remove_pointer_t<decltype(std::declval<R&>().data())>,
           class = std::enable_if_t<!std::is_const_v<T>>>
 host_result<T> host_output(R& r, host_memory m = host_memory::detect) {
+  detail::require_flat(r, "host_output");
   return {r.data(), static_cast<std::size_t>(r.size()), m};
 }
 
