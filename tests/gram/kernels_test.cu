@@ -96,8 +96,8 @@ struct panel {
 // Runs one product on the device through `path` and checks every element against the oracle.
 // A and B are row ranges of host matrices (the same matrix for A·Aᵀ panels).
 void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillway::stream_view s,
-                   const std::string& what) {
-  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path));
+                   const std::string& what, gd::kernel_variant variant = gd::kernel_variant::standard) {
+  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path) + " variant=" + gd::to_string(variant));
   const host_bits& A = *pa.m;
   const host_bits& B = *pb.m;
   ASSERT_EQ(A.ld_words, B.ld_words);
@@ -126,7 +126,12 @@ void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillw
   g.a_row0 = pa.row0;
   g.b_row0 = pb.row0;
   g.upper_only = upper_only;
-  gd::bit_gemm_async(g, count_and_visit{dc.data(), dv.data(), pb.rows, pa.row0, pb.row0, upper_only}, path, s);
+  const count_and_visit epi{dc.data(), dv.data(), pb.rows, pa.row0, pb.row0, upper_only};
+  if (variant == gd::kernel_variant::v2) {
+    gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s);
+  } else {
+    gd::bit_gemm_async(g, epi, path, s);
+  }
 
   std::vector<std::int32_t> c(n_out), v(n_out);
   dc.copy_to_host_async({c.data(), c.size()}, s);
@@ -415,6 +420,250 @@ TEST(GramKernelsGpu, BadInputsThrowAndWriteNothing) {
   }
   // Nothing was written by any rejected call.
   std::vector<std::int32_t> c(64);
+  dc.copy_to_host_async({c.data(), c.size()}, s);
+  s.synchronize();
+  for (auto x : c) EXPECT_EQ(x, -1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opt-in kernel variants (kernel_variant::v2): every tensor-core path the device can run, forced,
+// against the same host oracle. Kept in their own suite so they can run in a separate process.
+
+std::vector<kernel_path> v2_paths() {
+  std::vector<kernel_path> out;
+  for (kernel_path p : runnable_paths()) {
+    if (p == kernel_path::mma_sync || p == kernel_path::wgmma) out.push_back(p);
+  }
+  return out;
+}
+
+void expect_v2_paths(const std::vector<kernel_path>& paths) {
+  const int dev = spillway::current_device();
+  const int cc = spillway::get_device_properties(dev).compute_capability();
+  const int f = gd::build_features(dev);
+  std::size_t expected = 0;
+  if (cc >= 80 && (f & 1) != 0) ++expected;
+  if (cc == 90 && (f & 2) != 0) ++expected;
+  EXPECT_EQ(paths.size(), expected) << "cc " << cc << ", build features " << f;
+  EXPECT_GT(paths.size(), 0u) << "no tensor-core path to test the v2 variants on (cc " << cc << ")";
+}
+
+// store_counts<int32_t> into an output whose window starts `row_shift` rows and `col_shift`
+// columns before the panels and has `pad` extra columns per row: inside the window every wanted
+// element holds its count, everything else (below the diagonal, the margins, the padding) keeps
+// the poison. `bulk` is whether the wgmma v2 epilogue can use TMA stores for this output.
+void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::kernel_variant variant,
+                     std::int64_t row_shift, std::int64_t col_shift, std::int64_t pad, bool bulk,
+                     spillway::stream_view s, const std::string& what) {
+  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path) + " variant=" + gd::to_string(variant) +
+               " shift=(" + std::to_string(row_shift) + "," + std::to_string(col_shift) + ") pad=" +
+               std::to_string(pad));
+  const host_bits& A = *pa.m;
+  const host_bits& B = *pb.m;
+  ASSERT_EQ(A.ld_words, B.ld_words);
+  const std::int64_t ld = A.ld_words;
+  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * ld, 1)), s);
+  spillway::device_buffer<std::uint32_t> db(static_cast<std::size_t>(std::max<std::int64_t>(pb.rows * ld, 1)), s);
+  if (pa.rows * ld > 0) da.copy_from_host_async({A.row(pa.row0), static_cast<std::size_t>(pa.rows * ld)}, s);
+  if (pb.rows * ld > 0) db.copy_from_host_async({B.row(pb.row0), static_cast<std::size_t>(pb.rows * ld)}, s);
+  const std::int64_t out_rows = pa.rows + row_shift;
+  const std::int64_t ldc = pb.rows + col_shift + pad;
+  const std::size_t n_out = static_cast<std::size_t>(out_rows * ldc);
+  spillway::device_buffer<std::int32_t> dc(n_out, s);
+  dc.fill_bytes_async(0xFF, s);
+
+  gd::bit_gemm_args g;
+  g.a = da.data();
+  g.a_rows = pa.rows;
+  g.b = db.data();
+  g.b_rows = pb.rows;
+  g.ld_words = ld;
+  g.a_row0 = pa.row0;
+  g.b_row0 = pb.row0;
+  g.upper_only = upper_only;
+  const gd::store_counts<std::int32_t> epi{dc.data(), ldc, pa.row0 - row_shift, pb.row0 - col_shift, upper_only};
+  EXPECT_EQ(gd::tma_store_fits(g, epi), bulk);
+  if (variant == gd::kernel_variant::v2) {
+    gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s);
+  } else {
+    gd::bit_gemm_async(g, epi, path, s);
+  }
+  std::vector<std::int32_t> c(n_out);
+  dc.copy_to_host_async({c.data(), c.size()}, s);
+  s.synchronize();
+
+  std::vector<std::int32_t> want(n_out, -1);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (std::int64_t li = 0; li < pa.rows; ++li) {
+    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
+      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
+      if (!upper_only || gi <= gj) {
+        want[static_cast<std::size_t>((li + row_shift) * ldc + lj + col_shift)] = oracle(A, gi, B, gj);
+      }
+    }
+  }
+  std::int64_t bad = 0;
+  for (std::size_t at = 0; at < n_out; ++at) {
+    if (c[at] != want[at] && ++bad <= 5) {
+      ADD_FAILURE() << "out[" << static_cast<std::int64_t>(at) / ldc << ", " << static_cast<std::int64_t>(at) % ldc
+                    << "] = " << c[at] << ", expected " << want[at];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(GramKernelsV2Gpu, EdgeShapesAAt) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto paths = v2_paths();
+  expect_v2_paths(paths);
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {
+      {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
+      {129, 129, 1025}, {257, 257, 2049}, {301, 301, 4095}, {263, 263, 65}, {521, 521, 3000},
+  };
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = spillway::test::seed("v2 aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    std::vector<std::int64_t> ones, zeros;
+    if (sh.a_rows > 3) {
+      ones = {0, sh.a_rows - 1};
+      zeros = {1};
+    }
+    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, ones, zeros);
+    for (auto p : paths) {
+      for (bool upper : {false, true}) {
+        check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
+                      std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"),
+                      gd::kernel_variant::v2);
+      }
+    }
+  }
+}
+
+TEST(GramKernelsV2Gpu, ABtDifferentRowCounts) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = spillway::test::seed("v2 abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
+    const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
+    const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
+    for (auto p : v2_paths()) {
+      check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
+                    "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols),
+                    gd::kernel_variant::v2);
+    }
+  }
+}
+
+TEST(GramKernelsV2Gpu, UpperOnlyWithPanelOffsets) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::uint64_t seed = spillway::test::seed("v2 offsets");
+  const host_bits m = random_bits(1400, 1100, seed);
+  const std::vector<std::vector<std::int64_t>> cases = {
+      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
+      {129, 255, 1, 1}};
+  for (const auto& c : cases) {
+    for (auto p : v2_paths()) {
+      check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s,
+                    "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) +
+                        "+" + std::to_string(c[3]) + ")",
+                    gd::kernel_variant::v2);
+    }
+  }
+}
+
+TEST(GramKernelsV2Gpu, ManyTilesPerBlockAndDeepK) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::uint64_t seed = spillway::test::seed("v2 many tiles");
+  const host_bits m = random_words(2600, 9000, seed);
+  const host_bits a = random_words(1700, 9000, seed + 7);
+  for (auto p : v2_paths()) {
+    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", gd::kernel_variant::v2);
+    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)",
+                  gd::kernel_variant::v2);
+  }
+}
+
+// The raw int32 count store (the TMA-store epilogue of wgmma v2; per element on mma_sync v2):
+// outputs with and without a 16-byte row pitch, margins before the panels, padding columns.
+TEST(GramKernelsV2Gpu, Int32CountStoreEdgeShapes) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
+                                          {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = spillway::test::seed("v2 store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, sh.a_rows > 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{},
+                                    sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
+    const std::int64_t n = sh.a_rows;
+    const std::int64_t pad16 = (4 - n % 4) % 4 + 4;  // ldc a multiple of 4 with 4+ spare columns
+    for (auto p : v2_paths()) {
+      for (bool upper : {false, true}) {
+        const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 0, 0, 0, n % 4 == 0, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 0, 0, pad16, true, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 3, 4, pad16, true, s, what);
+      }
+    }
+  }
+}
+
+TEST(GramKernelsV2Gpu, Int32CountStorePanelsAndManyTiles) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const std::uint64_t seed = spillway::test::seed("v2 store panels");
+  const host_bits m = random_bits(1400, 1100, seed);
+  const std::vector<std::vector<std::int64_t>> cases = {
+      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
+      {129, 255, 1, 1}};
+  for (const auto& c : cases) {
+    const std::int64_t pad = (4 - (c[3] + 1) % 4) % 4;  // ldc = b_rows + 1 + pad, a multiple of 4
+    for (auto p : v2_paths()) {
+      check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v2, 2, 1, pad, true, s,
+                      "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
+                          std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
+    }
+  }
+  // Several tiles per persistent block and deep k: the staging buffers are reused across tiles
+  // while earlier bulk stores may still be in flight.
+  const host_bits big = random_words(2600, 9000, seed + 3);
+  const host_bits other = random_words(1700, 9000, seed + 4);
+  for (auto p : v2_paths()) {
+    check_store_i32({&big, 0, 2600}, {&big, 0, 2600}, true, p, gd::kernel_variant::v2, 0, 0, 0, true, s,
+                    "2600x9000 upper");
+    check_store_i32({&other, 0, 1700}, {&big, 0, 2600}, false, p, gd::kernel_variant::v2, 0, 0, 0, true, s,
+                    "1700x2600 full");
+  }
+  // The same through the per-thread default stream.
+  const auto pts = spillway::stream_view::per_thread();
+  for (auto p : v2_paths()) {
+    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, gd::kernel_variant::v2, 0, 0, 0, true, pts,
+                    "per-thread stream");
+  }
+}
+
+TEST(GramKernelsV2Gpu, ZeroColumnsAndEmptyPanels) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  const host_bits m = random_bits(70, 0, 1);
+  for (auto p : v2_paths()) {
+    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", gd::kernel_variant::v2);
+    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, gd::kernel_variant::v2, 0, 0, 2, true, s, "zero columns");
+  }
+  // Empty panel: nothing written.
+  spillway::device_buffer<std::int32_t> dc(16, s);
+  dc.fill_bytes_async(0xFF, s);
+  spillway::device_buffer<std::uint32_t> da(8 * 32, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = 0;
+  g.b_rows = 4;
+  g.ld_words = 32;
+  const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
+  for (auto p : v2_paths()) gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, p, s);
+  std::vector<std::int32_t> c(16);
   dc.copy_to_host_async({c.data(), c.size()}, s);
   s.synchronize();
   for (auto x : c) EXPECT_EQ(x, -1);

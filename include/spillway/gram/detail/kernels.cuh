@@ -13,6 +13,7 @@
 #include <spillway/gram/detail/kernel_schedule.cuh>
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
 #include <spillway/gram/detail/wgmma_kernel.cuh>
+#include <spillway/gram/detail/wgmma_v2_kernel.cuh>
 #include <spillway/gram/kernel_path.hpp>
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace spillway::gram::detail {
@@ -182,12 +184,74 @@ void wgmma_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view 
   SPILLWAY_CHECK_LAUNCH();
 }
 
+/// Tile-kernel variant inside a path, for measuring alternatives before they become the default.
+/// `standard` is what every caller gets; `v2` is opt-in (tests, benchmarks):
+/// - wgmma: the int32 raw-count epilogue (`store_counts<std::int32_t>`) written by TMA bulk
+///   stores from shared memory (wgmma_v2_kernel.cuh); other epilogues run per element as before.
+/// - mma_sync: 12 warps of 64 x 64 output tiles, block tile 192 x 256 (`mma_v2_config`).
+/// - popc: no variant; v2 runs the standard kernel.
+enum class kernel_variant { standard, v2 };
+
+inline const char* to_string(kernel_variant v) { return v == kernel_variant::v2 ? "v2" : "standard"; }
+
+template <class Epilogue>
+struct is_int32_count_store : std::false_type {};
+template <>
+struct is_int32_count_store<store_counts<std::int32_t>> : std::true_type {};
+
+/// Whether an int32 count store can go through the TMA-store epilogue: 16-byte aligned base and
+/// row pitch, the panel inside the output's index space (row0 <= a_row0, col0 <= b_row0, the last
+/// column of the panel inside the pitch) and coordinates that fit the copy engine's int32.
+inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::int32_t>& epi) {
+  if (epi.c == nullptr || reinterpret_cast<std::uintptr_t>(epi.c) % 16 != 0) return false;
+  if (epi.ldc <= 0 || (epi.ldc * 4) % 16 != 0 || epi.ldc >= (std::int64_t{1} << 36)) return false;
+  if (epi.row0 > args.a_row0 || epi.col0 > args.b_row0) return false;
+  const std::int64_t cols = args.b_row0 + args.b_rows - epi.col0;
+  const std::int64_t rows = args.a_row0 + args.a_rows - epi.row0;
+  constexpr std::int64_t coord_limit = (std::int64_t{1} << 31) - 2 * wg_bn;
+  return cols <= epi.ldc && cols < coord_limit && rows < coord_limit;
+}
+
+template <class Epilogue>
+void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 0) {
+  if (band <= 0) band = wgmma_band(args.b_rows);
+  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                               args.upper_only, wg_bm, wg_bn, band);
+  if (sch.total == 0) return;
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm);
+  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn);
+  const auto grid = static_cast<unsigned>(persistent_grid(sch.total, sms));
+  bool bulk = false;
+  if constexpr (is_int32_count_store<Epilogue>::value) bulk = tma_store_fits(args, epi);
+  if (bulk) {
+    if constexpr (is_int32_count_store<Epilogue>::value) {
+      const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
+                                                      args.b_row0 + args.b_rows - epi.col0, epi.ldc);
+      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_v2_gemm_kernel<Epilogue, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg2_smem_bytes));
+      wgmma_v2_gemm_kernel<Epilogue, true><<<grid, wg_threads, wg2_smem_bytes, s.value()>>>(
+          map_a, map_b, map_c, args.ld_words, sch, epi);
+      SPILLWAY_CHECK_LAUNCH();
+    }
+    return;
+  }
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_v2_gemm_kernel<Epilogue, false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg2_smem_bytes));
+  wgmma_v2_gemm_kernel<Epilogue, false><<<grid, wg_threads, wg2_smem_bytes, s.value()>>>(
+      map_a, map_b, map_a, args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
 /// Enqueues C = A·Bᵀ tile by tile on `s`, calling `epi(i, j, count)` (global indices) exactly once
 /// for every (i, j) of every computed tile inside [a_row0, a_row0 + a_rows) x [b_row0, b_row0 +
 /// b_rows). `path` forces a kernel (see kernel_path); automatic picks the fastest available.
 /// Runs on the current device; A, B and whatever the epilogue writes must live there.
-template <class Epilogue>
+/// `Variant` selects an opt-in kernel variant inside the path (kernel_variant; tests and
+/// benchmarks: `bit_gemm_async<kernel_variant::v2>(...)`). A template parameter, so callers of
+/// the standard kernels do not instantiate the variants.
+template <kernel_variant Variant = kernel_variant::standard, class Epilogue>
 void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
+  static_assert(Variant == kernel_variant::standard || Variant == kernel_variant::v2, "unknown kernel_variant");
   check_bit_gemm_args(args);
   const int device = current_device();
   const kernel_path p = resolve_path(path, device);
@@ -210,10 +274,18 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
     return;
   }
   if (p == kernel_path::mma_sync) {
-    mma_sync_launch<mma_default_config>(args, epi, sms, s);
+    if constexpr (Variant == kernel_variant::v2) {
+      mma_sync_launch<mma_v2_config>(args, epi, sms, s);
+    } else {
+      mma_sync_launch<mma_default_config>(args, epi, sms, s);
+    }
     return;
   }
-  wgmma_launch(args, epi, sms, s);
+  if constexpr (Variant == kernel_variant::v2) {
+    wgmma_v2_launch(args, epi, sms, s);
+  } else {
+    wgmma_launch(args, epi, sms, s);
+  }
 }
 
 }  // namespace spillway::gram::detail

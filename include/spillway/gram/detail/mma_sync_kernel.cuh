@@ -18,11 +18,15 @@
 
 namespace spillway::gram::detail {
 
-template <int WarpsM, int WarpsN, int MT, int NT, int Stages, bool Pipelined = true>
+template <int WarpsM, int WarpsN, int MT, int NT, int Stages, bool Pipelined = true, bool StreamB = false>
 struct mma_config {
   static_assert(NT % 4 == 0, "the epilogue hands out 32-column pieces");
+  static_assert(!(Pipelined && StreamB), "StreamB applies to the plain main loop");
   static constexpr int warps_m = WarpsM, warps_n = WarpsN, mt = MT, nt = NT, stages = Stages;
   static constexpr bool pipelined = Pipelined;
+  /// Plain main loop only: load the B fragments one 16-row pair at a time, right before their
+  /// MMAs, instead of all NT / 2 pairs up front (12 fewer live registers at NT = 8).
+  static constexpr bool stream_b = StreamB;
   static constexpr int threads = WarpsM * WarpsN * 32;
   static constexpr int bm = WarpsM * MT * 16;
   static constexpr int bn = WarpsN * NT * 8;
@@ -39,6 +43,10 @@ struct mma_config {
 // 64 x 64 tiles 2.54; the same with register double-buffered fragments 2.27 (and 32 bytes of
 // spills); 16 warps of 64 x 32 tiles 2.76 but with 52 bytes of spills.
 using mma_default_config = mma_config<2, 6, 4, 4, 4, false>;
+// The v2 variant (kernel_variant::v2, opt-in): 12 warps of 64 x 64 (3 per scheduler), block tile
+// 192 x 256, 4 stages x 56 KiB, B fragments streamed. Per k256 step a warp reads (64 + 64) x 32
+// bytes of shared memory for 32 MMAs (128 B per MMA instead of 192); see docs/gram_kernels.md.
+using mma_v2_config = mma_config<3, 4, 4, 8, 4, false, true>;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPILLWAY_GRAM_HAS_BMMA 1
@@ -109,10 +117,49 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       }
     };
 
+    // The stream_b configuration's copy loop: a thread always copies the same chunk column of
+    // rows tid / 8 + p * (threads / 8), and the source pointer of each slice passes through an
+    // empty asm so the compiler recomputes the per-row pointers (one IMAD each) instead of
+    // keeping ten 64-bit pointers live across the whole k-loop (those spilled at 168 registers).
+    auto load_stage_lean = [&](std::int64_t kb, int slot) {
+      static_assert(Cfg::threads % 8 == 0, "a thread keeps one chunk column");
+      constexpr int rows_per_pass = Cfg::threads / 8;
+      const std::uint32_t base = smem0 + static_cast<std::uint32_t>(slot * Cfg::stage_bytes);
+      const int chunk = tid & 7;
+      const int row_t = tid >> 3;
+      const std::int64_t step = static_cast<std::int64_t>(rows_per_pass) * ld_words;
+      const std::uint32_t* pa = a + kb * 32 + chunk * 4;
+      const std::uint32_t* pb = b + kb * 32 + chunk * 4;
+      asm volatile("" : "+l"(pa), "+l"(pb));
+      pa += (r0 + row_t) * ld_words;
+      pb += (c0 + row_t) * ld_words;
+#pragma unroll
+      for (int p = 0; p < (Cfg::bm + rows_per_pass - 1) / rows_per_pass; ++p) {
+        const int row = row_t + p * rows_per_pass;
+        if (Cfg::bm % rows_per_pass != 0 && row >= Cfg::bm) break;
+        const bool valid = r0 + row < s.a_rows;
+        mma_cp_async16(base + mma_swizzled(row, chunk), valid ? pa + p * step : a, valid);
+      }
+#pragma unroll
+      for (int p = 0; p < (Cfg::bn + rows_per_pass - 1) / rows_per_pass; ++p) {
+        const int row = row_t + p * rows_per_pass;
+        if (Cfg::bn % rows_per_pass != 0 && row >= Cfg::bn) break;
+        const bool valid = c0 + row < s.b_rows;
+        mma_cp_async16(base + mma_swizzled(Cfg::bm + row, chunk), valid ? pb + p * step : b, valid);
+      }
+    };
+    auto load_any = [&](std::int64_t kb, int slot) {
+      if constexpr (Cfg::stream_b) {
+        load_stage_lean(kb, slot);
+      } else {
+        load_stage(kb, slot);
+      }
+    };
+
     __syncthreads();  // every warp is done with the previous tile's shared memory
 #pragma unroll
     for (int st = 0; st < Cfg::stages - 1; ++st) {
-      if (st < num_k) load_stage(st, st);
+      if (st < num_k) load_any(st, st);
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
 
@@ -197,16 +244,39 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
         __syncthreads();
         {
           const std::int64_t next = kb + Cfg::stages - 1;
-          if (next < num_k) load_stage(next, static_cast<int>(next % Cfg::stages));
+          if (next < num_k) load_any(next, static_cast<int>(next % Cfg::stages));
           asm volatile("cp.async.commit_group;\n" ::: "memory");
         }
         const std::uint32_t base = stage_base(kb);
+        if constexpr (Cfg::stream_b) {
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          std::uint32_t af[MT][4];
-          std::uint32_t bf[NT / 2][4];
-          load_frags(base, ks, af, bf);
-          mma_all(af, bf);
+          for (int ks = 0; ks < 4; ++ks) {
+            std::uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              const int row = wm * MT * 16 + mt * 16 + a_row_in;
+              mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+              std::uint32_t bq[4];
+              const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
+              mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bq);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                mma_b1(acc[mt][2 * np], af[mt], bq[0], bq[1]);
+                mma_b1(acc[mt][2 * np + 1], af[mt], bq[2], bq[3]);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+            std::uint32_t af[MT][4];
+            std::uint32_t bf[NT / 2][4];
+            load_frags(base, ks, af, bf);
+            mma_all(af, bf);
+          }
         }
       }
     }

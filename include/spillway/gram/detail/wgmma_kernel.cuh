@@ -40,8 +40,9 @@ inline constexpr int wg_smem_bytes = wg_stages * wg_stage_bytes + 1024 + wg_stag
 
 /// A 2-D tensor map over a bit panel: `rows` rows of `ld_words` words, box 32 words x `box_rows`
 /// rows, 128-byte swizzle. Rows past the end read as zeros.
-inline CUtensorMap make_bit_tensor_map(const std::uint32_t* base, std::int64_t rows, std::int64_t ld_words,
-                                       int box_rows) {
+/// cuTensorMapEncodeTiled from the driver through the runtime's entry-point query (null when the
+/// driver offers none).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -53,6 +54,12 @@ inline CUtensorMap make_bit_tensor_map(const std::uint32_t* base, std::int64_t r
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+inline CUtensorMap make_bit_tensor_map(const std::uint32_t* base, std::int64_t rows, std::int64_t ld_words,
+                                       int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) {
     throw cuda_error(cudaErrorNotSupported,
                      "gram: the driver offers no cuTensorMapEncodeTiled (needed by kernel_path::wgmma)");
