@@ -431,8 +431,9 @@ TEST(GramKernelsGpu, BadInputsThrowAndWriteNothing) {
 
 std::vector<kernel_path> v2_paths() {
   std::vector<kernel_path> out;
+  const bool mma_fits = gd::mma_v2_fits(spillway::current_device());
   for (kernel_path p : runnable_paths()) {
-    if (p == kernel_path::mma_sync || p == kernel_path::wgmma) out.push_back(p);
+    if ((p == kernel_path::mma_sync && mma_fits) || p == kernel_path::wgmma) out.push_back(p);
   }
   return out;
 }
@@ -441,11 +442,32 @@ void expect_v2_paths(const std::vector<kernel_path>& paths) {
   const int dev = spillway::current_device();
   const int cc = spillway::get_device_properties(dev).compute_capability();
   const int f = gd::build_features(dev);
+  const bool mma_fits = gd::mma_v2_fits(dev);
   std::size_t expected = 0;
-  if (cc >= 80 && (f & 1) != 0) ++expected;
+  if (cc >= 80 && (f & 1) != 0 && mma_fits) ++expected;
   if (cc == 90 && (f & 2) != 0) ++expected;
   EXPECT_EQ(paths.size(), expected) << "cc " << cc << ", build features " << f;
-  EXPECT_GT(paths.size(), 0u) << "no tensor-core path to test the v2 variants on (cc " << cc << ")";
+  // On the H200: both with the sm_90a binary, mma_sync with the sm_80 one.
+  std::cout << "[ v2 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v2 fits shared memory: "
+            << mma_fits << ")\n";
+  if (cc >= 80 && (f & 1) != 0 && !mma_fits) {
+    // The refusal is a logic_error naming the variant and the shared-memory sizes.
+    spillway::stream s;
+    spillway::device_buffer<std::uint32_t> da(32, s);
+    spillway::device_buffer<std::int32_t> dc(1, s);
+    gd::bit_gemm_args g;
+    g.a = g.b = da.data();
+    g.a_rows = g.b_rows = 1;
+    g.ld_words = 32;
+    try {
+      gd::bit_gemm_async<gd::kernel_variant::v2>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false},
+                                                 kernel_path::mma_sync, s);
+      ADD_FAILURE() << "mma_sync v2 ran on a device without the shared memory for it";
+    } catch (const spillway::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+    }
+  }
+  for (auto p : paths) std::cout << "[ v2 path  ] " << spillway::gram::to_string(p) << "\n";
 }
 
 // store_counts<int32_t> into an output whose window starts `row_shift` rows and `col_shift`

@@ -146,6 +146,16 @@ inline int multiprocessors(int device) {
   return n;
 }
 
+inline int max_block_smem(int device) {
+  int n = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return n;
+}
+
+/// Whether the mma_sync v2 tile (4 stages of 192 + 256 rows, 224 KiB) fits the device's
+/// per-block shared memory: sm_90 and sm_100 yes; sm_80 (164 KiB) and sm_86/89/120 no.
+inline bool mma_v2_fits(int device) { return max_block_smem(device) >= mma_v2_config::smem_bytes; }
+
 inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
   return slots < max_blocks ? slots : max_blocks;
 }
@@ -275,6 +285,12 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
   }
   if (p == kernel_path::mma_sync) {
     if constexpr (Variant == kernel_variant::v2) {
+      if (!mma_v2_fits(device)) {
+        throw logic_error("gram: kernel_variant v2 of kernel_path mma_sync needs " +
+                          std::to_string(mma_v2_config::smem_bytes) +
+                          " bytes of shared memory per block; device " + std::to_string(device) + " offers " +
+                          std::to_string(max_block_smem(device)));
+      }
       mma_sync_launch<mma_v2_config>(args, epi, sms, s);
     } else {
       mma_sync_launch<mma_default_config>(args, epi, sms, s);
