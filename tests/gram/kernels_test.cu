@@ -534,6 +534,33 @@ void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::
   EXPECT_EQ(bad, 0);
 }
 
+// Host logic only (runs without a GPU): when the wgmma v2 epilogue may use TMA stores.
+TEST(GramKernelsV2, TmaStoreFitsConditions) {
+  alignas(256) static std::int32_t storage[64];
+  gd::bit_gemm_args g;
+  g.a_rows = 100;
+  g.b_rows = 200;
+  g.a_row0 = 40;
+  g.b_row0 = 60;
+  g.ld_words = 32;
+  auto fits = [&](std::int32_t* c, std::int64_t ldc, std::int64_t row0, std::int64_t col0) {
+    return gd::tma_store_fits(g, gd::store_counts<std::int32_t>{c, ldc, row0, col0, true});
+  };
+  EXPECT_TRUE(fits(storage, 200, 40, 60));   // the panel exactly
+  EXPECT_TRUE(fits(storage, 260, 0, 0));     // global indices, pitch = last column + 1
+  EXPECT_TRUE(fits(storage, 204, 38, 58));   // margins before the panel
+  EXPECT_FALSE(fits(storage, 201, 40, 60));  // pitch not a multiple of 16 bytes
+  EXPECT_FALSE(fits(storage, 202, 40, 60));
+  EXPECT_FALSE(fits(storage + 1, 200, 40, 60));  // base not 16-byte aligned
+  EXPECT_FALSE(fits(nullptr, 200, 40, 60));
+  EXPECT_FALSE(fits(storage, 196, 40, 60));  // the panel's last column past the pitch
+  EXPECT_FALSE(fits(storage, 200, 41, 60));  // panel starts before the output's first row
+  EXPECT_FALSE(fits(storage, 200, 40, 61));  // ... or first column
+  EXPECT_FALSE(fits(storage, 0, 40, 60));
+  g.a_rows = (std::int64_t{1} << 31);  // rows past the copy engine's int32 coordinates
+  EXPECT_FALSE(fits(storage, 200, 40, 60));
+}
+
 TEST(GramKernelsV2Gpu, EdgeShapesAAt) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto paths = v2_paths();
