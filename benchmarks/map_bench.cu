@@ -234,8 +234,11 @@ struct dot_fn {
   }
 };
 
+/// range(0): the team size (0 = automatic: the staged shared-memory path for these dense rows;
+/// -1 = automatic team on the direct path, staging off; >0 = that team on the direct path).
 void BM_gufunc_dot(benchmark::State& state) {
-  const int team = static_cast<int>(state.range(0));
+  const int arg = static_cast<int>(state.range(0));
+  const int team = arg < 0 ? 0 : arg;
   const index_t rows = 1000000, n = 64;
   spillway::stream s;
   auto a = filled<float>({rows, n}, 5, s);
@@ -243,8 +246,9 @@ void BM_gufunc_dot(benchmark::State& state) {
   auto out = spillway::device_array<float>({rows}, s);
   out.buffer().fill_bytes_async(0xFF, s);
   const double bytes = static_cast<double>((2 * rows * n + rows) * sizeof(float));
-  const spillway::gufunc_spec spec("(n),(n)->()", team);
-  timed(state, "dot_team" + std::to_string(team), bytes, s,
+  const spillway::gufunc_spec spec("(n),(n)->()", team, arg >= 0);
+  const std::string name = arg == 0 ? "dot_default" : arg < 0 ? "dot_direct_auto" : "dot_team" + std::to_string(team);
+  timed(state, name, bytes, s,
         [&](spillway::stream_view st) { spillway::gufunc_into_async(st, spec, out.view(), dot_fn{}, a, b); });
   std::vector<float> ha(64 * 4), hb(64 * 4), ho(4);
   SPILLWAY_CUDA_TRY(cudaMemcpyAsync(ha.data(), a.data() + (rows - 4) * n, 4 * n * 4, cudaMemcpyDeviceToHost, s.value()));
@@ -279,7 +283,8 @@ BENCHMARK(BM_broadcast<4, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterat
 BENCHMARK(BM_broadcast<8, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_broadcast<2, false>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_same_size_refs)->Args({20000000, 0})->Args({20000000, 1})->Args({200000000, 0})->Args({200000000, 1})->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_d2d_copy_roofline)->Name("BM_d2d_copy_roofline_before_dot")->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(-1)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   if (spillway::device_count() == 0) {
@@ -297,6 +302,9 @@ int main(int argc, char** argv) {
   std::printf("\nSUMMARY (median GB/s; device %s)\n", spillway::get_device_properties(spillway::current_device()).name.c_str());
   std::printf("  d2d copy roofline            %8.1f\n", d2d);
   std::printf("  map a*b (default)            %8.1f  = %.3fx thrust, %.3fx d2d\n", mm, mm / thr, mm / d2d);
+  const double dot = r["dot_default"];
+  std::printf("  gufunc row dot (default)     %8.1f  = %.3fx d2d (goal >= 0.80x; %.4f ms)\n", dot, dot / d2d,
+              dot > 0 ? (2.0 * 1000000 * 64 + 1000000) * 4 / (dot * 1e9) * 1e3 : 0.0);
   for (const auto& [k, v] : r) {
     if (k == "d2d" || k == "map_mul") continue;
     std::printf("  %-28s %8.1f  = %.3fx map a*b, %.3fx d2d, %.3fx thrust\n", k.c_str(), v, v / mm, v / d2d, v / thr);

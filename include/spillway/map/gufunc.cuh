@@ -65,6 +65,17 @@ constexpr bool gufunc_takes_team() {
                                  index_t{}, std::declval<const gufunc_operand_plan&>()))...>;
 }
 
+/// The staged path's view of one input: scalar or array, element size, base address.
+template <class Op>
+gufunc_stage_input stage_input(const Op& op) {
+  using I = operand_info<Op>;
+  gufunc_stage_input r;
+  r.is_array = I::is_array;
+  r.elem_size = sizeof(typename I::value_type);
+  if constexpr (I::is_array) r.address = reinterpret_cast<std::uintptr_t>(op.data());
+  return r;
+}
+
 }  // namespace detail
 
 /// Enqueues the gufunc `spec` on `s`, writing `out` (its shape must be the loop shape followed by
@@ -86,6 +97,33 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
   if (kp.instances == 0) return;
 
   int team = spec.team_size;
+  if (team == 0 && spec.stage && detail::gufunc_takes_team<F, R, Args...>()) {
+    const auto sp = detail::plan_gufunc_stage(plan, {detail::stage_input(detail::as_operand(args))...});
+    if (sp.ok) {
+      detail::gufunc_stage_kplan<K> skp{};
+      skp.per_block = sp.per_block;
+      skp.team = sp.team;
+      for (std::size_t k = 0; k < K; ++k) skp.ops[k] = sp.ops[k];
+      const index_t tiles = (kp.instances + sp.per_block - 1) / sp.per_block;
+      const auto blocks = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
+      const auto smem = static_cast<std::size_t>(sp.smem_bytes);
+      const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
+      auto launch = [&](auto kernel) {
+        if (smem > 48 * 1024) {
+          SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        }
+        kernel<<<blocks, detail::gufunc_stage_block, smem, s.value()>>>(out.data(), f, kp, skp, args_t);
+      };
+      using A = decltype(args_t);
+      if (kp.instances + detail::gufunc_stage_block < (index_t{1} << 32)) {
+        launch(detail::gufunc_staged_kernel<std::uint32_t, R, F, A, K>);
+      } else {
+        launch(detail::gufunc_staged_kernel<std::uint64_t, R, F, A, K>);
+      }
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      return;
+    }
+  }
   if (!detail::gufunc_takes_team<F, R, Args...>()) {
     if (team > 1) {
       throw logic_error("gufunc \"" + sig.text + "\": team_size " + std::to_string(team) +

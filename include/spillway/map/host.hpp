@@ -173,10 +173,15 @@ struct gufunc_spec {
   /// Threads per core instance on the device: 0 picks by core size; otherwise 1, a power of two up
   /// to 32 (a sub-warp), or 256 (a block). Ignored by the host target.
   int team_size = 0;
+  /// With team_size 0 and a team functor: small dense input cores are staged through shared
+  /// memory (see docs/map.md). false keeps the direct path (for comparisons). Ignored on the host.
+  bool stage = true;
 
   gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design
   gufunc_spec(const std::string& s) : signature(parse_signature(s)) {}  // NOLINT
   gufunc_spec(const std::string& s, int team) : signature(parse_signature(s)), team_size(team) {}
+  gufunc_spec(const std::string& s, int team, bool staged)
+      : signature(parse_signature(s)), team_size(team), stage(staged) {}
 };
 
 namespace detail {

@@ -6,6 +6,7 @@
 #include <spillway/map/signature.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,109 @@ SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const
     if (d < loop_rank) off += dig[d] * strides[d];
   }
   return off;
+}
+
+// ---- the staged path: small contiguous cores through shared memory ------------------------------
+//
+// When every array input's core is dense (row-major, the loop strides anything, 0 included) and
+// small, a block of gufunc_stage_block threads takes `per_block` consecutive instances at a time:
+// each instance's team copies the instance's input cores into shared memory with asynchronous
+// 16-byte copies (all of a tile's copies are in flight before the first is used), then the
+// functor runs on views of the shared copies. The functor is unchanged: it sees the same core
+// extents and strides, and its reads hit shared memory instead of scattered global words.
+
+inline constexpr int gufunc_stage_block = 256;
+/// Shared bytes a tile aims at (the bytes a block keeps in flight); the largest power-of-two
+/// instance count within it is taken, down to 8 instances (a 32-lane team each).
+inline constexpr index_t gufunc_stage_target_bytes = 24 * 1024;
+/// Staging is used only while 8 instances fit in this many shared bytes.
+inline constexpr index_t gufunc_stage_max_bytes = 96 * 1024;
+
+/// What the planner needs to know about one input beyond its layout.
+struct gufunc_stage_input {
+  bool is_array = false;
+  std::size_t elem_size = 0;
+  std::uintptr_t address = 0;
+};
+
+/// One operand's place in the shared buffer (unused for the output and for scalars).
+struct gufunc_stage_operand {
+  bool staged = false;  ///< an array input copied into shared memory
+  bool vec16 = false;   ///< every instance starts 16-byte aligned: 16-byte copies
+  index_t pitch = 0;    ///< elements between consecutive staged instances
+  index_t offset = 0;   ///< bytes from the start of the shared buffer (a multiple of 16)
+};
+
+struct gufunc_stage_plan {
+  bool ok = false;          ///< false: use the direct path
+  int per_block = 0;        ///< instances per tile
+  int team = 0;             ///< threads per instance = gufunc_stage_block / per_block
+  index_t smem_bytes = 0;   ///< dynamic shared memory per block
+  std::vector<gufunc_stage_operand> ops;  ///< ops[0] is the output (never staged), then the inputs
+};
+
+/// True when a core of `rank` dims is dense row-major (size-1 dimensions ignored).
+inline bool dense_core(const gufunc_operand_plan& o) {
+  index_t s = 1;
+  for (int d = o.core_rank - 1; d >= 0; --d) {
+    if (o.core_extents[d] == 1) continue;
+    if (o.core_extents[d] == 0) return true;
+    if (o.core_strides[d] != s) return false;
+    s *= o.core_extents[d];
+  }
+  return true;
+}
+
+/// Plans the staged path for `p` (ops[0] the output, then one entry of `in` per input), or
+/// returns ok == false when it does not apply: no instances, no array input, an input whose core
+/// is not dense, an element size other than 4, 8 or 16 bytes, or cores too big for 8 instances
+/// in gufunc_stage_max_bytes.
+inline gufunc_stage_plan plan_gufunc_stage(const gufunc_plan& p, const std::vector<gufunc_stage_input>& in) {
+  gufunc_stage_plan sp;
+  sp.ops.resize(p.ops.size());
+  if (p.instances <= 0 || in.size() + 1 != p.ops.size()) return sp;
+  index_t per_instance = 0;  // shared bytes per instance before bank padding
+  bool any = false;
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    if (!in[k].is_array) continue;
+    const auto& o = p.ops[k + 1];
+    const std::size_t es = in[k].elem_size;
+    if ((es != 4 && es != 8 && es != 16) || !dense_core(o) || in[k].address % es != 0) return sp;
+    any = true;
+    per_instance += (o.core_size * static_cast<index_t>(es) + 15) / 16 * 16;
+  }
+  if (!any || per_instance == 0 || 8 * per_instance > gufunc_stage_max_bytes) return sp;
+  int per_block = gufunc_stage_block;
+  while (per_block > 8 && static_cast<index_t>(per_block) * per_instance > gufunc_stage_target_bytes) per_block /= 2;
+  sp.per_block = per_block;
+  sp.team = gufunc_stage_block / per_block;
+  index_t offset = 0;
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    if (!in[k].is_array) continue;
+    const auto& o = p.ops[k + 1];
+    const auto es = static_cast<index_t>(in[k].elem_size);
+    auto& so = sp.ops[k + 1];
+    so.staged = true;
+    // 16-byte copies when the base and every loop step keep instances 16-byte aligned.
+    so.vec16 = in[k].address % 16 == 0;
+    for (int d = 0; d < p.loop_rank; ++d) {
+      if (p.loop_extents[d] > 1 && (o.loop_strides[d] * es) % 16 != 0) so.vec16 = false;
+    }
+    // Pitch in 4-byte words: 16-byte multiple, and congruent (mod 32 banks) to the words a team
+    // reads per step, so that the teams of one warp read disjoint banks.
+    const index_t words = (o.core_size * es + 15) / 16 * 4;
+    index_t want = (static_cast<index_t>(sp.team) * (es > 4 ? es : 4) / 4 + 3) / 4 * 4;
+    want %= 32;
+    const index_t pad = ((want - words % 32) % 32 + 32) % 32;
+    const index_t pitch_words = words + pad;
+    so.pitch = pitch_words * 4 / es;
+    so.offset = offset;
+    offset += pitch_words * 4 * per_block;
+  }
+  if (offset > gufunc_stage_max_bytes) return gufunc_stage_plan{false, 0, 0, 0, std::vector<gufunc_stage_operand>(p.ops.size())};
+  sp.smem_bytes = offset;
+  sp.ok = true;
+  return sp;
 }
 
 }  // namespace spillway::detail

@@ -14,6 +14,7 @@
 #include <spillway/map/team.hpp>
 
 #include <cuda/std/tuple>
+#include <cuda_pipeline_primitives.h>
 #include <cuda/std/utility>
 
 #include <cstddef>
@@ -302,6 +303,98 @@ template <class Idx, class R, class F, class Args, std::size_t K>
 __global__ void __launch_bounds__(map_block) gufunc_kernel(R* out, F f, gufunc_kernel_plan<K> plan, Args args,
                                                            int team, bool block_team) {
   gufunc_run<Idx>(out, f, plan, args, team, block_team, std::make_index_sequence<K - 1>{});
+}
+
+/// The staged path's per-call constants (see plan_gufunc_stage).
+template <std::size_t K>
+struct gufunc_stage_kplan {
+  int per_block;
+  int team;
+  gufunc_stage_operand ops[K];
+};
+
+/// Issues the asynchronous copies of one instance's core of input `a` into shared memory `s`
+/// (team member `rank` of `team`): 16-byte pieces when aligned, element-sized ones otherwise.
+template <class T>
+__device__ __forceinline__ void stage_core(T* s, const T* g, int n, bool vec16, int rank, int team) {
+  int done = 0;
+  if (vec16) {
+    constexpr int V = static_cast<int>(16 / sizeof(T));
+    const int nv = n / V;
+    for (int v = rank; v < nv; v += team) __pipeline_memcpy_async(s + v * V, g + v * V, 16);
+    done = nv * V;
+  }
+  for (int e = done + rank; e < n; e += team) __pipeline_memcpy_async(s + e, g + e, sizeof(T));
+}
+
+template <class T>
+__device__ __forceinline__ void stage_arg(const core_arg<T, false>&, const gufunc_operand_plan&, const gufunc_stage_operand&,
+                                          const index_t (&)[max_rank], int, unsigned char*, int, int, int) {}
+template <class T>
+__device__ __forceinline__ void stage_arg(const core_arg<T, true>& a, const gufunc_operand_plan& o,
+                                          const gufunc_stage_operand& so, const index_t (&dig)[max_rank], int loop_rank,
+                                          unsigned char* smem, int slot, int rank, int team) {
+  T* s = reinterpret_cast<T*>(smem + so.offset) + static_cast<index_t>(slot) * so.pitch;
+  stage_core(s, a.p + loop_offset(dig, o.loop_strides, loop_rank), static_cast<int>(o.core_size), so.vec16, rank, team);
+}
+
+template <class T>
+__device__ __forceinline__ T staged_view(const core_arg<T, false>& a, const gufunc_operand_plan& o,
+                                         const gufunc_stage_operand&, unsigned char*, int) {
+  return a.get(0, o);
+}
+template <class T>
+__device__ __forceinline__ ndview<const T> staged_view(const core_arg<T, true>&, const gufunc_operand_plan& o,
+                                                       const gufunc_stage_operand& so, unsigned char* smem, int slot) {
+  // The shared copy keeps the core's (dense) extents and strides.
+  const T* s = reinterpret_cast<const T*>(smem + so.offset) + static_cast<index_t>(slot) * so.pitch;
+  return ndview<const T>::from_parts(s, o.core_rank, o.core_extents, o.core_strides);
+}
+
+/// The staged path: block-sized tiles of per_block consecutive instances; each instance's team
+/// copies its input cores into shared memory (every copy of the tile in flight before the wait),
+/// then calls the functor on views of the copies. The output is written directly.
+template <class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
+__device__ __forceinline__ void gufunc_staged_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
+                                                  const gufunc_stage_kplan<K>& sp, const Args& args,
+                                                  std::index_sequence<I...>) {
+  extern __shared__ __align__(16) unsigned char gufunc_smem[];
+  const int team = sp.team;
+  const int slot = static_cast<int>(threadIdx.x) / team;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int rank = lane % team;
+  const unsigned mask = team >= 32 ? 0xffffffffu : (((1u << team) - 1u) << (lane - rank));
+  const gufunc_team t(team, rank, mask, team == 1 ? gufunc_team::kind::thread : gufunc_team::kind::subwarp);
+  const Idx instances = static_cast<Idx>(plan.instances);
+  const Idx per_block = static_cast<Idx>(sp.per_block);
+  const Idx tiles = (instances + per_block - 1) / per_block;
+  for (Idx tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Idx inst = tile * per_block + static_cast<Idx>(slot);
+    const bool live = inst < instances;
+    index_t dig[max_rank];
+    loop_digits(live ? inst : Idx{0}, plan.loop_rank, plan.loop_extents, dig);
+    if (live) {
+      (stage_arg(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], dig, plan.loop_rank, gufunc_smem, slot, rank,
+                 team),
+       ...);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    if (live) {
+      const ndview<R> o = ndview<R>::from_parts(out + loop_offset(dig, plan.ops[0].loop_strides, plan.loop_rank),
+                                                plan.ops[0].core_rank, plan.ops[0].core_extents,
+                                                plan.ops[0].core_strides);
+      invoke_gufunc(f, t, o, staged_view(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], gufunc_smem, slot)...);
+    }
+    __syncthreads();  // the next tile overwrites the shared copies
+  }
+}
+
+template <class Idx, class R, class F, class Args, std::size_t K>
+__global__ void __launch_bounds__(gufunc_stage_block) gufunc_staged_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
+                                                                            gufunc_stage_kplan<K> sp, Args args) {
+  gufunc_staged_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
 }
 
 // ---- reductions --------------------------------------------------------------------------------
