@@ -13,7 +13,10 @@
 // The functor receives ([team,] core views of the inputs..., core view of the output) for each
 // instance of the broadcast loop dimensions. The loop is spread over the GPU: a thread per instance
 // for tiny cores, a sub-warp team for medium ones, a block for large ones (functors without a team
-// parameter get one thread each) — never one thread for the whole array.
+// parameter get one thread each) — never one thread for the whole array. With the automatic team
+// size, a team functor and small dense input cores, the cores are first staged into shared memory
+// (16-byte asynchronous copies, a tile of instances per block) and the functor reads the copies:
+// see plan_gufunc_stage and gufunc_staged_kernel, and docs/map.md.
 #pragma once
 
 #include <spillway/core/device.hpp>
