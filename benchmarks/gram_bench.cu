@@ -204,7 +204,7 @@ void bm_spillway(benchmark::State& state, kernel_path path,
     if (v2) {
       gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, p.s);
     } else {
-      gd::bit_gemm_async(g, epi, path, p.s);
+      gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, p.s);
     }
   });
   if (!spot_check(p)) state.SkipWithError("spillway result mismatch");

@@ -130,7 +130,7 @@ void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillw
   if (variant == gd::kernel_variant::v2) {
     gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s);
   } else {
-    gd::bit_gemm_async(g, epi, path, s);
+    gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, s);
   }
 
   std::vector<std::int32_t> c(n_out), v(n_out);
@@ -508,7 +508,7 @@ void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::
   if (variant == gd::kernel_variant::v2) {
     gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s);
   } else {
-    gd::bit_gemm_async(g, epi, path, s);
+    gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, s);
   }
   std::vector<std::int32_t> c(n_out);
   dc.copy_to_host_async({c.data(), c.size()}, s);
@@ -548,7 +548,8 @@ TEST(GramKernelsV2, TmaStoreFitsConditions) {
   };
   EXPECT_TRUE(fits(storage, 200, 40, 60));   // the panel exactly
   EXPECT_TRUE(fits(storage, 260, 0, 0));     // global indices, pitch = last column + 1
-  EXPECT_TRUE(fits(storage, 204, 38, 58));   // margins before the panel
+  EXPECT_TRUE(fits(storage, 204, 38, 56));   // margins before the panel (4 columns: 16 bytes)
+  EXPECT_FALSE(fits(storage, 204, 38, 58));  // a 2-column margin: blocks off the 16-byte grid
   EXPECT_FALSE(fits(storage, 201, 40, 60));  // pitch not a multiple of 16 bytes
   EXPECT_FALSE(fits(storage, 202, 40, 60));
   EXPECT_FALSE(fits(storage + 1, 200, 40, 60));  // base not 16-byte aligned
@@ -668,11 +669,16 @@ TEST(GramKernelsV2Gpu, Int32CountStorePanelsAndManyTiles) {
       {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
       {129, 255, 1, 1}};
   for (const auto& c : cases) {
-    const std::int64_t pad = (4 - (c[3] + 1) % 4) % 4;  // ldc = b_rows + 1 + pad, a multiple of 4
-    for (auto p : v2_paths()) {
-      check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v2, 2, 1, pad, true, s,
-                      "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
-                          std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
+    // A column margin of 4 keeps every block on a 16-byte boundary (bulk stores); a margin of 1
+    // does not, and the kernel must fall back to per-element stores.
+    for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
+      const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;  // ldc = b_rows + shift + pad, a multiple of 4
+      for (auto p : v2_paths()) {
+        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v2, 2, col_shift, pad,
+                        col_shift % 4 == 0, s,
+                        "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
+                            std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
+      }
     }
   }
   // Several tiles per persistent block and deep k: the staging buffers are reused across tiles

@@ -194,15 +194,27 @@ void wgmma_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view 
   SPILLWAY_CHECK_LAUNCH();
 }
 
-/// Tile-kernel variant inside a path, for measuring alternatives before they become the default.
-/// `standard` is what every caller gets; `v2` is opt-in (tests, benchmarks):
-/// - wgmma: the int32 raw-count epilogue (`store_counts<std::int32_t>`) written by TMA bulk
-///   stores from shared memory (wgmma_v2_kernel.cuh); other epilogues run per element as before.
-/// - mma_sync: 12 warps of 64 x 64 output tiles, block tile 192 x 256 (`mma_v2_config`).
-/// - popc: no variant; v2 runs the standard kernel.
-enum class kernel_variant { standard, v2 };
+/// Tile-kernel variant inside a path. `automatic` (what every caller gets) is the fastest measured
+/// on the H200 (benchmarks/results/gram.md): `v2` for wgmma, and for mma_sync where a block can
+/// have the 224 KiB of shared memory `v2` needs (else `standard`). Tests and benchmarks force the
+/// others:
+/// - `standard`, the first kernels: wgmma with the per-element epilogue through shared-memory
+///   staging; mma_sync with 12 warps of 64 x 32 output tiles (block tile 128 x 192).
+/// - `v2`, wgmma: the int32 raw-count epilogue (`store_counts<std::int32_t>`) written by TMA bulk
+///   stores from shared memory for blocks wholly inside the output (wgmma_v2_kernel.cuh); other
+///   epilogues and edge blocks run per element as before. mma_sync: 12 warps of 64 x 64 output
+///   tiles, block tile 192 x 256 (`mma_v2_config`).
+/// - popc: no variant; every variant runs the one kernel.
+enum class kernel_variant { automatic, standard, v2 };
 
-inline const char* to_string(kernel_variant v) { return v == kernel_variant::v2 ? "v2" : "standard"; }
+inline const char* to_string(kernel_variant v) {
+  switch (v) {
+    case kernel_variant::automatic: return "automatic";
+    case kernel_variant::standard: return "standard";
+    case kernel_variant::v2: return "v2";
+  }
+  return "?";
+}
 
 template <class Epilogue>
 struct is_int32_count_store : std::false_type {};
@@ -216,6 +228,9 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
   if (epi.c == nullptr || reinterpret_cast<std::uintptr_t>(epi.c) % 16 != 0) return false;
   if (epi.ldc <= 0 || (epi.ldc * 4) % 16 != 0 || epi.ldc >= (std::int64_t{1} << 36)) return false;
   if (epi.row0 > args.a_row0 || epi.col0 > args.b_row0) return false;
+  // A bulk tensor store must start on a 16-byte column boundary (the H200 faults with an illegal
+  // instruction otherwise): blocks start at multiples of 256 columns past b_row0 - col0.
+  if ((args.b_row0 - epi.col0) % 4 != 0) return false;
   const std::int64_t cols = args.b_row0 + args.b_rows - epi.col0;
   const std::int64_t rows = args.a_row0 + args.a_rows - epi.row0;
   constexpr std::int64_t coord_limit = (std::int64_t{1} << 31) - 2 * wg_bn;
@@ -256,12 +271,13 @@ void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
 /// for every (i, j) of every computed tile inside [a_row0, a_row0 + a_rows) x [b_row0, b_row0 +
 /// b_rows). `path` forces a kernel (see kernel_path); automatic picks the fastest available.
 /// Runs on the current device; A, B and whatever the epilogue writes must live there.
-/// `Variant` selects an opt-in kernel variant inside the path (kernel_variant; tests and
-/// benchmarks: `bit_gemm_async<kernel_variant::v2>(...)`). A template parameter, so callers of
-/// the standard kernels do not instantiate the variants.
-template <kernel_variant Variant = kernel_variant::standard, class Epilogue>
+/// `Variant` forces a kernel variant inside the path (kernel_variant; tests and benchmarks:
+/// `bit_gemm_async<kernel_variant::standard>(...)`); the default, automatic, is the fastest measured.
+template <kernel_variant Variant = kernel_variant::automatic, class Epilogue>
 void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
-  static_assert(Variant == kernel_variant::standard || Variant == kernel_variant::v2, "unknown kernel_variant");
+  static_assert(Variant == kernel_variant::automatic || Variant == kernel_variant::standard ||
+                    Variant == kernel_variant::v2,
+                "unknown kernel_variant");
   check_bit_gemm_args(args);
   const int device = current_device();
   const kernel_path p = resolve_path(path, device);
@@ -284,7 +300,13 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
     return;
   }
   if (p == kernel_path::mma_sync) {
-    if constexpr (Variant == kernel_variant::v2) {
+    if constexpr (Variant == kernel_variant::automatic) {
+      if (mma_v2_fits(device)) {
+        mma_sync_launch<mma_v2_config>(args, epi, sms, s);
+      } else {
+        mma_sync_launch<mma_default_config>(args, epi, sms, s);
+      }
+    } else if constexpr (Variant == kernel_variant::v2) {
       if (!mma_v2_fits(device)) {
         throw logic_error("gram: kernel_variant v2 of kernel_path mma_sync needs " +
                           std::to_string(mma_v2_config::smem_bytes) +
@@ -297,10 +319,10 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
     }
     return;
   }
-  if constexpr (Variant == kernel_variant::v2) {
-    wgmma_v2_launch(args, epi, sms, s);
-  } else {
+  if constexpr (Variant == kernel_variant::standard) {
     wgmma_launch(args, epi, sms, s);
+  } else {
+    wgmma_v2_launch(args, epi, sms, s);
   }
 }
 

@@ -180,8 +180,11 @@ __global__ void __launch_bounds__(wg_threads, 1)
       const int tig = lane % 4;
       const std::int64_t row_base = ti * wg_bm + cw * 64 + warp_in_wg * 16;  // panel-local
       if constexpr (TmaStore) {
-        bool bulk = !epi.upper_only;
-        if (!bulk) {
+        // Only blocks that lie wholly inside the output go through the copy engine: a box that
+        // straddles the last column was measured (H200) to write the 16-byte group holding the
+        // bound, i.e. up to 3 columns past it, so edge blocks take the per-element path.
+        bool bulk = tj * wg_bn + wg_bn <= s.b_rows && ti * wg_bm + cw * 64 + 64 <= s.a_rows;
+        if (bulk && epi.upper_only) {
           // Every element of this warpgroup's 64 rows must satisfy i <= j.
           const std::int64_t last_local = ti * wg_bm + cw * 64 + 63;
           const std::int64_t last_row = s.a_row0 + (last_local < s.a_rows ? last_local : s.a_rows - 1);
