@@ -121,7 +121,10 @@ run_bench() {
     local b
     b=$(basename "$bin")
     if [[ -n $names && " $names " != *" ${b#spillway_} "* && " $names " != *" $b "* ]]; then continue; fi
-    local args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true
+    # gram_bench and stream_bench take medians inside (fixed iterations / their own repetitions).
+    local r=$reps
+    case $b in spillway_gram_bench | spillway_stream_bench) r=1 ;; esac
+    local args=(--benchmark_repetitions="$r" --benchmark_report_aggregates_only=true
       --benchmark_out="$RESULTS/$b.json" --benchmark_out_format=json)
     [[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")
     timeout "${BENCH_TIMEOUT:-400}" "$bin" "${args[@]}" >"$RESULTS/$b.txt" 2>&1 || { status=1; tail -20 "$RESULTS/$b.txt"; }
