@@ -77,8 +77,8 @@ SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*MultiGpu*:*TwoDev
 # racecheck only where kernels share memory between threads, on small problems.
 racecheck_filter() {
   case $1 in
-    gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets' ;;
-    map) echo 'GufuncGpu.*:ReduceGpu.*' ;;
+    gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramKernelsV2Gpu.Int32CountStoreEdgeShapes' ;;
+    map) echo 'GufuncGpu.*:GufuncStagedGpu.*:ReduceGpu.*' ;;
     ode) echo 'Rk4CoupledGpu.MeanFieldComplexFloatMatchesHost:Rk4FusedGpu.GraphAndPlainLaunchesAgreeBitwise' ;;
     *) echo '' ;;
   esac
