@@ -105,7 +105,7 @@ run_sanitizer() {
     [[ -x $bin ]] || continue
     sanitize_one memcheck "$bin" "$filter" "spillway_${m}_tests"
     if "$bin" --gtest_list_tests --gtest_filter='*V2Gpu*.*' | grep -q '^  '; then
-      sanitize_one memcheck "$bin" "*V2Gpu*.*" "spillway_${m}_tests(V2)"
+      sanitize_one memcheck "$bin" "*V2Gpu*.*" "spillway_${m}_tests_V2"
     fi
     local rf
     rf=$(racecheck_filter "$m")
