@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,33 @@ spillway::detail::gufunc_stage_plan stage_plan(const char* sig, const Args&... a
   return spillway::detail::plan_gufunc_stage(p, {spillway::detail::stage_input(spillway::detail::as_operand(args))...});
 }
 
+/// A spec with the staged path's tile buffers forced (1: single-buffered, 2: pipelined).
+spillway::gufunc_spec buffered(const char* sig, int buffers) {
+  spillway::gufunc_spec sp(sig);
+  sp.stage_buffers = buffers;
+  return sp;
+}
+
+/// The tile buffers the launcher picks for plan `sp` on the current device with `requested`.
+int buffers_on_device(const spillway::detail::gufunc_stage_plan& sp, int requested) {
+  int dev = 0, optin = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&dev));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return spillway::detail::gufunc_stage_buffers(sp, requested, optin);
+}
+
+/// An upper bound on the pipelined kernel's resident grid for plan `sp` on the current device:
+/// at most 8 blocks of 256 threads per SM, and no more than the SM's shared memory holds (two
+/// tile buffers each). Tiles beyond this count make blocks walk several tiles.
+index_t resident_bound(const spillway::detail::gufunc_stage_plan& sp) {
+  int dev = 0, sms = 0, smem_sm = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&dev));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  const index_t per_sm = std::max<index_t>(1, std::min<index_t>(8, smem_sm / (2 * sp.smem_bytes)));
+  return sms * per_sm;
+}
+
 struct row_dot {
   template <class T>
   __host__ __device__ void operator()(spillway::gufunc_team t, spillway::ndview<const T> a, spillway::ndview<const T> b,
@@ -81,6 +109,12 @@ void check_row_dot(index_t rows, index_t n, std::mt19937_64& g, spillway::stream
       << "n=" << n << " rows=" << rows;
   auto staged = poisoned_out<T>({rows}, st);
   spillway::gufunc_into_async(st, "(n),(n)->()", staged.view(), row_dot{}, da, db);
+  for (int buffers : {1, 2}) {  // both staged kernels, forced
+    auto forced = poisoned_out<T>({rows}, st);
+    spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), forced.view(), row_dot{}, da, db);
+    EXPECT_EQ(forced.to_host(st), ref.data) << "n=" << n << " rows=" << rows << " sizeof=" << sizeof(T)
+                                            << " stage_buffers=" << buffers;
+  }
   auto direct = poisoned_out<T>({rows}, st);
   spillway::gufunc_into_async(st, spillway::gufunc_spec("(n),(n)->()", 0, false), direct.view(), row_dot{}, da, db);
   EXPECT_EQ(staged.to_host(st), ref.data) << "n=" << n << " rows=" << rows << " sizeof=" << sizeof(T);
@@ -98,6 +132,124 @@ void body_GufuncStagedGpu_RowDotExactForCoreSizes() {
   }
   check_row_dot<float>(1, 64, g, st);
   check_row_dot<float>(33, 64, g, st);  // a tile of 32 plus one instance
+}
+
+// The pipelined kernel walks several tiles per block only when the tiles outnumber the resident
+// blocks: row counts past twice the resident grid's tiles, none a multiple of the tile.
+void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
+  std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.Pipelined"));
+  spillway::stream st;
+  struct shape_case {
+    index_t rows, n;
+  };
+  for (const auto c : {shape_case{600011, 1}, shape_case{600011, 3}, shape_case{100003, 63}, shape_case{100003, 64},
+                       shape_case{100003, 65}, shape_case{12011, 1000}}) {
+    const auto ha = small_ints<float>(c.rows * c.n, g);
+    const auto hb = small_ints<float>(c.rows * c.n, g);
+    auto da = spillway::device_array<float>::from_host(ha, {c.rows, c.n}, st);
+    auto db = spillway::device_array<float>::from_host(hb, {c.rows, c.n}, st);
+    const auto sp = stage_plan("(n),(n)->()", da, db);
+    ASSERT_TRUE(sp.ok) << "n=" << c.n;
+    ASSERT_EQ(buffers_on_device(sp, 0), 2) << "n=" << c.n << ": the automatic choice on this device";
+    ASSERT_EQ(buffers_on_device(sp, 1), 1);
+    const index_t tiles = (c.rows + sp.per_block - 1) / sp.per_block;
+    EXPECT_GT(tiles, 2 * resident_bound(sp)) << "n=" << c.n << ": too few tiles for several per block";
+    EXPECT_NE(c.rows % sp.per_block, 0) << "n=" << c.n << ": the last tile should be partial";
+    const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {c.rows, c.n}),
+                                                  spillway::make_view(hb.data(), {c.rows, c.n}));
+    for (int buffers : {0, 1, 2}) {
+      auto out = poisoned_out<float>({c.rows}, st);
+      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, da, db);
+      EXPECT_EQ(out.to_host(st), ref.data) << "n=" << c.n << " rows=" << c.rows << " stage_buffers=" << buffers;
+    }
+  }
+  // Broadcast loop dims, many tiles: (3000,1,n) with (401,n) -> (3000,401); b's outer stride is 0.
+  for (index_t n : {index_t{3}, index_t{64}}) {
+    const auto ha = small_ints<float>(3000 * n, g);
+    const auto hb = small_ints<float>(401 * n, g);
+    auto da = spillway::device_array<float>::from_host(ha, {3000, 1, n}, st);
+    auto db = spillway::device_array<float>::from_host(hb, {401, n}, st);
+    ASSERT_TRUE(stage_plan("(n),(n)->()", da, db).ok);
+    const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {3000, 1, n}),
+                                                  spillway::make_view(hb.data(), {401, n}));
+    for (int buffers : {1, 2}) {
+      auto out = poisoned_out<float>({3000, 401}, st);
+      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, da, db);
+      EXPECT_EQ(out.to_host(st), ref.data) << "broadcast n=" << n << " stage_buffers=" << buffers;
+    }
+  }
+  // Misaligned rows (one element past a 16-byte boundary: element-sized copies), doubles, and a
+  // 2-d core with a scalar on a non-default stream, all pipelined.
+  {
+    const index_t rows = 40009, n = 64;
+    const auto ha = small_ints<float>(rows * n + 1, g);
+    const auto hb = small_ints<float>(rows * n, g);
+    auto da = spillway::device_array<float>::from_host(ha, {rows * n + 1}, st);
+    auto db = spillway::device_array<float>::from_host(hb, {rows, n}, st);
+    const auto av = spillway::make_view<const float>(da.data() + 1, {rows, n});
+    const auto sp = stage_plan("(n),(n)->()", av, db);
+    ASSERT_TRUE(sp.ok);
+    EXPECT_FALSE(sp.ops[1].vec16);
+    const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data() + 1, {rows, n}),
+                                                  spillway::make_view(hb.data(), {rows, n}));
+    for (int buffers : {1, 2}) {
+      auto out = poisoned_out<float>({rows}, st);
+      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, av, db);
+      EXPECT_EQ(out.to_host(st), ref.data) << "misaligned stage_buffers=" << buffers;
+    }
+  }
+  {
+    const index_t rows = 50021, n = 65;
+    const auto ha = small_ints<double>(rows * n, g);
+    const auto hb = small_ints<double>(rows * n, g);
+    auto da = spillway::device_array<double>::from_host(ha, {rows, n}, st);
+    auto db = spillway::device_array<double>::from_host(hb, {rows, n}, st);
+    const auto ref = spillway::gufunc_host<double>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {rows, n}),
+                                                   spillway::make_view(hb.data(), {rows, n}));
+    auto out = poisoned_out<double>({rows}, st);
+    spillway::gufunc_into_async(st, buffered("(n),(n)->()", 2), out.view(), row_dot{}, da, db);
+    EXPECT_EQ(out.to_host(st), ref.data) << "double n=65";
+  }
+  {
+    const auto hs = small_ints<double>(40 * 5, g);
+    const auto hb = small_ints<double>(20011 * 40 * 5, g);
+    auto ds = spillway::device_array<double>::from_host(hs, {40, 5}, st);
+    auto db = spillway::device_array<double>::from_host(hb, {20011, 40, 5}, st);
+    ASSERT_TRUE(stage_plan("(m,o),(m,o),()->(m,o)", ds, db, 0.5).ok);
+    auto out = poisoned_out<double>({20011, 40, 5}, st);
+    spillway::gufunc_into_async(st, buffered("(m,o),(m,o),()->(m,o)", 2), out.view(), scaled_product{}, ds, db, 0.5);
+    const auto got = out.to_host(st);
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], hs[i % 200] * hb[i] * 0.5) << i;
+  }
+  // No rows: nothing launched, any stage_buffers.
+  {
+    auto da = spillway::device_array<float>({0, 64}, st);
+    auto out = spillway::gufunc_async<float>(st, buffered("(n),(n)->()", 2), row_dot{}, da, da);
+    EXPECT_EQ(out.shape(), (shape_t{0}));
+    st.synchronize();
+  }
+  // A bad stage_buffers throws naming the field, before anything is written.
+  {
+    const auto ha = small_ints<float>(10 * 8, g);
+    auto da = spillway::device_array<float>::from_host(ha, {10, 8}, st);
+    auto out = poisoned_out<float>({10}, st);
+    const auto before = out.to_host(st);
+    for (int bad : {-1, 3}) {
+      try {
+        spillway::gufunc_into_async(st, buffered("(n),(n)->()", bad), out.view(), row_dot{}, da, da);
+        ADD_FAILURE() << "stage_buffers=" << bad << " did not throw";
+      } catch (const spillway::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find("stage_buffers"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+      }
+    }
+    const auto after = out.to_host(st);
+    EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+  }
+}
+TEST(GufuncStagedGpu, PipelinedManyTilesPerBlock) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  body_GufuncStagedGpu_PipelinedManyTilesPerBlock();
 }
 TEST(GufuncStagedGpu, RowDotExactForCoreSizes) {
   SPILLWAY_GPU_TEST_OR_SKIP();

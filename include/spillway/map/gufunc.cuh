@@ -15,8 +15,10 @@
 // for tiny cores, a sub-warp team for medium ones, a block for large ones (functors without a team
 // parameter get one thread each) — never one thread for the whole array. With the automatic team
 // size, a team functor and small dense input cores, the cores are first staged into shared memory
-// (16-byte asynchronous copies, a tile of instances per block) and the functor reads the copies:
-// see plan_gufunc_stage and gufunc_staged_kernel, and docs/map.md.
+// (16-byte asynchronous copies, a tile of instances per block) and the functor reads the copies;
+// by default double-buffered (a resident grid whose blocks load tile t+1 while computing tile t;
+// gufunc_spec::stage_buffers = 1 keeps the single-buffered kernel): see plan_gufunc_stage,
+// gufunc_stage_buffers, gufunc_pipelined_kernel / gufunc_staged_kernel, and docs/map.md.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -86,6 +88,9 @@ gufunc_stage_input stage_input(const Op& op) {
 template <class R, class F, class... Args>
 void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F f, const Args&... args) {
   static_assert(!std::is_const_v<R>, "gufunc_into: the output view must be writable");
+  if (spec.stage_buffers < 0 || spec.stage_buffers > 2) {
+    detail::gufunc_stage_buffers(detail::gufunc_stage_plan{}, spec.stage_buffers, 0);  // throws, naming the field
+  }
   const auto& sig = spec.signature;
   std::size_t i = 0;
   (detail::check_gufunc_scalar(detail::as_operand(args), sig, i++), ...);
@@ -106,19 +111,38 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
       detail::gufunc_stage_kplan<K> skp{};
       skp.per_block = sp.per_block;
       skp.team = sp.team;
+      skp.smem_bytes = sp.smem_bytes;
       for (std::size_t k = 0; k < K; ++k) skp.ops[k] = sp.ops[k];
       const index_t tiles = (kp.instances + sp.per_block - 1) / sp.per_block;
-      const auto blocks = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
-      const auto smem = static_cast<std::size_t>(sp.smem_bytes);
+      int device = 0, optin = 0;
+      SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
+      SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      const int buffers = detail::gufunc_stage_buffers(sp, spec.stage_buffers, optin);
+      const auto smem = static_cast<std::size_t>(sp.smem_bytes) * static_cast<std::size_t>(buffers);
       const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
       auto launch = [&](auto kernel) {
         if (smem > 48 * 1024) {
           SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         }
+        auto blocks = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
+        if (buffers == 2) {  // a resident grid: every block walks several tiles
+          int sms = 0, per_sm = 0;
+          SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+          SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, detail::gufunc_stage_block, smem));
+          const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
+          blocks = std::min(blocks, cap);
+        }
         kernel<<<blocks, detail::gufunc_stage_block, smem, s.value()>>>(out.data(), f, kp, skp, args_t);
       };
       using A = decltype(args_t);
-      if (kp.instances + detail::gufunc_stage_block < (index_t{1} << 32)) {
+      const bool narrow = kp.instances + detail::gufunc_stage_block < (index_t{1} << 32);
+      if (buffers == 2) {
+        if (narrow) {
+          launch(detail::gufunc_pipelined_kernel<std::uint32_t, R, F, A, K>);
+        } else {
+          launch(detail::gufunc_pipelined_kernel<std::uint64_t, R, F, A, K>);
+        }
+      } else if (narrow) {
         launch(detail::gufunc_staged_kernel<std::uint32_t, R, F, A, K>);
       } else {
         launch(detail::gufunc_staged_kernel<std::uint64_t, R, F, A, K>);

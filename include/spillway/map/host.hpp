@@ -176,6 +176,9 @@ struct gufunc_spec {
   /// With team_size 0 and a team functor: small dense input cores are staged through shared
   /// memory (see docs/map.md). false keeps the direct path (for comparisons). Ignored on the host.
   bool stage = true;
+  /// Shared tile buffers of the staged path: 0 automatic (2 where they fit), 1 the single-buffered
+  /// kernel, 2 the double-buffered (pipelined) one. Other values throw. Ignored on the host.
+  int stage_buffers = 0;
 
   gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design
   gufunc_spec(const std::string& s) : signature(parse_signature(s)) {}  // NOLINT

@@ -310,6 +310,7 @@ template <std::size_t K>
 struct gufunc_stage_kplan {
   int per_block;
   int team;
+  index_t smem_bytes;  ///< bytes of one tile buffer
   gufunc_stage_operand ops[K];
 };
 
@@ -395,6 +396,68 @@ template <class Idx, class R, class F, class Args, std::size_t K>
 __global__ void __launch_bounds__(gufunc_stage_block) gufunc_staged_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
                                                                             gufunc_stage_kplan<K> sp, Args args) {
   gufunc_staged_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
+}
+
+/// The pipelined staged path (gufunc_stage_buffers == 2): a resident grid, each block walking
+/// tiles blockIdx.x, blockIdx.x + gridDim.x, ... with two shared buffers of sp.smem_bytes each.
+/// Before computing tile t (buffer b) a block issues tile t + gridDim.x's copies into buffer b^1,
+/// then waits for all but that newest group (cp.async.wait_group 1): its own loads stay in flight
+/// while it computes. The trailing barrier keeps buffer b intact until every team is done with it
+/// (the next iteration's copies go into b). Views, teams and output writes are as in
+/// gufunc_staged_run.
+template <class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
+__device__ __forceinline__ void gufunc_pipelined_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
+                                                     const gufunc_stage_kplan<K>& sp, const Args& args,
+                                                     std::index_sequence<I...>) {
+  extern __shared__ __align__(16) unsigned char gufunc_smem[];
+  const int team = sp.team;
+  const int slot = static_cast<int>(threadIdx.x) / team;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int rank = lane % team;
+  const unsigned mask = team >= 32 ? 0xffffffffu : (((1u << team) - 1u) << (lane - rank));
+  const gufunc_team t(team, rank, mask, team == 1 ? gufunc_team::kind::thread : gufunc_team::kind::subwarp);
+  const Idx instances = static_cast<Idx>(plan.instances);
+  const Idx per_block = static_cast<Idx>(sp.per_block);
+  const Idx tiles = (instances + per_block - 1) / per_block;
+  const Idx step = static_cast<Idx>(gridDim.x);
+  const index_t buf_bytes = sp.smem_bytes;
+  auto issue = [&](Idx tile, int buf) {
+    const Idx inst = tile * per_block + static_cast<Idx>(slot);
+    if (tile < tiles && inst < instances) {
+      index_t dig[max_rank];
+      loop_digits(inst, plan.loop_rank, plan.loop_extents, dig);
+      unsigned char* smem = gufunc_smem + buf * buf_bytes;
+      (stage_arg(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], dig, plan.loop_rank, smem, slot, rank, team),
+       ...);
+    }
+    __pipeline_commit();  // possibly empty: one group per tile keeps wait_prior(1) uniform
+  };
+  int buf = 0;
+  issue(static_cast<Idx>(blockIdx.x), 0);
+  for (Idx tile = blockIdx.x; tile < tiles; tile += step) {
+    issue(tile + step, buf ^ 1);
+    __pipeline_wait_prior(1);
+    __syncthreads();
+    const Idx inst = tile * per_block + static_cast<Idx>(slot);
+    if (inst < instances) {
+      index_t dig[max_rank];
+      loop_digits(inst, plan.loop_rank, plan.loop_extents, dig);
+      unsigned char* smem = gufunc_smem + buf * buf_bytes;
+      const ndview<R> o = ndview<R>::from_parts(out + loop_offset(dig, plan.ops[0].loop_strides, plan.loop_rank),
+                                                plan.ops[0].core_rank, plan.ops[0].core_extents,
+                                                plan.ops[0].core_strides);
+      invoke_gufunc(f, t, o, staged_view(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], smem, slot)...);
+    }
+    __syncthreads();  // the next iteration's copies overwrite this buffer
+    buf ^= 1;
+  }
+  __pipeline_wait_prior(0);  // no copy outlives the block
+}
+
+template <class Idx, class R, class F, class Args, std::size_t K>
+__global__ void __launch_bounds__(gufunc_stage_block) gufunc_pipelined_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
+                                                                               gufunc_stage_kplan<K> sp, Args args) {
+  gufunc_pipelined_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
 }
 
 // ---- reductions --------------------------------------------------------------------------------
