@@ -12,6 +12,7 @@
 #include <spillway/gram/detail/kernel_popc.cuh>
 #include <spillway/gram/detail/kernel_schedule.cuh>
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
+#include <spillway/gram/detail/mma_sync_v3_kernel.cuh>
 #include <spillway/gram/detail/wgmma_kernel.cuh>
 #include <spillway/gram/detail/wgmma_v2_kernel.cuh>
 #include <spillway/gram/kernel_path.hpp>
@@ -156,6 +157,10 @@ inline int max_block_smem(int device) {
 /// per-block shared memory: sm_90 and sm_100 yes; sm_80 (164 KiB) and sm_86/89/120 no.
 inline bool mma_v2_fits(int device) { return max_block_smem(device) >= mma_v2_config::smem_bytes; }
 
+/// Whether the mma_sync v3 tile (the v2 tile plus 8 mbarriers, 229,440 bytes) fits the device's
+/// per-block shared memory: the same devices as v2.
+inline bool mma_v3_fits(int device) { return max_block_smem(device) >= mma_v3_config::smem_bytes_v3; }
+
 inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
   return slots < max_blocks ? slots : max_blocks;
 }
@@ -170,6 +175,20 @@ void mma_sync_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
   const auto grid = persistent_grid(sch.total, sms);
   mma_sync_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes, s.value()>>>(
       args.a, args.b, args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+template <class Epilogue>
+void mma_sync_v3_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 8) {
+  using Cfg = mma_v3_config;
+  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                               args.upper_only, Cfg::bm, Cfg::bn, band);
+  if (sch.total == 0) return;
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_v3_gemm_kernel<Cfg, Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes_v3));
+  const auto grid = persistent_grid(sch.total, sms);
+  mma_sync_v3_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes_v3,
+                                           s.value()>>>(args.a, args.b, args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
 }
 
@@ -204,14 +223,18 @@ void wgmma_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view 
 ///   stores from shared memory for blocks wholly inside the output (wgmma_v2_kernel.cuh); other
 ///   epilogues and edge blocks run per element as before. mma_sync: 12 warps of 64 x 64 output
 ///   tiles, block tile 192 x 256 (`mma_v2_config`).
+/// - `v3` (opt-in only; automatic never picks it until it is measured): mma_sync with the v2 tile
+///   and mbarrier-driven stages instead of a block barrier per k-slice (mma_sync_v3_kernel.cuh);
+///   wgmma runs as v2.
 /// - popc: no variant; every variant runs the one kernel.
-enum class kernel_variant { automatic, standard, v2 };
+enum class kernel_variant { automatic, standard, v2, v3 };
 
 inline const char* to_string(kernel_variant v) {
   switch (v) {
     case kernel_variant::automatic: return "automatic";
     case kernel_variant::standard: return "standard";
     case kernel_variant::v2: return "v2";
+    case kernel_variant::v3: return "v3";
   }
   return "?";
 }
@@ -276,7 +299,7 @@ void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
 template <kernel_variant Variant = kernel_variant::automatic, class Epilogue>
 void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
   static_assert(Variant == kernel_variant::automatic || Variant == kernel_variant::standard ||
-                    Variant == kernel_variant::v2,
+                    Variant == kernel_variant::v2 || Variant == kernel_variant::v3,
                 "unknown kernel_variant");
   check_bit_gemm_args(args);
   const int device = current_device();
@@ -314,6 +337,14 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
                           std::to_string(max_block_smem(device)));
       }
       mma_sync_launch<mma_v2_config>(args, epi, sms, s);
+    } else if constexpr (Variant == kernel_variant::v3) {
+      if (!mma_v3_fits(device)) {
+        throw logic_error("gram: kernel_variant v3 of kernel_path mma_sync needs " +
+                          std::to_string(mma_v3_config::smem_bytes_v3) +
+                          " bytes of shared memory per block; device " + std::to_string(device) + " offers " +
+                          std::to_string(max_block_smem(device)));
+      }
+      mma_sync_v3_launch(args, epi, sms, s);
     } else {
       mma_sync_launch<mma_default_config>(args, epi, sms, s);
     }
