@@ -28,6 +28,9 @@ MODULES_DEFAULT="core io pipeline map gram ode"
 
 summary=()
 status=0
+# Suites of kernel variants under evaluation (V2, V3, ...): run in a process of their own.
+EXPERIMENTAL='*V2Gpu*.*:*V3Gpu*.*'
+
 
 run_tests() {
   local mods=${*:-$MODULES_DEFAULT}
@@ -45,12 +48,12 @@ run_tests() {
       name=$(basename "$bin")
       log="$RESULTS/$name.log"
       gpu_total=$("$bin" --gtest_list_tests --gtest_filter='*Gpu*.*' | grep -c '^  ' || true)
-      # Experimental variants (suites *V2Gpu) run in a process of their own, so that a crash there
+      # Experimental variants ($EXPERIMENTAL) run in a process of their own, so that a crash there
       # cannot hide the results of the default paths.
-      timeout "${TEST_TIMEOUT:-300}" "$bin" --gtest_color=no --gtest_filter='-*V2Gpu*.*' >"$log" 2>&1
+      timeout "${TEST_TIMEOUT:-300}" "$bin" --gtest_color=no --gtest_filter="-$EXPERIMENTAL" >"$log" 2>&1
       local rc=$?
-      if "$bin" --gtest_list_tests --gtest_filter='*V2Gpu*.*' | grep -q '^  '; then
-        timeout "${V2_TIMEOUT:-120}" "$bin" --gtest_color=no --gtest_filter='*V2Gpu*.*' >"$log.v2" 2>&1
+      if "$bin" --gtest_list_tests --gtest_filter="$EXPERIMENTAL" | grep -q '^  '; then
+        timeout "${V2_TIMEOUT:-120}" "$bin" --gtest_color=no --gtest_filter="$EXPERIMENTAL" >"$log.v2" 2>&1
         local rc2=$?
         summary+=("$(printf '%-34s rc=%-3s %s' "$name(V2)" "$rc2" "$(grep -E '^\[  (PASSED|FAILED) ' "$log.v2" | tr '\n' ' ')")")
         [[ $rc2 -ne 0 ]] && { status=1; grep -E '^\[  FAILED  \]|Failure' "$log.v2" | head -10; }
@@ -99,13 +102,13 @@ sanitize_one() {  # tool binary filter label
 run_sanitizer() {
   local mods=${*:-$MODULES_DEFAULT}
   export SPILLWAY_REQUIRE_GPU=1
-  local filter=${SANITIZER_FILTER:-"*Gpu*.*:-$SANITIZER_EXCLUDE:*V2Gpu*"}
+  local filter=${SANITIZER_FILTER:-"*Gpu*.*:-$SANITIZER_EXCLUDE:$EXPERIMENTAL"}
   for m in $mods; do
     local bin="$GPUBIN/spillway_${m}_tests"
     [[ -x $bin ]] || continue
     sanitize_one memcheck "$bin" "$filter" "spillway_${m}_tests"
-    if "$bin" --gtest_list_tests --gtest_filter='*V2Gpu*.*' | grep -q '^  '; then
-      sanitize_one memcheck "$bin" "*V2Gpu*.*" "spillway_${m}_tests_V2"
+    if "$bin" --gtest_list_tests --gtest_filter="$EXPERIMENTAL" | grep -q '^  '; then
+      sanitize_one memcheck "$bin" "$EXPERIMENTAL" "spillway_${m}_tests_V2"
     fi
     local rf
     rf=$(racecheck_filter "$m")
