@@ -47,10 +47,12 @@ spillway::detail::gufunc_stage_plan stage_plan(const char* sig, const Args&... a
   return spillway::detail::plan_gufunc_stage(p, {spillway::detail::stage_input(spillway::detail::as_operand(args))...});
 }
 
-/// A spec with the staged path's tile buffers forced (1: single-buffered, 2: pipelined).
-spillway::gufunc_spec buffered(const char* sig, int buffers) {
+/// A spec with the staged path's tile buffers forced (1: single-buffered, 2: pipelined), and the
+/// pipelined kernel's register cap (0 none, 6 six blocks per SM).
+spillway::gufunc_spec buffered(const char* sig, int buffers, int min_blocks = 0) {
   spillway::gufunc_spec sp(sig);
   sp.stage_buffers = buffers;
+  sp.stage_min_blocks = min_blocks;
   return sp;
 }
 
@@ -157,9 +159,10 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     EXPECT_NE(c.rows % sp.per_block, 0) << "n=" << c.n << ": the last tile should be partial";
     const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {c.rows, c.n}),
                                                   spillway::make_view(hb.data(), {c.rows, c.n}));
-    for (int buffers : {0, 1, 2}) {
+    for (int buffers : {0, 1, 2, -6}) {  // -6: two buffers, registers capped for 6 blocks per SM
       auto out = poisoned_out<float>({c.rows}, st);
-      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, da, db);
+      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers < 0 ? 2 : buffers, buffers < 0 ? 6 : 0),
+                                  out.view(), row_dot{}, da, db);
       EXPECT_EQ(out.to_host(st), ref.data) << "n=" << c.n << " rows=" << c.rows << " stage_buffers=" << buffers;
     }
   }
@@ -217,7 +220,7 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     auto db = spillway::device_array<double>::from_host(hb, {20011, 40, 5}, st);
     ASSERT_TRUE(stage_plan("(m,o),(m,o),()->(m,o)", ds, db, 0.5).ok);
     auto out = poisoned_out<double>({20011, 40, 5}, st);
-    spillway::gufunc_into_async(st, buffered("(m,o),(m,o),()->(m,o)", 2), out.view(), scaled_product{}, ds, db, 0.5);
+    spillway::gufunc_into_async(st, buffered("(m,o),(m,o),()->(m,o)", 2, 6), out.view(), scaled_product{}, ds, db, 0.5);
     const auto got = out.to_host(st);
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], hs[i % 200] * hb[i] * 0.5) << i;
   }
@@ -240,6 +243,15 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
         ADD_FAILURE() << "stage_buffers=" << bad << " did not throw";
       } catch (const spillway::logic_error& e) {
         EXPECT_NE(std::string(e.what()).find("stage_buffers"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+      }
+    }
+    for (int bad : {-1, 1, 7}) {
+      try {
+        spillway::gufunc_into_async(st, buffered("(n),(n)->()", 2, bad), out.view(), row_dot{}, da, da);
+        ADD_FAILURE() << "stage_min_blocks=" << bad << " did not throw";
+      } catch (const spillway::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find("stage_min_blocks"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
       }
     }

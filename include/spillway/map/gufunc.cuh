@@ -91,6 +91,10 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
   if (spec.stage_buffers < 0 || spec.stage_buffers > 2) {
     detail::gufunc_stage_buffers(detail::gufunc_stage_plan{}, spec.stage_buffers, 0);  // throws, naming the field
   }
+  if (spec.stage_min_blocks != 0 && spec.stage_min_blocks != detail::gufunc_stage_min_blocks) {
+    throw logic_error("gufunc_spec::stage_min_blocks: " + std::to_string(spec.stage_min_blocks) + " must be 0 or " +
+                      std::to_string(detail::gufunc_stage_min_blocks));
+  }
   const auto& sig = spec.signature;
   std::size_t i = 0;
   (detail::check_gufunc_scalar(detail::as_operand(args), sig, i++), ...);
@@ -137,7 +141,9 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
       using A = decltype(args_t);
       const bool narrow = kp.instances + detail::gufunc_stage_block < (index_t{1} << 32);
       if (buffers == 2) {
-        if (narrow) {
+        if (narrow && spec.stage_min_blocks != 0) {
+          launch(detail::gufunc_pipelined_capped_kernel<R, F, A, K>);
+        } else if (narrow) {
           launch(detail::gufunc_pipelined_kernel<std::uint32_t, R, F, A, K>);
         } else {
           launch(detail::gufunc_pipelined_kernel<std::uint64_t, R, F, A, K>);

@@ -179,6 +179,10 @@ struct gufunc_spec {
   /// Shared tile buffers of the staged path: 0 automatic (2 where they fit), 1 the single-buffered
   /// kernel, 2 the double-buffered (pipelined) one. Other values throw. Ignored on the host.
   int stage_buffers = 0;
+  /// The double-buffered staged kernel's register cap: 0 leaves the registers to the compiler;
+  /// 6 caps them so six blocks of 256 threads fit an SM (40 registers; a heavy functor may
+  /// spill). Other values throw. A comparison knob: the default is measured against it.
+  int stage_min_blocks = 0;
 
   gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design
   gufunc_spec(const std::string& s) : signature(parse_signature(s)) {}  // NOLINT

@@ -460,6 +460,16 @@ __global__ void __launch_bounds__(gufunc_stage_block) gufunc_pipelined_kernel(R*
   gufunc_pipelined_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
 }
 
+/// The same kernel with registers capped so that gufunc_stage_min_blocks blocks of 256 threads fit
+/// one SM (40 registers; ptxas gives the (·,64) row dot 39, no spills, against 42 uncapped):
+/// gufunc_spec::stage_min_blocks selects it, 32-bit indices only.
+inline constexpr int gufunc_stage_min_blocks = 6;
+template <class R, class F, class Args, std::size_t K>
+__global__ void __launch_bounds__(gufunc_stage_block, gufunc_stage_min_blocks)
+    gufunc_pipelined_capped_kernel(R* out, F f, gufunc_kernel_plan<K> plan, gufunc_stage_kplan<K> sp, Args args) {
+  gufunc_pipelined_run<std::uint32_t>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
+}
+
 // ---- reductions --------------------------------------------------------------------------------
 
 /// Element i of the (kept, reduced) ordering of a strided input: i = o * reduced + r.
