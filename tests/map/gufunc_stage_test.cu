@@ -263,6 +263,36 @@ TEST(GufuncStagedGpu, PipelinedManyTilesPerBlock) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   body_GufuncStagedGpu_PipelinedManyTilesPerBlock();
 }
+
+// Small enough for compute-sanitizer racecheck, yet blocks reuse their buffers: 1000-element cores
+// take 64 KB (float) per tile buffer, so one block per SM and more tiles than blocks; the last
+// tile is partial.
+void body_GufuncStagedGpu_PipelinedBufferReuseSmall() {
+  std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.PipelinedSmall"));
+  spillway::stream st;
+  const index_t rows = 1500, n = 1000;
+  const auto ha = small_ints<float>(rows * n, g);
+  const auto hb = small_ints<float>(rows * n, g);
+  auto da = spillway::device_array<float>::from_host(ha, {rows, n}, st);
+  auto db = spillway::device_array<float>::from_host(hb, {rows, n}, st);
+  const auto sp = stage_plan("(n),(n)->()", da, db);
+  ASSERT_TRUE(sp.ok);
+  ASSERT_EQ(buffers_on_device(sp, 2), 2);
+  const index_t tiles = (rows + sp.per_block - 1) / sp.per_block;
+  EXPECT_GT(tiles, resident_bound(sp)) << "every block would take one tile";
+  EXPECT_NE(rows % sp.per_block, 0);
+  const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {rows, n}),
+                                                spillway::make_view(hb.data(), {rows, n}));
+  for (int min_blocks : {0, 6}) {
+    auto out = poisoned_out<float>({rows}, st);
+    spillway::gufunc_into_async(st, buffered("(n),(n)->()", 2, min_blocks), out.view(), row_dot{}, da, db);
+    EXPECT_EQ(out.to_host(st), ref.data) << "stage_min_blocks=" << min_blocks;
+  }
+}
+TEST(GufuncStagedGpu, PipelinedBufferReuseSmall) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  body_GufuncStagedGpu_PipelinedBufferReuseSmall();
+}
 TEST(GufuncStagedGpu, RowDotExactForCoreSizes) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   body_GufuncStagedGpu_RowDotExactForCoreSizes();
