@@ -259,7 +259,7 @@ TEST(PipelineTransformHost, MatchesAPlainLoop) {
       c[i] = static_cast<std::int32_t>(rng() % 1000) - 500;
     }
     std::vector<double> out(n);
-    std::memset(out.data(), 0xFF, n * sizeof(double));  // NaN poison
+    if (n > 0) std::memset(out.data(), 0xFF, n * sizeof(double));  // NaN poison (memset of null is UB)
     spillway::transform_on_host(out, fma3{}, a, b, c);
     for (std::size_t i = 0; i < n; ++i) {
       const double want = a[i] * b[i] + c[i];
