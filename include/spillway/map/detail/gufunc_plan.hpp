@@ -224,14 +224,16 @@ inline gufunc_stage_plan plan_gufunc_stage(const gufunc_plan& p, const std::vect
 /// t+1's copies before computing tile t, so its own loads overlap its compute). `requested` is
 /// gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced; anything else throws); two buffers are
 /// used only while 2 * sp.smem_bytes fits `smem_optin` (the device's per-block opt-in maximum),
-/// otherwise one, forced or not. Automatic picks 2 whenever it fits.
+/// otherwise one, forced or not. Automatic picks 1: on the H200 the pipelined kernel measured
+/// slower on the (1e6, 64) float32 row dot (0.178 ms against 0.174 ms single-buffered, commit
+/// a4f1d73; docs/map.md), so it stays opt-in.
 inline int gufunc_stage_buffers(const gufunc_stage_plan& sp, int requested, index_t smem_optin) {
   if (requested < 0 || requested > 2) {
     throw logic_error("gufunc_spec::stage_buffers: " + std::to_string(requested) +
                       " must be 0 (automatic), 1 (single-buffered tiles) or 2 (double-buffered tiles)");
   }
   if (!sp.ok) return 0;
-  if (requested == 1) return 1;
+  if (requested != 2) return 1;
   return 2 * sp.smem_bytes <= smem_optin ? 2 : 1;
 }
 
