@@ -426,10 +426,20 @@ TEST(GramProgressGpu, ReportsAndCancels) {
   EXPECT_TRUE(r.complete());
   EXPECT_GE(calls, 2u);
   EXPECT_EQ(last_done, 20u);
-  o.progress = [&](const progress_info& p) { return p.tasks_done < 2; };
+  // Cancel at the first report. With 160 small strips the job cannot finish before the
+  // cancellation is seen (at most the slots in flight complete after it); with 20 strips the fast
+  // kernels finished all of them first on the H200, which made that check racy.
+  o.max_panel_rows = 4;
+  std::size_t total = 0;
+  o.progress = [&](const progress_info& p) {
+    total = p.tasks_total;
+    return false;
+  };
   const job_report c = gram_dense(a.view(), out.data(), triangle_layout::full, o);
+  EXPECT_EQ(total, 160u);
   EXPECT_TRUE(c.cancelled);
-  EXPECT_LT(c.tasks_completed, 20u);
+  EXPECT_FALSE(c.complete());
+  EXPECT_LT(c.tasks_completed, 160u);
 }
 
 }  // namespace
