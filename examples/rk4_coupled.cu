@@ -68,9 +68,22 @@ int main(int argc, char** argv) {
   std::uint64_t side = gpu ? 4096 : 64;
   std::uint64_t steps = 1000;
   const std::uint64_t seed = 20261121;
-  for (int a = 1; a + 1 < argc; a += 2) {
-    if (std::strcmp(argv[a], "--n") == 0) side = std::strtoull(argv[a + 1], nullptr, 10);
-    if (std::strcmp(argv[a], "--steps") == 0) steps = std::strtoull(argv[a + 1], nullptr, 10);
+  for (int a = 1; a < argc; a += 2) {
+    const bool has_value = a + 1 < argc;
+    if (std::strcmp(argv[a], "--n") == 0 && has_value) {
+      side = std::strtoull(argv[a + 1], nullptr, 10);
+    } else if (std::strcmp(argv[a], "--steps") == 0 && has_value) {
+      steps = std::strtoull(argv[a + 1], nullptr, 10);
+    } else {
+      const bool help = std::strcmp(argv[a], "--help") == 0 || std::strcmp(argv[a], "-h") == 0;
+      if (!help) std::fprintf(stderr, "rk4_coupled: unknown or incomplete argument %s\n", argv[a]);
+      std::fprintf(help ? stdout : stderr,
+                   "usage: %s [--n SIDE] [--steps STEPS]\n"
+                   "  RK4 of the coupled F, G fields on a SIDE x SIDE grid (default 4096 on a GPU, 64 on the host\n"
+                   "  implementation without one), delta <- mean(F) each step; writes rk4_coupled_delta.csv.\n",
+                   argv[0]);
+      return help ? 0 : 2;
+    }
   }
   if (side == 0 || steps == 0) {
     std::fprintf(stderr, "rk4_coupled: --n and --steps must be positive\n");
