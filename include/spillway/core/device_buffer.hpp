@@ -127,24 +127,17 @@ class device_buffer {
     device_guard g(device_);
     T* fresh = static_cast<T*>(
         detail::pool_allocate(detail::checked_bytes(n, sizeof(T), "device_buffer::resize"), s, device_));
+    if (data_ != nullptr && stream_ != s) {
+      // The copy and the free run on s: order them after the work already on the old stream.
+      event ordered;
+      ordered.record(stream_);
+      s.wait(ordered);
+    }
     const std::size_t keep = std::min(n, size_);
     if (keep > 0) {
-      if (stream_ != s) {
-        event ordered;
-        ordered.record(stream_);
-        s.wait(ordered);
-      }
       SPILLWAY_CUDA_TRY(cudaMemcpyAsync(fresh, data_, keep * sizeof(T), cudaMemcpyDeviceToDevice, s.value()));
     }
-    if (data_ != nullptr) {
-      // Free after the copy, on s.
-      if (keep == 0 && stream_ != s) {
-        event ordered;
-        ordered.record(stream_);
-        s.wait(ordered);
-      }
-      (void)cudaFreeAsync(data_, s.value());
-    }
+    if (data_ != nullptr) (void)cudaFreeAsync(data_, s.value());  // after the copy, on s
     data_ = fresh;
     size_ = n;
     stream_ = s;

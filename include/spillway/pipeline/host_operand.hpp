@@ -15,6 +15,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/host_registration.hpp>
 
 #include <cuda/std/span>
 #include <cuda_runtime_api.h>
@@ -132,16 +133,7 @@ auto as_output(R& r) { return host_output(r); }
 /// machine without a GPU.
 inline bool page_locked_range(const void* p, std::size_t bytes) {
   if (p == nullptr || bytes == 0) return false;
-  auto locked = [](const void* q) {
-    cudaPointerAttributes a{};
-    const cudaError_t e = cudaPointerGetAttributes(&a, q);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return a.type == cudaMemoryTypeHost;
-  };
-  return locked(p) && locked(static_cast<const unsigned char*>(p) + (bytes - 1));
+  return is_page_locked(p) && is_page_locked(static_cast<const unsigned char*>(p) + (bytes - 1));
 }
 
 inline host_memory resolve_memory(host_memory m, const void* p, std::size_t bytes) {
