@@ -187,10 +187,10 @@ void bm_spillway(benchmark::State& state, kernel_path path,
   problem& p = get_problem(state.range(0), state.range(1));
   try {
     (void)gd::resolve_path(path, spillway::current_device());
-    if (path == kernel_path::mma_sync && variant == gd::kernel_variant::v3 &&
-        !gd::mma_v3_fits(spillway::current_device())) {
-      throw spillway::logic_error("mma_sync v3 needs " + std::to_string(gd::mma_v3_config::smem_bytes_v3) +
-                                  " bytes of shared memory per block");
+    if (path == kernel_path::mma_sync && variant == gd::kernel_variant::v4 &&
+        !gd::mma_v4_fits(spillway::current_device())) {
+      throw spillway::logic_error("mma_sync v4 needs compute capability 9.0+ and " +
+                                  std::to_string(gd::mma_v4_config::smem_bytes_v4) + " bytes of shared memory per block");
     }
   } catch (const spillway::logic_error& e) {
     state.SkipWithError(e.what());
@@ -208,7 +208,7 @@ void bm_spillway(benchmark::State& state, kernel_path path,
   timed_loop(state, p, std::string("spillway ") + spillway::gram::to_string(path) + suffix, bytes, [&] {
     switch (variant) {
       case gd::kernel_variant::v2: gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, p.s); break;
-      case gd::kernel_variant::v3: gd::bit_gemm_async<gd::kernel_variant::v3>(g, epi, path, p.s); break;
+      case gd::kernel_variant::v4: gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, path, p.s); break;
       default: gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, p.s); break;
     }
   });
@@ -330,17 +330,17 @@ void shapes_large(benchmark::internal::Benchmark* b) { b->Args({32768, 65536}); 
 // minute of full power at the large shape) last, so its heat does not carry into the others.
 BENCHMARK_CAPTURE(bm_spillway, wgmma, kernel_path::wgmma)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync, kernel_path::mma_sync)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
-// Opt-in variants (kernel_variant::v2, v3), measured beside the defaults they may replace.
+// Forced variants (kernel_variant::v2, v4), measured beside the first kernels.
 BENCHMARK_CAPTURE(bm_spillway, wgmma_v2, kernel_path::wgmma, gd::kernel_variant::v2)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync_v2, kernel_path::mma_sync, gd::kernel_variant::v2)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v3, kernel_path::mma_sync, gd::kernel_variant::v3)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_spillway, mma_sync_v4, kernel_path::mma_sync, gd::kernel_variant::v4)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_cublaslt_int8)->Apply(shapes_small)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, popc, kernel_path::popc)->Apply(shapes_small)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, wgmma, kernel_path::wgmma)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync, kernel_path::mma_sync)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, wgmma_v2, kernel_path::wgmma, gd::kernel_variant::v2)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync_v2, kernel_path::mma_sync, gd::kernel_variant::v2)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v3, kernel_path::mma_sync, gd::kernel_variant::v3)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_spillway, mma_sync_v4, kernel_path::mma_sync, gd::kernel_variant::v4)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_cublaslt_int8)->Apply(shapes_large)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, popc, kernel_path::popc)->Apply(shapes_large)->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_naive)->Apply(shapes_small)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);

@@ -235,10 +235,8 @@ struct dot_fn {
 };
 
 /// range(0): the team size (0 = automatic: the staged shared-memory path for these dense rows,
-/// with its automatic tile buffers; -1 = automatic team on the direct path, staging off; >0 = that
-/// team on the direct path; -2 = the staged path forced single-buffered (the previous staged
-/// kernel); -3 = the staged path forced double-buffered (the pipelined kernel); -4 = the same with
-/// registers capped for 6 blocks per SM (gufunc_spec::stage_min_blocks)).
+/// two slots per team; -1 = automatic team on the direct path, staging off; >0 = that team on the
+/// direct path; -2 = the staged path forced to one slot per team: load, wait, compute).
 void BM_gufunc_dot(benchmark::State& state) {
   const int arg = static_cast<int>(state.range(0));
   const int team = arg < 0 ? 0 : arg;
@@ -251,13 +249,10 @@ void BM_gufunc_dot(benchmark::State& state) {
   out.buffer().fill_bytes_async(0xFF, s);
   const double bytes = static_cast<double>((2 * rows * n + rows) * sizeof(float));
   spillway::gufunc_spec spec("(n),(n)->()", team, staged);
-  spec.stage_buffers = arg == -2 ? 1 : arg <= -3 ? 2 : 0;
-  spec.stage_min_blocks = arg == -4 ? 6 : 0;
+  spec.stage_buffers = arg == -2 ? 1 : 0;
   const std::string name = arg == 0    ? "dot_default"
                            : arg == -1 ? "dot_direct_auto"
-                           : arg == -2 ? "dot_staged_single"
-                           : arg == -3 ? "dot_staged_pipelined"
-                           : arg == -4 ? "dot_staged_pipelined_capped"
+                           : arg == -2 ? "dot_staged_one_slot"
                                        : "dot_team" + std::to_string(team);
   timed(state, name, bytes, s,
         [&](spillway::stream_view st) { spillway::gufunc_into_async(st, spec, out.view(), dot_fn{}, a, b); });
@@ -295,7 +290,7 @@ BENCHMARK(BM_broadcast<8, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterat
 BENCHMARK(BM_broadcast<2, false>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_same_size_refs)->Args({20000000, 0})->Args({20000000, 1})->Args({200000000, 0})->Args({200000000, 1})->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_d2d_copy_roofline)->Name("BM_d2d_copy_roofline_before_dot")->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(-2)->Arg(-3)->Arg(-4)->Arg(-1)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(-2)->Arg(-1)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   if (spillway::device_count() == 0) {

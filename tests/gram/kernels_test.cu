@@ -99,7 +99,7 @@ void run_variant(gd::kernel_variant variant, const gd::bit_gemm_args& g, const E
                  spillway::stream_view s) {
   switch (variant) {
     case gd::kernel_variant::v2: gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s); break;
-    case gd::kernel_variant::v3: gd::bit_gemm_async<gd::kernel_variant::v3>(g, epi, path, s); break;
+    case gd::kernel_variant::v4: gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, path, s); break;
     default: gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, s); break;
   }
 }
@@ -729,28 +729,30 @@ TEST(GramKernelsV2Gpu, ZeroColumnsAndEmptyPanels) {
 
 
 // ---------------------------------------------------------------------------------------------
-// mma_sync v3 (kernel_variant::v3, opt-in): the v2 tile with mbarrier-driven stages. The same
-// shapes as the v2 suite, plus persistent blocks that run many tiles with k-slice counts that are
-// not multiples of the stage count (the mbarrier phases carry over from tile to tile).
+// mma_sync v4 (kernel_variant::v4; what automatic runs for mma_sync from compute capability 9.0):
+// the v2 tile fed by the tensor copy engine, stages handed back through per-slot release counters.
+// The same shapes as the v2 suite, plus persistent blocks that run many tiles with k-slice counts
+// that are not multiples of the stage count (the mbarrier phases and the release counters carry
+// over from tile to tile).
 
-std::vector<kernel_path> v3_paths() {
+std::vector<kernel_path> v4_paths() {
   std::vector<kernel_path> out;
-  const bool fits = gd::mma_v3_fits(spillway::current_device());
+  const bool fits = gd::mma_v4_fits(spillway::current_device());
   for (kernel_path p : runnable_paths()) {
     if (p == kernel_path::mma_sync && fits) out.push_back(p);
   }
   return out;
 }
 
-void expect_v3_paths(const std::vector<kernel_path>& paths) {
+void expect_v4_paths(const std::vector<kernel_path>& paths) {
   const int dev = spillway::current_device();
   const int cc = spillway::get_device_properties(dev).compute_capability();
   const int f = gd::build_features(dev);
-  const bool fits = gd::mma_v3_fits(dev);
+  const bool fits = gd::mma_v4_fits(dev);
   const bool bmma = cc >= 80 && (f & 1) != 0;
   EXPECT_EQ(paths.size(), bmma && fits ? 1u : 0u) << "cc " << cc << ", build features " << f;
-  std::cout << "[ v3 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v3 fits shared memory: "
-            << fits << ", needs " << gd::mma_v3_config::smem_bytes_v3 << " bytes)\n";
+  std::cout << "[ v4 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v4 runs here: "
+            << fits << ", needs " << gd::mma_v4_config::smem_bytes_v4 << " bytes)\n";
   if (bmma && !fits) {
     // Refused with a logic_error naming the bytes needed and offered; the output stays untouched.
     spillway::stream s;
@@ -762,13 +764,13 @@ void expect_v3_paths(const std::vector<kernel_path>& paths) {
     g.a_rows = g.b_rows = 1;
     g.ld_words = 32;
     try {
-      gd::bit_gemm_async<gd::kernel_variant::v3>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false},
+      gd::bit_gemm_async<gd::kernel_variant::v4>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false},
                                                  kernel_path::mma_sync, s);
-      ADD_FAILURE() << "mma_sync v3 ran on a device without the shared memory for it";
+      ADD_FAILURE() << "mma_sync v4 ran on a device that cannot run it";
     } catch (const spillway::logic_error& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
-      EXPECT_NE(msg.find(std::to_string(gd::mma_v3_config::smem_bytes_v3)), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(gd::mma_v4_config::smem_bytes_v4)), std::string::npos) << msg;
       EXPECT_NE(msg.find(std::to_string(gd::max_block_smem(dev))), std::string::npos) << msg;
     }
     std::int32_t h = 0;
@@ -778,17 +780,17 @@ void expect_v3_paths(const std::vector<kernel_path>& paths) {
   }
 }
 
-TEST(GramKernelsV3Gpu, EdgeShapesAAt) {
+TEST(GramKernelsV4Gpu, EdgeShapesAAt) {
   SPILLWAY_GPU_TEST_OR_SKIP();
-  const auto paths = v3_paths();
-  expect_v3_paths(paths);
+  const auto paths = v4_paths();
+  expect_v4_paths(paths);
   spillway::stream s;
   const std::vector<shape_case> shapes = {
       {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
       {129, 129, 1025}, {257, 257, 2049}, {301, 301, 4095}, {263, 263, 65}, {521, 521, 3000},
   };
   for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v3 aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    const std::uint64_t seed = spillway::test::seed("v4 aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
     std::vector<std::int64_t> ones, zeros;
     if (sh.a_rows > 3) {
       ones = {0, sh.a_rows - 1};
@@ -799,106 +801,106 @@ TEST(GramKernelsV3Gpu, EdgeShapesAAt) {
       for (bool upper : {false, true}) {
         check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
                       std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"),
-                      gd::kernel_variant::v3);
+                      gd::kernel_variant::v4);
       }
     }
   }
 }
 
-TEST(GramKernelsV3Gpu, ABtDifferentRowCounts) {
+TEST(GramKernelsV4Gpu, ABtDifferentRowCounts) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
   const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
   for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v3 abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
+    const std::uint64_t seed = spillway::test::seed("v4 abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
     const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
     const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
-    for (auto p : v3_paths()) {
+    for (auto p : v4_paths()) {
       check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
                     "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols),
-                    gd::kernel_variant::v3);
+                    gd::kernel_variant::v4);
     }
   }
 }
 
-TEST(GramKernelsV3Gpu, UpperOnlyWithPanelOffsets) {
+TEST(GramKernelsV4Gpu, UpperOnlyWithPanelOffsets) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v3 offsets");
+  const std::uint64_t seed = spillway::test::seed("v4 offsets");
   const host_bits m = random_bits(1400, 1100, seed);
   const std::vector<std::vector<std::int64_t>> cases = {
       {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
       {129, 255, 1, 1}};
   for (const auto& c : cases) {
-    for (auto p : v3_paths()) {
+    for (auto p : v4_paths()) {
       check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s,
                     "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) +
                         "+" + std::to_string(c[3]) + ")",
-                    gd::kernel_variant::v3);
+                    gd::kernel_variant::v4);
     }
   }
 }
 
-TEST(GramKernelsV3Gpu, ManyTilesPerBlockAndDeepK) {
+TEST(GramKernelsV4Gpu, ManyTilesPerBlockAndDeepK) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v3 many tiles");
+  const std::uint64_t seed = spillway::test::seed("v4 many tiles");
   const host_bits m = random_words(2600, 9000, seed);
   const host_bits a = random_words(1700, 9000, seed + 7);
-  for (auto p : v3_paths()) {
-    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", gd::kernel_variant::v3);
+  for (auto p : v4_paths()) {
+    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", gd::kernel_variant::v4);
     check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)",
-                  gd::kernel_variant::v3);
+                  gd::kernel_variant::v4);
   }
 }
 
 // 5000 x 6000 full products: 27 x 24 = 648 tiles of 192 x 256, about 5 per block of a 132-SM
-// grid, with 1, 2 and 5 k-slices per tile (fewer than the 3 the prologue fills, and a count that
+// grid, with 1, 2 and 5 k-slices per tile (fewer than the 4 the prologue fills, and a count that
 // is not a multiple of the 4 stages), so each slot's mbarrier phases run on across tiles.
-TEST(GramKernelsV3Gpu, MbarrierPhasesAcrossTiles) {
+TEST(GramKernelsV4Gpu, MbarrierPhasesAcrossTiles) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
   for (const std::int64_t cols : {std::int64_t{1000}, std::int64_t{1500}, std::int64_t{4500}}) {
-    const std::uint64_t seed = spillway::test::seed("v3 phases " + std::to_string(cols));
+    const std::uint64_t seed = spillway::test::seed("v4 phases " + std::to_string(cols));
     const host_bits a = random_bits(5000, cols, seed, 0.5);
     const host_bits b = random_bits(6000, cols, seed + 1, 0.4, {5, 5999}, {0});
-    for (auto p : v3_paths()) {
-      check_store_i32({&a, 0, 5000}, {&b, 0, 6000}, false, p, gd::kernel_variant::v3, 0, 0, 0, true, s,
+    for (auto p : v4_paths()) {
+      check_store_i32({&a, 0, 5000}, {&b, 0, 6000}, false, p, gd::kernel_variant::v4, 0, 0, 0, true, s,
                       "5000x6000x" + std::to_string(cols) + " full");
     }
   }
-  const host_bits m = random_bits(6000, 2500, spillway::test::seed("v3 phases upper"));
-  for (auto p : v3_paths()) {
-    check_product({&m, 0, 6000}, {&m, 0, 6000}, true, p, s, "6000x2500 upper", gd::kernel_variant::v3);
+  const host_bits m = random_bits(6000, 2500, spillway::test::seed("v4 phases upper"));
+  for (auto p : v4_paths()) {
+    check_product({&m, 0, 6000}, {&m, 0, 6000}, true, p, s, "6000x2500 upper", gd::kernel_variant::v4);
   }
 }
 
-TEST(GramKernelsV3Gpu, Int32CountStoreEdgeShapes) {
+TEST(GramKernelsV4Gpu, Int32CountStoreEdgeShapes) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
   const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
                                           {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
   for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v3 store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    const std::uint64_t seed = spillway::test::seed("v4 store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
     const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, sh.a_rows > 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{},
                                     sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
     const std::int64_t n = sh.a_rows;
     const std::int64_t pad16 = (4 - n % 4) % 4 + 4;
-    for (auto p : v3_paths()) {
+    for (auto p : v4_paths()) {
       for (bool upper : {false, true}) {
         const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v3, 0, 0, 0, n % 4 == 0, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v3, 0, 0, pad16, true, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v3, 3, 4, pad16, true, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 0, 0, 0, n % 4 == 0, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 0, 0, pad16, true, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 3, 4, pad16, true, s, what);
       }
     }
   }
 }
 
-TEST(GramKernelsV3Gpu, Int32CountStorePanelsAndPerThreadStream) {
+TEST(GramKernelsV4Gpu, Int32CountStorePanelsAndPerThreadStream) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v3 store panels");
+  const std::uint64_t seed = spillway::test::seed("v4 store panels");
   const host_bits m = random_bits(1400, 1100, seed);
   const std::vector<std::vector<std::int64_t>> cases = {
       {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
@@ -906,8 +908,8 @@ TEST(GramKernelsV3Gpu, Int32CountStorePanelsAndPerThreadStream) {
   for (const auto& c : cases) {
     for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
       const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;
-      for (auto p : v3_paths()) {
-        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v3, 2, col_shift, pad,
+      for (auto p : v4_paths()) {
+        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v4, 2, col_shift, pad,
                         col_shift % 4 == 0, s,
                         "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
                             std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
@@ -916,19 +918,19 @@ TEST(GramKernelsV3Gpu, Int32CountStorePanelsAndPerThreadStream) {
   }
   const host_bits big = random_words(2600, 9000, seed + 3);
   const auto pts = spillway::stream_view::per_thread();
-  for (auto p : v3_paths()) {
-    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, gd::kernel_variant::v3, 0, 0, 0, true, pts,
+  for (auto p : v4_paths()) {
+    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, gd::kernel_variant::v4, 0, 0, 0, true, pts,
                     "per-thread stream");
   }
 }
 
-TEST(GramKernelsV3Gpu, ZeroColumnsAndEmptyPanels) {
+TEST(GramKernelsV4Gpu, ZeroColumnsAndEmptyPanels) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   spillway::stream s;
   const host_bits m = random_bits(70, 0, 1);
-  for (auto p : v3_paths()) {
-    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", gd::kernel_variant::v3);
-    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, gd::kernel_variant::v3, 0, 0, 2, true, s, "zero columns");
+  for (auto p : v4_paths()) {
+    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", gd::kernel_variant::v4);
+    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, gd::kernel_variant::v4, 0, 0, 2, true, s, "zero columns");
   }
   spillway::device_buffer<std::int32_t> dc(16, s);
   dc.fill_bytes_async(0xFF, s);
@@ -939,7 +941,7 @@ TEST(GramKernelsV3Gpu, ZeroColumnsAndEmptyPanels) {
   g.b_rows = 4;
   g.ld_words = 32;
   const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
-  for (auto p : v3_paths()) gd::bit_gemm_async<gd::kernel_variant::v3>(g, epi, p, s);
+  for (auto p : v4_paths()) gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, p, s);
   std::vector<std::int32_t> c(16);
   dc.copy_to_host_async({c.data(), c.size()}, s);
   s.synchronize();

@@ -117,23 +117,25 @@ TEST(GufuncStagePlan, TileBuffers) {
   using spillway::detail::gufunc_stage_buffers;
   constexpr index_t h200_optin = 232448;  // 227 KiB, the H100/H200 per-block opt-in maximum
   constexpr index_t a100_optin = 166912;  // 163 KiB
-  // The row dot: 18 KiB per tile buffer, so two fit anywhere; automatic picks the single-buffered
-  // kernel (measured faster on the H200), a forced 2 the pipelined one where two buffers fit.
+  // The row dot: 18 KiB per slot set, so two fit anywhere; automatic picks two slots per team
+  // (measured faster on the H200), a forced 1 keeps one.
   const auto dot = plan("(n),(n)->()", {dense({1000000, 64}), dense({1000000, 64})},
                         {{true, 4, kAligned}, {true, 4, kAligned}});
   ASSERT_TRUE(dot.ok);
-  EXPECT_EQ(gufunc_stage_buffers(dot, 0, h200_optin), 1);
+  EXPECT_EQ(gufunc_stage_buffers(dot, 0, h200_optin), 2);
+  EXPECT_EQ(gufunc_stage_buffers(dot, 0, 2 * dot.smem_bytes - 1), 1);  // automatic: one where two do not fit
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, h200_optin), 2);
   EXPECT_EQ(gufunc_stage_buffers(dot, 1, h200_optin), 1);
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 48 * 1024), 2);
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 2 * dot.smem_bytes), 2);      // exactly fits
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 2 * dot.smem_bytes - 1), 1);  // one byte short
-  // 1000 floats per core: 8 instances x 2 x 4 KiB = 64 KiB per buffer. Two fit 227 KiB, not 96 KiB;
-  // a forced 2 falls back to one buffer where two do not fit.
+  // 1000 floats per core: 8 instances x 2 x 4 KiB = 64 KiB per slot set. Two fit 227 KiB, not
+  // 96 KiB; automatic or a forced 2 falls back to one where two do not fit.
   const auto big = plan("(n),(n)->()", {dense({777, 1000}), dense({777, 1000})}, {{true, 4, kAligned}, {true, 4, kAligned}});
   ASSERT_TRUE(big.ok);
   EXPECT_EQ(big.smem_bytes, 2 * 8 * 1024 * 4);
-  EXPECT_EQ(gufunc_stage_buffers(big, 0, h200_optin), 1);
+  EXPECT_EQ(gufunc_stage_buffers(big, 0, h200_optin), 2);
+  EXPECT_EQ(gufunc_stage_buffers(big, 0, 96 * 1024), 1);
   EXPECT_EQ(gufunc_stage_buffers(big, 2, h200_optin), 2);
   EXPECT_EQ(gufunc_stage_buffers(big, 2, a100_optin), 2);
   EXPECT_EQ(gufunc_stage_buffers(big, 2, 96 * 1024), 1);
@@ -153,4 +155,51 @@ TEST(GufuncStagePlan, TileBuffers) {
       EXPECT_NE(what.find(std::to_string(bad)), std::string::npos) << what;
     }
   }
+}
+
+// The planner merges loop dimensions the operands walk contiguously; every instance's offsets
+// must be what the uncollapsed digits give (checked against a hand computation of the original).
+TEST(GufuncLoopCollapse, MergesOnlyWhereEveryOperandChains) {
+  using spillway::detail::loop_offsets;
+  namespace d = spillway::detail;
+  const auto sig = spillway::parse_signature("(n),(n)->()");
+  // (6, 5, 7, n) contiguous with (5, 7, n) broadcast over the outer dim: the inner two loop dims
+  // chain for all three operands (output (6,5,7) contiguous too); the outer one does not for b.
+  const index_t n = 3;
+  auto p = d::plan_gufunc(sig, {dense({6, 5, 7, n}), dense({5, 7, n})}, nullptr);
+  ASSERT_EQ(p.loop_rank, 2);
+  EXPECT_EQ(p.loop_extents[0], 6);
+  EXPECT_EQ(p.loop_extents[1], 35);
+  EXPECT_EQ(p.binding.loop_shape, (std::vector<index_t>{6, 5, 7}));  // what callers see is unchanged
+  for (index_t inst = 0; inst < 6 * 35; ++inst) {
+    const index_t i0 = inst / 35, i1 = inst / 7 % 5, i2 = inst % 7;
+    index_t off[3];
+    loop_offsets(inst, p.loop_rank, p.loop_extents, p.ops.data(), off);
+    EXPECT_EQ(off[0], inst) << inst;                             // output (6,5,7)
+    EXPECT_EQ(off[1], ((i0 * 5 + i1) * 7 + i2) * n) << inst;   // a (6,5,7,n)
+    EXPECT_EQ(off[2], (i1 * 7 + i2) * n) << inst;              // b (5,7,n), broadcast over i0
+  }
+  // Fully contiguous loops collapse to rank 1; size-1 loop dimensions vanish.
+  p = d::plan_gufunc(sig, {dense({4, 1, 9, n}), dense({4, 1, 9, n})}, nullptr);
+  ASSERT_EQ(p.loop_rank, 1);
+  EXPECT_EQ(p.loop_extents[0], 36);
+  EXPECT_EQ(p.ops[1].loop_strides[0], n);
+  // A transposed operand (strides not chaining) keeps its dimensions apart.
+  p = d::plan_gufunc(sig, {{{4, 9, n}, {n, 4 * n, 1}}, dense({4, 9, n})}, nullptr);
+  ASSERT_EQ(p.loop_rank, 2);
+  for (index_t inst = 0; inst < 36; ++inst) {
+    index_t off[3];
+    loop_offsets(inst, p.loop_rank, p.loop_extents, p.ops.data(), off);
+    EXPECT_EQ(off[1], (inst / 9) * n + (inst % 9) * 4 * n) << inst;
+    EXPECT_EQ(off[2], inst * n) << inst;
+  }
+  // All loop dimensions of size 1: rank 0, one instance at offset 0.
+  p = d::plan_gufunc(sig, {dense({1, 1, n}), dense({n})}, nullptr);
+  EXPECT_EQ(p.loop_rank, 0);
+  EXPECT_EQ(p.instances, 1);
+  index_t off[3] = {-1, -1, -1};
+  loop_offsets(index_t{0}, p.loop_rank, p.loop_extents, p.ops.data(), off);
+  EXPECT_EQ(off[0], 0);
+  EXPECT_EQ(off[1], 0);
+  EXPECT_EQ(off[2], 0);
 }

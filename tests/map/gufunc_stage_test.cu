@@ -47,12 +47,11 @@ spillway::detail::gufunc_stage_plan stage_plan(const char* sig, const Args&... a
   return spillway::detail::plan_gufunc_stage(p, {spillway::detail::stage_input(spillway::detail::as_operand(args))...});
 }
 
-/// A spec with the staged path's tile buffers forced (1: single-buffered, 2: pipelined), and the
-/// pipelined kernel's register cap (0 none, 6 six blocks per SM).
-spillway::gufunc_spec buffered(const char* sig, int buffers, int min_blocks = 0) {
+/// A spec with the staged path's shared slots per team forced (1: load, wait, compute; 2: the next
+/// instance's copies in flight while computing).
+spillway::gufunc_spec buffered(const char* sig, int buffers) {
   spillway::gufunc_spec sp(sig);
   sp.stage_buffers = buffers;
-  sp.stage_min_blocks = min_blocks;
   return sp;
 }
 
@@ -64,9 +63,9 @@ int buffers_on_device(const spillway::detail::gufunc_stage_plan& sp, int request
   return spillway::detail::gufunc_stage_buffers(sp, requested, optin);
 }
 
-/// An upper bound on the pipelined kernel's resident grid for plan `sp` on the current device:
-/// at most 8 blocks of 256 threads per SM, and no more than the SM's shared memory holds (two
-/// tile buffers each). Tiles beyond this count make blocks walk several tiles.
+/// An upper bound on the staged kernel's resident grid for plan `sp` on the current device: at
+/// most 8 blocks of 256 threads per SM, and no more than the SM's shared memory holds (two slots
+/// per team each). Beyond this many tiles of per_block instances, every team walks several instances.
 index_t resident_bound(const spillway::detail::gufunc_stage_plan& sp) {
   int dev = 0, sms = 0, smem_sm = 0;
   SPILLWAY_CUDA_TRY(cudaGetDevice(&dev));
@@ -136,8 +135,9 @@ void body_GufuncStagedGpu_RowDotExactForCoreSizes() {
   check_row_dot<float>(33, 64, g, st);  // a tile of 32 plus one instance
 }
 
-// The pipelined kernel walks several tiles per block only when the tiles outnumber the resident
-// blocks: row counts past twice the resident grid's tiles, none a multiple of the tile.
+// Teams walk several instances (and reuse their slots) only when the tiles of per_block instances
+// outnumber the resident blocks: row counts past twice the resident grid's tiles, none a multiple
+// of the tile.
 void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.Pipelined"));
   spillway::stream st;
@@ -152,7 +152,7 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     auto db = spillway::device_array<float>::from_host(hb, {c.rows, c.n}, st);
     const auto sp = stage_plan("(n),(n)->()", da, db);
     ASSERT_TRUE(sp.ok) << "n=" << c.n;
-    ASSERT_EQ(buffers_on_device(sp, 0), 1) << "n=" << c.n << ": the automatic choice (single-buffered)";
+    ASSERT_EQ(buffers_on_device(sp, 0), 2) << "n=" << c.n << ": the automatic choice (two slots per team)";
     ASSERT_EQ(buffers_on_device(sp, 2), 2) << "n=" << c.n << ": two buffers fit on this device";
     ASSERT_EQ(buffers_on_device(sp, 1), 1);
     const index_t tiles = (c.rows + sp.per_block - 1) / sp.per_block;
@@ -160,10 +160,9 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     EXPECT_NE(c.rows % sp.per_block, 0) << "n=" << c.n << ": the last tile should be partial";
     const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {c.rows, c.n}),
                                                   spillway::make_view(hb.data(), {c.rows, c.n}));
-    for (int buffers : {0, 1, 2, -6}) {  // -6: two buffers, registers capped for 6 blocks per SM
+    for (int buffers : {0, 1, 2}) {
       auto out = poisoned_out<float>({c.rows}, st);
-      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers < 0 ? 2 : buffers, buffers < 0 ? 6 : 0),
-                                  out.view(), row_dot{}, da, db);
+      spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, da, db);
       EXPECT_EQ(out.to_host(st), ref.data) << "n=" << c.n << " rows=" << c.rows << " stage_buffers=" << buffers;
     }
   }
@@ -183,7 +182,7 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     }
   }
   // Misaligned rows (one element past a 16-byte boundary: element-sized copies), doubles, and a
-  // 2-d core with a scalar on a non-default stream, all pipelined.
+  // 2-d core with a scalar on a non-default stream, with two slots per team.
   {
     const index_t rows = 40009, n = 64;
     const auto ha = small_ints<float>(rows * n + 1, g);
@@ -221,7 +220,7 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     auto db = spillway::device_array<double>::from_host(hb, {20011, 40, 5}, st);
     ASSERT_TRUE(stage_plan("(m,o),(m,o),()->(m,o)", ds, db, 0.5).ok);
     auto out = poisoned_out<double>({20011, 40, 5}, st);
-    spillway::gufunc_into_async(st, buffered("(m,o),(m,o),()->(m,o)", 2, 6), out.view(), scaled_product{}, ds, db, 0.5);
+    spillway::gufunc_into_async(st, buffered("(m,o),(m,o),()->(m,o)", 2), out.view(), scaled_product{}, ds, db, 0.5);
     const auto got = out.to_host(st);
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], hs[i % 200] * hb[i] * 0.5) << i;
   }
@@ -247,15 +246,6 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
         EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
       }
     }
-    for (int bad : {-1, 1, 7}) {
-      try {
-        spillway::gufunc_into_async(st, buffered("(n),(n)->()", 2, bad), out.view(), row_dot{}, da, da);
-        ADD_FAILURE() << "stage_min_blocks=" << bad << " did not throw";
-      } catch (const spillway::logic_error& e) {
-        EXPECT_NE(std::string(e.what()).find("stage_min_blocks"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
-      }
-    }
     const auto after = out.to_host(st);
     EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
   }
@@ -265,9 +255,9 @@ TEST(GufuncStagedGpu, PipelinedManyTilesPerBlock) {
   body_GufuncStagedGpu_PipelinedManyTilesPerBlock();
 }
 
-// Small enough for compute-sanitizer racecheck, yet blocks reuse their buffers: 1000-element cores
-// take 64 KB (float) per tile buffer, so one block per SM and more tiles than blocks; the last
-// tile is partial.
+// Small enough for compute-sanitizer racecheck, yet teams reuse their slots: 1000-element cores
+// take 64 KB (float) per slot set of a block, so one block per SM and more tiles than blocks; the
+// last tile is partial.
 void body_GufuncStagedGpu_PipelinedBufferReuseSmall() {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.PipelinedSmall"));
   spillway::stream st;
@@ -284,10 +274,10 @@ void body_GufuncStagedGpu_PipelinedBufferReuseSmall() {
   EXPECT_NE(rows % sp.per_block, 0);
   const auto ref = spillway::gufunc_host<float>("(n),(n)->()", row_dot{}, spillway::make_view(ha.data(), {rows, n}),
                                                 spillway::make_view(hb.data(), {rows, n}));
-  for (int min_blocks : {0, 6}) {
+  for (int buffers : {1, 2}) {
     auto out = poisoned_out<float>({rows}, st);
-    spillway::gufunc_into_async(st, buffered("(n),(n)->()", 2, min_blocks), out.view(), row_dot{}, da, db);
-    EXPECT_EQ(out.to_host(st), ref.data) << "stage_min_blocks=" << min_blocks;
+    spillway::gufunc_into_async(st, buffered("(n),(n)->()", buffers), out.view(), row_dot{}, da, db);
+    EXPECT_EQ(out.to_host(st), ref.data) << "stage_buffers=" << buffers;
   }
 }
 TEST(GufuncStagedGpu, PipelinedBufferReuseSmall) {

@@ -15,10 +15,9 @@
 // for tiny cores, a sub-warp team for medium ones, a block for large ones (functors without a team
 // parameter get one thread each) — never one thread for the whole array. With the automatic team
 // size, a team functor and small dense input cores, the cores are first staged into shared memory
-// (16-byte asynchronous copies, a tile of instances per block) and the functor reads the copies;
-// by default double-buffered (a resident grid whose blocks load tile t+1 while computing tile t;
-// gufunc_spec::stage_buffers = 1 keeps the single-buffered kernel): see plan_gufunc_stage,
-// gufunc_stage_buffers, gufunc_pipelined_kernel / gufunc_staged_kernel, and docs/map.md.
+// (16-byte asynchronous copies) by a resident grid in which every team runs its own two-slot
+// pipeline (it loads its next instance while it computes the current one); see plan_gufunc_stage,
+// gufunc_stage_buffers, gufunc_staged_kernel and docs/map.md.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -91,10 +90,6 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
   if (spec.stage_buffers < 0 || spec.stage_buffers > 2) {
     detail::gufunc_stage_buffers(detail::gufunc_stage_plan{}, spec.stage_buffers, 0);  // throws, naming the field
   }
-  if (spec.stage_min_blocks != 0 && spec.stage_min_blocks != detail::gufunc_stage_min_blocks) {
-    throw logic_error("gufunc_spec::stage_min_blocks: " + std::to_string(spec.stage_min_blocks) + " must be 0 or " +
-                      std::to_string(detail::gufunc_stage_min_blocks));
-  }
   const auto& sig = spec.signature;
   std::size_t i = 0;
   (detail::check_gufunc_scalar(detail::as_operand(args), sig, i++), ...);
@@ -124,34 +119,31 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
       const int buffers = detail::gufunc_stage_buffers(sp, spec.stage_buffers, optin);
       const auto smem = static_cast<std::size_t>(sp.smem_bytes) * static_cast<std::size_t>(buffers);
       const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
-      auto launch = [&](auto kernel) {
+      // A resident grid: each team walks instances grid-strided and overlaps its own loads.
+      auto launch = [&](auto kernel, auto narrow_kernel) {
+        int sms = 0, per_sm = 0;
+        SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
         if (smem > 48 * 1024) {
           SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          SPILLWAY_CUDA_TRY(
+              cudaFuncSetAttribute(narrow_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         }
-        auto blocks = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
-        if (buffers == 2) {  // a resident grid: every block walks several tiles
-          int sms = 0, per_sm = 0;
-          SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-          SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, detail::gufunc_stage_block, smem));
-          const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
-          blocks = std::min(blocks, cap);
+        SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, narrow_kernel, detail::gufunc_stage_block, smem));
+        const index_t cap = static_cast<index_t>(sms) * std::max(1, per_sm);
+        const auto blocks = static_cast<unsigned>(std::min(tiles, cap));
+        // 32-bit instance arithmetic while the last step past the end stays below 2^32.
+        const index_t step = static_cast<index_t>(blocks) * sp.per_block;
+        if (kp.instances + 2 * step < (index_t{1} << 32)) {
+          narrow_kernel<<<blocks, detail::gufunc_stage_block, smem, s.value()>>>(out.data(), f, kp, skp, args_t);
+        } else {
+          kernel<<<blocks, detail::gufunc_stage_block, smem, s.value()>>>(out.data(), f, kp, skp, args_t);
         }
-        kernel<<<blocks, detail::gufunc_stage_block, smem, s.value()>>>(out.data(), f, kp, skp, args_t);
       };
       using A = decltype(args_t);
-      const bool narrow = kp.instances + detail::gufunc_stage_block < (index_t{1} << 32);
       if (buffers == 2) {
-        if (narrow && spec.stage_min_blocks != 0) {
-          launch(detail::gufunc_pipelined_capped_kernel<R, F, A, K>);
-        } else if (narrow) {
-          launch(detail::gufunc_pipelined_kernel<std::uint32_t, R, F, A, K>);
-        } else {
-          launch(detail::gufunc_pipelined_kernel<std::uint64_t, R, F, A, K>);
-        }
-      } else if (narrow) {
-        launch(detail::gufunc_staged_kernel<std::uint32_t, R, F, A, K>);
+        launch(detail::gufunc_staged_kernel<2, std::uint64_t, R, F, A, K>, detail::gufunc_staged_kernel<2, std::uint32_t, R, F, A, K>);
       } else {
-        launch(detail::gufunc_staged_kernel<std::uint64_t, R, F, A, K>);
+        launch(detail::gufunc_staged_kernel<1, std::uint64_t, R, F, A, K>, detail::gufunc_staged_kernel<1, std::uint32_t, R, F, A, K>);
       }
       SPILLWAY_CUDA_TRY(cudaGetLastError());
       return;

@@ -176,13 +176,10 @@ struct gufunc_spec {
   /// With team_size 0 and a team functor: small dense input cores are staged through shared
   /// memory (see docs/map.md). false keeps the direct path (for comparisons). Ignored on the host.
   bool stage = true;
-  /// Shared tile buffers of the staged path: 0 automatic (2 where they fit), 1 the single-buffered
-  /// kernel, 2 the double-buffered (pipelined) one. Other values throw. Ignored on the host.
+  /// Shared slots per team on the staged path: 0 automatic (2 where they fit the device's shared
+  /// memory per block, else 1); 1: load an instance, wait, compute; 2: load the next instance
+  /// while computing this one. Other values throw. Ignored on the host.
   int stage_buffers = 0;
-  /// The double-buffered staged kernel's register cap: 0 leaves the registers to the compiler;
-  /// 6 caps them so six blocks of 256 threads fit an SM (40 registers; a heavy functor may
-  /// spill). Other values throw. A comparison knob: the default is measured against it.
-  int stage_min_blocks = 0;
 
   gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design
   gufunc_spec(const std::string& s) : signature(parse_signature(s)) {}  // NOLINT

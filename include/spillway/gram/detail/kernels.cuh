@@ -12,7 +12,7 @@
 #include <spillway/gram/detail/kernel_popc.cuh>
 #include <spillway/gram/detail/kernel_schedule.cuh>
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
-#include <spillway/gram/detail/mma_sync_v3_kernel.cuh>
+#include <spillway/gram/detail/mma_sync_v4_kernel.cuh>
 #include <spillway/gram/detail/wgmma_kernel.cuh>
 #include <spillway/gram/detail/wgmma_v2_kernel.cuh>
 #include <spillway/gram/kernel_path.hpp>
@@ -57,7 +57,7 @@ struct store_counts {
 };
 
 /// Which kernels this build carries for the code the device actually runs: bit 0 = BMMA
-/// (sm_80+), bit 1 = BGMMA (sm_90a).
+/// (sm_80+), bit 1 = BGMMA (sm_90a), bit 2 = the tensor copy engine (sm_90+).
 template <int Unused = 0>
 __global__ void gram_build_probe_kernel(int* out) {
   int v = 0;
@@ -67,6 +67,9 @@ __global__ void gram_build_probe_kernel(int* out) {
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   v |= 2;
+#endif
+#if __CUDA_ARCH__ >= 900
+  v |= 4;
 #endif
 #endif
   *out = v;
@@ -157,10 +160,13 @@ inline int max_block_smem(int device) {
 /// per-block shared memory: sm_90 and sm_100 yes; sm_80 (164 KiB) and sm_86/89/120 no.
 inline bool mma_v2_fits(int device) { return max_block_smem(device) >= mma_v2_config::smem_bytes; }
 
-/// Whether the mma_sync v3 tile (the v2 tile plus 8 mbarriers, 229,440 bytes) fits the device's
-/// per-block shared memory: the same devices as v2.
-inline bool mma_v3_fits(int device) { return max_block_smem(device) >= mma_v3_config::smem_bytes_v3; }
-
+/// Whether the mma_sync v4 kernel runs on `device`: compute capability 9.0 or newer, a build whose
+/// code for it has the tensor copy engine (sm_90+), and 230,448 bytes of shared memory per block.
+inline bool mma_v4_fits(int device) {
+  int major = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9 && (build_features(device) & 4) != 0 && max_block_smem(device) >= mma_v4_config::smem_bytes_v4;
+}
 inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
   return slots < max_blocks ? slots : max_blocks;
 }
@@ -179,19 +185,20 @@ void mma_sync_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
 }
 
 template <class Epilogue>
-void mma_sync_v3_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 8) {
-  using Cfg = mma_v3_config;
+void mma_sync_v4_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 8) {
+  using Cfg = mma_v4_config;
   const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
                                                args.upper_only, Cfg::bm, Cfg::bn, band);
   if (sch.total == 0) return;
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_v3_gemm_kernel<Cfg, Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes_v3));
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm);
+  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn);
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_v4_gemm_kernel<Cfg, Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes_v4));
   const auto grid = persistent_grid(sch.total, sms);
-  mma_sync_v3_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes_v3,
-                                           s.value()>>>(args.a, args.b, args.ld_words, sch, epi);
+  mma_sync_v4_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes_v4,
+                                           s.value()>>>(map_a, map_b, args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
 }
-
 // Column tiles per band of the wgmma schedule (kernel_schedule.cuh). Measured on the H200, upper
 // triangle: 8192 x 32768 ran at 3.78 / 4.19 / 3.16 P bit-MAC/s with bands of 8 / 4 / 16,
 // 32768 x 65536 at 5.39 / 5.04 / 4.92: narrow bands for narrow products.
@@ -223,18 +230,19 @@ void wgmma_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view 
 ///   stores from shared memory for blocks wholly inside the output (wgmma_v2_kernel.cuh); other
 ///   epilogues and edge blocks run per element as before. mma_sync: 12 warps of 64 x 64 output
 ///   tiles, block tile 192 x 256 (`mma_v2_config`).
-/// - `v3` (opt-in only; automatic never picks it until it is measured): mma_sync with the v2 tile
-///   and mbarrier-driven stages instead of a block barrier per k-slice (mma_sync_v3_kernel.cuh);
-///   wgmma runs as v2.
+/// - `v4`, mma_sync only: the v2 tile fed by the tensor copy engine (mma_sync_v4_kernel.cuh), from
+///   compute capability 9.0 where a block can have 230,448 bytes of shared memory; wgmma runs as v2.
+///   (A `v3` — the v2 tile with cp.async completion on mbarriers — measured 3.08 P against v2's
+///   3.06 P and was removed when v4 measured 3.76 P.)
 /// - popc: no variant; every variant runs the one kernel.
-enum class kernel_variant { automatic, standard, v2, v3 };
+enum class kernel_variant { automatic, standard, v2, v4 };
 
 inline const char* to_string(kernel_variant v) {
   switch (v) {
     case kernel_variant::automatic: return "automatic";
     case kernel_variant::standard: return "standard";
     case kernel_variant::v2: return "v2";
-    case kernel_variant::v3: return "v3";
+    case kernel_variant::v4: return "v4";
   }
   return "?";
 }
@@ -299,7 +307,7 @@ void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
 template <kernel_variant Variant = kernel_variant::automatic, class Epilogue>
 void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
   static_assert(Variant == kernel_variant::automatic || Variant == kernel_variant::standard ||
-                    Variant == kernel_variant::v2 || Variant == kernel_variant::v3,
+                    Variant == kernel_variant::v2 || Variant == kernel_variant::v4,
                 "unknown kernel_variant");
   check_bit_gemm_args(args);
   const int device = current_device();
@@ -324,7 +332,9 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
   }
   if (p == kernel_path::mma_sync) {
     if constexpr (Variant == kernel_variant::automatic) {
-      if (mma_v2_fits(device)) {
+      if (mma_v4_fits(device)) {
+        mma_sync_v4_launch(args, epi, sms, s);
+      } else if (mma_v2_fits(device)) {
         mma_sync_launch<mma_v2_config>(args, epi, sms, s);
       } else {
         mma_sync_launch<mma_default_config>(args, epi, sms, s);
@@ -337,14 +347,14 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
                           std::to_string(max_block_smem(device)));
       }
       mma_sync_launch<mma_v2_config>(args, epi, sms, s);
-    } else if constexpr (Variant == kernel_variant::v3) {
-      if (!mma_v3_fits(device)) {
-        throw logic_error("gram: kernel_variant v3 of kernel_path mma_sync needs " +
-                          std::to_string(mma_v3_config::smem_bytes_v3) +
+    } else if constexpr (Variant == kernel_variant::v4) {
+      if (!mma_v4_fits(device)) {
+        throw logic_error("gram: kernel_variant v4 of kernel_path mma_sync needs compute capability 9.0+, a "
+                          "build with sm_90+ code and " + std::to_string(mma_v4_config::smem_bytes_v4) +
                           " bytes of shared memory per block; device " + std::to_string(device) + " offers " +
-                          std::to_string(max_block_smem(device)));
+                          std::to_string(max_block_smem(device)) + " bytes");
       }
-      mma_sync_v3_launch(args, epi, sms, s);
+      mma_sync_v4_launch(args, epi, sms, s);
     } else {
       mma_sync_launch<mma_default_config>(args, epi, sms, s);
     }

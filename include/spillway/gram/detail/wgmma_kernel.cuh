@@ -85,8 +85,13 @@ inline CUtensorMap make_bit_tensor_map(const std::uint32_t* base, std::int64_t r
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SPILLWAY_GRAM_HAS_WGMMA 1
 #endif
+// mbarrier transaction counts and the tensor copy engine: every target from sm_90 up (the
+// wgmma path and the mma_sync v4 kernel share these helpers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPILLWAY_GRAM_HAS_TMA 1
+#endif
 
-#ifdef SPILLWAY_GRAM_HAS_WGMMA
+#ifdef SPILLWAY_GRAM_HAS_TMA
 __device__ __forceinline__ void wg_mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -114,6 +119,9 @@ __device__ __forceinline__ void wg_tma_load_2d(std::uint32_t dst, const CUtensor
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
+#endif
+
+#ifdef SPILLWAY_GRAM_HAS_WGMMA
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row core groups 1024 bytes apart.
 __device__ __forceinline__ std::uint64_t wg_desc(std::uint32_t smem_addr) {
   return static_cast<std::uint64_t>((smem_addr & 0x3FFFFu) >> 4) | (std::uint64_t{1} << 16) |

@@ -58,11 +58,10 @@ template <class F, class R, class Args, class Idx, std::size_t... I>
 SPILLWAY_MAP_HD inline void gufunc_instance(const F& f, const gufunc_team& team, R* out_base, const gufunc_operand_plan* ops,
                                             const index_t* loop_extents, int loop_rank, Idx inst, const Args& args,
                                             std::index_sequence<I...>) {
-  index_t dig[max_rank];
-  loop_digits(inst, loop_rank, loop_extents, dig);
-  const ndview<R> out = ndview<R>::from_parts(out_base + loop_offset(dig, ops[0].loop_strides, loop_rank), ops[0].core_rank,
-                                              ops[0].core_extents, ops[0].core_strides);
-  invoke_gufunc(f, team, out, cuda::std::get<I>(args).get(loop_offset(dig, ops[I + 1].loop_strides, loop_rank), ops[I + 1])...);
+  index_t off[sizeof...(I) + 1];
+  loop_offsets(inst, loop_rank, loop_extents, ops, off);
+  const ndview<R> out = ndview<R>::from_parts(out_base + off[0], ops[0].core_rank, ops[0].core_extents, ops[0].core_strides);
+  invoke_gufunc(f, team, out, cuda::std::get<I>(args).get(off[I + 1], ops[I + 1])...);
 }
 
 }  // namespace spillway::detail

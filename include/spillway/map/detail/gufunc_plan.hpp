@@ -36,6 +36,39 @@ struct shape_and_strides {
   std::vector<index_t> strides;
 };
 
+/// Merges the loop dimensions the kernels walk (binding.loop_shape, what callers see, is left as
+/// it is): size-1 dimensions are dropped, and a dimension joins its outer neighbour when every
+/// operand's outer stride is its inner stride times the inner extent (e.g. the loop (100, 4000) of
+/// contiguous operands becomes (400000)). Instance numbering and every operand's offsets are
+/// unchanged; what changes is the work per instance (one multiply per operand at loop rank 1).
+inline void collapse_loop_dims(gufunc_plan& p) {
+  if (p.instances <= 0 || p.loop_rank <= 0) return;
+  int r = 0;
+  index_t ext[max_rank] = {};
+  std::vector<std::vector<index_t>> st(p.ops.size(), std::vector<index_t>(max_rank, 0));
+  for (int d = 0; d < p.loop_rank; ++d) {
+    const index_t e = p.loop_extents[d];
+    if (e == 1) continue;
+    bool merge = r > 0;
+    for (std::size_t k = 0; merge && k < p.ops.size(); ++k) {
+      merge = st[k][static_cast<std::size_t>(r - 1)] == p.ops[k].loop_strides[d] * e;
+    }
+    if (merge) {
+      ext[r - 1] *= e;
+      for (std::size_t k = 0; k < p.ops.size(); ++k) st[k][static_cast<std::size_t>(r - 1)] = p.ops[k].loop_strides[d];
+    } else {
+      ext[r] = e;
+      for (std::size_t k = 0; k < p.ops.size(); ++k) st[k][static_cast<std::size_t>(r)] = p.ops[k].loop_strides[d];
+      ++r;
+    }
+  }
+  p.loop_rank = r;
+  for (int d = 0; d < max_rank; ++d) {
+    p.loop_extents[d] = d < r ? ext[d] : 0;
+    for (std::size_t k = 0; k < p.ops.size(); ++k) p.ops[k].loop_strides[d] = d < r ? st[k][static_cast<std::size_t>(d)] : 0;
+  }
+}
+
 /// Plans a call: `inputs` as given (scalars have empty shapes), `output` empty when spillway
 /// allocates it (then it is planned as a contiguous array of binding.output_shapes[0]).
 inline gufunc_plan plan_gufunc(const gufunc_signature& sig, const std::vector<shape_and_strides>& inputs,
@@ -86,6 +119,7 @@ inline gufunc_plan plan_gufunc(const gufunc_signature& sig, const std::vector<sh
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) add(inputs[i].shape, inputs[i].strides, sig.inputs[i].size());
   if (p.ops[0].core_size == 0 || p.instances == 0) p.instances = p.ops[0].core_size == 0 ? 0 : p.instances;
+  collapse_loop_dims(p);
   return p;
 }
 
@@ -114,6 +148,19 @@ SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const
     if (d < loop_rank) off += dig[d] * strides[d];
   }
   return off;
+}
+
+/// Offsets of instance `inst` for each of K operands (`ops`, output first). At loop rank 0 or 1
+/// (every call whose loop dimensions collapse) one multiply per operand, no digits.
+template <std::size_t K, class Idx, class Op>
+SPILLWAY_MAP_HD inline void loop_offsets(Idx inst, int loop_rank, const index_t* extents, const Op* ops, index_t (&off)[K]) {
+  if (loop_rank <= 1) {  // loop_strides[0] is 0 at rank 0, where the only instance is 0
+    for (std::size_t k = 0; k < K; ++k) off[k] = static_cast<index_t>(inst) * ops[k].loop_strides[0];
+    return;
+  }
+  index_t dig[max_rank];
+  loop_digits(inst, loop_rank, extents, dig);
+  for (std::size_t k = 0; k < K; ++k) off[k] = loop_offset(dig, ops[k].loop_strides, loop_rank);
 }
 
 // ---- the staged path: small contiguous cores through shared memory ------------------------------
@@ -219,21 +266,19 @@ inline gufunc_stage_plan plan_gufunc_stage(const gufunc_plan& p, const std::vect
   return sp;
 }
 
-/// How many shared tile buffers the staged kernel uses. 1: the single-buffered kernel (load a tile,
-/// wait, compute, next tile). 2: the pipelined kernel (a resident grid; each block issues tile
-/// t+1's copies before computing tile t, so its own loads overlap its compute). `requested` is
-/// gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced; anything else throws); two buffers are
-/// used only while 2 * sp.smem_bytes fits `smem_optin` (the device's per-block opt-in maximum),
-/// otherwise one, forced or not. Automatic picks 1: on the H200 the pipelined kernel measured
-/// slower on the (1e6, 64) float32 row dot (0.178 ms against 0.174 ms single-buffered, commit
-/// a4f1d73; docs/map.md), so it stays opt-in.
+/// How many shared slots per team the staged kernel uses (gufunc_staged_kernel's Buffers). 1: a
+/// team loads an instance, waits, computes. 2: a team issues its next instance's copies before it
+/// computes the current one. `requested` is gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced;
+/// anything else throws); two are used only while 2 * sp.smem_bytes fits `smem_optin` (the device's
+/// per-block opt-in maximum), otherwise one, forced or not. Automatic picks 2 (on the H200 the
+/// (1e6, 64) float32 row dot ran at 0.91x of the D2D copy with two slots; docs/map.md).
 inline int gufunc_stage_buffers(const gufunc_stage_plan& sp, int requested, index_t smem_optin) {
   if (requested < 0 || requested > 2) {
     throw logic_error("gufunc_spec::stage_buffers: " + std::to_string(requested) +
                       " must be 0 (automatic), 1 (single-buffered tiles) or 2 (double-buffered tiles)");
   }
   if (!sp.ok) return 0;
-  if (requested != 2) return 1;
+  if (requested == 1) return 1;
   return 2 * sp.smem_bytes <= smem_optin ? 2 : 1;
 }
 

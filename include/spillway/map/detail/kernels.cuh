@@ -330,13 +330,13 @@ __device__ __forceinline__ void stage_core(T* s, const T* g, int n, bool vec16, 
 
 template <class T>
 __device__ __forceinline__ void stage_arg(const core_arg<T, false>&, const gufunc_operand_plan&, const gufunc_stage_operand&,
-                                          const index_t (&)[max_rank], int, unsigned char*, int, int, int) {}
+                                          index_t, unsigned char*, int, int, int) {}
 template <class T>
 __device__ __forceinline__ void stage_arg(const core_arg<T, true>& a, const gufunc_operand_plan& o,
-                                          const gufunc_stage_operand& so, const index_t (&dig)[max_rank], int loop_rank,
-                                          unsigned char* smem, int slot, int rank, int team) {
+                                          const gufunc_stage_operand& so, index_t off, unsigned char* smem, int slot,
+                                          int rank, int team) {
   T* s = reinterpret_cast<T*>(smem + so.offset) + static_cast<index_t>(slot) * so.pitch;
-  stage_core(s, a.p + loop_offset(dig, o.loop_strides, loop_rank), static_cast<int>(o.core_size), so.vec16, rank, team);
+  stage_core(s, a.p + off, static_cast<int>(o.core_size), so.vec16, rank, team);
 }
 
 template <class T>
@@ -352,13 +352,23 @@ __device__ __forceinline__ ndview<const T> staged_view(const core_arg<T, true>&,
   return ndview<const T>::from_parts(s, o.core_rank, o.core_extents, o.core_strides);
 }
 
-/// The staged path: block-sized tiles of per_block consecutive instances; each instance's team
-/// copies its input cores into shared memory (every copy of the tile in flight before the wait),
-/// then calls the functor on views of the copies. The output is written directly.
-template <class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
+/// The staged path. A resident grid of blocks of gufunc_stage_block threads; a block holds
+/// sp.per_block teams of sp.team threads, and team `slot` of block b takes instances
+/// b * per_block + slot, then + gridDim.x * per_block, and so on. Each team owns `Buffers` shared
+/// slots (one instance's staged input cores each; buffer u of team `slot` is at
+/// u * sp.smem_bytes + the operand's offset + slot * pitch) and runs its own pipeline: it issues the
+/// 16-byte asynchronous copies of the instance Buffers - 1 steps ahead, waits for the oldest group
+/// (cp.async.wait_group Buffers - 1, per thread) and a __syncwarp among its members, then calls the
+/// functor on views of the copies. No block-wide barrier: a team that finds its copies landed
+/// computes while the other teams' copies are still in flight, so the SM keeps about
+/// (Buffers - 1) x the resident teams' instances of loads outstanding all the time. (Tiles loaded and
+/// computed block by block behind __syncthreads, single- or double-buffered, reached 0.70-0.73x of
+/// the D2D copy on the (1e6, 64) float32 row dot on the H200; this kernel 0.91x.)
+template <int Buffers, class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
 __device__ __forceinline__ void gufunc_staged_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
                                                   const gufunc_stage_kplan<K>& sp, const Args& args,
                                                   std::index_sequence<I...>) {
+  static_assert(Buffers >= 1 && Buffers <= 2, "one or two shared slots per team");
   extern __shared__ __align__(16) unsigned char gufunc_smem[];
   const int team = sp.team;
   const int slot = static_cast<int>(threadIdx.x) / team;
@@ -367,107 +377,51 @@ __device__ __forceinline__ void gufunc_staged_run(R* out, const F& f, const gufu
   const unsigned mask = team >= 32 ? 0xffffffffu : (((1u << team) - 1u) << (lane - rank));
   const gufunc_team t(team, rank, mask, team == 1 ? gufunc_team::kind::thread : gufunc_team::kind::subwarp);
   const Idx instances = static_cast<Idx>(plan.instances);
-  const Idx per_block = static_cast<Idx>(sp.per_block);
-  const Idx tiles = (instances + per_block - 1) / per_block;
-  for (Idx tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const Idx inst = tile * per_block + static_cast<Idx>(slot);
-    const bool live = inst < instances;
-    index_t dig[max_rank];
-    loop_digits(live ? inst : Idx{0}, plan.loop_rank, plan.loop_extents, dig);
-    if (live) {
-      (stage_arg(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], dig, plan.loop_rank, gufunc_smem, slot, rank,
-                 team),
-       ...);
+  const Idx step = static_cast<Idx>(gridDim.x) * static_cast<Idx>(sp.per_block);
+  const index_t buf_bytes = sp.smem_bytes;
+  // Issues instance `inst`'s copies into buffer `buf` (nothing past the end), then commits a
+  // group either way so that every thread's group count stays in step with the loop. Returns the
+  // instance's output offset (computed here once, with the input offsets).
+  auto issue = [&](Idx inst, int buf) -> index_t {
+    index_t off[K] = {};
+    if (inst < instances) {
+      loop_offsets(inst, plan.loop_rank, plan.loop_extents, plan.ops, off);
+      unsigned char* smem = gufunc_smem + buf * buf_bytes;
+      (stage_arg(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], off[I + 1], smem, slot, rank, team), ...);
     }
     __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    if (live) {
-      const ndview<R> o = ndview<R>::from_parts(out + loop_offset(dig, plan.ops[0].loop_strides, plan.loop_rank),
-                                                plan.ops[0].core_rank, plan.ops[0].core_extents,
-                                                plan.ops[0].core_strides);
-      invoke_gufunc(f, t, o, staged_view(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], gufunc_smem, slot)...);
-    }
-    __syncthreads();  // the next tile overwrites the shared copies
-  }
-}
-
-template <class Idx, class R, class F, class Args, std::size_t K>
-__global__ void __launch_bounds__(gufunc_stage_block) gufunc_staged_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
-                                                                            gufunc_stage_kplan<K> sp, Args args) {
-  gufunc_staged_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
-}
-
-/// The pipelined staged path (gufunc_stage_buffers == 2): a resident grid, each block walking
-/// tiles blockIdx.x, blockIdx.x + gridDim.x, ... with two shared buffers of sp.smem_bytes each.
-/// Before computing tile t (buffer b) a block issues tile t + gridDim.x's copies into buffer b^1,
-/// then waits for all but that newest group (cp.async.wait_group 1): its own loads stay in flight
-/// while it computes. The trailing barrier keeps buffer b intact until every team is done with it
-/// (the next iteration's copies go into b). Views, teams and output writes are as in
-/// gufunc_staged_run.
-template <class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
-__device__ __forceinline__ void gufunc_pipelined_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
-                                                     const gufunc_stage_kplan<K>& sp, const Args& args,
-                                                     std::index_sequence<I...>) {
-  extern __shared__ __align__(16) unsigned char gufunc_smem[];
-  const int team = sp.team;
-  const int slot = static_cast<int>(threadIdx.x) / team;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int rank = lane % team;
-  const unsigned mask = team >= 32 ? 0xffffffffu : (((1u << team) - 1u) << (lane - rank));
-  const gufunc_team t(team, rank, mask, team == 1 ? gufunc_team::kind::thread : gufunc_team::kind::subwarp);
-  const Idx instances = static_cast<Idx>(plan.instances);
-  const Idx per_block = static_cast<Idx>(sp.per_block);
-  const Idx tiles = (instances + per_block - 1) / per_block;
-  const Idx step = static_cast<Idx>(gridDim.x);
-  const index_t buf_bytes = sp.smem_bytes;
-  auto issue = [&](Idx tile, int buf) {
-    const Idx inst = tile * per_block + static_cast<Idx>(slot);
-    if (tile < tiles && inst < instances) {
-      index_t dig[max_rank];
-      loop_digits(inst, plan.loop_rank, plan.loop_extents, dig);
-      unsigned char* smem = gufunc_smem + buf * buf_bytes;
-      (stage_arg(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], dig, plan.loop_rank, smem, slot, rank, team),
-       ...);
-    }
-    __pipeline_commit();  // possibly empty: one group per tile keeps wait_prior(1) uniform
+    return off[0];
   };
-  int buf = 0;
-  issue(static_cast<Idx>(blockIdx.x), 0);
-  for (Idx tile = blockIdx.x; tile < tiles; tile += step) {
-    issue(tile + step, buf ^ 1);
-    __pipeline_wait_prior(1);
-    __syncthreads();
-    const Idx inst = tile * per_block + static_cast<Idx>(slot);
-    if (inst < instances) {
-      index_t dig[max_rank];
-      loop_digits(inst, plan.loop_rank, plan.loop_extents, dig);
-      unsigned char* smem = gufunc_smem + buf * buf_bytes;
-      const ndview<R> o = ndview<R>::from_parts(out + loop_offset(dig, plan.ops[0].loop_strides, plan.loop_rank),
-                                                plan.ops[0].core_rank, plan.ops[0].core_extents,
-                                                plan.ops[0].core_strides);
-      invoke_gufunc(f, t, o, staged_view(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], smem, slot)...);
+  Idx inst = static_cast<Idx>(blockIdx.x) * static_cast<Idx>(sp.per_block) + static_cast<Idx>(slot);
+  index_t out_off = 0;
+  if constexpr (Buffers == 2) out_off = issue(inst, 0);
+  for (int buf = 0; inst < instances; inst += step) {
+    index_t next_off = 0;
+    if constexpr (Buffers == 2) {
+      next_off = issue(inst + step, buf ^ 1);
+      __pipeline_wait_prior(1);
+    } else {
+      out_off = issue(inst, 0);
+      __pipeline_wait_prior(0);
     }
-    __syncthreads();  // the next iteration's copies overwrite this buffer
-    buf ^= 1;
+    __syncwarp(mask);  // the team's copies of `inst` have landed and are visible to all of it
+    unsigned char* smem = gufunc_smem + buf * buf_bytes;
+    const ndview<R> o = ndview<R>::from_parts(out + out_off, plan.ops[0].core_rank, plan.ops[0].core_extents,
+                                              plan.ops[0].core_strides);
+    invoke_gufunc(f, t, o, staged_view(cuda::std::get<I>(args), plan.ops[I + 1], sp.ops[I + 1], smem, slot)...);
+    __syncwarp(mask);  // every member is done reading `buf` before the team's next copies go there
+    if constexpr (Buffers == 2) {
+      buf ^= 1;
+      out_off = next_off;
+    }
   }
   __pipeline_wait_prior(0);  // no copy outlives the block
 }
 
-template <class Idx, class R, class F, class Args, std::size_t K>
-__global__ void __launch_bounds__(gufunc_stage_block) gufunc_pipelined_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
-                                                                               gufunc_stage_kplan<K> sp, Args args) {
-  gufunc_pipelined_run<Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
-}
-
-/// The same kernel with registers capped so that gufunc_stage_min_blocks blocks of 256 threads fit
-/// one SM (40 registers; ptxas gives the (·,64) row dot 39, no spills, against 42 uncapped):
-/// gufunc_spec::stage_min_blocks selects it, 32-bit indices only.
-inline constexpr int gufunc_stage_min_blocks = 6;
-template <class R, class F, class Args, std::size_t K>
-__global__ void __launch_bounds__(gufunc_stage_block, gufunc_stage_min_blocks)
-    gufunc_pipelined_capped_kernel(R* out, F f, gufunc_kernel_plan<K> plan, gufunc_stage_kplan<K> sp, Args args) {
-  gufunc_pipelined_run<std::uint32_t>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
+template <int Buffers, class Idx, class R, class F, class Args, std::size_t K>
+__global__ void __launch_bounds__(gufunc_stage_block) gufunc_staged_kernel(R* out, F f, gufunc_kernel_plan<K> plan,
+                                                                            gufunc_stage_kplan<K> sp, Args args) {
+  gufunc_staged_run<Buffers, Idx>(out, f, plan, sp, args, std::make_index_sequence<K - 1>{});
 }
 
 // ---- reductions --------------------------------------------------------------------------------

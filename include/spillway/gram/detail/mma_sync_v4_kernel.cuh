@@ -1,0 +1,209 @@
+// spillway/gram/detail/mma_sync_v4_kernel.cuh — the b1 warp-MMA path, variant 4 (sm_90 and up):
+// the v2/v3 tile (12 warps of 64 x 64, block tile 192 x 256, 4 stages of 1024-bit k-slices) fed
+// by the tensor copy engine instead of per-thread cp.async.
+//
+// Profile of v2 on the H200 (ncu, 8,192 x 32,768): 491 instructions per warp per k-slice, of which
+// 128 are BMMA and 32 ldmatrix; the rest is the cp.async copy loop (row pointers, bounds checks,
+// zero-fill selects) and its synchronisation. Shared memory was not the limit (ldmatrix.x4 takes 4
+// wavefronts; 32% of the cycles), the tensor pipe was busy 57% of the active cycles, and the warps
+// stalled mostly on fixed-latency dependencies ("wait", 2.5 of 8.2 cycles per instruction) and the
+// ldmatrix scoreboard. Here a slice is two bulk tensor copies (A: 32 words x 192 rows, B: 32 words
+// x 256 rows, 128-byte swizzle, rows past the panel read as zeros) issued by one thread, so the
+// warps issue BMMA, ldmatrix and one barrier wait per slice.
+//
+// The copy engine's 128-byte swizzle moves 16-byte chunk c of a 128-byte row r to chunk c ^ (r % 8)
+// within each 1024-byte block: exactly mma_swizzled(), so the fragment loads are v2's.
+//
+// Stage hand-off without an empty barrier: every warp, once its BMMAs of slice n have consumed the
+// slice's fragments, adds 1 to a per-slot counter; the warp whose increment completes the slot's
+// use (the 12th) refills the slot at once with slice n + 4 of the same tile. Nobody waits for a
+// free slot, and the copy has three slices of compute to land. Across tiles the ring restarts
+// (a block barrier per tile, which the epilogue needs anyway).
+#pragma once
+
+#include <spillway/gram/detail/kernel_schedule.cuh>
+#include <spillway/gram/detail/mma_sync_kernel.cuh>
+#include <spillway/gram/detail/wgmma_kernel.cuh>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace spillway::gram::detail {
+
+/// 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages x 56 KiB written by the copy
+/// engine, a full mbarrier and a release counter per stage.
+struct mma_v4_config : mma_config<3, 4, 4, 8, 4, false, true> {
+  static constexpr int a_bytes = bm * 128;
+  static constexpr int bar_offset = stages * stage_bytes;  // from the 1024-aligned base
+  /// + 1 KiB to align the stages to the swizzle atom, + full barriers, + counters.
+  static constexpr int smem_bytes_v4 = 1024 + bar_offset + stages * 8 + stages * 4;
+  static_assert(stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
+  static_assert(epi_bytes <= bar_offset, "the epilogue staging must not overlap the barriers");
+  static_assert(bm <= 256 && bn <= 256, "a tensor-map box has at most 256 rows");
+};
+
+template <class Cfg, class Epilogue>
+__global__ void __launch_bounds__(Cfg::threads, 1)
+    mma_sync_v4_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                            std::int64_t ld_words, tile_schedule s, Epilogue epi) {
+#if defined(SPILLWAY_GRAM_HAS_BMMA) && defined(SPILLWAY_GRAM_HAS_TMA)
+  constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
+  constexpr unsigned warps = Cfg::threads / 32;
+  extern __shared__ __align__(1024) unsigned char mma4_smem_raw[];
+  const std::uint32_t raw = static_cast<std::uint32_t>(__cvta_generic_to_shared(mma4_smem_raw));
+  const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
+  unsigned char* const base_ptr = mma4_smem_raw + (smem0 - raw);
+  const std::uint32_t full0 = smem0 + static_cast<std::uint32_t>(Cfg::bar_offset);
+  unsigned* const released = reinterpret_cast<unsigned*>(base_ptr + Cfg::bar_offset + S * 8);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int wm = warp / Cfg::warps_n;
+  const int wn = warp % Cfg::warps_n;
+  const std::int64_t num_k = ld_words / 32;
+
+  if (tid == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&map_b)) : "memory");
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      wg_mbar_init(full0 + 8u * st, 1);
+      released[st] = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Slice n (counted over this block's tiles) lives in slot n % S; it is the slot's use n / S, so
+  // the full barrier's phase parity is (n / S) & 1.
+  std::uint32_t n0 = 0;
+  tile_cursor cursor;
+
+  for (std::int64_t t = blockIdx.x; t < s.total; t += gridDim.x) {
+    std::int64_t ti = 0, tj = 0;
+    if (!cursor.locate(s, t, ti, tj)) continue;
+    const int ya = static_cast<int>(ti * Cfg::bm);
+    const int yb = static_cast<int>(tj * Cfg::bn);
+
+    auto fill = [&](std::int64_t kb, std::uint32_t n) {
+      const std::uint32_t slot = n % S;
+      const std::uint32_t dst = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
+      const std::uint32_t bar = full0 + 8u * slot;
+      wg_mbar_expect_tx(bar, Cfg::stage_bytes);
+      const int x = static_cast<int>(kb * 32);
+      wg_tma_load_2d(dst, &map_a, x, ya, bar);
+      wg_tma_load_2d(dst + Cfg::a_bytes, &map_b, x, yb, bar);
+    };
+
+    __syncthreads();  // every warp is done with the previous tile's epilogue staging
+    if (tid == 0) {
+#pragma unroll
+      for (int st = 0; st < S; ++st) {
+        if (st < num_k) fill(st, n0 + static_cast<std::uint32_t>(st));
+      }
+    }
+
+    int acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+    // ldmatrix lane roles as in the standard kernel (mma_sync_kernel.cuh).
+    const int q = lane >> 3;
+    const int lr = lane & 7;
+    const int a_row_in = (q & 1) * 8 + lr;
+    const int a_chunk_hi = q >> 1;
+    const int b_row_in = (q >> 1) * 8 + lr;
+    const int b_chunk_hi = q & 1;
+
+#pragma unroll 1
+    for (std::int64_t kb = 0; kb < num_k; ++kb) {
+      const std::uint32_t n = n0 + static_cast<std::uint32_t>(kb);
+      const std::uint32_t slot = n % S;
+      wg_mbar_wait(full0 + 8u * slot, (n / S) & 1u);
+      const std::uint32_t base = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        std::uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int row = wm * MT * 16 + mt * 16 + a_row_in;
+          mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          std::uint32_t bq[4];
+          const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
+          mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bq);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_b1(acc[mt][2 * np], af[mt], bq[0], bq[1]);
+            mma_b1(acc[mt][2 * np + 1], af[mt], bq[2], bq[3]);
+          }
+        }
+      }
+      // Every lane's ldmatrix of this slice has returned (its BMMAs consumed the registers). The
+      // counter's acq_rel add orders this warp's reads before the copy the last warp issues.
+      __syncwarp();
+      if (lane == 0) {
+        unsigned old = 0;
+        asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
+                     : "=r"(old)
+                     : "r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(released + slot)))
+                     : "memory");
+        if (old % warps == warps - 1 && kb + S < num_k) {
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          fill(kb + S, n + S);
+        }
+      }
+    }
+    n0 += static_cast<std::uint32_t>(num_k);
+    // Every warp has waited on every slice of this tile, so all copies have landed; after the
+    // barrier no warp reads a stage any more and the stages become the epilogue's staging tiles.
+    __syncthreads();
+
+    const int g = lane >> 2;
+    const int tig = lane & 3;
+    int* tile = reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch);
+#pragma unroll
+    for (int piece = 0; piece < NT / 4; ++piece) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+          const int* v = acc[mt][piece * 4 + nn];
+          *reinterpret_cast<int2*>(tile + (mt * 16 + g) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[0], v[1]);
+          *reinterpret_cast<int2*>(tile + (mt * 16 + g + 8) * Cfg::epi_pitch + 8 * nn + 2 * tig) =
+              make_int2(v[2], v[3]);
+        }
+      __syncwarp();
+      const std::int64_t lj = static_cast<std::int64_t>(yb) + wn * NT * 8 + piece * 32 + lane;
+      if (lj < s.b_rows) {
+#pragma unroll 4
+        for (int r = 0; r < MT * 16; ++r) {
+          const std::int64_t li = static_cast<std::int64_t>(ya) + wm * MT * 16 + r;
+          if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, tile[r * Cfg::epi_pitch + lane]);
+        }
+      }
+      __syncwarp();
+    }
+    // The generic-proxy writes of the staging above precede the next tile's copies into the same
+    // stages (ordered by the block barrier at the top of the loop and this fence).
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)ld_words;
+  (void)s;
+  (void)epi;
+  __trap();  // never launched: the host dispatch runs v4 only from compute capability 9.0
+#endif
+}
+
+}  // namespace spillway::gram::detail
