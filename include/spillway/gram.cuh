@@ -38,6 +38,28 @@ inline void check_host_inputs(const bit_matrix_view& a, const char* who, const c
                       " rows; column indices on the device are int32, so at most 2^31 - 2");
   }
 }
+/// The checks of an entry point's host inputs: A alone (b null) or A and B with the same columns;
+/// the output element type against the epilogue.
+template <class V>
+void check_job_inputs(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt, const char* who) {
+  check_host_inputs(a, who, "a");
+  if (b != nullptr) {
+    check_host_inputs(*b, who, "b");
+    check_same_cols(a, *b, who);
+  }
+  check_output_type<V>(opt.epilogue, a.cols, who);
+}
+/// A job over A·Aᵀ (b null: symmetric, tiles i ≤ j) or A·Bᵀ, delivering to `sink`.
+template <class V>
+gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt, sink_kind sink) {
+  gram_job<V> job;
+  job.a = a;
+  if (b != nullptr) job.b = *b;
+  job.symmetric = b == nullptr;
+  job.opt = opt;
+  job.sink = sink;
+  return job;
+}
 }  // namespace detail
 
 /// A·Aᵀ of a host bit matrix into host memory `out` (layout_size(layout, a.rows) elements of
@@ -47,16 +69,12 @@ inline void check_host_inputs(const bit_matrix_view& a, const char* who, const c
 /// output is on the host.
 template <class OutT>
 job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layout, const gram_options& opt = {}) {
-  detail::check_host_inputs(a, "gram_dense", "a");
-  detail::check_output_type<OutT>(opt.epilogue, a.cols, "gram_dense");
+  detail::check_job_inputs<OutT>(a, nullptr, opt, "gram_dense");
   if (layout_size(layout, a.rows) > 0 && out == nullptr) throw logic_error("gram_dense: out is null");
   if (layout_size(layout, a.rows) == 0) return {};
-  detail::gram_job<OutT> job;
-  job.a = a;
-  job.symmetric = true;
-  job.opt = opt;
+  auto job = detail::make_job<OutT>(a, nullptr, opt,
+                                    layout == triangle_layout::full ? sink_kind::dense_full : sink_kind::dense_packed);
   job.out = out;
-  job.sink = layout == triangle_layout::full ? sink_kind::dense_full : sink_kind::dense_packed;
   job.with_diagonal = layout != triangle_layout::condensed;
   detail::run_gram_job(job);
   return job.report;
@@ -66,21 +84,13 @@ job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layou
 template <class OutT>
 job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, std::int64_t ldc,
                 const gram_options& opt = {}) {
-  detail::check_host_inputs(a, "gram_dense", "a");
-  detail::check_host_inputs(b, "gram_dense", "b");
-  detail::check_same_cols(a, b, "gram_dense");
-  detail::check_output_type<OutT>(opt.epilogue, a.cols, "gram_dense");
+  detail::check_job_inputs<OutT>(a, &b, opt, "gram_dense");
   if (ldc < b.rows) throw logic_error("gram_dense: ldc (" + std::to_string(ldc) + ") is smaller than b.rows (" + std::to_string(b.rows) + ")");
   if (a.rows == 0 || b.rows == 0) return {};
   if (out == nullptr) throw logic_error("gram_dense: out is null");
-  detail::gram_job<OutT> job;
-  job.a = a;
-  job.b = b;
-  job.symmetric = false;
-  job.opt = opt;
+  auto job = detail::make_job<OutT>(a, &b, opt, sink_kind::dense_rect);
   job.out = out;
   job.ldc = ldc;
-  job.sink = sink_kind::dense_rect;
   detail::run_gram_job(job);
   return job.report;
 }
@@ -89,16 +99,11 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
 template <class V>
 topk_result<V> gram_topk(const bit_matrix_view& a, const topk_options& k, const gram_options& opt = {}) {
   detail::static_check_sparse_value<V>();
-  detail::check_host_inputs(a, "gram_topk", "a");
+  detail::check_job_inputs<V>(a, nullptr, opt, "gram_topk");
   detail::check_topk(k, "gram_topk");
-  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_topk");
   if (a.rows == 0) return topk_result<V>{0, k.k, {}, {}};
-  detail::gram_job<V> job;
-  job.a = a;
-  job.symmetric = true;
-  job.opt = opt;
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::topk);
   job.topk = k;
-  job.sink = sink_kind::topk;
   detail::run_gram_job(job);
   return detail::collect_topk(job);
 }
@@ -108,24 +113,16 @@ template <class V>
 topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, const topk_options& k,
                          const gram_options& opt = {}) {
   detail::static_check_sparse_value<V>();
-  detail::check_host_inputs(a, "gram_topk", "a");
-  detail::check_host_inputs(b, "gram_topk", "b");
-  detail::check_same_cols(a, b, "gram_topk");
+  detail::check_job_inputs<V>(a, &b, opt, "gram_topk");
   detail::check_topk(k, "gram_topk");
-  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_topk");
   if (a.rows == 0 || b.rows == 0) {
     topk_result<V> r{a.rows, k.k, {}, {}};
     r.values.assign(static_cast<std::size_t>(a.rows * k.k), V{});
     r.indices.assign(static_cast<std::size_t>(a.rows * k.k), -1);
     return r;
   }
-  detail::gram_job<V> job;
-  job.a = a;
-  job.b = b;
-  job.symmetric = false;
-  job.opt = opt;
+  auto job = detail::make_job<V>(a, &b, opt, sink_kind::topk);
   job.topk = k;
-  job.sink = sink_kind::topk;
   detail::run_gram_job(job);
   return detail::collect_topk(job);
 }
@@ -134,15 +131,10 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, con
 template <class V>
 coo_result<V> gram_threshold(const bit_matrix_view& a, const threshold_options& t, const gram_options& opt = {}) {
   detail::static_check_sparse_value<V>();
-  detail::check_host_inputs(a, "gram_threshold", "a");
-  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_threshold");
+  detail::check_job_inputs<V>(a, nullptr, opt, "gram_threshold");
   if (a.rows == 0) return {};
-  detail::gram_job<V> job;
-  job.a = a;
-  job.symmetric = true;
-  job.opt = opt;
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::threshold);
   job.thr = t;
-  job.sink = sink_kind::threshold;
   detail::run_gram_job(job);
   return detail::collect_threshold(job);
 }
@@ -152,18 +144,10 @@ template <class V>
 coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& t,
                              const gram_options& opt = {}) {
   detail::static_check_sparse_value<V>();
-  detail::check_host_inputs(a, "gram_threshold", "a");
-  detail::check_host_inputs(b, "gram_threshold", "b");
-  detail::check_same_cols(a, b, "gram_threshold");
-  detail::check_output_type<V>(opt.epilogue, a.cols, "gram_threshold");
+  detail::check_job_inputs<V>(a, &b, opt, "gram_threshold");
   if (a.rows == 0 || b.rows == 0) return {};
-  detail::gram_job<V> job;
-  job.a = a;
-  job.b = b;
-  job.symmetric = false;
-  job.opt = opt;
+  auto job = detail::make_job<V>(a, &b, opt, sink_kind::threshold);
   job.thr = t;
-  job.sink = sink_kind::threshold;
   detail::run_gram_job(job);
   return detail::collect_threshold(job);
 }

@@ -204,36 +204,21 @@ void mma_sync_v4_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream
 // 32768 x 65536 at 5.39 / 5.04 / 4.92: narrow bands for narrow products.
 inline int wgmma_band(std::int64_t b_rows) { return b_rows <= 32 * wg_bn ? 4 : 8; }
 
-template <class Epilogue>
-void wgmma_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 0) {
-  if (band <= 0) band = wgmma_band(args.b_rows);
-  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                               args.upper_only, wg_bm, wg_bn, band);
-  if (sch.total == 0) return;
-  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm);
-  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn);
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gemm_kernel<Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
-  const auto grid = persistent_grid(sch.total, sms);
-  wgmma_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), wg_threads, wg_smem_bytes, s.value()>>>(
-      map_a, map_b, args.ld_words, sch, epi);
-  SPILLWAY_CHECK_LAUNCH();
-}
-
 /// Tile-kernel variant inside a path. `automatic` (what every caller gets) is the fastest measured
-/// on the H200 (benchmarks/results/gram.md): `v2` for wgmma, and for mma_sync where a block can
-/// have the 224 KiB of shared memory `v2` needs (else `standard`). Tests and benchmarks force the
-/// others:
-/// - `standard`, the first kernels: wgmma with the per-element epilogue through shared-memory
-///   staging; mma_sync with 12 warps of 64 x 32 output tiles (block tile 128 x 192).
+/// on the H200 (benchmarks/results/gram.md): `v2` for wgmma; for mma_sync `v4` from compute
+/// capability 9.0, else `v2` where a block can have its 224 KiB of shared memory, else `standard`.
+/// Tests and benchmarks force the others:
+/// - `standard`: wgmma with every epilogue per element (through shared-memory staging; the TMA
+///   store of v2 off); mma_sync with 12 warps of 64 x 32 output tiles (block tile 128 x 192).
 /// - `v2`, wgmma: the int32 raw-count epilogue (`store_counts<std::int32_t>`) written by TMA bulk
 ///   stores from shared memory for blocks wholly inside the output (wgmma_v2_kernel.cuh); other
-///   epilogues and edge blocks run per element as before. mma_sync: 12 warps of 64 x 64 output
-///   tiles, block tile 192 x 256 (`mma_v2_config`).
-/// - `v4`, mma_sync only: the v2 tile fed by the tensor copy engine (mma_sync_v4_kernel.cuh), from
+///   epilogues and edge blocks run per element. mma_sync: 12 warps of 64 x 64 output tiles, block
+///   tile 192 x 256 (`mma_v2_config`), stages by cp.async.
+/// - `v4`, mma_sync: the v2 tile fed by the tensor copy engine (mma_sync_v4_kernel.cuh), from
 ///   compute capability 9.0 where a block can have 230,448 bytes of shared memory; wgmma runs as v2.
-///   (A `v3` — the v2 tile with cp.async completion on mbarriers — measured 3.08 P against v2's
-///   3.06 P and was removed when v4 measured 3.76 P.)
+/// Removed after measurement: a first wgmma kernel (4.84 P; the same main loop as v2, whose
+/// per-element epilogue is now `standard`), mma_sync `v3` (v2 with cp.async completion on
+/// mbarriers: 3.08 P against v2's 3.06 P; v4 3.76 P) and a register double-buffered mma_sync loop.
 /// - popc: no variant; every variant runs the one kernel.
 enum class kernel_variant { automatic, standard, v2, v4 };
 
@@ -268,8 +253,10 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
   return cols <= epi.ldc && cols < coord_limit && rows < coord_limit;
 }
 
+/// The wgmma kernel (wgmma_v2_kernel.cuh). `tma_store`: let an int32 count store go through the
+/// copy engine where tma_store_fits (else, and for every other epilogue, per element).
 template <class Epilogue>
-void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 0) {
+void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, bool tma_store = true, int band = 0) {
   if (band <= 0) band = wgmma_band(args.b_rows);
   const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
                                                args.upper_only, wg_bm, wg_bn, band);
@@ -278,7 +265,7 @@ void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_vi
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn);
   const auto grid = static_cast<unsigned>(persistent_grid(sch.total, sms));
   bool bulk = false;
-  if constexpr (is_int32_count_store<Epilogue>::value) bulk = tma_store_fits(args, epi);
+  if constexpr (is_int32_count_store<Epilogue>::value) bulk = tma_store && tma_store_fits(args, epi);
   if (bulk) {
     if constexpr (is_int32_count_store<Epilogue>::value) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
@@ -360,11 +347,7 @@ void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, s
     }
     return;
   }
-  if constexpr (Variant == kernel_variant::standard) {
-    wgmma_launch(args, epi, sms, s);
-  } else {
-    wgmma_v2_launch(args, epi, sms, s);
-  }
+  wgmma_v2_launch(args, epi, sms, s, Variant != kernel_variant::standard);
 }
 
 }  // namespace spillway::gram::detail

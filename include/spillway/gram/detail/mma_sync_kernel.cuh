@@ -18,14 +18,12 @@
 
 namespace spillway::gram::detail {
 
-template <int WarpsM, int WarpsN, int MT, int NT, int Stages, bool Pipelined = true, bool StreamB = false>
+template <int WarpsM, int WarpsN, int MT, int NT, int Stages, bool StreamB = false>
 struct mma_config {
   static_assert(NT % 4 == 0, "the epilogue hands out 32-column pieces");
-  static_assert(!(Pipelined && StreamB), "StreamB applies to the plain main loop");
   static constexpr int warps_m = WarpsM, warps_n = WarpsN, mt = MT, nt = NT, stages = Stages;
-  static constexpr bool pipelined = Pipelined;
-  /// Plain main loop only: load the B fragments one 16-row pair at a time, right before their
-  /// MMAs, instead of all NT / 2 pairs up front (12 fewer live registers at NT = 8).
+  /// Load the B fragments one 16-row pair at a time, right before their MMAs, instead of all
+  /// NT / 2 pairs up front (12 fewer live registers at NT = 8).
   static constexpr bool stream_b = StreamB;
   static constexpr int threads = WarpsM * WarpsN * 32;
   static constexpr int bm = WarpsM * MT * 16;
@@ -41,12 +39,12 @@ struct mma_config {
 // thread within the 168 registers of 384 threads (no spills). Block tile 128 x 192, 4 stages x
 // 40 KiB. Measured on the H200 (32768 x 65536, upper triangle): this 2.63 P bit-MAC/s; 8 warps of
 // 64 x 64 tiles 2.54; the same with register double-buffered fragments 2.27 (and 32 bytes of
-// spills); 16 warps of 64 x 32 tiles 2.76 but with 52 bytes of spills.
-using mma_default_config = mma_config<2, 6, 4, 4, 4, false>;
+// spills; that main loop was removed); 16 warps of 64 x 32 tiles 2.76 but with 52 bytes of spills.
+using mma_default_config = mma_config<2, 6, 4, 4, 4>;
 // The v2 variant (kernel_variant::v2, opt-in): 12 warps of 64 x 64 (3 per scheduler), block tile
 // 192 x 256, 4 stages x 56 KiB, B fragments streamed. Per k256 step a warp reads (64 + 64) x 32
 // bytes of shared memory for 32 MMAs (128 B per MMA instead of 192); see docs/gram_kernels.md.
-using mma_v2_config = mma_config<3, 4, 4, 8, 4, false, true>;
+using mma_v2_config = mma_config<3, 4, 4, 8, 4, true>;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPILLWAY_GRAM_HAS_BMMA 1
@@ -75,6 +73,91 @@ __device__ __forceinline__ void mma_b1(int (&c)[4], const std::uint32_t (&a)[4],
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// One warp's MMAs over one 1024-bit k-slice held in shared memory at `base` (4 k256 steps):
+/// fragments by ldmatrix.x4 from the swizzled rows, accumulated into `acc`. ldmatrix lane roles:
+/// lane L gives the address of row (L & 7) of matrix (L >> 3); A (m16 x k256 per MMA): matrices =
+/// rows 0-7 / 8-15 of chunk 2s, then of chunk 2s+1; B (two n8 tiles per x4): n-rows 0-7 chunk 2s,
+/// 0-7 chunk 2s+1, 8-15 chunk 2s, 8-15 chunk 2s+1.
+template <class Cfg>
+__device__ __forceinline__ void mma_slice(std::uint32_t base, int wm, int wn, int lane, int (&acc)[Cfg::mt][Cfg::nt][4]) {
+  constexpr int MT = Cfg::mt, NT = Cfg::nt;
+  const int q = lane >> 3;
+  const int lr = lane & 7;
+  const int a_row_in = (q & 1) * 8 + lr;
+  const int a_chunk_hi = q >> 1;
+  const int b_row_in = (q >> 1) * 8 + lr;
+  const int b_chunk_hi = q & 1;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    std::uint32_t af[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int row = wm * MT * 16 + mt * 16 + a_row_in;
+      mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
+    }
+    if constexpr (Cfg::stream_b) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        std::uint32_t bq[4];
+        const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
+        mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bq);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_b1(acc[mt][2 * np], af[mt], bq[0], bq[1]);
+          mma_b1(acc[mt][2 * np + 1], af[mt], bq[2], bq[3]);
+        }
+      }
+    } else {
+      std::uint32_t bf[NT / 2][4];
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
+        mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bf[np]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          mma_b1(acc[mt][2 * np], af[mt], bf[np][0], bf[np][1]);
+          mma_b1(acc[mt][2 * np + 1], af[mt], bf[np][2], bf[np][3]);
+        }
+    }
+  }
+}
+
+/// Hands a warp's (MT x 16) x (NT x 8) accumulators at tile origin (r0, c0) of the panel to the
+/// epilogue, re-laid out through the warp's staging tile `tile` (MT x 16 rows of epi_pitch words)
+/// so that each call covers 32 consecutive columns of one row: 128-byte stores instead of 8 rows
+/// of half-filled sectors. Elements outside the panel are skipped.
+template <class Cfg, class Epilogue>
+__device__ __forceinline__ void mma_epilogue(int* tile, int wm, int wn, int lane, const int (&acc)[Cfg::mt][Cfg::nt][4],
+                                             std::int64_t r0, std::int64_t c0, const tile_schedule& s, Epilogue& epi) {
+  constexpr int MT = Cfg::mt, NT = Cfg::nt;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+#pragma unroll
+  for (int piece = 0; piece < NT / 4; ++piece) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nn = 0; nn < 4; ++nn) {
+        const int* v = acc[mt][piece * 4 + nn];
+        *reinterpret_cast<int2*>(tile + (mt * 16 + g) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[0], v[1]);
+        *reinterpret_cast<int2*>(tile + (mt * 16 + g + 8) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[2], v[3]);
+      }
+    __syncwarp();
+    const std::int64_t lj = c0 + wn * NT * 8 + piece * 32 + lane;
+    if (lj < s.b_rows) {
+#pragma unroll 4
+      for (int r = 0; r < MT * 16; ++r) {
+        const std::int64_t li = r0 + wm * MT * 16 + r;
+        if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, tile[r * Cfg::epi_pitch + lane]);
+      }
+    }
+    __syncwarp();
+  }
 }
 #endif
 
@@ -171,143 +254,20 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
-    // ldmatrix lane roles: lane L gives the address of row (L & 7) of matrix (L >> 3).
-    const int q = lane >> 3;
-    const int lr = lane & 7;
-    // A (m16 x k256 per MMA): matrices = rows 0-7 / 8-15 of chunk 2s, then of chunk 2s+1.
-    const int a_row_in = (q & 1) * 8 + lr;
-    const int a_chunk_hi = q >> 1;
-    // B (two n8 tiles per x4): n-rows 0-7 chunk 2s, 0-7 chunk 2s+1, 8-15 chunk 2s, 8-15 chunk 2s+1.
-    const int b_row_in = (q >> 1) * 8 + lr;
-    const int b_chunk_hi = q & 1;
-
-    auto load_frags = [&](std::uint32_t base, int ks, std::uint32_t (&af)[MT][4], std::uint32_t (&bf)[NT / 2][4]) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int row = wm * MT * 16 + mt * 16 + a_row_in;
-        mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
+    for (std::int64_t kb = 0; kb < num_k; ++kb) {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 2) : "memory");
+      __syncthreads();
+      {
+        const std::int64_t next = kb + Cfg::stages - 1;
+        if (next < num_k) load_any(next, static_cast<int>(next % Cfg::stages));
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
       }
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
-        mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bf[np]);
-      }
-    };
-    auto mma_all = [&](const std::uint32_t (&af)[MT][4], const std::uint32_t (&bf)[NT / 2][4]) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          mma_b1(acc[mt][2 * np], af[mt], bf[np][0], bf[np][1]);
-          mma_b1(acc[mt][2 * np + 1], af[mt], bf[np][2], bf[np][3]);
-        }
-    };
-    auto stage_base = [&](std::int64_t kb) {
-      return smem0 + static_cast<std::uint32_t>((kb % Cfg::stages) * Cfg::stage_bytes);
-    };
-
-    if constexpr (Cfg::pipelined) {
-      // Fragments double-buffered in registers: the ldmatrix of k-step ks+1 is issued before the
-      // MMAs of k-step ks, and the next k-slice's first fragments before that slice's refill
-      // barrier is left, so the tensor pipe is not idle while shared-memory loads are in flight.
-      static_assert(Cfg::stages >= 3, "the pipelined main loop keeps two k-slices resident");
-      std::uint32_t af[2][MT][4];
-      std::uint32_t bf[2][NT / 2][4];
-      if (num_k > 0) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 2) : "memory");
-        __syncthreads();
-        load_frags(stage_base(0), 0, af[0], bf[0]);
-      }
-      for (std::int64_t kb = 0; kb < num_k; ++kb) {
-        const std::uint32_t base = stage_base(kb);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          if (ks < 3) {
-            load_frags(base, ks + 1, af[(ks + 1) & 1], bf[(ks + 1) & 1]);
-            mma_all(af[ks & 1], bf[ks & 1]);
-          } else {
-            mma_all(af[1], bf[1]);
-            // Slice kb+1 must have landed (groups 0..kb+1 complete), and every warp must be done
-            // reading slice kb-1 before its slot is refilled with slice kb+stages-1.
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 3) : "memory");
-            __syncthreads();
-            const std::int64_t next = kb + Cfg::stages - 1;
-            if (next < num_k) load_stage(next, static_cast<int>(next % Cfg::stages));
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-            if (kb + 1 < num_k) load_frags(stage_base(kb + 1), 0, af[0], bf[0]);
-          }
-        }
-      }
-    } else {
-      for (std::int64_t kb = 0; kb < num_k; ++kb) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 2) : "memory");
-        __syncthreads();
-        {
-          const std::int64_t next = kb + Cfg::stages - 1;
-          if (next < num_k) load_any(next, static_cast<int>(next % Cfg::stages));
-          asm volatile("cp.async.commit_group;\n" ::: "memory");
-        }
-        const std::uint32_t base = stage_base(kb);
-        if constexpr (Cfg::stream_b) {
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) {
-            std::uint32_t af[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              const int row = wm * MT * 16 + mt * 16 + a_row_in;
-              mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
-            }
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-              std::uint32_t bq[4];
-              const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
-              mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bq);
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {
-                mma_b1(acc[mt][2 * np], af[mt], bq[0], bq[1]);
-                mma_b1(acc[mt][2 * np + 1], af[mt], bq[2], bq[3]);
-              }
-            }
-          }
-        } else {
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) {
-            std::uint32_t af[MT][4];
-            std::uint32_t bf[NT / 2][4];
-            load_frags(base, ks, af, bf);
-            mma_all(af, bf);
-          }
-        }
-      }
+      mma_slice<Cfg>(smem0 + static_cast<std::uint32_t>((kb % Cfg::stages) * Cfg::stage_bytes), wm, wn, lane, acc);
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();  // the stage buffers become the epilogue's staging tiles
-
-    const int g = lane >> 2;
-    const int tig = lane & 3;
-    int* tile = reinterpret_cast<int*>(mma_smem) + warp * (MT * 16 * Cfg::epi_pitch);
-#pragma unroll
-    for (int piece = 0; piece < NT / 4; ++piece) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nn = 0; nn < 4; ++nn) {
-          const int* v = acc[mt][piece * 4 + nn];
-          *reinterpret_cast<int2*>(tile + (mt * 16 + g) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[0], v[1]);
-          *reinterpret_cast<int2*>(tile + (mt * 16 + g + 8) * Cfg::epi_pitch + 8 * nn + 2 * tig) =
-              make_int2(v[2], v[3]);
-        }
-      __syncwarp();
-      const std::int64_t lj = c0 + wn * NT * 8 + piece * 32 + lane;
-      if (lj < s.b_rows) {
-#pragma unroll 4
-        for (int r = 0; r < MT * 16; ++r) {
-          const std::int64_t li = r0 + wm * MT * 16 + r;
-          if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, tile[r * Cfg::epi_pitch + lane]);
-        }
-      }
-      __syncwarp();
-    }
+    mma_epilogue<Cfg>(reinterpret_cast<int*>(mma_smem) + warp * (MT * 16 * Cfg::epi_pitch), wm, wn, lane, acc, r0, c0, s,
+                      epi);
   }
 #else
   (void)a;

@@ -34,7 +34,7 @@ namespace spillway::gram::detail {
 
 /// 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages x 56 KiB written by the copy
 /// engine, a full mbarrier and a release counter per stage.
-struct mma_v4_config : mma_config<3, 4, 4, 8, 4, false, true> {
+struct mma_v4_config : mma_config<3, 4, 4, 8, 4, true> {
   static constexpr int a_bytes = bm * 128;
   static constexpr int bar_offset = stages * stage_bytes;  // from the 1024-aligned base
   /// + 1 KiB to align the stages to the swizzle atom, + full barriers, + counters.
@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
                             std::int64_t ld_words, tile_schedule s, Epilogue epi) {
 #if defined(SPILLWAY_GRAM_HAS_BMMA) && defined(SPILLWAY_GRAM_HAS_TMA)
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
+  static_assert(Cfg::stream_b, "the v4 tile streams its B fragments (register budget)");
   constexpr unsigned warps = Cfg::threads / 32;
   extern __shared__ __align__(1024) unsigned char mma4_smem_raw[];
   const std::uint32_t raw = static_cast<std::uint32_t>(__cvta_generic_to_shared(mma4_smem_raw));
@@ -113,40 +114,12 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
-    // ldmatrix lane roles as in the standard kernel (mma_sync_kernel.cuh).
-    const int q = lane >> 3;
-    const int lr = lane & 7;
-    const int a_row_in = (q & 1) * 8 + lr;
-    const int a_chunk_hi = q >> 1;
-    const int b_row_in = (q >> 1) * 8 + lr;
-    const int b_chunk_hi = q & 1;
-
 #pragma unroll 1
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
       const std::uint32_t n = n0 + static_cast<std::uint32_t>(kb);
       const std::uint32_t slot = n % S;
       wg_mbar_wait(full0 + 8u * slot, (n / S) & 1u);
-      const std::uint32_t base = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        std::uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int row = wm * MT * 16 + mt * 16 + a_row_in;
-          mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + a_chunk_hi), af[mt]);
-        }
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          std::uint32_t bq[4];
-          const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
-          mma_ldmatrix_x4(base + mma_swizzled(row, 2 * ks + b_chunk_hi), bq);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_b1(acc[mt][2 * np], af[mt], bq[0], bq[1]);
-            mma_b1(acc[mt][2 * np + 1], af[mt], bq[2], bq[3]);
-          }
-        }
-      }
+      mma_slice<Cfg>(smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes), wm, wn, lane, acc);
       // Every lane's ldmatrix of this slice has returned (its BMMAs consumed the registers). The
       // counter's acq_rel add orders this warp's reads before the copy the last warp issues.
       __syncwarp();
@@ -167,31 +140,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // barrier no warp reads a stage any more and the stages become the epilogue's staging tiles.
     __syncthreads();
 
-    const int g = lane >> 2;
-    const int tig = lane & 3;
-    int* tile = reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch);
-#pragma unroll
-    for (int piece = 0; piece < NT / 4; ++piece) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nn = 0; nn < 4; ++nn) {
-          const int* v = acc[mt][piece * 4 + nn];
-          *reinterpret_cast<int2*>(tile + (mt * 16 + g) * Cfg::epi_pitch + 8 * nn + 2 * tig) = make_int2(v[0], v[1]);
-          *reinterpret_cast<int2*>(tile + (mt * 16 + g + 8) * Cfg::epi_pitch + 8 * nn + 2 * tig) =
-              make_int2(v[2], v[3]);
-        }
-      __syncwarp();
-      const std::int64_t lj = static_cast<std::int64_t>(yb) + wn * NT * 8 + piece * 32 + lane;
-      if (lj < s.b_rows) {
-#pragma unroll 4
-        for (int r = 0; r < MT * 16; ++r) {
-          const std::int64_t li = static_cast<std::int64_t>(ya) + wm * MT * 16 + r;
-          if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, tile[r * Cfg::epi_pitch + lane]);
-        }
-      }
-      __syncwarp();
-    }
+    mma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch), wm, wn, lane, acc, ya, yb, s,
+                      epi);
     // The generic-proxy writes of the staging above precede the next tile's copies into the same
     // stages (ordered by the block barrier at the top of the loop and this fence).
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

@@ -1,11 +1,11 @@
-// spillway/gram/detail/wgmma_v2_kernel.cuh — the opt-in v2 variant of the Hopper path
-// (kernel_variant::v2): the same main loop as wgmma_kernel.cuh (128 x 256 block tile, producer
-// warp + two consumer warpgroups, 4 TMA stages of 48 KiB), with the int32 raw-count epilogue
-// handed to the tensor copy engine.
+// spillway/gram/detail/wgmma_v2_kernel.cuh — the Hopper path's kernel (sm_90a): 128 x 256 block
+// tile, one producer warp issuing the tensor copies + two consumer warpgroups running
+// wgmma m64n256k256 b1, 4 TMA stages of 48 KiB (pieces in wgmma_kernel.cuh), and an int32
+// raw-count epilogue handed to the tensor copy engine.
 //
-// In the default kernel every consumer thread calls the epilogue 128 times per tile, each call a
-// 64-bit index computation, a diagonal test and a 4-byte store: ~3,000 instructions per consumer
-// warp per tile, issued while the tensor cores have nothing queued. Here, for a
+// A per-element epilogue makes every consumer thread call the epilogue 128 times per tile, each
+// call a 64-bit index computation, a diagonal test and a 4-byte store: ~3,000 instructions per
+// consumer warp per tile, issued while the tensor cores have nothing queued. Here, for a
 // `store_counts<std::int32_t>` epilogue and a tile that lies entirely on or above the diagonal
 // (or any tile when the store is not upper-only), each consumer warpgroup writes its 64 x 256
 // accumulators in eight 64-row x 32-column pieces into a 128-byte-swizzled staging buffer
@@ -14,7 +14,7 @@
 // engine while the warpgroup is already waiting on the next tile's first stage. The tensor map of
 // the output clips rows and columns outside the panel, so edge tiles need no special case.
 // Tiles that cross the diagonal of an upper-only store, and every other epilogue, take the
-// default per-element path (same staging as the default kernel).
+// per-element path (TmaStore = false: kernel_variant::standard forces it for int32 counts too).
 #pragma once
 
 #include <spillway/core/error.hpp>
