@@ -117,24 +117,24 @@ TEST(GufuncStagePlan, TileBuffers) {
   using spillway::detail::gufunc_stage_buffers;
   constexpr index_t h200_optin = 232448;  // 227 KiB, the H100/H200 per-block opt-in maximum
   constexpr index_t a100_optin = 166912;  // 163 KiB
-  // The row dot: 18 KiB per slot set, so two fit anywhere; automatic picks two slots per team
-  // (measured faster on the H200), a forced 1 keeps one.
+  // The row dot: 18 KiB per slot set, so two fit anywhere; automatic picks one slot per team
+  // (measured faster on the H200), a forced 2 gets two where they fit.
   const auto dot = plan("(n),(n)->()", {dense({1000000, 64}), dense({1000000, 64})},
                         {{true, 4, kAligned}, {true, 4, kAligned}});
   ASSERT_TRUE(dot.ok);
-  EXPECT_EQ(gufunc_stage_buffers(dot, 0, h200_optin), 2);
-  EXPECT_EQ(gufunc_stage_buffers(dot, 0, 2 * dot.smem_bytes - 1), 1);  // automatic: one where two do not fit
+  EXPECT_EQ(gufunc_stage_buffers(dot, 0, h200_optin), 1);
+  EXPECT_EQ(gufunc_stage_buffers(dot, 0, 2 * dot.smem_bytes - 1), 1);
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, h200_optin), 2);
   EXPECT_EQ(gufunc_stage_buffers(dot, 1, h200_optin), 1);
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 48 * 1024), 2);
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 2 * dot.smem_bytes), 2);      // exactly fits
   EXPECT_EQ(gufunc_stage_buffers(dot, 2, 2 * dot.smem_bytes - 1), 1);  // one byte short
   // 1000 floats per core: 8 instances x 2 x 4 KiB = 64 KiB per slot set. Two fit 227 KiB, not
-  // 96 KiB; automatic or a forced 2 falls back to one where two do not fit.
+  // 96 KiB; a forced 2 falls back to one where two do not fit.
   const auto big = plan("(n),(n)->()", {dense({777, 1000}), dense({777, 1000})}, {{true, 4, kAligned}, {true, 4, kAligned}});
   ASSERT_TRUE(big.ok);
   EXPECT_EQ(big.smem_bytes, 2 * 8 * 1024 * 4);
-  EXPECT_EQ(gufunc_stage_buffers(big, 0, h200_optin), 2);
+  EXPECT_EQ(gufunc_stage_buffers(big, 0, h200_optin), 1);
   EXPECT_EQ(gufunc_stage_buffers(big, 0, 96 * 1024), 1);
   EXPECT_EQ(gufunc_stage_buffers(big, 2, h200_optin), 2);
   EXPECT_EQ(gufunc_stage_buffers(big, 2, a100_optin), 2);

@@ -152,7 +152,7 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     auto db = spillway::device_array<float>::from_host(hb, {c.rows, c.n}, st);
     const auto sp = stage_plan("(n),(n)->()", da, db);
     ASSERT_TRUE(sp.ok) << "n=" << c.n;
-    ASSERT_EQ(buffers_on_device(sp, 0), 2) << "n=" << c.n << ": the automatic choice (two slots per team)";
+    ASSERT_EQ(buffers_on_device(sp, 0), 1) << "n=" << c.n << ": the automatic choice (one slot per team)";
     ASSERT_EQ(buffers_on_device(sp, 2), 2) << "n=" << c.n << ": two buffers fit on this device";
     ASSERT_EQ(buffers_on_device(sp, 1), 1);
     const index_t tiles = (c.rows + sp.per_block - 1) / sp.per_block;

@@ -15,9 +15,9 @@
 // for tiny cores, a sub-warp team for medium ones, a block for large ones (functors without a team
 // parameter get one thread each) — never one thread for the whole array. With the automatic team
 // size, a team functor and small dense input cores, the cores are first staged into shared memory
-// (16-byte asynchronous copies) by a resident grid in which every team runs its own two-slot
-// pipeline (it loads its next instance while it computes the current one); see plan_gufunc_stage,
-// gufunc_stage_buffers, gufunc_staged_kernel and docs/map.md.
+// (16-byte asynchronous copies) by a resident grid in which every team walks its own instances
+// through its own shared slot (two slots, opt-in, overlap a team's next load with its compute);
+// see plan_gufunc_stage, gufunc_stage_buffers, gufunc_staged_kernel and docs/map.md.
 #pragma once
 
 #include <spillway/core/device.hpp>

@@ -176,9 +176,9 @@ struct gufunc_spec {
   /// With team_size 0 and a team functor: small dense input cores are staged through shared
   /// memory (see docs/map.md). false keeps the direct path (for comparisons). Ignored on the host.
   bool stage = true;
-  /// Shared slots per team on the staged path: 0 automatic (2 where they fit the device's shared
-  /// memory per block, else 1); 1: load an instance, wait, compute; 2: load the next instance
-  /// while computing this one. Other values throw. Ignored on the host.
+  /// Shared slots per team on the staged path: 0 automatic (1, measured fastest); 1: load an
+  /// instance, wait, compute; 2: load the next instance while computing this one (where two fit
+  /// the device's shared memory per block, else 1). Other values throw. Ignored on the host.
   int stage_buffers = 0;
 
   gufunc_spec(const char* s) : signature(parse_signature(s)) {}         // NOLINT: implicit by design

@@ -267,18 +267,19 @@ inline gufunc_stage_plan plan_gufunc_stage(const gufunc_plan& p, const std::vect
 }
 
 /// How many shared slots per team the staged kernel uses (gufunc_staged_kernel's Buffers). 1: a
-/// team loads an instance, waits, computes. 2: a team issues its next instance's copies before it
-/// computes the current one. `requested` is gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced;
-/// anything else throws); two are used only while 2 * sp.smem_bytes fits `smem_optin` (the device's
-/// per-block opt-in maximum), otherwise one, forced or not. Automatic picks 2 (on the H200 the
-/// (1e6, 64) float32 row dot ran at 0.91x of the D2D copy with two slots; docs/map.md).
+/// team loads an instance, waits, computes (the other resident teams keep the SM's loads in
+/// flight). 2: a team issues its next instance's copies before it computes the current one.
+/// `requested` is gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced; anything else throws);
+/// two are used only while 2 * sp.smem_bytes fits `smem_optin` (the device's per-block opt-in
+/// maximum), otherwise one. Automatic picks 1: on the H200 the (1e6, 64) float32 row dot ran at
+/// 0.923x of the D2D copy with one slot and 0.898x with two (same run; docs/map.md).
 inline int gufunc_stage_buffers(const gufunc_stage_plan& sp, int requested, index_t smem_optin) {
   if (requested < 0 || requested > 2) {
     throw logic_error("gufunc_spec::stage_buffers: " + std::to_string(requested) +
                       " must be 0 (automatic), 1 (single-buffered tiles) or 2 (double-buffered tiles)");
   }
   if (!sp.ok) return 0;
-  if (requested == 1) return 1;
+  if (requested != 2) return 1;
   return 2 * sp.smem_bytes <= smem_optin ? 2 : 1;
 }
 

@@ -356,14 +356,14 @@ __device__ __forceinline__ ndview<const T> staged_view(const core_arg<T, true>&,
 /// sp.per_block teams of sp.team threads, and team `slot` of block b takes instances
 /// b * per_block + slot, then + gridDim.x * per_block, and so on. Each team owns `Buffers` shared
 /// slots (one instance's staged input cores each; buffer u of team `slot` is at
-/// u * sp.smem_bytes + the operand's offset + slot * pitch) and runs its own pipeline: it issues the
-/// 16-byte asynchronous copies of the instance Buffers - 1 steps ahead, waits for the oldest group
-/// (cp.async.wait_group Buffers - 1, per thread) and a __syncwarp among its members, then calls the
-/// functor on views of the copies. No block-wide barrier: a team that finds its copies landed
-/// computes while the other teams' copies are still in flight, so the SM keeps about
-/// (Buffers - 1) x the resident teams' instances of loads outstanding all the time. (Tiles loaded and
-/// computed block by block behind __syncthreads, single- or double-buffered, reached 0.70-0.73x of
-/// the D2D copy on the (1e6, 64) float32 row dot on the H200; this kernel 0.91x.)
+/// u * sp.smem_bytes + the operand's offset + slot * pitch) and runs on its own: it issues the
+/// 16-byte asynchronous copies of an instance (with Buffers = 2, of the next instance before it
+/// computes the current one), waits for them (cp.async.wait_group, per thread) and a __syncwarp
+/// among its members, then calls the functor on views of the copies. No block-wide barrier: a team
+/// whose copies have landed computes while the other teams' copies are in flight, so the SM keeps
+/// loads outstanding all the time. (Tiles loaded and computed block by block behind __syncthreads,
+/// single- or double-buffered, reached 0.70-0.73x of the D2D copy on the (1e6, 64) float32 row dot
+/// on the H200; this kernel 0.92x with one slot per team, 0.90x with two.)
 template <int Buffers, class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
 __device__ __forceinline__ void gufunc_staged_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
                                                   const gufunc_stage_kplan<K>& sp, const Args& args,
