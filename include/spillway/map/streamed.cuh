@@ -25,7 +25,7 @@
 #include <spillway/map/ndview.hpp>
 #include <spillway/map/operand.hpp>
 #include <spillway/map/shape.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/detail/streamed_job.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
@@ -54,8 +54,7 @@ struct streamed_input_plan {
   std::size_t elem = 0;
   std::size_t bytes = 0;                 ///< whole array (resident) or bytes per outer row (streamed)
   std::vector<index_t> device_shape;     ///< resident: the shape used on the device (trailing dims)
-  std::size_t buffer = 0;                ///< slot device buffer index
-  std::size_t staging = static_cast<std::size_t>(-1);
+  std::size_t buffer = 0;                ///< index of its device buffer in the streamed job
 };
 
 template <class Op>
@@ -84,19 +83,19 @@ void classify_streamed(const Op& op, const std::vector<index_t>& out_shape, std:
   plans.push_back(p);
 }
 
-/// The device-side argument for input k of a chunk: a device view, or the scalar itself.
+/// The device-side argument for input k of a chunk: a view of its device buffer (dev[p.buffer]),
+/// or the scalar itself.
 template <class Op>
-auto chunk_arg(const Op& op, const streamed_input_plan& p, task_slot& slot, const std::vector<index_t>& chunk_shape,
-               int p_dim) {
+auto chunk_arg(const Op& op, const streamed_input_plan& p, const std::vector<void*>& dev,
+               const std::vector<index_t>& chunk_shape) {
   if constexpr (operand_info<Op>::is_array) {
     using T = typename operand_info<Op>::value_type;
-    const T* d = slot.device<T>(p.buffer);
+    const T* d = static_cast<const T*>(dev[p.buffer]);
     if (p.role == stream_role::streamed) return ndview<const T>(d, chunk_shape);
     // Resident: drop its leading dimensions in front of the chunk's row dimension (all size 1 by
     // construction of the split point).
     std::vector<index_t> s = p.device_shape;
     const std::size_t keep = chunk_shape.size() - 1;
-    (void)p_dim;
     while (s.size() > keep && s.front() == 1) s.erase(s.begin());
     return ndview<const T>(d, s);
   } else {
@@ -155,15 +154,29 @@ job_report streamed_transform_impl(const transform_options& o, ndview<Out> out, 
 
   plan_request pr;
   pr.extent = static_cast<std::size_t>(rows);
-  std::vector<std::size_t> streamed_index;  // plan buffer k -> input index (n_in for the output)
+  // Streamed arrays (the plan's buffers, in order): the full-shape inputs, then the output; one
+  // outer row per plan unit. Resident arrays follow them in the job's buffer numbering.
+  std::vector<streamed_array> arrays;
+  std::vector<resident_array> residents;
+  auto memory_of = [](const void* p, std::size_t bytes) { return resolve_memory(host_memory::detect, p, bytes); };
   for (std::size_t k = 0; k < n_in; ++k) {
-    if (in_plans[k].role == stream_role::streamed) {
-      pr.bytes_per_unit.push_back(static_cast<std::size_t>(row) * in_plans[k].elem);
-      streamed_index.push_back(k);
-    }
+    auto& p = in_plans[k];
+    if (p.role != stream_role::streamed) continue;
+    const std::size_t unit = static_cast<std::size_t>(row) * p.elem;
+    p.buffer = arrays.size();
+    arrays.push_back({p.data, unit, memory_of(p.data, static_cast<std::size_t>(rows) * unit), false});
+    pr.bytes_per_unit.push_back(unit);
   }
-  pr.bytes_per_unit.push_back(static_cast<std::size_t>(row) * sizeof(Out));
-  streamed_index.push_back(n_in);
+  const std::size_t out_buffer = arrays.size();
+  const std::size_t out_unit = static_cast<std::size_t>(row) * sizeof(Out);
+  arrays.push_back({out.data(), out_unit, memory_of(out.data(), static_cast<std::size_t>(n) * sizeof(Out)), true});
+  pr.bytes_per_unit.push_back(out_unit);
+  for (std::size_t k = 0; k < n_in; ++k) {
+    auto& p = in_plans[k];
+    if (p.role != stream_role::resident) continue;
+    p.buffer = arrays.size() + residents.size();
+    residents.push_back({p.data, p.bytes});
+  }
   pr.budget_bytes = budget.bytes();
   pr.slots = o.slots_per_device;
   pr.granularity = (o.granularity + static_cast<std::size_t>(row) - 1) / static_cast<std::size_t>(row);
@@ -171,89 +184,13 @@ job_report streamed_transform_impl(const transform_options& o, ndview<Out> out, 
   pr.fixed_slot_bytes = resident_bytes;
   const chunk_plan plan = make_chunk_plan(pr);
 
-  task_job_options t;
-  t.devices = devices;
-  t.slots_per_device = plan.slots();
-  t.device_buffer_bytes = plan.buffer_bytes();
-  t.budget = budget;
-  t.progress = o.progress;
-  std::size_t out_buffer = 0;
-  std::size_t out_staging = static_cast<std::size_t>(-1);
-  for (std::size_t b = 0; b < streamed_index.size(); ++b) {
-    const std::size_t k = streamed_index[b];
-    const void* p = k == n_in ? static_cast<const void*>(out.data()) : in_plans[k].data;
-    const std::size_t total = k == n_in ? static_cast<std::size_t>(n) * sizeof(Out)
-                                        : static_cast<std::size_t>(rows) * static_cast<std::size_t>(row) * in_plans[k].elem;
-    const bool pageable = resolve_memory(host_memory::detect, p, total) == host_memory::pageable;
-    std::size_t staging = static_cast<std::size_t>(-1);
-    if (pageable) {
-      staging = t.pinned_buffer_bytes.size();
-      t.pinned_buffer_bytes.push_back(plan.buffer_bytes()[b]);
-    }
-    if (k == n_in) {
-      out_buffer = b;
-      out_staging = staging;
-    } else {
-      in_plans[k].buffer = b;
-      in_plans[k].staging = staging;
-    }
-  }
-  for (std::size_t k = 0; k < n_in; ++k) {
-    if (in_plans[k].role == stream_role::resident) {
-      in_plans[k].buffer = t.device_buffer_bytes.size();
-      t.device_buffer_bytes.push_back(in_plans[k].bytes);
-    }
-  }
-  const std::size_t copy_parts =
-      (staging_workers().size() + 1) / devices.size() > 0 ? (staging_workers().size() + 1) / devices.size() : 1;
-  // Resident inputs are copied once per slot: flags per device (its own worker thread) and slot.
-  int max_dev = 0;
-  for (int d : devices) max_dev = d > max_dev ? d : max_dev;
-  std::vector<std::vector<char>> loaded(static_cast<std::size_t>(max_dev) + 1,
-                                        std::vector<char>(plan.slots() * (n_in + 1), 0));
-
-  auto enqueue = [&](std::size_t task, task_slot& slot, stream_view s) {
-    const chunk c = plan.at(task);
-    const std::size_t elems = c.count * static_cast<std::size_t>(row);
-    auto& flags = loaded[static_cast<std::size_t>(slot.device())];
-    for (std::size_t k = 0; k < n_in; ++k) {
-      const auto& p = in_plans[k];
-      if (p.role == stream_role::resident) {
-        char& done = flags[slot.index() * (n_in + 1) + k];
-        if (done == 0) {
-          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device(p.buffer), p.data, p.bytes, cudaMemcpyHostToDevice, s.value()));
-          slot.add_bytes_moved(p.bytes);
-          done = 1;
-        }
-      } else if (p.role == stream_role::streamed) {
-        const std::size_t bytes = elems * p.elem;
-        const auto* src = static_cast<const unsigned char*>(p.data) + c.begin * static_cast<std::size_t>(row) * p.elem;
-        if (p.staging != static_cast<std::size_t>(-1)) {
-          void* st = slot.pinned(p.staging);
-          parallel_copy(st, src, bytes, copy_parts);
-          src = static_cast<const unsigned char*>(st);
-        }
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device(p.buffer), src, bytes, cudaMemcpyHostToDevice, s.value()));
-        slot.add_bytes_moved(bytes);
-      }
-    }
+  auto compute = [&](const chunk& c, task_slot&, stream_view s, const std::vector<void*>& dev) {
     std::vector<index_t> chunk_shape{static_cast<index_t>(c.count)};
     for (int d = split; d < rank; ++d) chunk_shape.push_back(out.extent(d));
-    ndview<Out> dev_out(slot.device<Out>(out_buffer), chunk_shape);
-    map_into_impl<map_unroll>(s, dev_out, f, map_persistent,
-                              chunk_arg(std::get<I>(ops), in_plans[I], slot, chunk_shape, split)...);
-    void* dst = out.data() + c.begin * static_cast<std::size_t>(row);
-    if (out_staging != static_cast<std::size_t>(-1)) dst = slot.pinned(out_staging);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, slot.device(out_buffer), elems * sizeof(Out), cudaMemcpyDeviceToHost, s.value()));
-    slot.add_bytes_moved(elems * sizeof(Out));
+    ndview<Out> dev_out(static_cast<Out*>(dev[out_buffer]), chunk_shape);
+    map_into_impl<map_unroll>(s, dev_out, f, map_persistent, chunk_arg(std::get<I>(ops), in_plans[I], dev, chunk_shape)...);
   };
-  auto complete = [&](std::size_t task, task_slot& slot) {
-    if (out_staging == static_cast<std::size_t>(-1)) return;
-    const chunk c = plan.at(task);
-    parallel_copy(out.data() + c.begin * static_cast<std::size_t>(row), slot.pinned(out_staging),
-                  c.count * static_cast<std::size_t>(row) * sizeof(Out), copy_parts);
-  };
-  return run_tasks(plan.chunk_count(), t, enqueue, complete);
+  return run_streamed_job(devices, budget, o.progress, plan, arrays, residents, compute);
 }
 
 }  // namespace detail

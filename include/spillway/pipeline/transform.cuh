@@ -18,6 +18,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/pipeline/detail/host_workers.hpp>
 #include <spillway/pipeline/detail/kernels.cuh>
+#include <spillway/pipeline/detail/streamed_job.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
@@ -84,74 +85,28 @@ job_report transform_impl(const transform_options& o, const host_result<Out>& ou
   pr.max_slot_bytes = o.max_chunk_bytes;
   const chunk_plan plan = make_chunk_plan(pr);
 
-  // Operand k (inputs, then the output at n_in): host pointer, memory kind, staging index.
-  std::array<const void*, n_in + 1> host_src{};
-  std::array<std::size_t, n_in + 1> elem{sizeof(In)..., sizeof(Out)};
-  std::array<host_memory, n_in + 1> mem{};
-  ((host_src[I] = std::get<I>(ins).data,
-    mem[I] = resolve_memory(std::get<I>(ins).memory, std::get<I>(ins).data, n * sizeof(In))),
+  // Streamed arrays: the inputs, then the output (buffer n_in), one element per plan unit.
+  std::vector<streamed_array> arrays;
+  (arrays.push_back({std::get<I>(ins).data, sizeof(In),
+                     resolve_memory(std::get<I>(ins).memory, std::get<I>(ins).data, n * sizeof(In)), false}),
    ...);
-  host_src[n_in] = out.data;
-  mem[n_in] = resolve_memory(out.memory, out.data, n * sizeof(Out));
+  arrays.push_back({out.data, sizeof(Out), resolve_memory(out.memory, out.data, n * sizeof(Out)), true});
 
-  task_job_options t;
-  t.devices = devices;
-  t.slots_per_device = plan.slots();
-  t.device_buffer_bytes = plan.buffer_bytes();
-  t.budget = budget;
-  t.progress = o.progress;
-  std::array<std::size_t, n_in + 1> staging{};
-  for (std::size_t k = 0; k <= n_in; ++k) {
-    staging[k] = static_cast<std::size_t>(-1);
-    if (mem[k] == host_memory::pageable) {
-      staging[k] = t.pinned_buffer_bytes.size();
-      t.pinned_buffer_bytes.push_back(plan.buffer_bytes()[k]);
-    }
-  }
-  // Host copy threads per device pipeline: the pool shared fairly between the devices.
-  const std::size_t copy_parts = (staging_workers().size() + 1) / devices.size() > 0
-                                     ? (staging_workers().size() + 1) / devices.size()
-                                     : 1;
   int max_dev = 0;
   for (int d : devices) max_dev = d > max_dev ? d : max_dev;
   std::vector<int> sms(static_cast<std::size_t>(max_dev) + 1, 0);
   for (int d : devices) {
     SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms[static_cast<std::size_t>(d)], cudaDevAttrMultiProcessorCount, d));
   }
-
-  auto enqueue = [&](std::size_t task, task_slot& slot, stream_view s) {
-    const chunk c = plan.at(task);
-    std::array<const void*, n_in> dev_in{};
-    for (std::size_t k = 0; k < n_in; ++k) {
-      const std::size_t bytes = c.count * elem[k];
-      const auto* src = static_cast<const unsigned char*>(host_src[k]) + c.begin * elem[k];
-      if (staging[k] != static_cast<std::size_t>(-1)) {
-        void* st = slot.pinned(staging[k]);
-        parallel_copy(st, src, bytes, copy_parts);
-        src = static_cast<const unsigned char*>(st);
-      }
-      dev_in[k] = slot.device(k);
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device(k), src, bytes, cudaMemcpyHostToDevice, s.value()));
-      slot.add_bytes_moved(bytes);
-    }
-    Out* dev_out = slot.device<Out>(n_in);
+  auto compute = [&](const chunk& c, task_slot& slot, stream_view s, const std::vector<void*>& dev) {
     const std::size_t blocks_needed = (c.count + o.block_size - 1) / o.block_size;
     const std::size_t max_blocks = static_cast<std::size_t>(sms[static_cast<std::size_t>(slot.device())]) * 8;
     const auto grid = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
     transform_kernel<F, Out, In...><<<grid, o.block_size, 0, s.value()>>>(
-        f, dev_out, c.count, static_cast<const In*>(dev_in[I])...);
+        f, static_cast<Out*>(dev[n_in]), c.count, static_cast<const In*>(dev[I])...);
     SPILLWAY_CHECK_LAUNCH();
-    void* dst = static_cast<unsigned char*>(const_cast<void*>(host_src[n_in])) + c.begin * sizeof(Out);
-    if (staging[n_in] != static_cast<std::size_t>(-1)) dst = slot.pinned(staging[n_in]);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, dev_out, c.count * sizeof(Out), cudaMemcpyDeviceToHost, s.value()));
-    slot.add_bytes_moved(c.count * sizeof(Out));
   };
-  auto complete = [&](std::size_t task, task_slot& slot) {
-    if (staging[n_in] == static_cast<std::size_t>(-1)) return;
-    const chunk c = plan.at(task);
-    parallel_copy(out.data + c.begin, slot.pinned(staging[n_in]), c.count * sizeof(Out), copy_parts);
-  };
-  return run_tasks(plan.chunk_count(), t, enqueue, complete);
+  return run_streamed_job(devices, budget, o.progress, plan, arrays, {}, compute);
 }
 
 template <class T>

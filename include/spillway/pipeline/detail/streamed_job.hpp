@@ -1,0 +1,126 @@
+// spillway/pipeline/detail/streamed_job.hpp — the one streamed-job core that both streamed
+// transforms run on (the flat spillway::transform of pipeline/transform.cuh and the broadcasting
+// one of map/streamed.cuh): arrays moved chunk by chunk between host and device, pageable memory
+// staged through pinned buffers by host threads, small inputs copied once per slot and kept
+// resident, a caller-supplied device computation per chunk, all on run_tasks.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_operand.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/plan.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace spillway::detail {
+
+/// An array that moves chunk by chunk: `unit_bytes` per plan unit (an element, or an outer row of
+/// a shaped array); chunk c covers host bytes [c.begin * unit_bytes, (c.begin + c.count) * unit_bytes).
+struct streamed_array {
+  const void* host = nullptr;  ///< inputs: the source; the output: the destination
+  std::size_t unit_bytes = 0;
+  host_memory memory = host_memory::page_locked;  ///< resolved: page_locked (DMA directly) or pageable (staged)
+  bool output = false;                       ///< exactly one streamed array is the output
+};
+
+/// An input copied whole to every slot once, before that slot's first chunk, and kept there.
+struct resident_array {
+  const void* host = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// Runs `plan` (made from a plan_request whose bytes_per_unit are the streamed arrays' unit_bytes,
+/// in order, and whose fixed_slot_bytes hold the resident arrays) on `devices`. Per chunk and slot:
+/// the streamed inputs' slices go to device buffers (pageable ones through a pinned staging buffer
+/// filled by host threads), resident inputs are copied if the slot does not hold them yet, then
+/// `compute(chunk, slot, stream, dev)` enqueues the device work on `stream` (dev[k]: the device
+/// buffer of streamed array k, then of resident array r at streamed.size() + r), then the output
+/// slice goes back (through staging when pageable; copied out by host threads when the chunk
+/// completes). Returns run_tasks's report; throws what it throws.
+template <class Compute>
+job_report run_streamed_job(const std::vector<int>& devices, const memory_budget& budget,
+                            const progress_callback& progress, const chunk_plan& plan,
+                            const std::vector<streamed_array>& streamed, const std::vector<resident_array>& resident,
+                            Compute compute) {
+  const std::size_t ns = streamed.size();
+  const std::size_t nr = resident.size();
+  std::size_t out_k = ns;
+  for (std::size_t k = 0; k < ns; ++k) {
+    if (streamed[k].output) out_k = k;
+  }
+  if (out_k == ns) throw logic_error("run_streamed_job: no streamed array is the output");
+
+  task_job_options t;
+  t.devices = devices;
+  t.slots_per_device = plan.slots();
+  t.device_buffer_bytes = plan.buffer_bytes();
+  t.budget = budget;
+  t.progress = progress;
+  std::vector<std::size_t> staging(ns, static_cast<std::size_t>(-1));
+  for (std::size_t k = 0; k < ns; ++k) {
+    if (streamed[k].memory == host_memory::pageable) {
+      staging[k] = t.pinned_buffer_bytes.size();
+      t.pinned_buffer_bytes.push_back(plan.buffer_bytes()[k]);
+    }
+  }
+  for (const auto& r : resident) t.device_buffer_bytes.push_back(r.bytes);
+  // Host copy threads per device pipeline: the pool shared fairly between the devices.
+  const std::size_t copy_parts = (staging_workers().size() + 1) / devices.size() > 0
+                                     ? (staging_workers().size() + 1) / devices.size()
+                                     : 1;
+  // Whether slot s of device d holds resident array r (each device's pipeline runs on a thread of
+  // its own, so the flags of one device are only touched by that thread).
+  int max_dev = 0;
+  for (int d : devices) max_dev = d > max_dev ? d : max_dev;
+  std::vector<std::vector<char>> loaded(static_cast<std::size_t>(max_dev) + 1,
+                                        std::vector<char>(plan.slots() * (nr > 0 ? nr : 1), 0));
+
+  auto enqueue = [&](std::size_t task, task_slot& slot, stream_view s) {
+    const chunk c = plan.at(task);
+    std::vector<void*> dev(ns + nr);
+    for (std::size_t k = 0; k < ns + nr; ++k) dev[k] = slot.device(k);
+    auto& flags = loaded[static_cast<std::size_t>(slot.device())];
+    for (std::size_t r = 0; r < nr; ++r) {
+      char& done = flags[slot.index() * nr + r];
+      if (done == 0) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dev[ns + r], resident[r].host, resident[r].bytes, cudaMemcpyHostToDevice, s.value()));
+        slot.add_bytes_moved(resident[r].bytes);
+        done = 1;
+      }
+    }
+    for (std::size_t k = 0; k < ns; ++k) {
+      if (k == out_k) continue;
+      const std::size_t bytes = c.count * streamed[k].unit_bytes;
+      const auto* src = static_cast<const unsigned char*>(streamed[k].host) + c.begin * streamed[k].unit_bytes;
+      if (staging[k] != static_cast<std::size_t>(-1)) {
+        void* st = slot.pinned(staging[k]);
+        parallel_copy(st, src, bytes, copy_parts);
+        src = static_cast<const unsigned char*>(st);
+      }
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dev[k], src, bytes, cudaMemcpyHostToDevice, s.value()));
+      slot.add_bytes_moved(bytes);
+    }
+    compute(c, slot, s, dev);
+    const std::size_t out_bytes = c.count * streamed[out_k].unit_bytes;
+    void* dst = static_cast<unsigned char*>(const_cast<void*>(streamed[out_k].host)) + c.begin * streamed[out_k].unit_bytes;
+    if (staging[out_k] != static_cast<std::size_t>(-1)) dst = slot.pinned(staging[out_k]);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, dev[out_k], out_bytes, cudaMemcpyDeviceToHost, s.value()));
+    slot.add_bytes_moved(out_bytes);
+  };
+  auto complete = [&](std::size_t task, task_slot& slot) {
+    if (staging[out_k] == static_cast<std::size_t>(-1)) return;
+    const chunk c = plan.at(task);
+    const std::size_t u = streamed[out_k].unit_bytes;
+    parallel_copy(static_cast<unsigned char*>(const_cast<void*>(streamed[out_k].host)) + c.begin * u,
+                  slot.pinned(staging[out_k]), c.count * u, copy_parts);
+  };
+  return run_tasks(plan.chunk_count(), t, enqueue, complete);
+}
+
+}  // namespace spillway::detail
