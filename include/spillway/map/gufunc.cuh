@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -121,16 +122,14 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
       const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
       // A resident grid: each team walks instances grid-strided and overlaps its own loads.
       auto launch = [&](auto kernel, auto narrow_kernel) {
-        int sms = 0, per_sm = 0;
-        SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
         if (smem > 48 * 1024) {
           SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
           SPILLWAY_CUDA_TRY(
               cudaFuncSetAttribute(narrow_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         }
-        SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, narrow_kernel, detail::gufunc_stage_block, smem));
-        const index_t cap = static_cast<index_t>(sms) * std::max(1, per_sm);
-        const auto blocks = static_cast<unsigned>(std::min(tiles, cap));
+        const auto blocks = detail::resident_grid(
+            narrow_kernel, static_cast<unsigned>(std::min<index_t>(tiles, std::numeric_limits<int>::max())), true,
+            detail::gufunc_stage_block, smem);
         // 32-bit instance arithmetic while the last step past the end stays below 2^32.
         const index_t step = static_cast<index_t>(blocks) * sp.per_block;
         if (kp.instances + 2 * step < (index_t{1} << 32)) {

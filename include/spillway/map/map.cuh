@@ -65,19 +65,6 @@ inline unsigned grid_for(index_t work, index_t per_block, const char* who) {
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }
 
-/// With `persistent`, caps a tile-strided kernel's grid at the blocks the device holds at once
-/// (so every block stays resident to the end: no partial last wave).
-template <class Kernel>
-unsigned resident_grid(Kernel kernel, unsigned grid, bool persistent) {
-  if (!persistent) return grid;
-  int device = 0, sms = 0, per_sm = 0;
-  SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, map_block, 0));
-  const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
-  return grid < cap ? grid : cap;
-}
-
 template <class KOp>
 bool kop_aligned(const KOp& k, std::size_t bytes, int rank, index_t v) {
   if constexpr (KOp::is_array) {

@@ -7,6 +7,7 @@
 // the broadcast case), and general N-d (any strides, a divmod per dimension).
 #pragma once
 
+#include <spillway/core/error.hpp>
 #include <spillway/map/config.hpp>
 #include <spillway/map/detail/gufunc_invoke.hpp>
 #include <spillway/map/detail/gufunc_plan.hpp>
@@ -15,8 +16,10 @@
 
 #include <cuda/std/tuple>
 #include <cuda_pipeline_primitives.h>
+#include <cuda_runtime_api.h>
 #include <cuda/std/utility>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -25,6 +28,20 @@
 namespace spillway::detail {
 
 inline constexpr int map_block = 256;
+
+/// With `persistent`, caps a tile-strided kernel's grid at the blocks of `block` threads and `smem`
+/// dynamic shared bytes the current device holds at once (so every block stays resident to the
+/// end: no partial last wave).
+template <class Kernel>
+unsigned resident_grid(Kernel kernel, unsigned grid, bool persistent, int block = map_block, std::size_t smem = 0) {
+  if (!persistent) return grid;
+  int device = 0, sms = 0, per_sm = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
+  const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
+  return grid < cap ? grid : cap;
+}
 
 /// A kernel's view of one operand: a base pointer and the collapsed loop strides for arrays, the
 /// value for scalars.
