@@ -127,6 +127,16 @@ __device__ __forceinline__ void mma_slice(std::uint32_t base, int wm, int wn, in
   }
 }
 
+template <class Cfg>
+__device__ __forceinline__ void mma_zero(int (&acc)[Cfg::mt][Cfg::nt][4]) {
+#pragma unroll
+  for (int i = 0; i < Cfg::mt; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::nt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+}
+
 /// Hands a warp's (MT x 16) x (NT x 8) accumulators at tile origin (r0, c0) of the panel to the
 /// epilogue, re-laid out through the warp's staging tile `tile` (MT x 16 rows of epi_pitch words)
 /// so that each call covers 32 consecutive columns of one row: 128-byte stores instead of 8 rows
@@ -247,12 +257,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     }
 
     int acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+    mma_zero<Cfg>(acc);
 
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
       asm volatile("cp.async.wait_group %0;\n" ::"n"(Cfg::stages - 2) : "memory");

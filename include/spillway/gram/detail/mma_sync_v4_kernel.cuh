@@ -107,12 +107,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     }
 
     int acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+    mma_zero<Cfg>(acc);
 
 #pragma unroll 1
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
