@@ -433,7 +433,7 @@ TEST(GramKernelsGpu, BadInputsThrowAndWriteNothing) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Opt-in kernel variants (kernel_variant::v2): every tensor-core path the device can run, forced,
+// Forced kernel variants (kernel_variant::v2): every tensor-core path the device can run, forced,
 // against the same host oracle. Kept in their own suite so they can run in a separate process.
 
 std::vector<kernel_path> v2_paths() {
@@ -443,6 +443,34 @@ std::vector<kernel_path> v2_paths() {
     if ((p == kernel_path::mma_sync && mma_fits) || p == kernel_path::wgmma) out.push_back(p);
   }
   return out;
+}
+
+/// Forcing `Variant` on a device that cannot run it throws a logic_error that says so in terms of
+/// shared memory, naming the bytes it needs and the bytes the device offers; nothing is written.
+template <gd::kernel_variant Variant>
+void expect_variant_refused(std::int64_t needed_bytes) {
+  const int dev = spillway::current_device();
+  spillway::stream s;
+  spillway::device_buffer<std::uint32_t> da(32, s);
+  spillway::device_buffer<std::int32_t> dc(1, s);
+  dc.fill_bytes_async(0xFF, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = g.b_rows = 1;
+  g.ld_words = 32;
+  try {
+    gd::bit_gemm_async<Variant>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false}, kernel_path::mma_sync, s);
+    ADD_FAILURE() << "mma_sync " << gd::to_string(Variant) << " ran on a device that cannot run it";
+  } catch (const spillway::logic_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(needed_bytes)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(gd::max_block_smem(dev))), std::string::npos) << msg;
+  }
+  std::int32_t h = 0;
+  dc.copy_to_host_async({&h, 1}, s);
+  s.synchronize();
+  EXPECT_EQ(h, -1);
 }
 
 void expect_v2_paths(const std::vector<kernel_path>& paths) {
@@ -457,23 +485,7 @@ void expect_v2_paths(const std::vector<kernel_path>& paths) {
   // On the H200: both with the sm_90a binary, mma_sync with the sm_80 one.
   std::cout << "[ v2 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v2 fits shared memory: "
             << mma_fits << ")\n";
-  if (cc >= 80 && (f & 1) != 0 && !mma_fits) {
-    // The refusal is a logic_error naming the variant and the shared-memory sizes.
-    spillway::stream s;
-    spillway::device_buffer<std::uint32_t> da(32, s);
-    spillway::device_buffer<std::int32_t> dc(1, s);
-    gd::bit_gemm_args g;
-    g.a = g.b = da.data();
-    g.a_rows = g.b_rows = 1;
-    g.ld_words = 32;
-    try {
-      gd::bit_gemm_async<gd::kernel_variant::v2>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false},
-                                                 kernel_path::mma_sync, s);
-      ADD_FAILURE() << "mma_sync v2 ran on a device without the shared memory for it";
-    } catch (const spillway::logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
-    }
-  }
+  if (cc >= 80 && (f & 1) != 0 && !mma_fits) expect_variant_refused<gd::kernel_variant::v2>(gd::mma_v2_config::smem_bytes);
   for (auto p : paths) std::cout << "[ v2 path  ] " << spillway::gram::to_string(p) << "\n";
 }
 
@@ -565,169 +577,6 @@ TEST(GramKernelsV2, TmaStoreFitsConditions) {
   EXPECT_FALSE(fits(storage, 200, 40, 60));
 }
 
-TEST(GramKernelsV2Gpu, EdgeShapesAAt) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  const auto paths = v2_paths();
-  expect_v2_paths(paths);
-  spillway::stream s;
-  const std::vector<shape_case> shapes = {
-      {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
-      {129, 129, 1025}, {257, 257, 2049}, {301, 301, 4095}, {263, 263, 65}, {521, 521, 3000},
-  };
-  for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v2 aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
-    std::vector<std::int64_t> ones, zeros;
-    if (sh.a_rows > 3) {
-      ones = {0, sh.a_rows - 1};
-      zeros = {1};
-    }
-    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, ones, zeros);
-    for (auto p : paths) {
-      for (bool upper : {false, true}) {
-        check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
-                      std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"),
-                      gd::kernel_variant::v2);
-      }
-    }
-  }
-}
-
-TEST(GramKernelsV2Gpu, ABtDifferentRowCounts) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
-  for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v2 abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
-    const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
-    const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
-    for (auto p : v2_paths()) {
-      check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
-                    "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols),
-                    gd::kernel_variant::v2);
-    }
-  }
-}
-
-TEST(GramKernelsV2Gpu, UpperOnlyWithPanelOffsets) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v2 offsets");
-  const host_bits m = random_bits(1400, 1100, seed);
-  const std::vector<std::vector<std::int64_t>> cases = {
-      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
-      {129, 255, 1, 1}};
-  for (const auto& c : cases) {
-    for (auto p : v2_paths()) {
-      check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s,
-                    "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) +
-                        "+" + std::to_string(c[3]) + ")",
-                    gd::kernel_variant::v2);
-    }
-  }
-}
-
-TEST(GramKernelsV2Gpu, ManyTilesPerBlockAndDeepK) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v2 many tiles");
-  const host_bits m = random_words(2600, 9000, seed);
-  const host_bits a = random_words(1700, 9000, seed + 7);
-  for (auto p : v2_paths()) {
-    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", gd::kernel_variant::v2);
-    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)",
-                  gd::kernel_variant::v2);
-  }
-}
-
-// The raw int32 count store (the TMA-store epilogue of wgmma v2; per element on mma_sync v2):
-// outputs with and without a 16-byte row pitch, margins before the panels, padding columns.
-TEST(GramKernelsV2Gpu, Int32CountStoreEdgeShapes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
-                                          {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
-  for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v2 store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
-    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, sh.a_rows > 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{},
-                                    sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
-    const std::int64_t n = sh.a_rows;
-    const std::int64_t pad16 = (4 - n % 4) % 4 + 4;  // ldc a multiple of 4 with 4+ spare columns
-    for (auto p : v2_paths()) {
-      for (bool upper : {false, true}) {
-        const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 0, 0, 0, n % 4 == 0, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 0, 0, pad16, true, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v2, 3, 4, pad16, true, s, what);
-      }
-    }
-  }
-}
-
-TEST(GramKernelsV2Gpu, Int32CountStorePanelsAndManyTiles) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v2 store panels");
-  const host_bits m = random_bits(1400, 1100, seed);
-  const std::vector<std::vector<std::int64_t>> cases = {
-      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
-      {129, 255, 1, 1}};
-  for (const auto& c : cases) {
-    // A column margin of 4 keeps every block on a 16-byte boundary (bulk stores); a margin of 1
-    // does not, and the kernel must fall back to per-element stores.
-    for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
-      const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;  // ldc = b_rows + shift + pad, a multiple of 4
-      for (auto p : v2_paths()) {
-        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v2, 2, col_shift, pad,
-                        col_shift % 4 == 0, s,
-                        "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
-                            std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
-      }
-    }
-  }
-  // Several tiles per persistent block and deep k: the staging buffers are reused across tiles
-  // while earlier bulk stores may still be in flight.
-  const host_bits big = random_words(2600, 9000, seed + 3);
-  const host_bits other = random_words(1700, 9000, seed + 4);
-  for (auto p : v2_paths()) {
-    check_store_i32({&big, 0, 2600}, {&big, 0, 2600}, true, p, gd::kernel_variant::v2, 0, 0, 0, true, s,
-                    "2600x9000 upper");
-    check_store_i32({&other, 0, 1700}, {&big, 0, 2600}, false, p, gd::kernel_variant::v2, 0, 0, 0, true, s,
-                    "1700x2600 full");
-  }
-  // The same through the per-thread default stream.
-  const auto pts = spillway::stream_view::per_thread();
-  for (auto p : v2_paths()) {
-    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, gd::kernel_variant::v2, 0, 0, 0, true, pts,
-                    "per-thread stream");
-  }
-}
-
-TEST(GramKernelsV2Gpu, ZeroColumnsAndEmptyPanels) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const host_bits m = random_bits(70, 0, 1);
-  for (auto p : v2_paths()) {
-    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", gd::kernel_variant::v2);
-    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, gd::kernel_variant::v2, 0, 0, 2, true, s, "zero columns");
-  }
-  // Empty panel: nothing written.
-  spillway::device_buffer<std::int32_t> dc(16, s);
-  dc.fill_bytes_async(0xFF, s);
-  spillway::device_buffer<std::uint32_t> da(8 * 32, s);
-  gd::bit_gemm_args g;
-  g.a = g.b = da.data();
-  g.a_rows = 0;
-  g.b_rows = 4;
-  g.ld_words = 32;
-  const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
-  for (auto p : v2_paths()) gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, p, s);
-  std::vector<std::int32_t> c(16);
-  dc.copy_to_host_async({c.data(), c.size()}, s);
-  s.synchronize();
-  for (auto x : c) EXPECT_EQ(x, -1);
-}
-
-
 // ---------------------------------------------------------------------------------------------
 // mma_sync v4 (kernel_variant::v4; what automatic runs for mma_sync from compute capability 9.0):
 // the v2 tile fed by the tensor copy engine, stages handed back through per-slot release counters.
@@ -753,105 +602,215 @@ void expect_v4_paths(const std::vector<kernel_path>& paths) {
   EXPECT_EQ(paths.size(), bmma && fits ? 1u : 0u) << "cc " << cc << ", build features " << f;
   std::cout << "[ v4 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v4 runs here: "
             << fits << ", needs " << gd::mma_v4_config::smem_bytes_v4 << " bytes)\n";
-  if (bmma && !fits) {
-    // Refused with a logic_error naming the bytes needed and offered; the output stays untouched.
-    spillway::stream s;
-    spillway::device_buffer<std::uint32_t> da(32, s);
-    spillway::device_buffer<std::int32_t> dc(1, s);
-    dc.fill_bytes_async(0xFF, s);
-    gd::bit_gemm_args g;
-    g.a = g.b = da.data();
-    g.a_rows = g.b_rows = 1;
-    g.ld_words = 32;
-    try {
-      gd::bit_gemm_async<gd::kernel_variant::v4>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false},
-                                                 kernel_path::mma_sync, s);
-      ADD_FAILURE() << "mma_sync v4 ran on a device that cannot run it";
-    } catch (const spillway::logic_error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
-      EXPECT_NE(msg.find(std::to_string(gd::mma_v4_config::smem_bytes_v4)), std::string::npos) << msg;
-      EXPECT_NE(msg.find(std::to_string(gd::max_block_smem(dev))), std::string::npos) << msg;
-    }
-    std::int32_t h = 0;
-    dc.copy_to_host_async({&h, 1}, s);
-    s.synchronize();
-    EXPECT_EQ(h, -1);
-  }
+  if (bmma && !fits) expect_variant_refused<gd::kernel_variant::v4>(gd::mma_v4_config::smem_bytes_v4);
 }
 
-TEST(GramKernelsV4Gpu, EdgeShapesAAt) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  const auto paths = v4_paths();
-  expect_v4_paths(paths);
+// ---------------------------------------------------------------------------------------------
+// The forced-variant suites (GramKernelsV2Gpu, GramKernelsV4Gpu) run the same checks, each with
+// its variant, the paths it runs on here and its label in the seeds.
+
+struct variant_suite {
+  gd::kernel_variant variant;
+  std::vector<kernel_path> (*paths)();
+  const char* label;
+  [[nodiscard]] std::uint64_t seed(const std::string& what) const {
+    return spillway::test::seed(std::string(label) + " " + what);
+  }
+};
+const variant_suite v2_suite{gd::kernel_variant::v2, v2_paths, "v2"};
+const variant_suite v4_suite{gd::kernel_variant::v4, v4_paths, "v4"};
+
+void suite_edge_shapes_aat(const variant_suite& v) {
   spillway::stream s;
   const std::vector<shape_case> shapes = {
       {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
       {129, 129, 1025}, {257, 257, 2049}, {301, 301, 4095}, {263, 263, 65}, {521, 521, 3000},
   };
   for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v4 aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    const std::uint64_t seed = v.seed("aat " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
     std::vector<std::int64_t> ones, zeros;
     if (sh.a_rows > 3) {
       ones = {0, sh.a_rows - 1};
       zeros = {1};
     }
     const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, ones, zeros);
-    for (auto p : paths) {
+    for (auto p : v.paths()) {
       for (bool upper : {false, true}) {
         check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
                       std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"),
-                      gd::kernel_variant::v4);
+                      v.variant);
       }
     }
   }
 }
 
-TEST(GramKernelsV4Gpu, ABtDifferentRowCounts) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
+void suite_abt_different_row_counts(const variant_suite& v) {
   spillway::stream s;
   const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
   for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v4 abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
+    const std::uint64_t seed = v.seed("abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
     const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
     const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
-    for (auto p : v4_paths()) {
+    for (auto p : v.paths()) {
       check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
                     "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols),
-                    gd::kernel_variant::v4);
+                    v.variant);
     }
   }
 }
 
-TEST(GramKernelsV4Gpu, UpperOnlyWithPanelOffsets) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
+// Panels of one matrix (a_row0, a_rows, b_row0, b_rows), upper-only.
+const std::vector<std::vector<std::int64_t>> panel_cases = {
+    {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
+    {129, 255, 1, 1}};
+
+std::string panel_name(const std::vector<std::int64_t>& c) {
+  return "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) + "+" +
+         std::to_string(c[3]) + ")";
+}
+
+void suite_upper_only_with_panel_offsets(const variant_suite& v) {
   spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v4 offsets");
-  const host_bits m = random_bits(1400, 1100, seed);
-  const std::vector<std::vector<std::int64_t>> cases = {
-      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
-      {129, 255, 1, 1}};
-  for (const auto& c : cases) {
-    for (auto p : v4_paths()) {
-      check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s,
-                    "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" + std::to_string(c[2]) +
-                        "+" + std::to_string(c[3]) + ")",
-                    gd::kernel_variant::v4);
-    }
+  const host_bits m = random_bits(1400, 1100, v.seed("offsets"));
+  for (const auto& c : panel_cases) {
+    for (auto p : v.paths()) check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s, panel_name(c), v.variant);
   }
 }
 
-TEST(GramKernelsV4Gpu, ManyTilesPerBlockAndDeepK) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
+void suite_many_tiles_per_block_and_deep_k(const variant_suite& v) {
   spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v4 many tiles");
+  const std::uint64_t seed = v.seed("many tiles");
   const host_bits m = random_words(2600, 9000, seed);
   const host_bits a = random_words(1700, 9000, seed + 7);
-  for (auto p : v4_paths()) {
-    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", gd::kernel_variant::v4);
-    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)",
-                  gd::kernel_variant::v4);
+  for (auto p : v.paths()) {
+    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", v.variant);
+    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)", v.variant);
   }
+}
+
+// The raw int32 count store (the TMA-store epilogue of wgmma v2; per element on mma_sync):
+// outputs with and without a 16-byte row pitch, margins before the panels, padding columns.
+void suite_int32_count_store_edge_shapes(const variant_suite& v) {
+  spillway::stream s;
+  const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
+                                          {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
+  for (const auto& sh : shapes) {
+    const std::uint64_t seed = v.seed("store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
+    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, sh.a_rows > 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{},
+                                    sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
+    const std::int64_t n = sh.a_rows;
+    const std::int64_t pad16 = (4 - n % 4) % 4 + 4;  // ldc a multiple of 4 with 4+ spare columns
+    for (auto p : v.paths()) {
+      for (bool upper : {false, true}) {
+        const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 0, 0, 0, n % 4 == 0, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 0, 0, pad16, true, s, what);
+        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 3, 4, pad16, true, s, what);
+      }
+    }
+  }
+}
+
+void suite_int32_count_store_panels_and_many_tiles(const variant_suite& v) {
+  spillway::stream s;
+  const std::uint64_t seed = v.seed("store panels");
+  const host_bits m = random_bits(1400, 1100, seed);
+  for (const auto& c : panel_cases) {
+    // A column margin of 4 keeps every block on a 16-byte boundary (bulk stores); a margin of 1
+    // does not, and the kernel must fall back to per-element stores.
+    for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
+      const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;  // ldc = b_rows + shift + pad, a multiple of 4
+      for (auto p : v.paths()) {
+        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, v.variant, 2, col_shift, pad, col_shift % 4 == 0, s,
+                        panel_name(c));
+      }
+    }
+  }
+  // Several tiles per persistent block and deep k: stages and staging buffers are reused across
+  // tiles while earlier copies or bulk stores may still be in flight.
+  const host_bits big = random_words(2600, 9000, seed + 3);
+  const host_bits other = random_words(1700, 9000, seed + 4);
+  for (auto p : v.paths()) {
+    check_store_i32({&big, 0, 2600}, {&big, 0, 2600}, true, p, v.variant, 0, 0, 0, true, s, "2600x9000 upper");
+    check_store_i32({&other, 0, 1700}, {&big, 0, 2600}, false, p, v.variant, 0, 0, 0, true, s, "1700x2600 full");
+  }
+  // The same through the per-thread default stream.
+  const auto pts = spillway::stream_view::per_thread();
+  for (auto p : v.paths()) {
+    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, v.variant, 0, 0, 0, true, pts, "per-thread stream");
+  }
+}
+
+void suite_zero_columns_and_empty_panels(const variant_suite& v) {
+  spillway::stream s;
+  const host_bits m = random_bits(70, 0, 1);
+  for (auto p : v.paths()) {
+    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", v.variant);
+    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, v.variant, 0, 0, 2, true, s, "zero columns");
+  }
+  // Empty panel: nothing written.
+  spillway::device_buffer<std::int32_t> dc(16, s);
+  dc.fill_bytes_async(0xFF, s);
+  spillway::device_buffer<std::uint32_t> da(8 * 32, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = 0;
+  g.b_rows = 4;
+  g.ld_words = 32;
+  const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
+  for (auto p : v.paths()) run_variant(v.variant, g, epi, p, s);
+  std::vector<std::int32_t> c(16);
+  dc.copy_to_host_async({c.data(), c.size()}, s);
+  s.synchronize();
+  for (auto x : c) EXPECT_EQ(x, -1);
+}
+
+TEST(GramKernelsV2Gpu, EdgeShapesAAt) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  expect_v2_paths(v2_paths());
+  suite_edge_shapes_aat(v2_suite);
+}
+TEST(GramKernelsV2Gpu, ABtDifferentRowCounts) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_abt_different_row_counts(v2_suite);
+}
+TEST(GramKernelsV2Gpu, UpperOnlyWithPanelOffsets) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_upper_only_with_panel_offsets(v2_suite);
+}
+TEST(GramKernelsV2Gpu, ManyTilesPerBlockAndDeepK) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_many_tiles_per_block_and_deep_k(v2_suite);
+}
+TEST(GramKernelsV2Gpu, Int32CountStoreEdgeShapes) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_int32_count_store_edge_shapes(v2_suite);
+}
+TEST(GramKernelsV2Gpu, Int32CountStorePanelsAndManyTiles) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_int32_count_store_panels_and_many_tiles(v2_suite);
+}
+TEST(GramKernelsV2Gpu, ZeroColumnsAndEmptyPanels) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_zero_columns_and_empty_panels(v2_suite);
+}
+
+TEST(GramKernelsV4Gpu, EdgeShapesAAt) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  expect_v4_paths(v4_paths());
+  suite_edge_shapes_aat(v4_suite);
+}
+TEST(GramKernelsV4Gpu, ABtDifferentRowCounts) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_abt_different_row_counts(v4_suite);
+}
+TEST(GramKernelsV4Gpu, UpperOnlyWithPanelOffsets) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_upper_only_with_panel_offsets(v4_suite);
+}
+TEST(GramKernelsV4Gpu, ManyTilesPerBlockAndDeepK) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  suite_many_tiles_per_block_and_deep_k(v4_suite);
 }
 
 // 5000 x 6000 full products: 27 x 24 = 648 tiles of 192 x 256, about 5 per block of a 132-SM
@@ -877,75 +836,15 @@ TEST(GramKernelsV4Gpu, MbarrierPhasesAcrossTiles) {
 
 TEST(GramKernelsV4Gpu, Int32CountStoreEdgeShapes) {
   SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
-                                          {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
-  for (const auto& sh : shapes) {
-    const std::uint64_t seed = spillway::test::seed("v4 store " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols));
-    const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, sh.a_rows > 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{},
-                                    sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
-    const std::int64_t n = sh.a_rows;
-    const std::int64_t pad16 = (4 - n % 4) % 4 + 4;
-    for (auto p : v4_paths()) {
-      for (bool upper : {false, true}) {
-        const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 0, 0, 0, n % 4 == 0, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 0, 0, pad16, true, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, gd::kernel_variant::v4, 3, 4, pad16, true, s, what);
-      }
-    }
-  }
+  suite_int32_count_store_edge_shapes(v4_suite);
 }
-
-TEST(GramKernelsV4Gpu, Int32CountStorePanelsAndPerThreadStream) {
+TEST(GramKernelsV4Gpu, Int32CountStorePanelsAndManyTiles) {
   SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const std::uint64_t seed = spillway::test::seed("v4 store panels");
-  const host_bits m = random_bits(1400, 1100, seed);
-  const std::vector<std::vector<std::int64_t>> cases = {
-      {256, 300, 100, 500}, {0, 600, 600, 700}, {700, 300, 0, 650}, {333, 517, 333, 517}, {901, 499, 5, 1395},
-      {129, 255, 1, 1}};
-  for (const auto& c : cases) {
-    for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
-      const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;
-      for (auto p : v4_paths()) {
-        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, gd::kernel_variant::v4, 2, col_shift, pad,
-                        col_shift % 4 == 0, s,
-                        "panels a[" + std::to_string(c[0]) + "+" + std::to_string(c[1]) + ") b[" +
-                            std::to_string(c[2]) + "+" + std::to_string(c[3]) + ")");
-      }
-    }
-  }
-  const host_bits big = random_words(2600, 9000, seed + 3);
-  const auto pts = spillway::stream_view::per_thread();
-  for (auto p : v4_paths()) {
-    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, gd::kernel_variant::v4, 0, 0, 0, true, pts,
-                    "per-thread stream");
-  }
+  suite_int32_count_store_panels_and_many_tiles(v4_suite);
 }
-
 TEST(GramKernelsV4Gpu, ZeroColumnsAndEmptyPanels) {
   SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  const host_bits m = random_bits(70, 0, 1);
-  for (auto p : v4_paths()) {
-    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", gd::kernel_variant::v4);
-    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, gd::kernel_variant::v4, 0, 0, 2, true, s, "zero columns");
-  }
-  spillway::device_buffer<std::int32_t> dc(16, s);
-  dc.fill_bytes_async(0xFF, s);
-  spillway::device_buffer<std::uint32_t> da(8 * 32, s);
-  gd::bit_gemm_args g;
-  g.a = g.b = da.data();
-  g.a_rows = 0;
-  g.b_rows = 4;
-  g.ld_words = 32;
-  const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
-  for (auto p : v4_paths()) gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, p, s);
-  std::vector<std::int32_t> c(16);
-  dc.copy_to_host_async({c.data(), c.size()}, s);
-  s.synchronize();
-  for (auto x : c) EXPECT_EQ(x, -1);
+  suite_zero_columns_and_empty_panels(v4_suite);
 }
 
 }  // namespace
