@@ -16,6 +16,7 @@
 #include <spillway/gram/detail/wgmma_kernel.cuh>
 #include <spillway/gram/detail/wgmma_v2_kernel.cuh>
 #include <spillway/gram/kernel_path.hpp>
+#include <spillway/tile/arch.cuh>
 
 #include <cuda_runtime_api.h>
 
@@ -57,44 +58,9 @@ struct store_counts {
 };
 
 /// Which kernels this build carries for the code the device actually runs: bit 0 = BMMA
-/// (sm_80+), bit 1 = BGMMA (sm_90a), bit 2 = the tensor copy engine (sm_90+).
-template <int Unused = 0>
-__global__ void gram_build_probe_kernel(int* out) {
-  int v = 0;
-#if defined(__CUDA_ARCH__)
-#if __CUDA_ARCH__ >= 800
-  v |= 1;
-#endif
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  v |= 2;
-#endif
-#if __CUDA_ARCH__ >= 900
-  v |= 4;
-#endif
-#endif
-  *out = v;
-}
-
-inline int build_features(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device < 0) throw logic_error("gram: device " + std::to_string(device) + " does not exist");
-  if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, -1);
-  int& f = cache[static_cast<std::size_t>(device)];
-  if (f < 0) {
-    device_guard guard(device);
-    stream s(device);
-    device_buffer<int> flag(1, s);
-    gram_build_probe_kernel<<<1, 1, 0, s.value()>>>(flag.data());
-    SPILLWAY_CHECK_LAUNCH();
-    int host = 0;
-    flag.copy_to_host_async(cuda::std::span<int>(&host, 1), s);
-    s.synchronize();
-    f = host;
-  }
-  return f;
-}
+/// (sm_80+), bit 1 = BGMMA (sm_90a), bit 2 = the tensor copy engine (sm_90+) — the tile engine's
+/// probe (its feature bits are these).
+inline int build_features(int device) { return ::spillway::tile::build_features(device); }
 
 /// What `requested` runs as on `device`: automatic becomes wgmma on an sm_90a build running on
 /// compute capability 9.0, else mma_sync from 8.0 up, else popc. A forced path the device or the
