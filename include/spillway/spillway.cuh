@@ -8,3 +8,4 @@
 #include <spillway/ode.cuh>
 #include <spillway/gram.cuh>
 #include <spillway/map.cuh>
+#include <spillway/io/npy.hpp>
