@@ -1,0 +1,326 @@
+// spillway/gemm/detail/validate.hpp — what every GEMM entry point (device and host) does before
+// any arithmetic: check the arguments (a logic_error naming the operand and the value, nothing
+// touched), fold layouts and transposes into the canonical detail::problem, choose the kernel
+// family, and plan split-K. Plain C++ (no device code), so all of it is host-testable.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/gemm/detail/problem.hpp>
+#include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/matrix_view.hpp>
+#include <spillway/gemm/options.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace spillway::gemm::detail {
+
+// ---- types --------------------------------------------------------------------------------------
+
+/// The output element types a GEMM writes for input type T (C's element type, const stripped).
+template <class T, class TC>
+inline constexpr bool is_gemm_output_v =
+    std::is_same_v<accumulator_t<T>, float>
+        ? (std::is_same_v<TC, float> || std::is_same_v<TC, __half> || std::is_same_v<TC, __nv_bfloat16>)
+    : std::is_same_v<accumulator_t<T>, std::int32_t> ? (std::is_same_v<TC, std::int32_t> || std::is_same_v<TC, float>)
+                                                      : std::is_same_v<TC, accumulator_t<T>>;
+
+template <class TA, class TB, class TC>
+constexpr void static_check_types() {
+  static_assert(std::is_same_v<std::remove_cv_t<TA>, std::remove_cv_t<TB>>,
+                "gemm: A and B must have the same element type");
+  static_assert(is_gemm_input_v<TA>,
+                "gemm: inputs are float, double, __half, __nv_bfloat16, int8_t or cuda::std::complex<float>");
+  static_assert(!std::is_const_v<TC>, "gemm: C is written; its view cannot be const");
+  static_assert(is_gemm_output_v<std::remove_cv_t<TA>, TC>,
+                "gemm: C's element type must be the accumulator type (float/double/int32/complex<float>), or "
+                "half/bf16 for float accumulation, or float for int8 inputs");
+}
+
+// ---- argument checks ----------------------------------------------------------------------------
+
+inline std::string num(index_t v) { return std::to_string(v); }
+
+/// Elements a matrix spans from its first to one past its last element (0 when empty).
+template <class T>
+index_t footprint(const matrix_view<T>& v) {
+  if (v.rows == 0 || v.cols == 0) return 0;
+  const index_t major = v.order == layout::row_major ? v.rows : v.cols;
+  const index_t minor = v.order == layout::row_major ? v.cols : v.rows;
+  return (major - 1) * v.ld + minor;
+}
+
+template <class T>
+void check_view(const matrix_view<T>& v, const char* who, const char* name) {
+  const std::string w = std::string(who) + ": " + name;
+  SPILLWAY_EXPECTS(v.rows >= 0, w + ".rows is " + num(v.rows) + "; sizes must be >= 0");
+  SPILLWAY_EXPECTS(v.cols >= 0, w + ".cols is " + num(v.cols) + "; sizes must be >= 0");
+  SPILLWAY_EXPECTS(v.ld >= v.min_ld(), w + "'s leading dimension " + num(v.ld) + " is smaller than " +
+                                           num(v.min_ld()) + ", the minimum for " + v.describe());
+  SPILLWAY_EXPECTS(v.data != nullptr || v.rows == 0 || v.cols == 0,
+                   w + ".data is null for a " + num(v.rows) + " x " + num(v.cols) + " matrix");
+  SPILLWAY_EXPECTS(v.batch_stride >= 0, w + "'s batch stride is " + num(v.batch_stride) + "; it must be >= 0");
+}
+
+/// Every check of C = op(A)·op(B) + C's arguments, in the order a reader would make them.
+template <class TA, class TB, class TC>
+void check_gemm_args(const matrix_view<TA>& a, const matrix_view<TB>& b, const matrix_view<TC>& c,
+                     const gemm_options& opt, const char* who) {
+  const std::string w(who);
+  SPILLWAY_EXPECTS(opt.batch_count >= 1, w + ": batch_count is " + num(opt.batch_count) + "; it must be >= 1");
+  SPILLWAY_EXPECTS(opt.split_k >= 0, w + ": split_k is " + std::to_string(opt.split_k) +
+                                         "; it must be 0 (automatic), 1 (off) or the number of k slices");
+  check_view(a, who, "a");
+  check_view(b, who, "b");
+  check_view(c, who, "c");
+  SPILLWAY_EXPECTS(a.cols == b.rows, w + ": a is " + num(a.rows) + " x " + num(a.cols) + " but b is " + num(b.rows) +
+                                         " x " + num(b.cols) + "; a.cols must equal b.rows (k)");
+  SPILLWAY_EXPECTS(c.rows == a.rows, w + ": c has " + num(c.rows) + " rows but a has " + num(a.rows) +
+                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) + ")");
+  SPILLWAY_EXPECTS(c.cols == b.cols, w + ": c has " + num(c.cols) + " columns but b has " + num(b.cols) +
+                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) + ")");
+  if (opt.batch_count > 1 && c.rows > 0 && c.cols > 0) {
+    const index_t fp = footprint(c);
+    SPILLWAY_EXPECTS(c.batch_stride >= fp,
+                     w + ": c's batch stride " + num(c.batch_stride) + " is smaller than its matrix footprint " +
+                         num(fp) + " (" + c.describe() + "): the " + num(opt.batch_count) +
+                         " outputs of the batch would overlap");
+  }
+}
+
+// ---- canonical form -----------------------------------------------------------------------------
+
+/// An epilogue as seen from the transposed frame (C column-major is computed as Cᵀ): the built-ins
+/// that ignore the position stay themselves, per-row and per-column biases trade places, chains map
+/// element-wise; anything else is wrapped in swap_frame. Keeps the built-ins to one kernel
+/// instantiation for both C layouts.
+template <class Epi>
+struct transposed_epilogue {
+  using type = swap_frame<Epi>;
+  static type make(const Epi& e) { return type{e}; }
+};
+template <class Epi>
+struct transposed_same {
+  using type = Epi;
+  static type make(const Epi& e) { return e; }
+};
+template <>
+struct transposed_epilogue<identity> : transposed_same<identity> {};
+template <>
+struct transposed_epilogue<relu> : transposed_same<relu> {};
+template <>
+struct transposed_epilogue<gelu> : transposed_same<gelu> {};
+template <class T>
+struct transposed_epilogue<clamp<T>> : transposed_same<clamp<T>> {};
+template <class T>
+struct transposed_epilogue<bias_per_row<T>> {
+  using type = bias_per_col<T>;
+  static type make(const bias_per_row<T>& e) { return type{e.bias}; }
+};
+template <class T>
+struct transposed_epilogue<bias_per_col<T>> {
+  using type = bias_per_row<T>;
+  static type make(const bias_per_col<T>& e) { return type{e.bias}; }
+};
+template <class E1, class E2>
+struct transposed_epilogue<chained<E1, E2>> {
+  using type = chained<typename transposed_epilogue<E1>::type, typename transposed_epilogue<E2>::type>;
+  static type make(const chained<E1, E2>& e) {
+    return type{transposed_epilogue<E1>::make(e.first), transposed_epilogue<E2>::make(e.second)};
+  }
+};
+
+/// One operand as the canonical problem reads it: `rows` (m or n) by k, k contiguous or not.
+template <class T>
+struct operand {
+  const T* data = nullptr;
+  index_t ld = 0;
+  bool kmajor = true;
+  index_t stride = 0;
+};
+
+/// A (m x k): k runs along a row-major view's rows.
+template <class T, class V>
+operand<T> rows_operand(const matrix_view<V>& a) {
+  return {a.data, a.ld, a.order == layout::row_major, a.batch_stride};
+}
+/// B (k x n) seen as n rows of k: k is contiguous in a column-major view.
+template <class T, class V>
+operand<T> cols_operand(const matrix_view<V>& b) {
+  return {b.data, b.ld, b.order == layout::col_major, b.batch_stride};
+}
+
+template <class T, class TC, class Acc, class E>
+problem<T, T, TC, Acc, E> make_problem(index_t m, index_t n, index_t k, operand<T> pa, operand<T> pb,
+                                       const matrix_view<TC>& c, Acc alpha, Acc beta, index_t batch, E epi) {
+  problem<T, T, TC, Acc, E> p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = pa.data;
+  p.lda = pa.ld;
+  p.a_kmajor = pa.kmajor;
+  p.b = pb.data;
+  p.ldb = pb.ld;
+  p.b_kmajor = pb.kmajor;
+  p.c = c.data;
+  p.ldc = c.ld;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.batch = batch;
+  p.stride_a = batch > 1 ? pa.stride : 0;
+  p.stride_b = batch > 1 ? pb.stride : 0;
+  p.stride_c = batch > 1 ? c.batch_stride : 0;
+  p.epi = epi;
+  return p;
+}
+
+/// Calls f(problem) with the canonical (row-major C) form of C = epi(α·A·B + β·C): a row-major C
+/// as given; a column-major C as Cᵀ = Bᵀ·Aᵀ (m and n, A and B trade places, the epilogue sees
+/// through transposed_epilogue). Expects checked arguments with m, n, k >= 1.
+template <class TA, class TB, class TC, class Acc, class Epi, class F>
+void with_canonical_problem(Acc alpha, const matrix_view<TA>& a, const matrix_view<TB>& b, Acc beta,
+                            const matrix_view<TC>& c, index_t batch, const Epi& epi, F&& f) {
+  using T = std::remove_cv_t<TA>;
+  const operand<T> oa = rows_operand<T>(a), ob = cols_operand<T>(b);
+  if (c.order == layout::row_major) {
+    f(make_problem<T>(a.rows, b.cols, a.cols, oa, ob, c, alpha, beta, batch, epi));
+  } else {
+    using tr = transposed_epilogue<Epi>;
+    f(make_problem<T>(b.cols, a.rows, a.cols, ob, oa, c, alpha, beta, batch, tr::make(epi)));
+  }
+}
+
+// ---- which kernel family ------------------------------------------------------------------------
+
+/// Bits of tile::build_features (repeated here so this header stays free of device code).
+inline constexpr int path_feature_mma = 1;
+inline constexpr int path_feature_wgmma = 2;
+
+inline std::string cc_string(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
+
+/// The path that runs element type T under `opt` on a device of compute capability `cc` whose
+/// build carries `features` (tile::build_features bits). A forced path the type or the device
+/// cannot run is a logic_error naming both.
+template <class T>
+gemm_path choose_path(const gemm_options& opt, int cc, int features) {
+  using U = std::remove_cv_t<T>;
+  const bool tensor_type = std::is_same_v<U, __half> || std::is_same_v<U, __nv_bfloat16> ||
+                           std::is_same_v<U, std::int8_t> || (std::is_same_v<U, float> && opt.math == math_mode::tf32);
+  const bool is_double = std::is_same_v<U, double>;
+  const bool can_mma = cc >= 80 && (features & path_feature_mma) != 0;
+  const bool can_wgmma = cc == 90 && (features & path_feature_wgmma) != 0;
+  const char* type_name = std::is_same_v<U, float>            ? (opt.math == math_mode::tf32 ? "float (tf32)" : "float (exact)")
+                          : std::is_same_v<U, double>         ? "double"
+                          : std::is_same_v<U, __half>         ? "half"
+                          : std::is_same_v<U, __nv_bfloat16>  ? "bf16"
+                          : std::is_same_v<U, std::int8_t>    ? "int8"
+                                                              : "complex<float>";
+  auto refuse = [&](const std::string& why) {
+    throw logic_error(std::string("gemm: path ") + to_string(opt.path) + " cannot run " + type_name +
+                      " on a device of compute capability " + cc_string(cc) + ": " + why);
+  };
+  switch (opt.path) {
+    case gemm_path::automatic:
+      if (tensor_type && can_wgmma) return gemm_path::wgmma;
+      if ((tensor_type || is_double) && can_mma) return gemm_path::mma_sync;
+      return gemm_path::simt;
+    case gemm_path::simt:
+      if (std::is_same_v<U, float> && opt.math == math_mode::tf32) {
+        refuse("simt computes exact FP32; math_mode::tf32 needs a tensor-core path (mma_sync or wgmma)");
+      }
+      return gemm_path::simt;
+    case gemm_path::mma_sync:
+      if (!tensor_type && !is_double) {
+        refuse(std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
+                                        : "complex<float> runs on simt only");
+      }
+      if (cc < 80) refuse("mma_sync needs compute capability 8.0 or newer");
+      if (!can_mma) refuse("this build carries no mma.sync code for the device (compile for sm_80 or newer)");
+      return gemm_path::mma_sync;
+    case gemm_path::wgmma:
+      if (!tensor_type) {
+        refuse(is_double                  ? "wgmma has no FP64 form (double runs on mma_sync or simt)"
+               : std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
+                                          : "complex<float> runs on simt only");
+      }
+      if (cc != 90) refuse("wgmma needs compute capability 9.0");
+      if (!can_wgmma) refuse("this build carries no wgmma code for the device (compile for sm_90a)");
+      return gemm_path::wgmma;
+  }
+  refuse("unknown path");
+  return gemm_path::simt;
+}
+
+// ---- split-K ------------------------------------------------------------------------------------
+
+/// k cut into `full` slices of `ks` and, when `rem` > 0, one more slice of `rem`.
+struct split_plan {
+  index_t ks = 0;
+  index_t full = 1;
+  index_t rem = 0;
+  [[nodiscard]] index_t slices() const noexcept { return full + (rem > 0 ? 1 : 0); }
+  [[nodiscard]] bool split() const noexcept { return slices() > 1; }
+};
+
+inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
+inline index_t round_up(index_t a, index_t b) { return ceil_div(a, b) * b; }
+
+/// Tile the automatic choice assumes (the kernels' largest output tile).
+inline constexpr index_t split_tile = 128;
+/// Automatic slices are multiples of this in k (a full main loop per slice).
+inline constexpr index_t split_k_granule = 256;
+/// Forced slices are multiples of this in k, so every slice of a K-major operand keeps 16-byte
+/// alignment for every element type (int8 has the most elements per 16 bytes).
+inline constexpr index_t split_k_align = 16;
+
+/// How k is cut for an m x n x k problem of `batch` entries on `sms` multiprocessors under
+/// `split_k` (gemm_options::split_k). Automatic: only for a single problem whose 128 x 128 output
+/// tiles leave SMs idle and whose k gives each slice at least 256: as many slices as fit the SMs
+/// in one wave (floor(sms / tiles), so 64 x 8192 x 8192 → 64 tiles → 2 slices, 128 blocks of 132).
+inline split_plan plan_split_k(index_t m, index_t n, index_t k, index_t batch, int split_k, int sms) {
+  split_plan p;
+  p.ks = k;
+  index_t want = 1;
+  index_t granule = split_k_align;
+  if (split_k > 1) {
+    want = split_k;
+  } else if (split_k == 0 && batch == 1) {
+    const index_t tiles = ceil_div(m, split_tile) * ceil_div(n, split_tile);
+    if (tiles < sms) {
+      want = sms / tiles;
+      if (want > k / split_k_granule) want = k / split_k_granule;
+      granule = split_k_granule;
+    }
+  }
+  if (want <= 1 || k <= granule) return p;
+  p.ks = round_up(ceil_div(k, want), granule);
+  p.full = k / p.ks;
+  p.rem = k - p.full * p.ks;
+  if (p.full == 0) {  // unreachable given k > granule, kept for clarity of the invariant full >= 1
+    p.ks = k;
+    p.full = 1;
+    p.rem = 0;
+  }
+  return p;
+}
+
+// ---- staging (tensor-core preconditions) ---------------------------------------------------------
+
+/// Whether an operand meets the tensor-core launchers' preconditions: K-major, 16-byte-aligned
+/// base, leading dimension and batch stride multiples of 16 bytes.
+template <class T>
+bool tensor_ready(const T* data, index_t ld, bool kmajor, index_t stride) {
+  constexpr index_t per16 = 16 / static_cast<index_t>(sizeof(T));
+  return kmajor && reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && ld % per16 == 0 && stride % per16 == 0;
+}
+
+/// The leading dimension of a staged (K-major) copy of k columns: k rounded up to 16 bytes.
+template <class T>
+index_t staged_ld(index_t k) {
+  constexpr index_t per16 = 16 / static_cast<index_t>(sizeof(T));
+  return round_up(k, per16);
+}
+
+}  // namespace spillway::gemm::detail
