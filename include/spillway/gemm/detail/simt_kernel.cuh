@@ -1,0 +1,560 @@
+// spillway/gemm/detail/simt_kernel.cuh — the register-blocked GEMM on the CUDA cores: the path for
+// exact FP32 and complex<float>, and the universal fallback (every element type, every operand
+// major, any alignment, every target from sm_75 up: no cp.async, loads are staged through registers).
+//
+// Block tile bm x bn, k-tile bk, two shared-memory stages. Each k-tile is read from global memory
+// into registers while the previous one is multiplied, then stored into the other stage with k as
+// the slow index ("M-major": Xs[kk][row]), transposing K-major operands on the way, so that the
+// inner loop reads a thread's rows and columns of one k step as 16-byte shared loads. Rows of a
+// stage are padded by 16 bytes: the transposing store of K-major tiles hits distinct banks.
+//
+// A warp is 4 x 8 lanes; a lane owns hm x hn sub-blocks of rm x rn outputs, the sub-blocks 4*rm
+// rows and 8*rn columns apart, so each 16-byte shared load of a quarter-warp covers 128
+// contiguous bytes (conflict-free) and a k step costs (hm + hn) LDS.128 for tm*tn multiply-adds
+// (float: 8x8 outputs, 4 LDS.128 per 64 FFMA; complex: 8x4 outputs, 6 LDS.128 per 128 FFMA).
+//
+// Operand loads pick one of four modes per launch (uniform branch): K-major or M-major, each either
+// vectorised (up to 16 bytes, when pointer, leading dimension and batch stride allow it) or one
+// element per load. Tiles are walked in groups of raster_group row-tiles so that concurrently
+// resident blocks share A and B panels in L2; batch entries follow one another in the same walk.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/detail/problem.hpp>
+#include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/options.hpp>
+
+#include <cuda/std/complex>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace spillway::gemm::detail {
+
+// ---- element traits -----------------------------------------------------------------------------
+
+/// How an input type T is held in shared memory and registers (`elem`), and how a product is
+/// accumulated. half / bf16 widen to float on the shared-memory store, int8 to int32, complex to
+/// float2 (re, im) so the complex product is four plain FFMAs.
+template <class T>
+struct simt_elem {
+  using elem = float;
+  static __device__ __forceinline__ float from(T x) { return widen<float>(x); }
+};
+template <>
+struct simt_elem<double> {
+  using elem = double;
+  static __device__ __forceinline__ double from(double x) { return x; }
+};
+template <>
+struct simt_elem<std::int8_t> {
+  using elem = std::int32_t;
+  static __device__ __forceinline__ std::int32_t from(std::int8_t x) { return x; }
+};
+template <>
+struct simt_elem<cuda::std::complex<float>> {
+  using elem = float2;
+  static __device__ __forceinline__ float2 from(cuda::std::complex<float> x) {
+    return make_float2(x.real(), x.imag());
+  }
+};
+
+template <class E>
+inline constexpr bool simt_is_complex_v = std::is_same_v<E, float2>;
+
+// ---- tile configuration -------------------------------------------------------------------------
+
+/// WarpsM x WarpsN warps; a lane owns HM x HN sub-blocks of RM x RN outputs (see the file comment).
+template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks>
+struct simt_config {
+  static constexpr int warps_m = WarpsM, warps_n = WarpsN;
+  static constexpr int rm = RM, hm = HM, rn = RN, hn = HN;
+  static constexpr int tm = RM * HM, tn = RN * HN;       // outputs per lane
+  static constexpr int wm = 4 * tm, wn = 8 * tn;         // outputs per warp
+  static constexpr int bm = WarpsM * wm, bn = WarpsN * wn, bk = BK;
+  static constexpr int threads = 32 * WarpsM * WarpsN;
+  static constexpr int min_blocks = MinBlocks;
+};
+
+// float / half / bf16 / int8: 8x8 per lane; 128x128 (256 threads) and, for m <= 64, 64x128.
+using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 8, 2>;
+using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
+// complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads).
+using simt_cfg_complex = simt_config<4, 2, 2, 4, 2, 2, 8, 2>;
+// double: 4x4 per lane, 64x64 (the speed path for double is DMMA; this one must be correct).
+using simt_cfg_double = simt_config<4, 2, 2, 2, 2, 2, 8, 2>;
+
+inline constexpr int simt_raster_group = 8;
+
+/// Operand load modes (per launch, per operand).
+enum simt_load_mode : int { simt_k_scalar = 0, simt_k_vector = 1, simt_m_scalar = 2, simt_m_vector = 3 };
+
+constexpr int simt_pow2_floor(int x) {
+  int p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+// ---- small device helpers ------------------------------------------------------------------------
+
+template <int Bytes>
+struct simt_raw;
+template <>
+struct simt_raw<1> {
+  using type = std::uint8_t;
+};
+template <>
+struct simt_raw<2> {
+  using type = std::uint16_t;
+};
+template <>
+struct simt_raw<4> {
+  using type = std::uint32_t;
+};
+template <>
+struct simt_raw<8> {
+  using type = uint2;
+};
+template <>
+struct simt_raw<16> {
+  using type = uint4;
+};
+
+/// V consecutive elements at `p` (aligned to V * sizeof(T)) in one load.
+template <int V, class T>
+__device__ __forceinline__ void simt_load_vec(const T* p, T (&out)[V]) {
+  using raw_t = typename simt_raw<V * sizeof(T)>::type;
+  const raw_t r = *reinterpret_cast<const raw_t*>(p);
+  std::memcpy(&out[0], &r, sizeof(r));
+}
+
+template <int V, class T>
+__device__ __forceinline__ void simt_store_vec(T* p, const T (&in)[V]) {
+  using raw_t = typename simt_raw<V * sizeof(T)>::type;
+  raw_t r;
+  std::memcpy(&r, &in[0], sizeof(r));
+  *reinterpret_cast<raw_t*>(p) = r;
+}
+
+/// 16 bytes of shared memory as N elements (N * sizeof(E) == 16): one LDS.128.
+template <int N, class E>
+__device__ __forceinline__ void simt_lds16(const E* p, E (&out)[N]) {
+  static_assert(N * sizeof(E) == 16, "16-byte shared loads");
+  const uint4 r = *reinterpret_cast<const uint4*>(p);
+  std::memcpy(&out[0], &r, 16);
+}
+
+// ---- operand tile: global -> registers -> shared -------------------------------------------------
+
+/// One operand's k-tile: R rows (of A: rows of C; of B: columns of C) by BK, NT threads.
+template <class T, int R, int BK, int NT>
+struct simt_operand {
+  using E = typename simt_elem<T>::elem;
+  static constexpr int ept = R * BK / NT;  // elements per thread per k-tile
+  static_assert(ept >= 1 && R * BK == ept * NT, "tile elements must split evenly over the threads");
+  // Vector width in elements: at most 16 bytes and the thread's share, dividing BK and R.
+  static constexpr int vw = simt_pow2_floor(ept < int(16 / sizeof(T)) ? ept : int(16 / sizeof(T)));
+  static_assert(BK % vw == 0 && R % vw == 0 && ept % vw == 0, "vector width must divide the tile");
+  static constexpr int nv = ept / vw;
+  static constexpr int pad = 16 / int(sizeof(E)) > 0 ? 16 / int(sizeof(E)) : 1;
+  static constexpr int ld_s = R + pad;  // shared row length (elements): rows stay 16-byte aligned
+  static_assert((ld_s * sizeof(E)) % 16 == 0, "shared rows must stay 16-byte aligned");
+
+  E reg[ept];
+
+  /// Loads k-tile [k0, k0 + BK) of rows [0, rows) from `base` (the tile's first row, batch
+  /// applied). Out-of-range elements are zero.
+  __device__ __forceinline__ void load(const T* __restrict__ base, index_t ld, index_t rows, index_t k0,
+                                       index_t k, int mode, int tid) {
+    if (mode == simt_k_vector) {
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        const int linear = tid + v * NT;
+        const int r = linear / (BK / vw);
+        const int kk = (linear % (BK / vw)) * vw;
+        const index_t kg = k0 + kk;
+        const T* p = base + r * ld + kg;
+        if (r < rows && kg + vw <= k) {
+          T x[vw];
+          simt_load_vec<vw>(p, x);
+#pragma unroll
+          for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < vw; ++j) reg[v * vw + j] = (r < rows && kg + j < k) ? simt_elem<T>::from(p[j]) : E{};
+        }
+      }
+    } else if (mode == simt_k_scalar) {
+#pragma unroll
+      for (int e = 0; e < ept; ++e) {
+        const int linear = tid + e * NT;
+        const int r = linear / BK;
+        const int kk = linear % BK;
+        reg[e] = (r < rows && k0 + kk < k) ? simt_elem<T>::from(base[r * ld + k0 + kk]) : E{};
+      }
+    } else if (mode == simt_m_vector) {
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        const int linear = tid + v * NT;
+        const int r = (linear % (R / vw)) * vw;
+        const int kk = linear / (R / vw);
+        const bool kin = k0 + kk < k;
+        const T* p = base + (k0 + kk) * ld + r;
+        if (kin && r + vw <= rows) {
+          T x[vw];
+          simt_load_vec<vw>(p, x);
+#pragma unroll
+          for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < vw; ++j) reg[v * vw + j] = (kin && r + j < rows) ? simt_elem<T>::from(p[j]) : E{};
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < ept; ++e) {
+        const int linear = tid + e * NT;
+        const int r = linear % R;
+        const int kk = linear / R;
+        reg[e] = (r < rows && k0 + kk < k) ? simt_elem<T>::from(base[(k0 + kk) * ld + r]) : E{};
+      }
+    }
+  }
+
+  /// Stores the registers of `load` into a stage laid out as s[kk * ld_s + row].
+  __device__ __forceinline__ void store(E* s, int mode, int tid) const {
+    if (mode == simt_k_vector) {
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        const int linear = tid + v * NT;
+        const int r = linear / (BK / vw);
+        const int kk = (linear % (BK / vw)) * vw;
+#pragma unroll
+        for (int j = 0; j < vw; ++j) s[(kk + j) * ld_s + r] = reg[v * vw + j];
+      }
+    } else if (mode == simt_k_scalar) {
+#pragma unroll
+      for (int e = 0; e < ept; ++e) {
+        const int linear = tid + e * NT;
+        s[(linear % BK) * ld_s + linear / BK] = reg[e];
+      }
+    } else if (mode == simt_m_vector) {
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        const int linear = tid + v * NT;
+        const int r = (linear % (R / vw)) * vw;
+        const int kk = linear / (R / vw);
+#pragma unroll
+        for (int j = 0; j < vw; ++j) s[kk * ld_s + r + j] = reg[v * vw + j];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < ept; ++e) {
+        const int linear = tid + e * NT;
+        s[(linear / R) * ld_s + linear % R] = reg[e];
+      }
+    }
+  }
+};
+
+// ---- multiply-accumulate -------------------------------------------------------------------------
+
+template <class E, int TM, int TN>
+struct simt_accum {
+  E v[TM][TN];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = E{};
+  }
+  __device__ __forceinline__ void mac(const E (&a)[TM], const E (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] += a[i] * b[j];
+  }
+  template <class S>
+  __device__ __forceinline__ S value(int i, int j) const {
+    return static_cast<S>(v[i][j]);
+  }
+};
+
+template <int TM, int TN>
+struct simt_accum<float, TM, TN> {
+  float v[TM][TN];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = 0.0f;
+  }
+  __device__ __forceinline__ void mac(const float (&a)[TM], const float (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = fmaf(a[i], b[j], v[i][j]);
+  }
+  template <class S>
+  __device__ __forceinline__ S value(int i, int j) const {
+    return static_cast<S>(v[i][j]);
+  }
+};
+
+template <int TM, int TN>
+struct simt_accum<double, TM, TN> {
+  double v[TM][TN];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = 0.0;
+  }
+  __device__ __forceinline__ void mac(const double (&a)[TM], const double (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = fma(a[i], b[j], v[i][j]);
+  }
+  template <class S>
+  __device__ __forceinline__ S value(int i, int j) const {
+    return static_cast<S>(v[i][j]);
+  }
+};
+
+// The complex product as four FFMAs on split real / imaginary accumulators (re -= a.im * b.im is an
+// FFMA with a negated operand).
+template <int TM, int TN>
+struct simt_accum<float2, TM, TN> {
+  float re[TM][TN], im[TM][TN];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) re[i][j] = im[i][j] = 0.0f;
+  }
+  __device__ __forceinline__ void mac(const float2 (&a)[TM], const float2 (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        re[i][j] = fmaf(a[i].x, b[j].x, re[i][j]);
+        im[i][j] = fmaf(a[i].x, b[j].y, im[i][j]);
+        re[i][j] = fmaf(-a[i].y, b[j].y, re[i][j]);
+        im[i][j] = fmaf(a[i].y, b[j].x, im[i][j]);
+      }
+  }
+  template <class S>
+  __device__ __forceinline__ S value(int i, int j) const {
+    return S(re[i][j], im[i][j]);
+  }
+};
+
+// ---- kernel --------------------------------------------------------------------------------------
+
+struct simt_modes {
+  int a;           // simt_load_mode of A
+  int b;           // simt_load_mode of B
+  bool c_vector;   // C rows can be written rn elements at a time (alignment and ldc allow it)
+};
+
+/// Tile `linear` of a tiles_m x tiles_n grid, walked in groups of `simt_raster_group` row-tiles
+/// (column-major inside a group): blocks resident together share A's and B's panels in L2.
+__device__ __forceinline__ void simt_raster(index_t linear, index_t tiles_m, index_t tiles_n, index_t& tm,
+                                            index_t& tn) {
+  const index_t per_group = index_t(simt_raster_group) * tiles_n;
+  const index_t g = linear / per_group;
+  const index_t first = g * simt_raster_group;
+  const index_t rows = tiles_m - first < simt_raster_group ? tiles_m - first : index_t(simt_raster_group);
+  const index_t in = linear - g * per_group;
+  tm = first + in % rows;
+  tn = in / rows;
+}
+
+/// FixedA / FixedB: the load modes compiled in (the fast layouts), or -1 for the mode read from
+/// `modes` at run time (every other layout; more registers, so fewer blocks per SM are asked).
+template <class Cfg, class T, class TC, class S, class Epi, int FixedA, int FixedB>
+__global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? Cfg::min_blocks : 1)
+    simt_gemm_kernel(problem<T, T, TC, S, Epi> p, simt_modes modes, index_t tiles_m, index_t tiles_n) {
+  using E = typename simt_elem<T>::elem;
+  using opa_t = simt_operand<T, Cfg::bm, Cfg::bk, Cfg::threads>;
+  using opb_t = simt_operand<T, Cfg::bn, Cfg::bk, Cfg::threads>;
+  constexpr int BK = Cfg::bk, TM = Cfg::tm, TN = Cfg::tn, RM = Cfg::rm, RN = Cfg::rn;
+  constexpr int HM = Cfg::hm, HN = Cfg::hn;
+  static_assert(RM * sizeof(E) == 16 && RN * sizeof(E) == 16, "lane fragments are 16-byte shared loads");
+
+  __shared__ __align__(16) E a_s[2][BK * opa_t::ld_s];
+  __shared__ __align__(16) E b_s[2][BK * opb_t::ld_s];
+
+  const int mode_a = FixedA >= 0 ? FixedA : modes.a;
+  const int mode_b = FixedB >= 0 ? FixedB : modes.b;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const int ly = lane / 8, lx = lane % 8;
+  const int row_l = (warp / Cfg::warps_n) * Cfg::wm + ly * RM;  // first row of the lane in the tile
+  const int col_l = (warp % Cfg::warps_n) * Cfg::wn + lx * RN;  // first column
+
+  const index_t tiles = tiles_m * tiles_n;
+  const index_t total = tiles * p.batch;
+  const index_t k_tiles = (p.k + BK - 1) / BK;
+  const bool beta_zero = p.beta == S(0);
+
+  for (index_t work = blockIdx.x; work < total; work += gridDim.x) {
+    const index_t q = work / tiles;
+    index_t tm, tn;
+    simt_raster(work - q * tiles, tiles_m, tiles_n, tm, tn);
+    const index_t row0 = tm * Cfg::bm, col0 = tn * Cfg::bn;
+    const index_t rows_a = p.m - row0, rows_b = p.n - col0;
+    const T* a_base = p.a + q * p.stride_a + (mode_a < simt_m_scalar ? row0 * p.lda : row0);
+    const T* b_base = p.b + q * p.stride_b + (mode_b < simt_m_scalar ? col0 * p.ldb : col0);
+
+    opa_t ga;
+    opb_t gb;
+    simt_accum<E, TM, TN> acc;
+    acc.zero();
+
+    __syncthreads();  // the previous tile's last reads of stage 0 / 1 are done
+    ga.load(a_base, p.lda, rows_a, 0, p.k, mode_a, tid);
+    gb.load(b_base, p.ldb, rows_b, 0, p.k, mode_b, tid);
+    ga.store(a_s[0], mode_a, tid);
+    gb.store(b_s[0], mode_b, tid);
+    __syncthreads();
+
+    int stage = 0;
+    for (index_t kt = 0; kt < k_tiles; ++kt) {
+      const bool more = kt + 1 < k_tiles;
+      if (more) {
+        ga.load(a_base, p.lda, rows_a, (kt + 1) * BK, p.k, mode_a, tid);
+        gb.load(b_base, p.ldb, rows_b, (kt + 1) * BK, p.k, mode_b, tid);
+      }
+      const E* as = a_s[stage] + row_l;
+      const E* bs = b_s[stage] + col_l;
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        E af[TM], bf[TN];
+#pragma unroll
+        for (int h = 0; h < HM; ++h) {
+          E x[RM];
+          simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
+#pragma unroll
+          for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+        }
+#pragma unroll
+        for (int h = 0; h < HN; ++h) {
+          E x[RN];
+          simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
+#pragma unroll
+          for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+        }
+        acc.mac(af, bf);
+      }
+      if (more) {
+        // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
+        ga.store(a_s[stage ^ 1], mode_a, tid);
+        gb.store(b_s[stage ^ 1], mode_b, tid);
+        __syncthreads();
+        stage ^= 1;
+      }
+    }
+
+    // Epilogue: alpha * acc (+ beta * C), the functor, the conversion; rn columns at a time.
+    TC* c_base = p.c + q * p.stride_c;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const index_t row = row0 + row_l + (i / RM) * 4 * RM + i % RM;
+      if (row >= p.m) continue;
+      TC* c_row = c_base + row * p.ldc;
+#pragma unroll
+      for (int h = 0; h < HN; ++h) {
+        const index_t col = col0 + col_l + h * 8 * RN;
+        TC out[RN];
+#pragma unroll
+        for (int j = 0; j < RN; ++j) {
+          const index_t cj = col + j;
+          S v = p.alpha * acc.template value<S>(i, h * RN + j);
+          if (!beta_zero && cj < p.n) v = v + p.beta * load_output<S>(c_row[cj]);
+          out[j] = convert_output<TC>(p.epi(v, row, cj));
+        }
+        if (modes.c_vector && col + RN <= p.n) {
+          simt_store_vec<RN>(c_row + col, out);
+        } else {
+#pragma unroll
+          for (int j = 0; j < RN; ++j)
+            if (col + j < p.n) c_row[col + j] = out[j];
+        }
+      }
+    }
+  }
+}
+
+// ---- launch --------------------------------------------------------------------------------------
+
+template <class T>
+inline bool simt_aligned(const T* p, index_t ld, index_t stride, index_t batch, int v) {
+  if (v <= 1) return false;
+  const auto bytes = static_cast<std::uintptr_t>(v) * sizeof(T);
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0 && ld % v == 0 && (batch == 1 || stride % v == 0);
+}
+
+/// Whether the fast instantiation (both operands K-major and vector-loaded, modes compiled in)
+/// exists for this element type: float (and the types that share its tile) and complex<float>.
+template <class T>
+inline constexpr bool simt_has_fast_kk_v = std::is_same_v<T, float> || std::is_same_v<T, cuda::std::complex<float>>;
+
+template <class Cfg, class T, class TC, class S, class Epi>
+void simt_launch_cfg(const problem<T, T, TC, S, Epi>& p, stream_view s) {
+  using opa_t = simt_operand<T, Cfg::bm, Cfg::bk, Cfg::threads>;
+  using opb_t = simt_operand<T, Cfg::bn, Cfg::bk, Cfg::threads>;
+  simt_modes modes{};
+  const bool va = simt_aligned(p.a, p.lda, p.stride_a, p.batch, opa_t::vw);
+  const bool vb = simt_aligned(p.b, p.ldb, p.stride_b, p.batch, opb_t::vw);
+  modes.a = p.a_kmajor ? (va ? simt_k_vector : simt_k_scalar) : (va ? simt_m_vector : simt_m_scalar);
+  modes.b = p.b_kmajor ? (vb ? simt_k_vector : simt_k_scalar) : (vb ? simt_m_vector : simt_m_scalar);
+  constexpr int rn = Cfg::rn;
+  constexpr bool c_vec_ok = rn * sizeof(TC) == 4 || rn * sizeof(TC) == 8 || rn * sizeof(TC) == 16;
+  modes.c_vector = c_vec_ok && simt_aligned(p.c, p.ldc, p.stride_c, p.batch, rn);
+
+  const index_t tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
+  const index_t tiles_n = (p.n + Cfg::bn - 1) / Cfg::bn;
+  const index_t total = tiles_m * tiles_n * p.batch;
+  const auto grid = static_cast<unsigned>(total < index_t(INT_MAX) ? total : index_t(INT_MAX));
+  if constexpr (simt_has_fast_kk_v<T>) {
+    if (modes.a == simt_k_vector && modes.b == simt_k_vector) {
+      simt_gemm_kernel<Cfg, T, TC, S, Epi, simt_k_vector, simt_k_vector>
+          <<<grid, Cfg::threads, 0, s.value()>>>(p, modes, tiles_m, tiles_n);
+      SPILLWAY_CHECK_LAUNCH();
+      return;
+    }
+  }
+  simt_gemm_kernel<Cfg, T, TC, S, Epi, -1, -1><<<grid, Cfg::threads, 0, s.value()>>>(p, modes, tiles_m, tiles_n);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+/// C = epi(alpha * A * B^T + beta * C) for problem `p` (see problem.hpp), on the CUDA cores.
+/// Enqueues on `s` only.
+template <class TA, class TB, class TC, class S, class Epi>
+void launch_simt(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
+  static_assert(std::is_same_v<TA, TB>, "the SIMT GEMM takes A and B of one element type");
+  static_assert(is_gemm_input_v<TA>, "unsupported GEMM element type");
+  static_assert(std::is_same_v<S, accumulator_t<TA>>, "the scalar type is the accumulator type");
+  if (p.m <= 0 || p.n <= 0 || p.batch <= 0) return;
+  if constexpr (std::is_same_v<TA, double>) {
+    simt_launch_cfg<simt_cfg_double>(p, s);
+  } else if constexpr (std::is_same_v<TA, cuda::std::complex<float>>) {
+    simt_launch_cfg<simt_cfg_complex>(p, s);
+  } else {
+    if (p.m <= simt_cfg_real_narrow::bm) {
+      simt_launch_cfg<simt_cfg_real_narrow>(p, s);
+    } else {
+      simt_launch_cfg<simt_cfg_real_large>(p, s);
+    }
+  }
+}
+
+}  // namespace spillway::gemm::detail
