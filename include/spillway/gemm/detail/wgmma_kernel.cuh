@@ -1,0 +1,300 @@
+// spillway/gemm/detail/wgmma_kernel.cuh — the Hopper GEMM (sm_90a) for half, bf16, float as TF32
+// (float accumulation) and int8 (int32 accumulation): wgmma.mma_async with both operands in
+// shared memory, fed by the tensor copy engine through a ring of stages guarded by mbarriers, one
+// producer warp and two consumer warpgroups, persistent over the tiles.
+//
+// Block tile 128 x 256. A stage holds 128 bytes of K per row (64 half/bf16, 32 float, 128 int8):
+// one row of the 128-byte swizzle, which is what the tensor map's box and the wgmma descriptors
+// both use, so the copy engine writes and the tensor cores read without bank conflicts. 4 stages
+// x 48 KiB. Each consumer warpgroup owns 64 rows x 256 columns (128 accumulators per thread) and
+// issues the stage's four m64n256 instructions back to back, keeping one group in flight
+// (wait_group 1) before it hands the previous stage back to the producer.
+//
+// Edges: the tensor maps zero-fill every box part outside [0, k) x [0, rows), so the main loop
+// never predicates; the epilogue writes only (row < m, col < n). Batches are the maps' third
+// dimension (a zero batch stride reuses batch 0).
+//
+// Tile order: tiles of one batch go in bands of `group_m` tile-rows, column by column inside a
+// band, so the ~132 tiles in flight at once share A panels 16 ways and B panels 8 ways in L2.
+//
+// TF32: see tile/wgmma.cuh — the FP32 operands are truncated to TF32 by the tensor cores.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/detail/problem.hpp>
+#include <spillway/gemm/epilogue.hpp>
+#include <spillway/tile/arch.cuh>
+#include <spillway/tile/barrier.cuh>
+#include <spillway/tile/tensor_map.hpp>
+#include <spillway/tile/wgmma.cuh>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::gemm::detail {
+
+template <class T>
+struct wgmma_config {
+  static constexpr int bm = 128;
+  static constexpr int bn = 256;
+  static constexpr int stages = 4;
+  static constexpr int threads = 384;  // warpgroup 0: producer; 1 and 2: consumers (64 rows each)
+  static constexpr int row_bytes = 128;
+  static constexpr int bk = row_bytes / static_cast<int>(sizeof(T));
+  static constexpr int steps = row_bytes / 32;  // wgmma instructions per stage
+  static constexpr int a_bytes = bm * row_bytes;
+  static constexpr int b_bytes = bn * row_bytes;
+  static constexpr int stage_bytes = a_bytes + b_bytes;
+  static constexpr int group_m = 8;
+  // + 1 KiB to align the stages to the 1024-byte swizzle atom, + full and empty barriers.
+  static constexpr int smem_bytes = stages * stage_bytes + 1024 + 2 * stages * 8;
+  static_assert(smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
+};
+
+struct wgmma_schedule {
+  std::int64_t tiles_m = 0;
+  std::int64_t tiles_n = 0;
+  std::int64_t per_batch = 0;
+  std::int64_t total = 0;
+  int group_m = 8;
+  bool a_batched = false;  // batch q reads the maps' z = q (else z = 0: a zero batch stride)
+  bool b_batched = false;
+  bool c_pairs = false;  // C's base, ldc and stride_c allow 2-element vector stores at even columns
+
+  struct tile {
+    std::int64_t q, tm, tn;
+  };
+  __host__ __device__ tile locate(std::int64_t t) const {
+    const std::int64_t q = t / per_batch;
+    const std::int64_t r = t - q * per_batch;
+    const std::int64_t band = static_cast<std::int64_t>(group_m) * tiles_n;
+    const std::int64_t g = r / band;
+    const std::int64_t in = r - g * band;
+    const std::int64_t first = g * group_m;
+    const std::int64_t rows = tiles_m - first < group_m ? tiles_m - first : group_m;
+    return {q, first + in % rows, in / rows};
+  }
+};
+
+template <class TC>
+struct alignas(2 * sizeof(TC)) wgmma_out_pair {
+  TC x, y;
+};
+
+/// Writes the two accumulators of (row, col) and (row, col + 1) through alpha, beta, the epilogue
+/// and the conversion; col + 1 may lie past n.
+template <class S, class TC, class Epi, class Acc>
+__device__ __forceinline__ void wgmma_store_pair(TC* crow, std::int64_t row, std::int64_t col, std::int64_t n,
+                                                 Acc a0, Acc a1, S alpha, S beta, bool read_c, bool pairs,
+                                                 const Epi& epi) {
+  S v0 = alpha * static_cast<S>(a0);
+  S v1 = alpha * static_cast<S>(a1);
+  if (pairs && col + 1 < n) {
+    auto* p = reinterpret_cast<wgmma_out_pair<TC>*>(crow + col);
+    if (read_c) {
+      const wgmma_out_pair<TC> old = *p;
+      v0 += beta * load_output<S>(old.x);
+      v1 += beta * load_output<S>(old.y);
+    }
+    wgmma_out_pair<TC> out;
+    out.x = convert_output<TC>(epi(v0, row, col));
+    out.y = convert_output<TC>(epi(v1, row, col + 1));
+    *p = out;
+    return;
+  }
+  if (col < n) {
+    if (read_c) v0 += beta * load_output<S>(crow[col]);
+    crow[col] = convert_output<TC>(epi(v0, row, col));
+  }
+  if (col + 1 < n) {
+    if (read_c) v1 += beta * load_output<S>(crow[col + 1]);
+    crow[col + 1] = convert_output<TC>(epi(v1, row, col + 1));
+  }
+}
+
+template <class T, class TC, class S, class Epi>
+__global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                      const problem<T, T, TC, S, Epi> p, const wgmma_schedule sch) {
+#ifdef SPILLWAY_TILE_HAS_WGMMA
+  using Cfg = wgmma_config<T>;
+  using Acc = tile::wgmma_acc_t<T>;
+  extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
+  const std::uint32_t raw = tile::smem_addr(wgmma_smem_raw);
+  const std::uint32_t base = (raw + 1023u) & ~1023u;
+  const std::uint32_t bars = base + Cfg::stages * Cfg::stage_bytes;
+  auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
+  auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(Cfg::stages + st) * 8u; };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid / 128;
+  const std::int64_t num_k = (p.k + Cfg::bk - 1) / Cfg::bk;
+
+  if (tid == 0) {
+    tile::prefetch_tensor_map(&map_a);
+    tile::prefetch_tensor_map(&map_b);
+    for (int st = 0; st < Cfg::stages; ++st) {
+      tile::mbar_init(full_bar(st), 1);
+      tile::mbar_init(empty_bar(st), 8);  // one arrival per consumer warp
+    }
+    tile::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid == 0) {
+      int st = 0;
+      std::uint32_t phase = 0;
+      for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
+        const wgmma_schedule::tile tl = sch.locate(t);
+        const int ya = static_cast<int>(tl.tm * Cfg::bm);
+        const int yb = static_cast<int>(tl.tn * Cfg::bn);
+        const int za = sch.a_batched ? static_cast<int>(tl.q) : 0;
+        const int zb = sch.b_batched ? static_cast<int>(tl.q) : 0;
+        for (std::int64_t kb = 0; kb < num_k; ++kb) {
+          tile::mbar_wait(empty_bar(st), phase ^ 1u);
+          // Boxes partly outside the map still deliver (zero-filled) full boxes: the byte count
+          // is always the whole stage.
+          tile::mbar_arrive_expect_tx(full_bar(st), Cfg::stage_bytes);
+          const std::uint32_t dst = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes);
+          const int x = static_cast<int>(kb * Cfg::bk);
+          tile::tma_load_3d(dst, &map_a, x, ya, za, full_bar(st));
+          tile::tma_load_3d(dst + Cfg::a_bytes, &map_b, x, yb, zb, full_bar(st));
+          if (++st == Cfg::stages) {
+            st = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int cw = wg - 1;                  // rows [64 cw, 64 cw + 64) of the tile
+    const int warp_in_wg = (tid / 32) % 4;  // rows [16 w, 16 w + 16) of those
+    const int lane = tid % 32;
+    const bool read_c = !(p.beta == S(0));
+    int st = 0;
+    std::uint32_t phase = 0;
+    Acc d[128];
+    for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
+      const wgmma_schedule::tile tl = sch.locate(t);
+      int prev = -1;
+      for (std::int64_t kb = 0; kb < num_k; ++kb) {
+        tile::mbar_wait(full_bar(st), phase);
+        const std::uint32_t a_addr = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
+        const std::uint32_t b_addr = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + Cfg::a_bytes);
+        tile::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < Cfg::steps; ++ks) {
+          tile::wgmma_ss<T, 256>(d, tile::kmajor_desc<128>(a_addr + 32u * ks), tile::kmajor_desc<128>(b_addr + 32u * ks),
+                                 kb > 0 || ks > 0);
+        }
+        tile::wgmma_commit();
+        tile::wgmma_wait<1>();
+        if (prev >= 0) {
+          __syncwarp();
+          if (lane == 0) tile::mbar_arrive(empty_bar(prev));
+        }
+        prev = st;
+        if (++st == Cfg::stages) {
+          st = 0;
+          phase ^= 1u;
+        }
+      }
+      tile::wgmma_wait<0>();
+      tile::wgmma_fence_operands(d);
+      __syncwarp();
+      if (lane == 0) tile::mbar_arrive(empty_bar(prev));
+
+      // The producer is already filling the stages of the next tile while this one is written.
+      const std::int64_t row0 = tl.tm * Cfg::bm + cw * 64 + warp_in_wg * 16 + lane / 4;
+      const std::int64_t col0 = tl.tn * Cfg::bn + 2 * (lane % 4);
+      TC* const cb = p.c + tl.q * p.stride_c;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t row = row0 + 8 * h;
+        if (row < p.m) {
+          TC* const crow = cb + row * p.ldc;
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            wgmma_store_pair<S>(crow, row, col0 + 8 * j, p.n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], p.alpha, p.beta,
+                                read_c, sch.c_pairs, p.epi);
+          }
+        }
+      }
+    }
+  }
+#else
+  (void)map_a, (void)map_b, (void)p, (void)sch;
+  __trap();  // never launched: launch_wgmma refuses unless this build has sm_90a code for the device
+#endif
+}
+
+/// Raises the kernel's dynamic shared-memory limit once per device.
+template <class Kernel>
+void wgmma_raise_smem_once(Kernel kernel, int device, int bytes) {
+  static std::mutex mutex;
+  static std::vector<char> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.size() <= static_cast<std::size_t>(device)) done.resize(static_cast<std::size_t>(device) + 1, 0);
+  if (done[static_cast<std::size_t>(device)] == 0) {
+    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    done[static_cast<std::size_t>(device)] = 1;
+  }
+}
+
+/// Enqueues p on `s` (current device). Preconditions (the dispatcher's): A and B K-major, 16-byte
+/// aligned bases, lda, ldb, stride_a, stride_b multiples of 16 bytes; m, n, k, batch >= 1.
+template <class TA, class TB, class TC, class S, class Epi>
+void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
+  static_assert(std::is_same_v<TA, TB>, "launch_wgmma: A and B have one element type");
+  using T = TA;
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
+                    std::is_same_v<T, std::int8_t>,
+                "launch_wgmma: half, bf16, float (as TF32) or int8");
+  using Cfg = wgmma_config<T>;
+  if (!p.a_kmajor || !p.b_kmajor) throw logic_error("gemm wgmma: both operands must be K-major");
+  const int device = current_device();
+  if ((tile::build_features(device) & tile::feature_wgmma) == 0) {
+    throw logic_error("gemm wgmma: this build holds no sm_90a code for " + tile::describe_device(device));
+  }
+  wgmma_schedule sch;
+  sch.tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
+  sch.tiles_n = (p.n + Cfg::bn - 1) / Cfg::bn;
+  sch.per_batch = sch.tiles_m * sch.tiles_n;
+  sch.total = sch.per_batch * p.batch;
+  sch.group_m = Cfg::group_m;
+  sch.a_batched = p.batch > 1 && p.stride_a != 0;
+  sch.b_batched = p.batch > 1 && p.stride_b != 0;
+  const auto c_addr = reinterpret_cast<std::uintptr_t>(p.c);
+  sch.c_pairs = c_addr % (2 * sizeof(TC)) == 0 && p.ldc % 2 == 0 && (p.batch == 1 || p.stride_c % 2 == 0);
+
+  // Always 3-D maps (one load instruction for batched and single problems); a single matrix is
+  // a batch of one whose pitch only has to be valid.
+  const CUtensorMap map_a = tile::make_matrix_tensor_map<T>(
+      p.a, p.m, p.k, p.lda, Cfg::bm, Cfg::bk, tile::swizzle::b128, "gemm wgmma: A", sch.a_batched ? p.batch : 1,
+      sch.a_batched ? p.stride_a : p.lda * p.m);
+  const CUtensorMap map_b = tile::make_matrix_tensor_map<T>(
+      p.b, p.n, p.k, p.ldb, Cfg::bn, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B", sch.b_batched ? p.batch : 1,
+      sch.b_batched ? p.stride_b : p.ldb * p.n);
+
+  auto kernel = wgmma_gemm_kernel<T, TC, S, Epi>;
+  wgmma_raise_smem_once(kernel, device, Cfg::smem_bytes);
+  const std::int64_t sms = tile::multiprocessor_count(device);
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(sch.total, sms));
+  const problem<T, T, TC, S, Epi> kp = p;
+  kernel<<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, kp, sch);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+}  // namespace spillway::gemm::detail
