@@ -6,6 +6,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 namespace spillway::bench {
 
 /// True (and the benchmark marked skipped with the reason) when no GPU is present.
@@ -18,16 +20,21 @@ inline bool skip_without_gpu(benchmark::State& state) {
 }
 
 /// Runs `work(stream)` once per benchmark iteration, timed with CUDA events on `s` (after one
-/// untimed warm-up), reporting the GPU time as the iteration's manual time.
+/// untimed warm-up), reporting the GPU time as the iteration's manual time. Returns each
+/// iteration's time in milliseconds (for medians and ratios computed by the caller).
 template <class Work>
-void run_timed(benchmark::State& state, stream_view s, Work&& work) {
+std::vector<double> run_timed(benchmark::State& state, stream_view s, Work&& work) {
   work(s);  // warm-up
   s.synchronize();
+  std::vector<double> ms;
   for (auto _ : state) {
     event_timer t(s);
     work(s);
-    state.SetIterationTime(static_cast<double>(t.stop()) * 1e-3);
+    const double e = static_cast<double>(t.stop());
+    state.SetIterationTime(e * 1e-3);
+    ms.push_back(e);
   }
+  return ms;
 }
 
 }  // namespace spillway::bench

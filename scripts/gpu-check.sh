@@ -130,7 +130,20 @@ run_bench() {
     local args=(--benchmark_repetitions="$r" --benchmark_report_aggregates_only=true
       --benchmark_out="$RESULTS/$b.json" --benchmark_out_format=json)
     [[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")
+    # SM clock (MHz) before, sampled every 0.5 s during, and after each binary: a throttled or
+    # boost-pinned GPU shows here, beside the figures.
+    local clk_before clk_log sampler
+    clk_before=$(nvidia-smi --query-gpu=clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | paste -sd';')
+    clk_log=$(mktemp)
+    nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -lms 500 >"$clk_log" 2>/dev/null &
+    sampler=$!
     timeout "${BENCH_TIMEOUT:-400}" "$bin" "${args[@]}" >"$RESULTS/$b.txt" 2>&1 || { status=1; tail -20 "$RESULTS/$b.txt"; }
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    summary+=("$(printf '%-34s SM clock (sm, max.sm): before %s; during min/median/max %s; after %s' "$b" "$clk_before" \
+      "$(sort -n "$clk_log" | awk '/^[0-9]+$/ {v[n++] = $1} END {if (n) printf "%d/%d/%d MHz (%d samples)", v[0], v[int(n / 2)], v[n - 1], n; else printf "n/a"}')" \
+      "$(nvidia-smi --query-gpu=clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | paste -sd';')")")
+    rm -f "$clk_log"
   done
   python3 scripts/bench_table.py "$RESULTS"/*.json || true
 }
