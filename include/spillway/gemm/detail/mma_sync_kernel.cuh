@@ -98,6 +98,12 @@ __device__ __forceinline__ void mma_sync_store_partial_chunk(unsigned char* dst,
   *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/// Two adjacent outputs, aligned so that a pair is one vector load or store.
+template <class TC>
+struct alignas(2 * sizeof(TC)) mma_sync_pair {
+  TC x, y;
+};
+
 template <class T, class TC, class S, class Epi>
 __global__ void __launch_bounds__(mma_sync_config::threads, 1)
     mma_sync_gemm_kernel(problem<T, T, TC, S, Epi> p, int stages, int tiles_m, int tiles_n) {
@@ -155,43 +161,51 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
     const unsigned char* b_src = reinterpret_cast<const unsigned char*>(p.b + q * p.stride_b) +
                                  (n0 + ld_row) * ldb_bytes + ld_chunk * 16;
 
+    // Bit i: row ld_row + 32 i of the block lies inside the matrix (computed once, not per tile).
+    std::uint32_t a_ok = 0, b_ok = 0;
+#pragma unroll
+    for (int i = 0; i < a_iters; ++i) a_ok |= static_cast<std::uint32_t>(32 * i < a_rows_left) << i;
+#pragma unroll
+    for (int i = 0; i < b_iters; ++i) b_ok |= static_cast<std::uint32_t>(32 * i < b_rows_left) << i;
+    const index_t a_step = 32 * lda_bytes, b_step = 32 * ldb_bytes;
+    const index_t full_ktiles = k_bytes / cfg::row_bytes;
+
     auto load_tile = [&](index_t kt, int stage) {
       const std::uint32_t sa = smem_base + static_cast<std::uint32_t>(stage * cfg::stage_bytes) + st_off;
       const std::uint32_t sb = sa + cfg::a_bytes;
       const index_t koff = kt * cfg::row_bytes;
-      if (koff + cfg::row_bytes <= k_bytes) {
+      if (kt < full_ktiles) {
+        // Rows outside the matrix copy 0 bytes (zero fill); their address is never read.
+        const unsigned char* src = a_src + koff;
 #pragma unroll
-        for (int i = 0; i < a_iters; ++i) {
-          const bool ok = 32 * i < a_rows_left;
-          tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, ok ? a_src + koff + i * 32 * lda_bytes : a_src, ok);
+        for (int i = 0; i < a_iters; ++i, src += a_step) {
+          tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, src, (a_ok >> i) & 1u);
         }
+        src = b_src + koff;
 #pragma unroll
-        for (int i = 0; i < b_iters; ++i) {
-          const bool ok = 32 * i < b_rows_left;
-          tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, ok ? b_src + koff + i * 32 * ldb_bytes : b_src, ok);
+        for (int i = 0; i < b_iters; ++i, src += b_step) {
+          tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, src, (b_ok >> i) & 1u);
         }
       } else {
         // The tile that holds the end of k: whole chunks by cp.async, the chunk k ends in by hand.
         const index_t left = k_bytes - koff - ld_chunk * 16;
         unsigned char* const gen = smem + stage * cfg::stage_bytes + st_off;
-        for (int i = 0; i < a_iters; ++i) {
-          const bool row_ok = 32 * i < a_rows_left;
-          const unsigned char* src = a_src + koff + i * 32 * lda_bytes;
+        const unsigned char* src = a_src + koff;
+        for (int i = 0; i < a_iters; ++i, src += a_step) {
+          const bool row_ok = (a_ok >> i) & 1u;
           if (row_ok && left > 0 && left < 16) {
             mma_sync_store_partial_chunk(gen + i * 32 * cfg::row_bytes, src, static_cast<int>(left));
           } else {
-            const bool ok = row_ok && left >= 16;
-            tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, ok ? src : a_src, ok);
+            tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, src, row_ok && left >= 16);
           }
         }
-        for (int i = 0; i < b_iters; ++i) {
-          const bool row_ok = 32 * i < b_rows_left;
-          const unsigned char* src = b_src + koff + i * 32 * ldb_bytes;
+        src = b_src + koff;
+        for (int i = 0; i < b_iters; ++i, src += b_step) {
+          const bool row_ok = (b_ok >> i) & 1u;
           if (row_ok && left > 0 && left < 16) {
             mma_sync_store_partial_chunk(gen + cfg::a_bytes + i * 32 * cfg::row_bytes, src, static_cast<int>(left));
           } else {
-            const bool ok = row_ok && left >= 16;
-            tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, ok ? src : b_src, ok);
+            tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, src, row_ok && left >= 16);
           }
         }
       }
@@ -258,7 +272,8 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
       }
     }
 
-    // Epilogue: each thread owns pairs (row g / g + 8, columns 2t, 2t + 1) of every 16 x 8 fragment.
+    // Epilogue: each thread owns pairs (row g / g + 8, columns 2t, 2t + 1) of every 16 x 8 fragment,
+    // written as one vector store where C's row allows it (any ldc and C offset are legal).
     TC* const c = p.c + q * p.stride_c;
     const bool read_c = !(p.beta == S(0));
     const int g = lane >> 2, t = lane & 3;
@@ -269,15 +284,27 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
         const index_t row = m0 + warp_m * cfg::wm + mi * 16 + g + h * 8;
         if (row >= p.m) continue;
         TC* const crow = c + row * p.ldc;
+        const bool row_paired = reinterpret_cast<std::uintptr_t>(crow) % sizeof(mma_sync_pair<TC>) == 0;
 #pragma unroll
         for (int ni = 0; ni < cfg::nt; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const index_t col = n0 + warp_n * cfg::wn + ni * 8 + 2 * t + e;
-            if (col < p.n) {
-              S v = p.alpha * static_cast<S>(acc[mi][ni][h * 2 + e]);
-              if (read_c) v += p.beta * load_output<S>(crow[col]);
-              crow[col] = convert_output<TC>(p.epi(v, row, col));
+          const index_t col = n0 + warp_n * cfg::wn + ni * 8 + 2 * t;  // even
+          if (col >= p.n) continue;
+          S v0 = p.alpha * static_cast<S>(acc[mi][ni][h * 2]);
+          S v1 = p.alpha * static_cast<S>(acc[mi][ni][h * 2 + 1]);
+          if (row_paired && col + 1 < p.n) {
+            auto* const dst = reinterpret_cast<mma_sync_pair<TC>*>(crow + col);
+            if (read_c) {
+              const mma_sync_pair<TC> old = *dst;
+              v0 += p.beta * load_output<S>(old.x);
+              v1 += p.beta * load_output<S>(old.y);
+            }
+            *dst = mma_sync_pair<TC>{convert_output<TC>(p.epi(v0, row, col)), convert_output<TC>(p.epi(v1, row, col + 1))};
+          } else {
+            if (read_c) v0 += p.beta * load_output<S>(crow[col]);
+            crow[col] = convert_output<TC>(p.epi(v0, row, col));
+            if (col + 1 < p.n) {
+              if (read_c) v1 += p.beta * load_output<S>(crow[col + 1]);
+              crow[col + 1] = convert_output<TC>(p.epi(v1, row, col + 1));
             }
           }
         }
