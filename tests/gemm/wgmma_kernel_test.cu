@@ -12,6 +12,7 @@
 //    and the conversion to a narrower output: 2^-11 (half) or 2^-8 (bf16) of the magnitude.
 //  - int8: exact (int32 accumulation of products < 2^14, k < 2^17); to float, one rounding.
 #include <spillway/core/device_buffer.hpp>
+#include <spillway/core/event_timer.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/detail/wgmma_kernel.cuh>
 #include <spillway/gemm/epilogue.hpp>
@@ -24,6 +25,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -59,7 +62,7 @@ double to_double(T x) {
 }
 
 template <class T>
-T from_double(double v) {
+__host__ __device__ T from_double(double v) {
   if constexpr (std::is_same_v<T, __half>) {
     return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -124,12 +127,60 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   }
   const std::vector<TC> c0 = c;
 
+  auto check = [&](const std::vector<TC>& out) {
+    const double u = std::ldexp(1.0, -24);
+    const double prod_rel = std::is_same_v<T, float> ? 2.01 * std::ldexp(1.0, -10) : 0.0;
+    const double out_rel = std::is_same_v<TC, __half> ? std::ldexp(1.0, -11)
+                           : std::is_same_v<TC, __nv_bfloat16> ? std::ldexp(1.0, -8)
+                           : (std::is_same_v<TC, float> ? u : 0.0);
+    index_t bad = 0;
+    for (index_t q = 0; q < sh.batch; ++q) {
+      const T* aq = a.data() + q * stride_a;
+      const T* bq = b.data() + q * stride_b;
+      for (index_t i = 0; i < sh.m; ++i) {
+        for (index_t j = 0; j < sh.n; ++j) {
+          double dot = 0.0, mag = 0.0;
+          for (index_t kk = 0; kk < sh.k; ++kk) {
+            const double pr = to_double(aq[i * ld + kk]) * to_double(bq[j * ld + kk]);
+            dot += pr;
+            mag += std::fabs(pr);
+          }
+          const std::size_t at = static_cast<std::size_t>(q * stride_c + i * ldc + j);
+          const double cold = beta != 0.0 ? to_double(c0[at]) : 0.0;
+          double want = alpha * dot + beta * cold;
+          if (epi_ref) want = epi_ref(want, i, j);
+          const double got = to_double(out[at]);
+          double tol = 0.0;
+          if (!is_int8<T>) {
+            tol = std::fabs(alpha) * (prod_rel * mag + 2.0 * static_cast<double>(sh.k) * u * mag) +
+                  4.0 * u * (std::fabs(alpha) * mag + std::fabs(beta * cold) + bias_mag);
+          }
+          tol += out_rel * (std::fabs(want) + tol);
+          if (!(std::fabs(got - want) <= tol)) {
+            if (++bad <= 5) {
+              ADD_FAILURE() << "C[" << q << "](" << i << ", " << j << ") = " << got << ", want " << want << " +- " << tol;
+            }
+          }
+        }
+      }
+      // Padding columns of C and the gap between batches stay as they were.
+      for (index_t i = 0; i < sh.m; ++i) {
+        for (index_t j = sh.n; j < ldc; ++j) {
+          const std::size_t at = static_cast<std::size_t>(q * stride_c + i * ldc + j);
+          if (std::memcmp(&out[at], &poisoned[at], sizeof(TC)) != 0 && ++bad <= 5) {
+            ADD_FAILURE() << "padding C[" << q << "](" << i << ", " << j << ") was written";
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  };
+
   spillway::stream s(spillway::current_device());
   spillway::device_buffer<T> da(a.size(), s), db(b.size(), s);
   spillway::device_buffer<TC> dc(c.size(), s);
   da.copy_from_host_async(cuda::std::span<const T>(a.data(), a.size()), s);
   db.copy_from_host_async(cuda::std::span<const T>(b.data(), b.size()), s);
-  dc.copy_from_host_async(cuda::std::span<const TC>(c.data(), c.size()), s);
 
   gemm::detail::problem<T, T, TC, S, Epi> p;
   p.m = sh.m;
@@ -148,58 +199,23 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   p.stride_b = stride_b;
   p.stride_c = stride_c;
   p.epi = epi;
-  gemm::detail::launch_wgmma(p, s.view());
-  std::vector<TC> out(c.size());
-  dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
-  s.synchronize();
 
-  const double u = std::ldexp(1.0, -24);
-  const double prod_rel = std::is_same_v<T, float> ? 2.01 * std::ldexp(1.0, -10) : 0.0;
-  const double out_rel = std::is_same_v<TC, __half> ? std::ldexp(1.0, -11)
-                         : std::is_same_v<TC, __nv_bfloat16> ? std::ldexp(1.0, -8)
-                         : (std::is_same_v<TC, float> ? u : 0.0);
-  index_t bad = 0;
-  for (index_t q = 0; q < sh.batch; ++q) {
-    const T* aq = a.data() + q * stride_a;
-    const T* bq = b.data() + q * stride_b;
-    for (index_t i = 0; i < sh.m; ++i) {
-      for (index_t j = 0; j < sh.n; ++j) {
-        double dot = 0.0, mag = 0.0;
-        for (index_t kk = 0; kk < sh.k; ++kk) {
-          const double pr = to_double(aq[i * ld + kk]) * to_double(bq[j * ld + kk]);
-          dot += pr;
-          mag += std::fabs(pr);
-        }
-        const std::size_t at = static_cast<std::size_t>(q * stride_c + i * ldc + j);
-        const double cold = beta != 0.0 ? to_double(c0[at]) : 0.0;
-        double want = alpha * dot + beta * cold;
-        if (epi_ref) want = epi_ref(want, i, j);
-        const double got = to_double(out[at]);
-        double tol = 0.0;
-        if (!is_int8<T>) {
-          tol = std::fabs(alpha) * (prod_rel * mag + 2.0 * static_cast<double>(sh.k) * u * mag) +
-                4.0 * u * (std::fabs(alpha) * mag + std::fabs(beta * cold) + bias_mag);
-        }
-        tol += out_rel * (std::fabs(want) + tol);
-        if (!(std::fabs(got - want) <= tol)) {
-          if (++bad <= 5) {
-            ADD_FAILURE() << "C[" << q << "](" << i << ", " << j << ") = " << got << ", want " << want << " +- " << tol;
-          }
-        }
-      }
+  // Both block pairings (1: one block per tile; 2: clusters of two sharing B by multicast).
+  for (int cluster : {1, 2}) {
+    SCOPED_TRACE("cluster " + std::to_string(cluster));
+    dc.copy_from_host_async(cuda::std::span<const TC>(c0.data(), c0.size()), s);
+    if (cluster == 1) {
+      gemm::detail::launch_wgmma_clustered<1>(p, s.view());
+    } else {
+      gemm::detail::launch_wgmma_clustered<2>(p, s.view());
     }
-    // Padding columns of C and the gap between batches stay as they were.
-    for (index_t i = 0; i < sh.m; ++i) {
-      for (index_t j = sh.n; j < ldc; ++j) {
-        const std::size_t at = static_cast<std::size_t>(q * stride_c + i * ldc + j);
-        if (std::memcmp(&out[at], &poisoned[at], sizeof(TC)) != 0 && ++bad <= 5) {
-          ADD_FAILURE() << "padding C[" << q << "](" << i << ", " << j << ") was written";
-        }
-      }
-    }
+    std::vector<TC> out(c.size());
+    dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
+    s.synchronize();
+    check(out);
   }
-  EXPECT_EQ(bad, 0);
 }
+
 
 const std::vector<shape> edge_shapes = {
     {1, 1, 1},          {7, 13, 1},          {1, 300, 5},        {131, 257, 67},  {128, 256, 64, 1, false, 0},
@@ -279,4 +295,80 @@ TEST(WgmmaKernelGpu, Epilogue) {
     return r > 0.0 ? r : 0.0;
   };
   run_case<__nv_bfloat16, float>({133, n, 70}, 1.0, 0.5, "bf16 bias+relu", epi, ref, 4.0);
+}
+
+namespace {
+
+// Throughput rows for the lead's GPU run (disabled by default: run with
+// --gtest_also_run_disabled_tests --gtest_filter='WgmmaKernelGpu.DISABLED_Throughput'): TN layout,
+// square sizes, both block pairings, median of 10 timed launches after 3 warm-ups.
+template <class T>
+__global__ void fill_pattern_kernel(T* p, std::size_t n, std::uint32_t salt) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B1u ^ salt;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    const int v = static_cast<int>(h & 0xffu) - 128;
+    if constexpr (std::is_same_v<T, std::int8_t>) {
+      p[i] = static_cast<std::int8_t>(v);
+    } else {
+      p[i] = from_double<T>(static_cast<double>(v) / 128.0);
+    }
+  }
+}
+
+template <class T, class TC>
+void throughput(const char* type, index_t size) {
+  using S = std::conditional_t<is_int8<T>, std::int32_t, float>;
+  spillway::stream s(spillway::current_device());
+  const auto elems = static_cast<std::size_t>(size * size);
+  spillway::device_buffer<T> da(elems, s), db(elems, s);
+  spillway::device_buffer<TC> dc(elems, s);
+  fill_pattern_kernel<<<1024, 256, 0, s.value()>>>(da.data(), elems, 1u);
+  fill_pattern_kernel<<<1024, 256, 0, s.value()>>>(db.data(), elems, 2u);
+  SPILLWAY_CHECK_LAUNCH();
+  gemm::detail::problem<T, T, TC, S, gemm::identity> p;
+  p.m = p.n = p.k = size;
+  p.a = da.data();
+  p.b = db.data();
+  p.c = dc.data();
+  p.lda = p.ldb = p.ldc = size;
+  p.alpha = S(1);
+  p.beta = S(0);
+  for (int cluster : {1, 2}) {
+    auto launch = [&] {
+      if (cluster == 1) {
+        gemm::detail::launch_wgmma_clustered<1>(p, s.view());
+      } else {
+        gemm::detail::launch_wgmma_clustered<2>(p, s.view());
+      }
+    };
+    for (int i = 0; i < 3; ++i) launch();
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      spillway::event_timer timer(s.view());
+      launch();
+      ms.push_back(timer.stop());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = static_cast<double>(ms[ms.size() / 2]);
+    const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) /
+                          (med * 1e-3) / 1e12;
+    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN cluster " << cluster << ": " << med << " ms, "
+              << tflops << (is_int8<T> ? " TOP/s" : " TFLOP/s") << "\n";
+  }
+}
+
+}  // namespace
+
+TEST(WgmmaKernelGpu, DISABLED_Throughput) {
+  SPILLWAY_WGMMA_TEST_OR_SKIP();
+  for (index_t size : {4096, 8192}) {
+    throughput<__nv_bfloat16, float>("bf16", size);
+    throughput<__half, float>("fp16", size);
+    throughput<float, float>("tf32", size);
+    throughput<std::int8_t, std::int32_t>("int8", size);
+  }
 }

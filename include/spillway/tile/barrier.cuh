@@ -161,6 +161,23 @@ __device__ __forceinline__ void bulk_wait_group() {
   SPILLWAY_TILE_TMA_BODY(asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory");)
 }
 
+/// This block's rank in its cluster.
+__device__ __forceinline__ std::uint32_t cluster_ctarank() {
+  std::uint32_t r = 0;
+  SPILLWAY_TILE_TMA_BODY(asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));)
+  return r;
+}
+
+/// Barrier over every thread of the cluster (all threads must reach it, converged per warp):
+/// release of this block's prior memory operations, acquire of the others'. After mbarrier
+/// initialization it makes the barriers usable by the peers; before exit it keeps a block's shared
+/// memory alive while peers may still signal it.
+__device__ __forceinline__ void cluster_sync() {
+  SPILLWAY_TILE_TMA_BODY(asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                                      "barrier.cluster.wait.acquire.aligned;\n" ::
+                                          : "memory");)
+}
+
 /// Hints the tensor map at `map` into the constant cache before its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   SPILLWAY_TILE_TMA_BODY(
