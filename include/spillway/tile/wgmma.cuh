@@ -1,7 +1,8 @@
 // spillway/tile/wgmma.cuh — warpgroup MMA (wgmma.mma_async, sm_90a only) with both operands read
 // from shared memory through matrix descriptors: the descriptor encoding for every swizzle mode,
 // the fence / commit / wait protocol, and m64nNk* wrappers templated on the input type
-// (half, bf16 -> f32 at k16; float as TF32 -> f32 at k8; int8 -> s32 at k32) for N = 64, 128, 256.
+// (half, bf16 -> f32 at k16; float as TF32 -> f32 at k8; int8 -> s32 at k32; bits -> s32 as
+// popc(a AND b) at k256) for N = 64, 128, 256.
 //
 // Every wrapper consumes 32 bytes of K per row: with a K-major operand stored in rows of 128
 // bytes under the 128-byte swizzle, one row of the swizzle pattern feeds four instructions, the
@@ -55,13 +56,17 @@ __host__ __device__ constexpr std::uint64_t kmajor_desc(std::uint32_t smem_addr)
   return make_smem_desc(smem_addr, 16, 8 * SwizzleBytes, swz);
 }
 
+/// Input-type tag of the 1-bit MMA: K-major rows of bits, D += popc(A AND B) (BGMMA).
+struct b1_and_popc {};
+
 /// The accumulator type of wgmma on T.
 template <class T>
-using wgmma_acc_t = std::conditional_t<std::is_same_v<T, std::int8_t>, std::int32_t, float>;
+using wgmma_acc_t =
+    std::conditional_t<std::is_same_v<T, std::int8_t> || std::is_same_v<T, b1_and_popc>, std::int32_t, float>;
 
-/// K elements one wgmma instruction consumes (32 bytes of each row).
+/// K elements one wgmma instruction consumes (32 bytes of each row; 256 bits for b1).
 template <class T>
-inline constexpr int wgmma_k = 32 / static_cast<int>(sizeof(T));
+inline constexpr int wgmma_k = std::is_same_v<T, b1_and_popc> ? 256 : 32 / static_cast<int>(sizeof(T));
 
 /// Orders register writes to accumulators before the wgmma that reads them (before the first
 /// wgmma of a batch).
@@ -140,8 +145,8 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
                                          bool accumulate) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N is 64, 128 or 256");
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
-                    std::is_same_v<T, std::int8_t>,
-                "wgmma_ss: half, bf16, float (TF32) or int8");
+                    std::is_same_v<T, std::int8_t> || std::is_same_v<T, b1_and_popc>,
+                "wgmma_ss: half, bf16, float (TF32), int8 or b1_and_popc");
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   const std::uint32_t sc = accumulate ? 1u : 0u;
   if constexpr (std::is_same_v<T, __half>) {
@@ -156,6 +161,10 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
     if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1", 128, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
     if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", ", 1, 1", 64, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
     if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", ", 1, 1", 32, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+  } else if constexpr (std::is_same_v<T, b1_and_popc>) {
+    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k256.s32.b1.b1.and.popc", "", 128, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
+    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k256.s32.b1.b1.and.popc", "", 64, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
+    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k256.s32.b1.b1.and.popc", "", 32, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
   } else {
     if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "", 128, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
     if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", "", 64, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
