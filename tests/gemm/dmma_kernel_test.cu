@@ -154,13 +154,22 @@ gd::problem<double, double, double, double, Epi> make_problem(const shape& s, de
 
 // Runs one shape through the identity epilogue (or `post`, a host mirror of the epilogue with its
 // extra bound) and checks every output and every gap of C.
-template <class Epi = spillway::gemm::identity, class Post = std::nullptr_t>
+// The tile configurations timed by Rate (the default first); all compute the same function.
+using cfg_bk32 = gd::dmma_config<2, 4, 4, 4, 32, 3, 8>;
+using cfg_deep = gd::dmma_config<2, 4, 4, 4, 16, 6, 8>;
+using cfg_band4 = gd::dmma_config<2, 4, 4, 4, 16, 4, 4>;
+
+template <class Cfg = void, class Epi = spillway::gemm::identity, class Post = std::nullptr_t>
 void run_case(shape s, const std::string& label, Epi epi = {}, Post post = nullptr) {
   complete(s);
   SCOPED_TRACE(label + ": " + describe(s));
   spillway::stream st;
   auto d = upload(s, spillway::test::seed("dmma/" + label), st);
-  gd::launch_dmma(make_problem(s, d, epi), st);
+  if constexpr (std::is_void_v<Cfg>) {
+    gd::launch_dmma(make_problem(s, d, epi), st);
+  } else {
+    gd::launch_dmma_with<Cfg>(make_problem(s, d, epi), st);
+  }
   std::vector<double> got(d.hc.size());
   d.c.copy_to_host_async(cuda::std::span<double>(got.data(), got.size()), st);
   st.synchronize();
@@ -276,7 +285,21 @@ TEST(DmmaKernelGpu, Epilogue) {
     const double extra = 2.0 * unit_roundoff * (std::fabs(static_cast<double>(v)) + std::fabs(bias[static_cast<std::size_t>(j)]));
     return host_ref{v > 0 ? v : 0.0L, r.bound + extra};
   };
-  run_case(s, "bias_relu", epi, post);
+  run_case<void>(s, "bias_relu", epi, post);
+}
+
+TEST(DmmaKernelGpu, AlternateConfigs) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  // k-tiles of 32 (two MMA steps, A copied in two k halves): odd k inside either half.
+  run_case<cfg_bk32>({1, 1, 1}, "bk32_1x1x1");
+  run_case<cfg_bk32>({129, 131, 17}, "bk32_k17");
+  run_case<cfg_bk32>({200, 70, 45}, "bk32_k45");
+  run_case<cfg_bk32>({61, 67, 4099}, "bk32_large_odd_k");
+  shape s{70, 130, 29};
+  s.batch = 3, s.beta = 0.5, s.stride_c = 70 * 130 + 3;
+  run_case<cfg_bk32>(s, "bk32_batch3");
+  run_case<cfg_deep>({300, 200, 50}, "deep_non_multiples");
+  run_case<cfg_band4>({1000, 700, 20}, "band4_many_tiles");
 }
 
 TEST(DmmaKernelGpu, OffsetsPast2To31) {
@@ -326,9 +349,39 @@ TEST(DmmaKernelGpu, OffsetsPast2To31) {
   EXPECT_EQ(bad, 0);
 }
 
-// The acceptance shape (TN, 8192^3): rate printed against the H200 targets (cuBLAS DGEMM 52.4
-// TFLOP/s, 85% = 44.6), results checked on a sample of rows and columns.
-TEST(DmmaKernelGpu, Rate8192) {
+// The acceptance shape (TN, 8192^3, and 4096^3): rates printed against the H200 marks (cuBLAS
+// DGEMM 52.4 TFLOP/s at 8192^3, 85% = 44.6; 58.8 at 4096^3) for the default configuration and the
+// alternates, results checked on a sample of rows and columns.
+template <class Cfg>
+void time_config(const char* name, index_t size, const shape& s, device_problem& d, spillway::stream_view st) {
+  const auto p = make_problem<spillway::gemm::identity>(s, d);
+  gd::launch_dmma_with<Cfg>(p, st);  // warm-up
+  std::vector<double> ms;
+  for (int r = 0; r < 5; ++r) {
+    spillway::event_timer timer(st);
+    gd::launch_dmma_with<Cfg>(p, st);
+    ms.push_back(timer.stop());
+  }
+  const double med = spillway::median(ms);
+  const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) /
+                        (med * 1e-3) / 1e12;
+  std::cout << "[ rate     ] dmma " << name << " " << size << "^3 TN: " << med << " ms, " << tflops
+            << " TFLOP/s (median of 5)\n";
+  std::vector<double> got(static_cast<std::size_t>(size * size));
+  d.c.copy_to_host_async(cuda::std::span<double>(got.data(), got.size()), st);
+  st.synchronize();
+  index_t bad = 0;
+  for (index_t i = 0; i < size; i += 61)
+    for (index_t j = (i * 7) % 53; j < size; j += 53) {
+      const host_ref r = reference(s, d.ha, d.hb, 0.0, 0, i, j);
+      const double got_ij = got[static_cast<std::size_t>(i * size + j)];
+      const double err = std::fabs(static_cast<double>(static_cast<long double>(got_ij) - r.value));
+      if (!(err <= r.bound) && ++bad <= 5) ADD_FAILURE() << name << ": C(" << i << ", " << j << ") = " << got_ij;
+    }
+  EXPECT_EQ(bad, 0) << name;
+}
+
+TEST(DmmaKernelGpu, Rate) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   for (const index_t size : {index_t{4096}, index_t{8192}}) {
     shape s{size, size, size};
@@ -341,28 +394,10 @@ TEST(DmmaKernelGpu, Rate8192) {
     d.a = spillway::device_buffer<double>::from_host(cuda::std::span<const double>(d.ha.data(), d.ha.size()), st);
     d.b = spillway::device_buffer<double>::from_host(cuda::std::span<const double>(d.hb.data(), d.hb.size()), st);
     d.c = spillway::device_buffer<double>(static_cast<std::size_t>(size * size), st);
-    const auto p = make_problem<spillway::gemm::identity>(s, d);
-    gd::launch_dmma(p, st);  // warm-up
-    std::vector<double> ms;
-    for (int r = 0; r < 5; ++r) {
-      spillway::event_timer timer(st);
-      gd::launch_dmma(p, st);
-      ms.push_back(timer.stop());
-    }
-    const double med = spillway::median(ms);
-    const double tflops = 2.0 * static_cast<double>(size) * size * size / (med * 1e-3) / 1e12;
-    std::cout << "[ rate     ] dmma " << size << "^3 TN: " << med << " ms, " << tflops << " TFLOP/s (median of 5)\n";
-    std::vector<double> got(static_cast<std::size_t>(size * size));
-    d.c.copy_to_host_async(cuda::std::span<double>(got.data(), got.size()), st);
-    st.synchronize();
-    index_t bad = 0;
-    for (index_t i = 0; i < size; i += 61)
-      for (index_t j = (i * 7) % 53; j < size; j += 53) {
-        const host_ref r = reference(s, d.ha, d.hb, 0.0, 0, i, j);
-        const double err = std::fabs(static_cast<double>(static_cast<long double>(got[static_cast<std::size_t>(i * size + j)]) - r.value));
-        if (!(err <= r.bound) && ++bad <= 5) ADD_FAILURE() << "C(" << i << ", " << j << ")";
-      }
-    EXPECT_EQ(bad, 0);
+    time_config<gd::dmma_default_config>("default(bk16,s4,band8)", size, s, d, st);
+    time_config<cfg_bk32>("bk32,s3,band8", size, s, d, st);
+    time_config<cfg_deep>("bk16,s6,band8", size, s, d, st);
+    time_config<cfg_band4>("bk16,s4,band4", size, s, d, st);
   }
 }
 

@@ -37,24 +37,25 @@
 
 namespace spillway::gemm::detail {
 
-template <int WarpsM, int WarpsN, int MT, int NT, int Stages, int Band>
+template <int WarpsM, int WarpsN, int MT, int NT, int BK, int Stages, int Band>
 struct dmma_config {
-  static constexpr int warps_m = WarpsM, warps_n = WarpsN, mt = MT, nt = NT, stages = Stages;
-  static constexpr int bk = 16;      // one m16n8k16 step per k-tile
+  static_assert(BK == 16 || BK == 32, "k-tiles of one or two m16n8k16 steps");
+  static constexpr int warps_m = WarpsM, warps_n = WarpsN, mt = MT, nt = NT, bk = BK, stages = Stages;
+  static constexpr int ksteps = BK / 16;
   static constexpr int band = Band;  // tile-rows per band of the block order
   static constexpr int warps = WarpsM * WarpsN;
   static constexpr int threads = warps * 32;
   static constexpr int wm = MT * 16, wn = NT * 8;  // warp tile
   static constexpr int bm = WarpsM * wm, bn = WarpsN * wn;
-  // A: pair rows (tile/mma_f64.cuh), bm / 2 of them, 256 bytes each. A warp copies one pair row per
-  // pass with 8-byte cp.async (lane: k = lane / 2, row g + 8 * (lane % 2)).
+  // A: pair rows (tile/mma_f64.cuh), bm / 2 of them, 16 bytes per k. A warp copies 16 k of one
+  // pair row per pass with 8-byte cp.async (lane: k = lane / 2, row g + 8 * (lane % 2)).
   static constexpr int pair_row_bytes = 2 * bk * 8;
   static constexpr int a_bytes = bm / 2 * pair_row_bytes;
-  static_assert((bm / 2) % warps == 0, "every warp copies whole passes of A pair rows");
-  static constexpr int a_passes = bm / 2 / warps;
-  // B: K-major rows padded to 18 doubles (144 bytes): 16-byte aligned, and rows g and g + 1 fall
-  // 16 bytes apart in the banks, so the two 16-byte fragment loads per row and lane are
-  // conflict-free. 16-byte cp.async, 8 per row.
+  static_assert(warps == 8 && bm % 16 == 0, "a pass copies one 16-row group's 8 pair rows, one per warp");
+  static constexpr int a_passes = bm / 16 * ksteps;
+  // B: K-major rows padded by 2 doubles (144 or 272 bytes): 16-byte aligned, and rows g and g + 1
+  // fall 16 bytes apart in the banks, so the two 16-byte fragment loads per row and lane are
+  // conflict-free. 16-byte cp.async, bk / 2 per row.
   static constexpr int b_pitch_bytes = (bk + 2) * 8;
   static constexpr int b_rows_per_pass = threads / (bk / 2);
   static_assert(bn % b_rows_per_pass == 0, "every thread copies whole passes of B rows");
@@ -64,7 +65,7 @@ struct dmma_config {
 };
 // 4 stages x 34,816 bytes = 139,264 bytes of shared memory; one block (8 warps, 2 per scheduler)
 // per SM.
-using dmma_default_config = dmma_config<2, 4, 4, 4, 4, 8>;
+using dmma_default_config = dmma_config<2, 4, 4, 4, 16, 4, 8>;
 
 template <class Cfg, class TC, class Epi>
 __global__ void __launch_bounds__(Cfg::threads, 1)
@@ -87,13 +88,12 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const index_t m0 = (first_m + in_band % band_rows) * Cfg::bm;
   const index_t n0 = in_band / band_rows * Cfg::bn;
 
-  // A copy role: pair row `warp + j * warps` (16-row group j, g = warp), k = lane / 2, row half
-  // lane % 2: tile row 16 j + warp + 8 (lane % 2).
-  static_assert(Cfg::warps == 8, "one A pair-row group per pass needs 8 warps");
+  // A copy role, pass j = (16-row group r, k half h) = (j / ksteps, j % ksteps): pair row
+  // warp + 8r (g = warp), k = 16h + lane / 2, row half lane % 2: tile row 16r + warp + 8 (lane % 2).
   const int a_k = lane >> 1, a_row = warp + 8 * (lane & 1);
   unsigned a_ok = 0;
 #pragma unroll
-  for (int j = 0; j < Cfg::a_passes; ++j) a_ok |= (m0 + a_row + 16 * j < p.m ? 1u : 0u) << j;
+  for (int r = 0; r < Cfg::bm / 16; ++r) a_ok |= (m0 + a_row + 16 * r < p.m ? 1u : 0u) << r;
   const std::uint32_t a_copy = smem + static_cast<std::uint32_t>(warp * Cfg::pair_row_bytes +
                                                                  16 * tile::f64_pair_chunk(warp, a_k) + 8 * (lane & 1));
   // B copy role: 16-byte chunk `b_ck` of rows `b_row + j * b_rows_per_pass`.
@@ -127,12 +127,14 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
       const index_t k0 = kt * Cfg::bk;
       const bool k_full = k0 + Cfg::bk <= p.k;
-      const bool a_k_ok = k0 + a_k < p.k;
 #pragma unroll
       for (int j = 0; j < Cfg::a_passes; ++j) {
-        const bool ok = ((a_ok >> j) & 1u) && a_k_ok;
-        const double* s = a_src + k0 + static_cast<index_t>(16 * j) * p.lda;
-        tile::cp_async<8>(a_copy + st + static_cast<std::uint32_t>(j * 8 * Cfg::pair_row_bytes), ok ? s : a_base, ok);
+        const int r = j / Cfg::ksteps, h = j % Cfg::ksteps;
+        const bool ok = ((a_ok >> r) & 1u) && k0 + 16 * h + a_k < p.k;
+        const double* s = a_src + k0 + 16 * h + static_cast<index_t>(16 * r) * p.lda;
+        // f64_pair_chunk(g, 16h + c) = 16h + f64_pair_chunk(g, c) for c < 16.
+        tile::cp_async<8>(a_copy + st + static_cast<std::uint32_t>(r * 8 * Cfg::pair_row_bytes + h * 256),
+                          ok ? s : a_base, ok);
       }
       const index_t kk = k0 + 2 * b_ck;
 #pragma unroll
@@ -176,19 +178,23 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       tile::cp_async_commit();
 
       const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
-      // All B fragments, then A one 16-row group at a time (128 accumulator + 32 B + 16 A registers).
-      double bf[Cfg::nt][tile::f64_frag_b];
 #pragma unroll
-      for (int j = 0; j < Cfg::nt; ++j)
-        tile::load_f64_frag_b(bf[j], b_frag + st + static_cast<std::uint32_t>(j * 8 * Cfg::b_pitch_bytes));
+      for (int ks = 0; ks < Cfg::ksteps; ++ks) {
+        // All B fragments, then A one 16-row group at a time (128 accumulator + 32 B + 16 A registers).
+        double bf[Cfg::nt][tile::f64_frag_b];
 #pragma unroll
-      for (int i = 0; i < Cfg::mt; ++i) {
-        const std::uint32_t off = a_frag + st + static_cast<std::uint32_t>(i * 8 * Cfg::pair_row_bytes);
-        const std::uint32_t addr[4] = {smem + off, smem + (off ^ 16u), smem + (off ^ 32u), smem + (off ^ 48u)};
-        double af[tile::f64_frag_a];
-        tile::load_f64_frag_a(af, addr);
+        for (int j = 0; j < Cfg::nt; ++j)
+          tile::load_f64_frag_b(bf[j],
+                                b_frag + st + static_cast<std::uint32_t>(j * 8 * Cfg::b_pitch_bytes + ks * 128));
 #pragma unroll
-        for (int j = 0; j < Cfg::nt; ++j) tile::mma_f64_16x8x16(acc[i][j], af, bf[j]);
+        for (int i = 0; i < Cfg::mt; ++i) {
+          const std::uint32_t off = a_frag + st + static_cast<std::uint32_t>(i * 8 * Cfg::pair_row_bytes + ks * 256);
+          const std::uint32_t addr[4] = {smem + off, smem + (off ^ 16u), smem + (off ^ 32u), smem + (off ^ 48u)};
+          double af[tile::f64_frag_a];
+          tile::load_f64_frag_a(af, addr);
+#pragma unroll
+          for (int j = 0; j < Cfg::nt; ++j) tile::mma_f64_16x8x16(acc[i][j], af, bf[j]);
+        }
       }
     }
     tile::cp_async_wait<0>();
@@ -224,12 +230,12 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #endif
 }
 
-/// C = epi(α·A·Bᵀ + β·C) in double on the FP64 tensor cores (see the file comment). Preconditions
-/// (the dispatcher's): both operands K-major, 16-byte aligned, lda / ldb / strides even; the build
-/// holds sm_80+ code for the current device (tile::build_features). Enqueues on `s` only.
-template <class TC, class Epi>
-void launch_dmma(const problem<double, double, TC, double, Epi>& p, stream_view s) {
-  using Cfg = dmma_default_config;
+/// C = epi(α·A·Bᵀ + β·C) in double on the FP64 tensor cores with tile configuration `Cfg` (see
+/// the file comment). Preconditions (the dispatcher's): both operands K-major, 16-byte aligned,
+/// lda / ldb / strides even; the build holds sm_80+ code for the current device
+/// (tile::build_features). Enqueues on `s` only.
+template <class Cfg, class TC, class Epi>
+void launch_dmma_with(const problem<double, double, TC, double, Epi>& p, stream_view s) {
   SPILLWAY_EXPECTS(p.a_kmajor && p.b_kmajor, "launch_dmma: both operands must be K-major");
   SPILLWAY_EXPECTS(p.lda % 2 == 0 && p.ldb % 2 == 0 && p.stride_a % 2 == 0 && p.stride_b % 2 == 0,
                    "launch_dmma: lda, ldb and the operand batch strides must be multiples of 16 bytes (got lda " +
@@ -254,6 +260,12 @@ void launch_dmma(const problem<double, double, TC, double, Epi>& p, stream_view 
   const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(z));
   kernel<<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(p, tiles_m, tiles_n);
   SPILLWAY_CHECK_LAUNCH();
+}
+
+/// The dispatcher's entry: launch_dmma_with the default configuration.
+template <class TC, class Epi>
+void launch_dmma(const problem<double, double, TC, double, Epi>& p, stream_view s) {
+  launch_dmma_with<dmma_default_config>(p, s);
 }
 
 }  // namespace spillway::gemm::detail
