@@ -4,22 +4,16 @@
 // mantissa is truncated to 10 bits). The path every GPU from sm_80 up runs, and the forced one on
 // Hopper.
 //
-// One mainloop for every type: the operands are K-major (the dispatcher guarantees it), so a
-// block tile is rows of k bytes, and every MMA shape used consumes 32 bytes of k with the same
-// fragment layout (tile/mma.cuh); only mma_traits<T>::mma differs.
+// The mainloop is tile::mma_sync_kmajor_mainloop (tile/mma_mainloop.cuh): both operands are
+// K-major (the dispatcher guarantees it), so a block tile is rows of k bytes and every MMA shape
+// used eats 32 bytes of k with one fragment layout; only mma_traits<T>::mma differs by type.
 //
-// Block tile 128 (m) x 256 (n) x 128 bytes of k, 8 warps of 64 x 64, a 2-4 stage cp.async ring
-// (as many 48 KiB stages as the device's shared memory holds, up to 4), shared rows of 128 bytes
-// with their 16-byte chunks XOR-swizzled by row % 8 so that both the cp.async stores and the
-// ldmatrix reads touch 8 distinct chunks of each 8-row group (conflict-free), fragments
-// double-buffered in registers across the four 32-byte k-steps of a tile, one __syncthreads per
-// k-tile. Blocks are rasterized in groups of 8 tile rows so the A panels of a group stay in L2
-// while B streams past.
-//
-// Edges: rows past m or n are zero-filled by cp.async (source size 0). The last k-tile may end
-// inside a 16-byte chunk (k not a multiple of 16 bytes); that chunk is read element by element
-// and the bytes past k are zeros (never the memory after k, which may hold NaNs or end the
-// allocation). Zero operands add exact zeros, so no result depends on padding.
+// Block tile 128 (m) x 256 (n) x 128 bytes of k, 8 warps of 64 x 64, a cp.async ring of as many
+// 48 KiB stages as the device's shared memory holds (2 to 4: 4 on Hopper, 3 on A100, 2 on sm_86/89),
+// 128-byte-swizzled shared rows (conflict-free ldmatrix and stores), fragments double-buffered in
+// registers, one __syncthreads per k-tile. Blocks are rasterized in groups of 8 tile rows so the A
+// panels of a group stay in L2 while B streams past. The epilogue writes each thread's column pairs
+// as one vector store where C's row is aligned for it, else element by element.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -29,8 +23,8 @@
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/gemm/options.hpp>
 #include <spillway/tile/arch.cuh>
-#include <spillway/tile/cp_async.cuh>
 #include <spillway/tile/mma.cuh>
+#include <spillway/tile/mma_mainloop.cuh>
 
 #include <cuda_runtime_api.h>
 
@@ -46,17 +40,10 @@ namespace spillway::gemm::detail {
 
 /// The tile shape of the mma.sync GEMM (see the header comment).
 struct mma_sync_config {
-  static constexpr int bm = 128;         ///< block rows of C
-  static constexpr int bn = 256;         ///< block columns of C
-  static constexpr int row_bytes = 128;  ///< k bytes per tile (64 half/bf16, 32 float, 128 int8)
-  static constexpr int threads = 256;
-  static constexpr int warps_n = 4;  ///< 2 x 4 warps
-  static constexpr int wm = 64, wn = 64;
-  static constexpr int mt = wm / 16;                            ///< m16 fragments per warp
-  static constexpr int nt = wn / 8;                             ///< n8 fragments per warp
-  static constexpr int ksteps = row_bytes / tile::mma_k_bytes;  ///< MMA k-steps per tile
-  static constexpr int a_bytes = bm * row_bytes;
-  static constexpr int stage_bytes = (bm + bn) * row_bytes;  ///< 48 KiB
+  using shape = tile::kmajor_mma_shape<128, 256, 2, 4>;
+  static constexpr int threads = shape::threads;
+  static constexpr int bm = shape::bm, bn = shape::bn;
+  static constexpr int stage_bytes = shape::stage_bytes;  ///< 48 KiB
   static constexpr int max_stages = 4;
   static constexpr int min_stages = 2;
   static constexpr int raster_group = 8;  ///< tile rows walked together (L2 reuse of A)
@@ -66,37 +53,6 @@ template <class T>
 inline constexpr bool is_mma_sync_element_v =
     std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
     std::is_same_v<T, std::int8_t>;
-
-/// Waits until at most `pending` (0, 1 or 2; the stage count is a launch argument) cp.async
-/// groups are in flight.
-__device__ __forceinline__ void mma_sync_wait_pending(int pending) {
-  if (pending >= 2) {
-    tile::cp_async_wait<2>();
-  } else if (pending == 1) {
-    tile::cp_async_wait<1>();
-  } else {
-    tile::cp_async_wait<0>();
-  }
-}
-
-/// One 16-byte chunk of a row whose k ends inside it: the `valid_bytes` (< 16, a whole number of
-/// elements) before the end are read one byte at a time, the rest are zeros.
-__device__ __forceinline__ void mma_sync_store_partial_chunk(unsigned char* dst, const unsigned char* src,
-                                                             int valid_bytes) {
-  std::uint32_t w[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    std::uint32_t v = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int at = j * 4 + b;
-      const std::uint32_t byte = at < valid_bytes ? static_cast<std::uint32_t>(src[at]) : 0u;
-      v |= byte << (8 * b);
-    }
-    w[j] = v;
-  }
-  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 /// Two adjacent outputs, aligned so that a pair is one vector load or store.
 template <class TC>
@@ -109,16 +65,13 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
     mma_sync_gemm_kernel(problem<T, T, TC, S, Epi> p, int stages, int tiles_m, int tiles_n) {
 #ifdef SPILLWAY_TILE_HAS_MMA
   using cfg = mma_sync_config;
+  using shape = cfg::shape;
   using traits = tile::mma_traits<T>;
   using acc_t = typename traits::accumulator;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const std::uint32_t smem_base = tile::smem_addr(smem);
+  extern __shared__ __align__(128) unsigned char mma_sync_smem[];
 
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int warp_m = warp / cfg::warps_n;
-  const int warp_n = warp % cfg::warps_n;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
 
   // Grouped rasterization: consecutive blocks walk down raster_group tile rows, then across.
   const long long pid = blockIdx.x;
@@ -128,166 +81,35 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
   const long long in_group = pid % per_group;
   const index_t m0 = static_cast<index_t>(first_m + in_group % group_rows) * cfg::bm;
   const index_t n0 = static_cast<index_t>(in_group / group_rows) * cfg::bn;
-
-  const index_t k_bytes = p.k * static_cast<index_t>(sizeof(T));
-  const index_t ktiles = (k_bytes + cfg::row_bytes - 1) / cfg::row_bytes;
   const index_t lda_bytes = p.lda * static_cast<index_t>(sizeof(T));
   const index_t ldb_bytes = p.ldb * static_cast<index_t>(sizeof(T));
 
-  // Loads: thread tid moves chunk tid % 8 of rows tid / 8 + 32 i (A: i < 4, B: i < 8); its
-  // swizzled shared offset is the same for every i but for the + i * 32 rows.
-  const int ld_row = tid >> 3;
-  const int ld_chunk = tid & 7;
-  const std::uint32_t st_off =
-      static_cast<std::uint32_t>(ld_row * cfg::row_bytes + ((ld_chunk ^ (ld_row & 7)) << 4));
-  constexpr int a_iters = cfg::bm / 32;
-  constexpr int b_iters = cfg::bn / 32;
-  const index_t a_rows_left = p.m - m0 - ld_row;  // row i is inside m when 32 i < a_rows_left
-  const index_t b_rows_left = p.n - n0 - ld_row;
-
-  // Fragment reads (ldmatrix.x4): A lanes address rows (lane % 8) + 8 ((lane / 8) % 2) at chunk
-  // lane / 16 of the k-step; B lanes rows (lane % 8) + 8 (lane / 16) at chunk (lane / 8) % 2.
-  // The k-step's chunk pair is XOR-ed in as ks << 5 (it flips only the chunk bits).
-  const int a_frag_row = warp_m * cfg::wm + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const std::uint32_t a_frag_off =
-      static_cast<std::uint32_t>(a_frag_row * cfg::row_bytes + (((lane >> 4) ^ (lane & 7)) << 4));
-  const int b_frag_row = warp_n * cfg::wn + (lane & 7) + (lane >> 4) * 8;
-  const std::uint32_t b_frag_off = static_cast<std::uint32_t>(
-      cfg::a_bytes + b_frag_row * cfg::row_bytes + ((((lane >> 3) & 1) ^ (lane & 7)) << 4));
-
   for (index_t q = blockIdx.y; q < p.batch; q += gridDim.y) {
-    const unsigned char* a_src = reinterpret_cast<const unsigned char*>(p.a + q * p.stride_a) +
-                                 (m0 + ld_row) * lda_bytes + ld_chunk * 16;
-    const unsigned char* b_src = reinterpret_cast<const unsigned char*>(p.b + q * p.stride_b) +
-                                 (n0 + ld_row) * ldb_bytes + ld_chunk * 16;
-
-    // Bit i: row ld_row + 32 i of the block lies inside the matrix (computed once, not per tile).
-    std::uint32_t a_ok = 0, b_ok = 0;
-#pragma unroll
-    for (int i = 0; i < a_iters; ++i) a_ok |= static_cast<std::uint32_t>(32 * i < a_rows_left) << i;
-#pragma unroll
-    for (int i = 0; i < b_iters; ++i) b_ok |= static_cast<std::uint32_t>(32 * i < b_rows_left) << i;
-    const index_t a_step = 32 * lda_bytes, b_step = 32 * ldb_bytes;
-    const index_t full_ktiles = k_bytes / cfg::row_bytes;
-
-    auto load_tile = [&](index_t kt, int stage) {
-      const std::uint32_t sa = smem_base + static_cast<std::uint32_t>(stage * cfg::stage_bytes) + st_off;
-      const std::uint32_t sb = sa + cfg::a_bytes;
-      const index_t koff = kt * cfg::row_bytes;
-      if (kt < full_ktiles) {
-        // Rows outside the matrix copy 0 bytes (zero fill); their address is never read.
-        const unsigned char* src = a_src + koff;
-#pragma unroll
-        for (int i = 0; i < a_iters; ++i, src += a_step) {
-          tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, src, (a_ok >> i) & 1u);
-        }
-        src = b_src + koff;
-#pragma unroll
-        for (int i = 0; i < b_iters; ++i, src += b_step) {
-          tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, src, (b_ok >> i) & 1u);
-        }
-      } else {
-        // The tile that holds the end of k: whole chunks by cp.async, the chunk k ends in by hand.
-        const index_t left = k_bytes - koff - ld_chunk * 16;
-        unsigned char* const gen = smem + stage * cfg::stage_bytes + st_off;
-        const unsigned char* src = a_src + koff;
-        for (int i = 0; i < a_iters; ++i, src += a_step) {
-          const bool row_ok = (a_ok >> i) & 1u;
-          if (row_ok && left > 0 && left < 16) {
-            mma_sync_store_partial_chunk(gen + i * 32 * cfg::row_bytes, src, static_cast<int>(left));
-          } else {
-            tile::cp_async<16>(sa + i * 32 * cfg::row_bytes, src, row_ok && left >= 16);
-          }
-        }
-        src = b_src + koff;
-        for (int i = 0; i < b_iters; ++i, src += b_step) {
-          const bool row_ok = (b_ok >> i) & 1u;
-          if (row_ok && left > 0 && left < 16) {
-            mma_sync_store_partial_chunk(gen + cfg::a_bytes + i * 32 * cfg::row_bytes, src, static_cast<int>(left));
-          } else {
-            tile::cp_async<16>(sb + i * 32 * cfg::row_bytes, src, row_ok && left >= 16);
-          }
-        }
-      }
-    };
-
-    std::uint32_t af[2][cfg::mt][4];
-    std::uint32_t bf[2][cfg::nt][2];
-    auto load_frags = [&](int buf, int stage, int ks) {
-      const std::uint32_t base = smem_base + static_cast<std::uint32_t>(stage * cfg::stage_bytes);
-      const std::uint32_t ka = base + (a_frag_off ^ static_cast<std::uint32_t>(ks << 5));
-      const std::uint32_t kb = base + (b_frag_off ^ static_cast<std::uint32_t>(ks << 5));
-#pragma unroll
-      for (int mi = 0; mi < cfg::mt; ++mi) tile::ldmatrix_x4(af[buf][mi], ka + mi * 16 * cfg::row_bytes);
-#pragma unroll
-      for (int np = 0; np < cfg::nt / 2; ++np) {
-        std::uint32_t r[4];
-        tile::ldmatrix_x4(r, kb + np * 16 * cfg::row_bytes);
-        bf[buf][2 * np][0] = r[0];
-        bf[buf][2 * np][1] = r[1];
-        bf[buf][2 * np + 1][0] = r[2];
-        bf[buf][2 * np + 1][1] = r[3];
-      }
-    };
-
-    acc_t acc[cfg::mt][cfg::nt][4];
-#pragma unroll
-    for (int mi = 0; mi < cfg::mt; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < cfg::nt; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = acc_t(0);
-
-    // Prologue: stages - 1 tiles in flight (empty groups past the end keep the counts uniform).
-    for (int st = 0; st < stages - 1; ++st) {
-      if (st < ktiles) load_tile(st, st);
-      tile::cp_async_commit();
-    }
-    mma_sync_wait_pending(stages - 2);
-    __syncthreads();
-
-    int read_stage = 0;
-    int write_stage = stages - 1;
-    load_frags(0, 0, 0);
-    for (index_t kt = 0; kt < ktiles; ++kt) {
-#pragma unroll
-      for (int ks = 0; ks < cfg::ksteps; ++ks) {
-        if (ks == cfg::ksteps - 1) {
-          // Tile kt + 1 has landed (and every warp is done with tile kt - 1's stage, which the
-          // load issued at ks == 0 below refills).
-          mma_sync_wait_pending(stages - 2);
-          __syncthreads();
-          read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-        }
-        load_frags((ks + 1) & 1, read_stage, (ks + 1) % cfg::ksteps);
-        if (ks == 0) {
-          if (kt + stages - 1 < ktiles) load_tile(kt + stages - 1, write_stage);
-          tile::cp_async_commit();
-          write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;
-        }
-#pragma unroll
-        for (int mi = 0; mi < cfg::mt; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < cfg::nt; ++ni) traits::mma(acc[mi][ni], af[ks & 1][mi], bf[ks & 1][ni]);
-      }
-    }
+    const tile::kmajor_rows a{reinterpret_cast<const unsigned char*>(p.a + q * p.stride_a) + m0 * lda_bytes, lda_bytes,
+                              p.m - m0};
+    const tile::kmajor_rows b{reinterpret_cast<const unsigned char*>(p.b + q * p.stride_b) + n0 * ldb_bytes, ldb_bytes,
+                              p.n - n0};
+    acc_t acc[shape::mt][shape::nt][4];
+    tile::mma_zero(acc);
+    // Returns with every copy landed and the block past a barrier: the next batch entry may refill.
+    tile::mma_sync_kmajor_mainloop<traits, shape>(mma_sync_smem, a, b, p.k * static_cast<index_t>(sizeof(T)), stages,
+                                                  acc);
 
     // Epilogue: each thread owns pairs (row g / g + 8, columns 2t, 2t + 1) of every 16 x 8 fragment,
     // written as one vector store where C's row allows it (any ldc and C offset are legal).
     TC* const c = p.c + q * p.stride_c;
     const bool read_c = !(p.beta == S(0));
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int mi = 0; mi < cfg::mt; ++mi) {
+    for (int mi = 0; mi < shape::mt; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const index_t row = m0 + warp_m * cfg::wm + mi * 16 + g + h * 8;
+        const index_t row = m0 + shape::acc_row(warp, lane, mi, h);
         if (row >= p.m) continue;
         TC* const crow = c + row * p.ldc;
         const bool row_paired = reinterpret_cast<std::uintptr_t>(crow) % sizeof(mma_sync_pair<TC>) == 0;
 #pragma unroll
-        for (int ni = 0; ni < cfg::nt; ++ni) {
-          const index_t col = n0 + warp_n * cfg::wn + ni * 8 + 2 * t;  // even
+        for (int ni = 0; ni < shape::nt; ++ni) {
+          const index_t col = n0 + shape::acc_col(warp, lane, ni, 0);  // even
           if (col >= p.n) continue;
           S v0 = p.alpha * static_cast<S>(acc[mi][ni][h * 2]);
           S v1 = p.alpha * static_cast<S>(acc[mi][ni][h * 2 + 1]);
@@ -310,10 +132,6 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
         }
       }
     }
-
-    // The next batch entry's prologue refills the stages this one may still be reading.
-    tile::cp_async_wait<0>();
-    __syncthreads();
   }
 #else
   (void)p, (void)stages, (void)tiles_m, (void)tiles_n;
