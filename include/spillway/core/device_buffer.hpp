@@ -15,6 +15,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace spillway {
 
@@ -79,6 +80,18 @@ class device_buffer {
     data_ = static_cast<T*>(
         detail::pool_allocate(detail::checked_bytes(n, sizeof(T), "device_buffer"), s, device_));
     size_ = n;
+  }
+
+  /// A buffer holding a copy of `src`, allocated and filled in order on `s`. From pageable memory
+  /// the copy has read `src` when this returns; from pinned memory `src` must stay valid until `s`
+  /// reaches the copy.
+  static device_buffer from_host(cuda::std::span<const T> src, stream_view s) {
+    device_buffer b(src.size(), s);
+    b.copy_from_host_async(src, s);
+    return b;
+  }
+  static device_buffer from_host(const std::vector<T>& src, stream_view s) {
+    return from_host(cuda::std::span<const T>(src.data(), src.size()), s);
   }
 
   ~device_buffer() { release(); }
@@ -161,6 +174,15 @@ class device_buffer {
     if (dst.empty()) return;
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst.data(), data_ + offset, dst.size_bytes(),
                                       cudaMemcpyDeviceToHost, s.value()));
+  }
+
+  /// A host copy of the whole buffer: enqueues the copy on `s` and waits for `s` (so also for the
+  /// work enqueued on `s` before it).
+  [[nodiscard]] std::vector<T> to_host(stream_view s) const {
+    std::vector<T> out(size_);
+    copy_to_host_async(cuda::std::span<T>(out.data(), out.size()), s);
+    s.synchronize();
+    return out;
   }
 
   /// Enqueues a byte-wise fill (e.g. 0xFF to poison) of the whole buffer on `s`.

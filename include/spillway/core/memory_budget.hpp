@@ -55,8 +55,12 @@ class memory_budget {
   std::size_t bytes_;
 };
 
+/// Byte-count literals: `memory_budget(8_GiB)`. Bring them into scope with
+/// `using namespace spillway::literals;` (or `using namespace spillway;`, which includes them).
+inline namespace literals {
 inline constexpr std::size_t operator""_KiB(unsigned long long v) { return static_cast<std::size_t>(v) << 10; }
 inline constexpr std::size_t operator""_MiB(unsigned long long v) { return static_cast<std::size_t>(v) << 20; }
 inline constexpr std::size_t operator""_GiB(unsigned long long v) { return static_cast<std::size_t>(v) << 30; }
+}  // namespace literals
 
 }  // namespace spillway

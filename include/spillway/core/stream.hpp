@@ -88,6 +88,9 @@ class stream {
   }
   operator stream_view() const { return view(); }  // NOLINT: an owned stream is usable as a view
   [[nodiscard]] cudaStream_t value() const noexcept { return s_; }
+  /// So that `kernel<<<grid, block, 0, s>>>` and CUDA runtime calls take an owned stream as they
+  /// take a stream_view (as RMM's cuda_stream_view does).
+  operator cudaStream_t() const noexcept { return s_; }  // NOLINT: interop with CUDA calls
   [[nodiscard]] int device() const noexcept { return device_; }
   void synchronize() const { view().synchronize(); }
 

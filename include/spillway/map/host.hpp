@@ -402,4 +402,27 @@ host_array<T> amax_host(ndview<const T> in) {
   return amax_host(in, detail::all_axes(in));
 }
 
+// A view of mutable elements is read as const (deduction alone would not apply the conversion).
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+host_array<R> reduce_host(ndview<T> in, Op op, R init, const std::vector<int>& axes) {
+  return reduce_host(ndview<const T>(in), op, init, axes);
+}
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+host_array<R> reduce_host(ndview<T> in, Op op, R init) {
+  return reduce_host(ndview<const T>(in), op, init);
+}
+#define SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(name)                          \
+  template <class T, class = std::enable_if_t<!std::is_const_v<T>>>            \
+  host_array<T> name(ndview<T> in, const std::vector<int>& axes) {              \
+    return name(ndview<const T>(in), axes);                                     \
+  }                                                                             \
+  template <class T, class = std::enable_if_t<!std::is_const_v<T>>>            \
+  host_array<T> name(ndview<T> in) {                                            \
+    return name(ndview<const T>(in));                                           \
+  }
+SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(sum_host)
+SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(amin_host)
+SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(amax_host)
+#undef SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION
+
 }  // namespace spillway

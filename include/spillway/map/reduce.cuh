@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace spillway {
@@ -169,6 +170,46 @@ device_array<T> sum(ndview<const T> in, const std::vector<int>& axes) {
 template <class T>
 device_array<T> sum(ndview<const T> in) {
   return sum(in, detail::all_axes(in));
+}
+
+// A view of mutable elements is read as const (template deduction would not apply the conversion
+// by itself, so `sum_async(s, x.view())` on a device_array<T> would otherwise fail to compile).
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+void reduce_into_async(stream_view s, ndview<T> in, ndview<R> out, Op op, R init, const std::vector<int>& axes) {
+  reduce_into_async(s, ndview<const T>(in), out, op, init, axes);
+}
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+void reduce_into_async(stream_view s, ndview<T> in, ndview<R> out, Op op, R init) {
+  reduce_into_async(s, ndview<const T>(in), out, op, init);
+}
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+device_array<R> reduce_async(stream_view s, ndview<T> in, Op op, R init, const std::vector<int>& axes) {
+  return reduce_async(s, ndview<const T>(in), op, init, axes);
+}
+template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<T>>>
+device_array<R> reduce_async(stream_view s, ndview<T> in, Op op, R init) {
+  return reduce_async(s, ndview<const T>(in), op, init);
+}
+#define SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(name)                                                  \
+  template <class T, class = std::enable_if_t<!std::is_const_v<T>>>                               \
+  device_array<T> name(stream_view s, ndview<T> in, const std::vector<int>& axes) {                \
+    return name(s, ndview<const T>(in), axes);                                                     \
+  }                                                                                                \
+  template <class T, class = std::enable_if_t<!std::is_const_v<T>>>                               \
+  device_array<T> name(stream_view s, ndview<T> in) {                                              \
+    return name(s, ndview<const T>(in));                                                           \
+  }
+SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(sum_async)
+SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(amin_async)
+SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(amax_async)
+#undef SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION
+template <class T, class = std::enable_if_t<!std::is_const_v<T>>>
+device_array<T> sum(ndview<T> in, const std::vector<int>& axes) {
+  return sum(ndview<const T>(in), axes);
+}
+template <class T, class = std::enable_if_t<!std::is_const_v<T>>>
+device_array<T> sum(ndview<T> in) {
+  return sum(ndview<const T>(in));
 }
 
 }  // namespace spillway
