@@ -22,12 +22,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <iostream>
-#include <algorithm>
 #include <functional>
+#include <iostream>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -38,16 +38,16 @@ namespace {
 using spillway::index_t;
 namespace gemm = spillway::gemm;
 
-#define SPILLWAY_WGMMA_TEST_OR_SKIP()                                                                       \
-  do {                                                                                                      \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                            \
-    const int dev_ = spillway::current_device();                                                            \
-    if ((spillway::tile::build_features(dev_) & spillway::tile::feature_wgmma) == 0) {                      \
-      if (spillway::test::gpu_required() && spillway::tile::compute_capability(dev_) == 90) {               \
-        FAIL() << "SPILLWAY_REQUIRE_GPU=1 on an sm_90 device but this build holds no sm_90a wgmma code";    \
-      }                                                                                                     \
-      GTEST_SKIP() << "no sm_90a wgmma code for " << spillway::tile::describe_device(dev_);               \
-    }                                                                                                       \
+#define SPILLWAY_WGMMA_TEST_OR_SKIP()                                                                    \
+  do {                                                                                                   \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                         \
+    const int dev_ = spillway::current_device();                                                         \
+    if ((spillway::tile::build_features(dev_) & spillway::tile::feature_wgmma) == 0) {                   \
+      if (spillway::test::gpu_required() && spillway::tile::compute_capability(dev_) == 90) {            \
+        FAIL() << "SPILLWAY_REQUIRE_GPU=1 on an sm_90 device but this build holds no sm_90a wgmma code"; \
+      }                                                                                                  \
+      GTEST_SKIP() << "no sm_90a wgmma code for " << spillway::tile::describe_device(dev_);              \
+    }                                                                                                    \
   } while (0)
 
 template <class T>
@@ -85,10 +85,11 @@ constexpr bool is_int8 = std::is_same_v<T, std::int8_t>;
 /// `epi_ref(value, row, col)` is the host image of the device epilogue `epi`.
 template <class T, class TC, class Epi = gemm::identity>
 void run_case(const shape& sh, double alpha, double beta, const std::string& label, Epi epi = {},
-              const std::function<double(double, index_t, index_t)>& epi_ref = nullptr, double bias_mag = 0.0) {
+              const std::function<double(double, index_t, index_t)>& epi_ref = nullptr,
+              double bias_mag = 0.0) {
   using S = std::conditional_t<is_int8<T>, std::int32_t, float>;
-  SCOPED_TRACE(label + " m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
-               " batch=" + std::to_string(sh.batch));
+  SCOPED_TRACE(label + " m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n) +
+               " k=" + std::to_string(sh.k) + " batch=" + std::to_string(sh.batch));
   std::mt19937_64 rng(spillway::test::seed("wgmma " + label));
   const index_t align = 16 / static_cast<index_t>(sizeof(T));
   const index_t ld = (sh.k + align - 1) / align * align + align;  // padded, a multiple of 16 bytes
@@ -98,7 +99,8 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   const index_t stride_c = sh.m * ldc + 2;
   const index_t batches_b = sh.broadcast_b ? 1 : sh.batch;
 
-  std::vector<T> a(static_cast<std::size_t>(stride_a * sh.batch)), b(static_cast<std::size_t>((sh.n * ld + align) * batches_b));
+  std::vector<T> a(static_cast<std::size_t>(stride_a * sh.batch)),
+      b(static_cast<std::size_t>((sh.n * ld + align) * batches_b));
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::uniform_int_distribution<int> small(-128, 127);
   auto gen = [&]() -> T {
@@ -130,9 +132,9 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   auto check = [&](const std::vector<TC>& out) {
     const double u = std::ldexp(1.0, -24);
     const double prod_rel = std::is_same_v<T, float> ? 2.01 * std::ldexp(1.0, -10) : 0.0;
-    const double out_rel = std::is_same_v<TC, __half> ? std::ldexp(1.0, -11)
+    const double out_rel = std::is_same_v<TC, __half>          ? std::ldexp(1.0, -11)
                            : std::is_same_v<TC, __nv_bfloat16> ? std::ldexp(1.0, -8)
-                           : (std::is_same_v<TC, float> ? u : 0.0);
+                                                               : (std::is_same_v<TC, float> ? u : 0.0);
     index_t bad = 0;
     for (index_t q = 0; q < sh.batch; ++q) {
       const T* aq = a.data() + q * stride_a;
@@ -158,7 +160,8 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
           tol += out_rel * (std::fabs(want) + tol);
           if (!(std::fabs(got - want) <= tol)) {
             if (++bad <= 5) {
-              ADD_FAILURE() << "C[" << q << "](" << i << ", " << j << ") = " << got << ", want " << want << " +- " << tol;
+              ADD_FAILURE() << "C[" << q << "](" << i << ", " << j << ") = " << got << ", want " << want
+                            << " +- " << tol;
             }
           }
         }
@@ -216,10 +219,17 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   }
 }
 
-
 const std::vector<shape> edge_shapes = {
-    {1, 1, 1},          {7, 13, 1},          {1, 300, 5},        {131, 257, 67},  {128, 256, 64, 1, false, 0},
-    {129, 255, 200},    {61, 509, 129},      {4099, 67, 45},     {97, 4099, 33},  {65, 130, 4099},
+    {1, 1, 1},
+    {7, 13, 1},
+    {1, 300, 5},
+    {131, 257, 67},
+    {128, 256, 64, 1, false, 0},
+    {129, 255, 200},
+    {61, 509, 129},
+    {4099, 67, 45},
+    {97, 4099, 33},
+    {65, 130, 4099},
     {257, 513, 130, 1, false, 2},
 };
 
@@ -354,10 +364,10 @@ void throughput(const char* type, index_t size) {
     }
     std::sort(ms.begin(), ms.end());
     const double med = static_cast<double>(ms[ms.size() / 2]);
-    const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) /
-                          (med * 1e-3) / 1e12;
-    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN cluster " << cluster << ": " << med << " ms, "
-              << tflops << (is_int8<T> ? " TOP/s" : " TFLOP/s") << "\n";
+    const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) *
+                          static_cast<double>(size) / (med * 1e-3) / 1e12;
+    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN cluster " << cluster << ": " << med
+              << " ms, " << tflops << (is_int8<T> ? " TOP/s" : " TFLOP/s") << "\n";
   }
 }
 

@@ -27,7 +27,8 @@ namespace spillway::tile {
 /// Initializes the mbarrier at `bar` to expect `count` arrivals per phase (one thread, before use;
 /// follow with fence_barrier_init() and a block barrier).
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");)
+  SPILLWAY_TILE_TMA_BODY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
+                                      : "memory");)
   (void)bar, (void)count;
 }
 
@@ -40,7 +41,8 @@ __device__ __forceinline__ void fence_barrier_init() {
 /// producer's arrival before it issues the tensor loads that complete them).
 __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
   SPILLWAY_TILE_TMA_BODY(
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                   : "memory");)
   (void)bar, (void)bytes;
 }
 
@@ -52,21 +54,23 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 
 /// Arrives once on the mbarrier at the same offset in the shared memory of cluster block `cta`.
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                                      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-                                      "r"(cta)
-                                      : "memory");)
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+                   " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+                   "r"(cta)
+                   : "memory");)
   (void)bar, (void)cta;
 }
 
 /// One probe: true when the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 1;
-  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                                      " selp.u32 %0, 1, 0, p;\n}\n"
-                                      : "=r"(done)
-                                      : "r"(bar), "r"(parity)
-                                      : "memory");)
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");)
   (void)bar, (void)parity;
   return done != 0;
 }
@@ -91,23 +95,24 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 
 /// Tensor load of the box at (x, y) of a 2-D map into shared `dst`, completing `bytes` of `bar`.
-__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* map, int x, int y, std::uint32_t bar) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");)
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* map, int x, int y,
+                                            std::uint32_t bar) {
+  SPILLWAY_TILE_TMA_BODY(asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+                                      "bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                                      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+                                      : "memory");)
   (void)dst, (void)map, (void)x, (void)y, (void)bar;
 }
 
 /// Tensor load of the box at (x, y, z) of a 3-D map.
 __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, int x, int y, int z,
                                             std::uint32_t bar) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
-      : "memory");)
+  SPILLWAY_TILE_TMA_BODY(asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
+                                      "bytes [%0], [%1, {%2, %3, %4}], "
+                                      "[%5];\n" ::"r"(dst),
+                                      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z),
+                                      "r"(bar)
+                                      : "memory");)
   (void)dst, (void)map, (void)x, (void)y, (void)z, (void)bar;
 }
 
@@ -115,21 +120,23 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, 
 /// the same offset `bar`) in every cluster block whose bit is set in `cta_mask`.
 __device__ __forceinline__ void tma_load_3d_multicast(std::uint32_t dst, const void* map, int x, int y, int z,
                                                       std::uint32_t bar, std::uint16_t cta_mask) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(cta_mask)
-      : "memory");)
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile(
+          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+          "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+          "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(cta_mask)
+          : "memory");)
   (void)dst, (void)map, (void)x, (void)y, (void)z, (void)bar, (void)cta_mask;
 }
 
 /// Tensor store of shared `src` to the box at (x, y) of a 2-D map (parts outside the map are not
 /// written), in the current bulk group.
 __device__ __forceinline__ void tma_store_2d(const void* map, int x, int y, std::uint32_t src) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                                          reinterpret_cast<std::uint64_t>(map)),
-                                      "r"(x), "r"(y), "r"(src)
-                                      : "memory");)
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                       reinterpret_cast<std::uint64_t>(map)),
+                   "r"(x), "r"(y), "r"(src)
+                   : "memory");)
   (void)map, (void)x, (void)y, (void)src;
 }
 
@@ -180,8 +187,8 @@ __device__ __forceinline__ void cluster_sync() {
 
 /// Hints the tensor map at `map` into the constant cache before its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
-  SPILLWAY_TILE_TMA_BODY(
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");)
+  SPILLWAY_TILE_TMA_BODY(asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map))
+                                      : "memory");)
   (void)map;
 }
 

@@ -86,10 +86,12 @@ struct tensor_map_spec {
 inline CUtensorMap make_tensor_map(const tensor_map_spec& spec) {
   const std::string who = std::string(spec.what) + ": ";
   auto bad = [&](const std::string& msg) { throw logic_error(who + msg); };
-  if (spec.rank < 1 || spec.rank > 3) bad("rank " + std::to_string(spec.rank) + " (this builder takes 1 to 3)");
+  if (spec.rank < 1 || spec.rank > 3)
+    bad("rank " + std::to_string(spec.rank) + " (this builder takes 1 to 3)");
   if (spec.base == nullptr) bad("null base address");
   if (reinterpret_cast<std::uintptr_t>(spec.base) % 16 != 0) {
-    bad("base address " + std::to_string(reinterpret_cast<std::uintptr_t>(spec.base)) + " is not 16-byte aligned");
+    bad("base address " + std::to_string(reinterpret_cast<std::uintptr_t>(spec.base)) +
+        " is not 16-byte aligned");
   }
   for (int d = 0; d < spec.rank; ++d) {
     if (spec.dims[d] < 1 || spec.dims[d] > (std::int64_t{1} << 32)) {
@@ -130,20 +132,30 @@ inline CUtensorMap make_tensor_map(const tensor_map_spec& spec) {
   for (int d = 0; d + 1 < spec.rank; ++d) strides[d] = static_cast<cuuint64_t>(spec.pitch[d]);
   CUtensorMapSwizzle swz = CU_TENSOR_MAP_SWIZZLE_NONE;
   switch (spec.swz) {
-    case swizzle::none: swz = CU_TENSOR_MAP_SWIZZLE_NONE; break;
-    case swizzle::b32: swz = CU_TENSOR_MAP_SWIZZLE_32B; break;
-    case swizzle::b64: swz = CU_TENSOR_MAP_SWIZZLE_64B; break;
-    case swizzle::b128: swz = CU_TENSOR_MAP_SWIZZLE_128B; break;
+    case swizzle::none:
+      swz = CU_TENSOR_MAP_SWIZZLE_NONE;
+      break;
+    case swizzle::b32:
+      swz = CU_TENSOR_MAP_SWIZZLE_32B;
+      break;
+    case swizzle::b64:
+      swz = CU_TENSOR_MAP_SWIZZLE_64B;
+      break;
+    case swizzle::b128:
+      swz = CU_TENSOR_MAP_SWIZZLE_128B;
+      break;
   }
   CUtensorMap map{};
-  const CUresult r = encode(&map, spec.data_type, static_cast<cuuint32_t>(spec.rank), const_cast<void*>(spec.base),
-                            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swz, spec.l2_promotion,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(&map, spec.data_type, static_cast<cuuint32_t>(spec.rank), const_cast<void*>(spec.base), dims,
+             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swz, spec.l2_promotion,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::string shape;
     for (int d = 0; d < spec.rank; ++d) shape += (d ? " x " : "") + std::to_string(spec.dims[d]);
     throw cuda_error(cudaErrorInvalidValue, who + "cuTensorMapEncodeTiled failed (CUresult " +
-                                                std::to_string(static_cast<int>(r)) + ") for extents " + shape);
+                                                std::to_string(static_cast<int>(r)) + ") for extents " +
+                                                shape);
   }
   return map;
 }
@@ -152,9 +164,9 @@ inline CUtensorMap make_tensor_map(const tensor_map_spec& spec) {
 /// box_cols x box_rows; with `batch_pitch` > 0 a 3-D map whose third dimension holds `batches`
 /// matrices `batch_pitch` elements apart (box extent 1 there), else a 2-D map.
 template <class T>
-CUtensorMap make_matrix_tensor_map(const T* base, std::int64_t rows, std::int64_t cols, std::int64_t row_pitch,
-                                   int box_rows, int box_cols, swizzle swz, const char* what,
-                                   std::int64_t batches = 1, std::int64_t batch_pitch = 0) {
+CUtensorMap make_matrix_tensor_map(const T* base, std::int64_t rows, std::int64_t cols,
+                                   std::int64_t row_pitch, int box_rows, int box_cols, swizzle swz,
+                                   const char* what, std::int64_t batches = 1, std::int64_t batch_pitch = 0) {
   tensor_map_spec spec;
   spec.data_type = tensor_map_data_type<T>();
   spec.elem_bytes = static_cast<int>(sizeof(T));

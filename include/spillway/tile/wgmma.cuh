@@ -113,6 +113,7 @@ __device__ __forceinline__ void wgmma_fence_operands(Acc (&d)[R]) {
 
 // Operand-list macros (generated): the accumulator registers as one brace list, the descriptors
 // and the scale-d flag after them, and the "+f"/"+r" constraints of R accumulators.
+// clang-format off
 #define SPILLWAY_WG_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define SPILLWAY_WG_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define SPILLWAY_WG_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
@@ -131,18 +132,19 @@ __device__ __forceinline__ void wgmma_fence_operands(Acc (&d)[R]) {
 #define SPILLWAY_WG_DA128 "%128"
 #define SPILLWAY_WG_DB128 "%129"
 #define SPILLWAY_WG_SC128 "%130"
+// clang-format on
 
-#define SPILLWAY_WG_ISSUE(INSTR, TAIL, R, OPS, d, da, db, sc)                                                       \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SPILLWAY_WG_SC##R ", 0;\n" INSTR " " SPILLWAY_WG_REGS##R        \
-               ", " SPILLWAY_WG_DA##R ", " SPILLWAY_WG_DB##R ", p" TAIL ";\n}\n"                                  \
-               : OPS##R(d)                                                                                         \
+#define SPILLWAY_WG_ISSUE(INSTR, TAIL, R, OPS, d, da, db, sc)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SPILLWAY_WG_SC##R ", 0;\n" INSTR " " SPILLWAY_WG_REGS##R \
+               ", " SPILLWAY_WG_DA##R ", " SPILLWAY_WG_DB##R ", p" TAIL ";\n}\n"                            \
+               : OPS##R(d)                                                                                  \
                : "l"(da), "l"(db), "r"(sc))
 
 /// D (+)= A * B^T for one m64nNk(32 bytes) step: A is 64 x K at `desc_a`, B is N x K at `desc_b`,
 /// both K-major; `accumulate` = false overwrites D (the first step of a tile, no zeroing needed).
 template <class T, int N>
-__device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b,
-                                         bool accumulate) {
+__device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64_t desc_a,
+                                         std::uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N is 64, 128 or 256");
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
                     std::is_same_v<T, std::int8_t> || std::is_same_v<T, b1_and_popc>,
@@ -150,25 +152,55 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   const std::uint32_t sc = accumulate ? 1u : 0u;
   if constexpr (std::is_same_v<T, __half>) {
-    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 0", 128, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1, 1, 0, 0", 64, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 1, 1, 0, 0", 32, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 256)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 0", 128,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 128)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1, 1, 0, 0", 64,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 64)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 1, 1, 0, 0", 32,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 0", 128, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0", 64, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 1, 1, 0, 0", 32, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 256)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 0", 128,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 128)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0", 64,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 64)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 1, 1, 0, 0", 32,
+                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
   } else if constexpr (std::is_same_v<T, float>) {
-    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1", 128, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", ", 1, 1", 64, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", ", 1, 1", 32, SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    if constexpr (N == 256)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1", 128, SPILLWAY_WG_F,
+                        d, desc_a, desc_b, sc);
+    if constexpr (N == 128)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", ", 1, 1", 64, SPILLWAY_WG_F,
+                        d, desc_a, desc_b, sc);
+    if constexpr (N == 64)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", ", 1, 1", 32, SPILLWAY_WG_F, d,
+                        desc_a, desc_b, sc);
   } else if constexpr (std::is_same_v<T, b1_and_popc>) {
-    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k256.s32.b1.b1.and.popc", "", 128, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
-    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k256.s32.b1.b1.and.popc", "", 64, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
-    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k256.s32.b1.b1.and.popc", "", 32, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
+    if constexpr (N == 256)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k256.s32.b1.b1.and.popc", "", 128, SPILLWAY_WG_R,
+                        d, desc_a, desc_b, sc);
+    if constexpr (N == 128)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k256.s32.b1.b1.and.popc", "", 64, SPILLWAY_WG_R,
+                        d, desc_a, desc_b, sc);
+    if constexpr (N == 64)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k256.s32.b1.b1.and.popc", "", 32, SPILLWAY_WG_R,
+                        d, desc_a, desc_b, sc);
   } else {
-    if constexpr (N == 256) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "", 128, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
-    if constexpr (N == 128) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", "", 64, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
-    if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8", "", 32, SPILLWAY_WG_R, d, desc_a, desc_b, sc);
+    if constexpr (N == 256)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "", 128, SPILLWAY_WG_R, d,
+                        desc_a, desc_b, sc);
+    if constexpr (N == 128)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", "", 64, SPILLWAY_WG_R, d, desc_a,
+                        desc_b, sc);
+    if constexpr (N == 64)
+      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8", "", 32, SPILLWAY_WG_R, d, desc_a,
+                        desc_b, sc);
   }
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;

@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
       if (lane == 0) {
         if constexpr (Cluster > 1) {
 #pragma unroll
-          for (int r = 0; r < Cluster; ++r) tile::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(r));
+          for (int r = 0; r < Cluster; ++r)
+            tile::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(r));
         } else {
           tile::mbar_arrive(empty_bar(stage));
         }
@@ -232,13 +233,14 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
       int prev = -1;
       for (std::int64_t kb = 0; kb < num_k; ++kb) {
         tile::mbar_wait(full_bar(st), phase);
-        const std::uint32_t a_addr = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
+        const std::uint32_t a_addr =
+            base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
         const std::uint32_t b_addr = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + Cfg::a_bytes);
         tile::wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < Cfg::steps; ++ks) {
-          tile::wgmma_ss<T, 256>(d, tile::kmajor_desc<128>(a_addr + 32u * ks), tile::kmajor_desc<128>(b_addr + 32u * ks),
-                                 kb > 0 || ks > 0);
+          tile::wgmma_ss<T, 256>(d, tile::kmajor_desc<128>(a_addr + 32u * ks),
+                                 tile::kmajor_desc<128>(b_addr + 32u * ks), kb > 0 || ks > 0);
         }
         tile::wgmma_commit();
         tile::wgmma_wait<1>();
@@ -256,8 +258,7 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
       // The producer is already filling the stages of the next tile while this one is written.
       // Rows past m (an edge tile, or the second block of a cluster past the last tile row) are
       // skipped here.
-      const std::int64_t row0 =
-          (tl.tm * Cluster + rank) * Cfg::bm + cw * 64 + warp_in_wg * 16 + lane / 4;
+      const std::int64_t row0 = (tl.tm * Cluster + rank) * Cfg::bm + cw * 64 + warp_in_wg * 16 + lane / 4;
       const std::int64_t col0 = tl.tn * Cfg::bn + 2 * (lane % 4);
       TC* const cb = p.c + tl.q * p.stride_c;
 #pragma unroll
@@ -267,8 +268,8 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
           TC* const crow = cb + row * p.ldc;
 #pragma unroll
           for (int j = 0; j < 32; ++j) {
-            wgmma_store_pair<S>(crow, row, col0 + 8 * j, p.n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], p.alpha, p.beta,
-                                read_c, sch.c_pairs, p.epi);
+            wgmma_store_pair<S>(crow, row, col0 + 8 * j, p.n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], p.alpha,
+                                p.beta, read_c, sch.c_pairs, p.epi);
           }
         }
       }
@@ -352,14 +353,15 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
   // Always 3-D maps (one load instruction for batched and single problems); a single matrix is
   // a batch of one whose pitch only has to be valid.
   const CUtensorMap map_a = tile::make_matrix_tensor_map<T>(
-      p.a, p.m, p.k, p.lda, Cfg::bm, Cfg::bk, tile::swizzle::b128, "gemm wgmma: A", sch.a_batched ? p.batch : 1,
-      sch.a_batched ? p.stride_a : p.lda * p.m);
+      p.a, p.m, p.k, p.lda, Cfg::bm, Cfg::bk, tile::swizzle::b128, "gemm wgmma: A",
+      sch.a_batched ? p.batch : 1, sch.a_batched ? p.stride_a : p.lda * p.m);
   const CUtensorMap map_b = tile::make_matrix_tensor_map<T>(
       p.b, p.n, p.k, p.ldb, Cfg::b_box_rows, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B",
       sch.b_batched ? p.batch : 1, sch.b_batched ? p.stride_b : p.ldb * p.n);
 
   auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
-  const std::int64_t resident = wgmma_resident_clusters(kernel, device, Cfg::smem_bytes, Cfg::threads, Cluster);
+  const std::int64_t resident =
+      wgmma_resident_clusters(kernel, device, Cfg::smem_bytes, Cfg::threads, Cluster);
   const auto grid = static_cast<unsigned>(Cluster * std::min<std::int64_t>(sch.total, resident));
   const problem<T, T, TC, S, Epi> kp = p;
   if constexpr (Cluster == 1) {
