@@ -106,7 +106,8 @@ using acc_of = spillway::gemm::accumulator_t<T>;
 
 /// Runs one problem through launch_mma_sync and compares every element of C with the host.
 template <class T, class TC, class Epi, class HostEpi>
-void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T> beta, Epi epi, HostEpi host_epi) {
+void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T> beta, Epi epi, HostEpi host_epi,
+           int stages = 0) {
   using S = acc_of<T>;
   SCOPED_TRACE(label + " m=" + std::to_string(L.m) + " n=" + std::to_string(L.n) + " k=" + std::to_string(L.k) +
                " batch=" + std::to_string(L.batch));
@@ -157,7 +158,11 @@ void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T>
   p.alpha = alpha, p.beta = beta;
   p.batch = L.batch, p.stride_a = stride_a, p.stride_b = stride_b, p.stride_c = stride_c;
   p.epi = epi;
-  launch_mma_sync(p, s);
+  if (stages == 0) {
+    launch_mma_sync(p, s);
+  } else {
+    spillway::gemm::detail::launch_mma_sync_stages(p, s, stages);
+  }
   std::vector<TC> out(c.size());
   dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
   s.synchronize();
@@ -205,8 +210,9 @@ void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T>
 }
 
 template <class T, class TC = acc_of<T>>
-void check_plain(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T> beta) {
-  check<T, TC>(label, L, alpha, beta, gemm::identity{}, [](double v, std::int64_t, std::int64_t) { return v; });
+void check_plain(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T> beta, int stages = 0) {
+  check<T, TC>(label, L, alpha, beta, gemm::identity{}, [](double v, std::int64_t, std::int64_t) { return v; },
+               stages);
 }
 
 /// The edge shapes every type runs: 1 x 1 x 1, k = 1, primes, k not a multiple of 8/16/32/64
@@ -270,6 +276,19 @@ TEST(GemmMmaSyncKernelGpu, Int8BetaBatchedAndFloatOutput) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   beta_batch_suite<std::int8_t>("int8", 3, -2);
   check_plain<std::int8_t, float>("int8-out-float", layout{65, 129, 300}, 1, 0);
+}
+
+// The 2- and 3-stage rings (what sm_86/89 and A100 run) on this device, including a k shorter than
+// the ring and a k-tail tile.
+TEST(GemmMmaSyncKernelGpu, TwoAndThreeStageRings) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  for (int stages : {2, 3}) {
+    const std::string tag = "-stages" + std::to_string(stages);
+    check_plain<__nv_bfloat16>("bf16" + tag, layout{150, 270, 1000, 2}, 1.0f, 0.5f, stages);
+    check_plain<__nv_bfloat16>("bf16-short" + tag, layout{1, 1, 1}, 1.0f, 0.0f, stages);
+    check_plain<std::int8_t>("int8" + tag, layout{37, 300, 555}, 1, 0, stages);
+    check_plain<float>("tf32" + tag, layout{129, 257, 97}, 1.0f, 0.0f, stages);
+  }
 }
 
 TEST(GemmMmaSyncKernelGpu, EpiloguesSeeRowAndColumn) {

@@ -162,26 +162,31 @@ inline int mma_sync_stages(int device) {
   return std::min(fit, cfg::max_stages);
 }
 
+/// launch_mma_sync with a given stage count (2..4; fewer than the device allows is legal): lets the
+/// tests run the 2- and 3-stage rings that A100 / sm_86-89 get, on any device.
 template <class TA, class TB, class TC, class S, class Epi>
-void launch_mma_sync(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
+void launch_mma_sync_stages(const problem<TA, TB, TC, S, Epi>& p, stream_view s, int stages) {
   static_assert(std::is_same_v<TA, TB>, "gemm mma_sync: A and B have the same element type");
   static_assert(is_mma_sync_element_v<TA>, "gemm mma_sync: half, bf16, int8 or float (as TF32) inputs");
   static_assert(std::is_same_v<S, typename tile::mma_traits<TA>::accumulator>,
                 "gemm mma_sync: the scalar type is the accumulator type");
   using cfg = mma_sync_config;
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0) return;
-
   const int device = current_device();
-  const int stages = mma_sync_stages(device);
-  const int smem = stages * cfg::stage_bytes;
+  const int most = mma_sync_stages(device);
+  if (stages < cfg::min_stages || stages > most) {
+    throw logic_error("gemm mma_sync: " + std::to_string(stages) + " stages asked; this device runs " +
+                      std::to_string(cfg::min_stages) + " to " + std::to_string(most));
+  }
   auto kernel = mma_sync_gemm_kernel<TA, TC, S, Epi>;
   {
-    // Raise the kernel's dynamic shared-memory limit once per device (the largest a launch there uses).
+    // Raise the kernel's dynamic shared-memory limit once per device, to the most any launch there uses.
     static std::mutex mutex;
     static std::vector<int> raised;
     tile::detail::cached_per_device(device, raised, mutex, [&] {
-      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      return smem;
+      const int bytes = most * cfg::stage_bytes;
+      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      return bytes;
     });
   }
   const index_t tiles_m = (p.m + cfg::bm - 1) / cfg::bm;
@@ -190,10 +195,18 @@ void launch_mma_sync(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
     throw logic_error("gemm mma_sync: " + std::to_string(tiles_m * tiles_n) + " output tiles of " +
                       std::to_string(cfg::bm) + " x " + std::to_string(cfg::bn) + " exceed one launch's grid");
   }
+  const int smem = stages * cfg::stage_bytes;
   const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(std::min<index_t>(p.batch, 65535)));
   kernel<<<grid, cfg::threads, static_cast<std::size_t>(smem), s.value()>>>(p, stages, static_cast<int>(tiles_m),
                                                                             static_cast<int>(tiles_n));
   SPILLWAY_CHECK_LAUNCH();
+}
+
+/// The mma.sync GEMM of `p` on `s` (the current device), with as many stages as the device holds.
+template <class TA, class TB, class TC, class S, class Epi>
+void launch_mma_sync(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0) return;
+  launch_mma_sync_stages(p, s, mma_sync_stages(current_device()));
 }
 
 }  // namespace spillway::gemm::detail
