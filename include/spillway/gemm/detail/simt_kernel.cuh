@@ -82,10 +82,13 @@ struct simt_config {
   static constexpr int min_blocks = MinBlocks;
 };
 
-// float / half / bf16 / int8: 8x8 per lane; 128x128 (256 threads) and, for m <= 64, 64x128.
-using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 8, 2>;
+// float / half / bf16 / int8: 8x8 per lane; 128x128 (256 threads, k-tile 16: 1024 FFMA per
+// barrier, 33 KiB of shared memory, two blocks per SM at 128 registers) and, for m <= 64, 64x128
+// (128 threads, k-tile 8: a 16-deep tile would need 24 staging registers and spill).
+using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
-// complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads).
+// complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
+// FFMA per barrier; 16 would need 49 KiB, past the static shared-memory limit).
 using simt_cfg_complex = simt_config<4, 2, 2, 4, 2, 2, 8, 2>;
 // double: 4x4 per lane, 64x64 (the speed path for double is DMMA; this one must be correct).
 using simt_cfg_double = simt_config<4, 2, 2, 2, 2, 2, 8, 2>;
@@ -167,10 +170,47 @@ struct simt_operand {
   static_assert((ld_s * sizeof(E)) % 16 == 0, "shared rows must stay 16-byte aligned");
 
   E reg[ept];
+  // The K-major vector mode's per-thread state for k-tiles that lie wholly inside k: a pointer to
+  // the thread's first vector of each row it loads and whether that row exists. The k loop then
+  // costs one predicated 16-byte load per vector, no 64-bit index arithmetic.
+  const T* row_ptr[nv];
+  bool row_ok[nv];
+
+  __device__ __forceinline__ void full_init(const T* __restrict__ base, index_t ld, int rows, int tid) {
+#pragma unroll
+    for (int v = 0; v < nv; ++v) {
+      const int linear = tid + v * NT;
+      const int r = linear / (BK / vw);
+      row_ptr[v] = base + r * ld + (linear % (BK / vw)) * vw;
+      row_ok[v] = r < rows;
+    }
+  }
+  /// K-major vector mode, the k-tile [k0, k0 + BK) that crosses k: element by element.
+  __device__ __forceinline__ void load_edge(index_t k0, index_t k, int tid) {
+#pragma unroll
+    for (int v = 0; v < nv; ++v) {
+      const index_t kk = k0 + ((tid + v * NT) % (BK / vw)) * vw;
+#pragma unroll
+      for (int j = 0; j < vw; ++j)
+        reg[v * vw + j] = (row_ok[v] && kk + j < k) ? simt_elem<T>::from(row_ptr[v][k0 + j]) : E{};
+    }
+  }
+  /// K-major vector mode, k-tile [k0, k0 + BK) inside k.
+  __device__ __forceinline__ void load_full(index_t k0) {
+#pragma unroll
+    for (int v = 0; v < nv; ++v) {
+      T x[vw];
+#pragma unroll
+      for (int j = 0; j < vw; ++j) x[j] = T{};
+      if (row_ok[v]) simt_load_vec<vw>(row_ptr[v] + k0, x);
+#pragma unroll
+      for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+    }
+  }
 
   /// Loads k-tile [k0, k0 + BK) of rows [0, rows) from `base` (the tile's first row, batch
   /// applied). Out-of-range elements are zero.
-  __device__ __forceinline__ void load(const T* __restrict__ base, index_t ld, index_t rows, index_t k0,
+  __device__ __forceinline__ void load(const T* __restrict__ base, index_t ld, int rows, index_t k0,
                                        index_t k, int mode, int tid) {
     if (mode == simt_k_vector) {
 #pragma unroll
@@ -410,7 +450,9 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     index_t tm, tn;
     simt_raster(work - q * tiles, tiles_m, tiles_n, tm, tn);
     const index_t row0 = tm * Cfg::bm, col0 = tn * Cfg::bn;
-    const index_t rows_a = p.m - row0, rows_b = p.n - col0;
+    // Rows left in this tile, clamped to the tile: 32-bit compares in the loads.
+    const int rows_a = static_cast<int>(p.m - row0 < Cfg::bm ? p.m - row0 : index_t(Cfg::bm));
+    const int rows_b = static_cast<int>(p.n - col0 < Cfg::bn ? p.n - col0 : index_t(Cfg::bn));
     const T* a_base = p.a + q * p.stride_a + (mode_a < simt_m_scalar ? row0 * p.lda : row0);
     const T* b_base = p.b + q * p.stride_b + (mode_b < simt_m_scalar ? col0 * p.ldb : col0);
 
@@ -419,9 +461,31 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     simt_accum<E, TM, TN> acc;
     acc.zero();
 
+    // Compiled-in K-major vector modes ("lean"): per-thread row pointers set once per tile; k-tiles
+    // wholly inside k are one predicated vector load each, the one crossing k goes element-wise.
+    constexpr bool lean = FixedA == simt_k_vector && FixedB == simt_k_vector;
+    const index_t k_full = p.k / BK;
+    auto load_tile = [&](index_t kt) {
+      if constexpr (lean) {
+        if (kt < k_full) {
+          ga.load_full(kt * BK);
+          gb.load_full(kt * BK);
+        } else {
+          ga.load_edge(kt * BK, p.k, tid);
+          gb.load_edge(kt * BK, p.k, tid);
+        }
+      } else {
+        ga.load(a_base, p.lda, rows_a, kt * BK, p.k, mode_a, tid);
+        gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
+      }
+    };
+    if constexpr (lean) {
+      ga.full_init(a_base, p.lda, rows_a, tid);
+      gb.full_init(b_base, p.ldb, rows_b, tid);
+    }
+
     __syncthreads();  // the previous tile's last reads of stage 0 / 1 are done
-    ga.load(a_base, p.lda, rows_a, 0, p.k, mode_a, tid);
-    gb.load(b_base, p.ldb, rows_b, 0, p.k, mode_b, tid);
+    load_tile(0);
     ga.store(a_s[0], mode_a, tid);
     gb.store(b_s[0], mode_b, tid);
     __syncthreads();
@@ -429,10 +493,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     int stage = 0;
     for (index_t kt = 0; kt < k_tiles; ++kt) {
       const bool more = kt + 1 < k_tiles;
-      if (more) {
-        ga.load(a_base, p.lda, rows_a, (kt + 1) * BK, p.k, mode_a, tid);
-        gb.load(b_base, p.ldb, rows_b, (kt + 1) * BK, p.k, mode_b, tid);
-      }
+      if (more) load_tile(kt + 1);
       const E* as = a_s[stage] + row_l;
       const E* bs = b_s[stage] + col_l;
 #pragma unroll
@@ -477,8 +538,9 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
 #pragma unroll
         for (int j = 0; j < RN; ++j) {
           const index_t cj = col + j;
+          if (cj >= p.n) continue;  // the functor may index per-column data: never past n
           S v = p.alpha * acc.template value<S>(i, h * RN + j);
-          if (!beta_zero && cj < p.n) v = v + p.beta * load_output<S>(c_row[cj]);
+          if (!beta_zero) v = v + p.beta * load_output<S>(c_row[cj]);
           out[j] = convert_output<TC>(p.epi(v, row, cj));
         }
         if (modes.c_vector && col + RN <= p.n) {
