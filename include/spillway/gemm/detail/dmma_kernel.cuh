@@ -123,15 +123,43 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 
     // Zero fill past the edges: rows past m / n, k past k (8-byte granular for A; a B chunk
     // straddling an odd k is 8 copied bytes + 8 zero-filled), so the main loop has no predicates.
-    auto load_tile = [&](index_t kt) {
+    // Blocks whose tile lies inside m x n copy every k-tile but the last without predicates (the
+    // edge path's per-copy checks cost more issue slots than the copies). The fast copies of a
+    // k-tile are issued in `parts` slices between the MMA groups of the previous k-tile, so that
+    // neither warp of a scheduler leaves the tensor pipe idle for long.
+    const bool interior = m0 + Cfg::bm <= p.m && n0 + Cfg::bn <= p.n;
+    const index_t a_step = 16 * p.lda, b_step = static_cast<index_t>(Cfg::b_rows_per_pass) * p.ldb;
+    constexpr int parts = Cfg::mt;
+    static_assert((Cfg::bm / 16) % parts == 0 && Cfg::b_passes % parts == 0, "copies split evenly");
+    auto load_tile = [&](index_t kt, int part) {
       const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
       const index_t k0 = kt * Cfg::bk;
       const bool k_full = k0 + Cfg::bk <= p.k;
+      if (interior && k_full) {
+        constexpr int ar = Cfg::bm / 16 / parts, bj = Cfg::b_passes / parts;
+        const double* sa = a_src + k0 + part * ar * a_step;
+#pragma unroll
+        for (int r = 0; r < ar; ++r, sa += a_step) {
+#pragma unroll
+          for (int h = 0; h < Cfg::ksteps; ++h)
+            tile::cp_async<8>(
+                a_copy + st + static_cast<std::uint32_t>((part * ar + r) * 8 * Cfg::pair_row_bytes + h * 256),
+                sa + 16 * h, true);
+        }
+        const double* sb = b_src + k0 + part * bj * b_step;
+#pragma unroll
+        for (int j = 0; j < bj; ++j, sb += b_step)
+          tile::cp_async<16>(
+              b_copy + st + static_cast<std::uint32_t>((part * bj + j) * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes),
+              sb, true);
+        return;
+      }
+      if (part != 0) return;
 #pragma unroll
       for (int j = 0; j < Cfg::a_passes; ++j) {
         const int r = j / Cfg::ksteps, h = j % Cfg::ksteps;
         const bool ok = ((a_ok >> r) & 1u) && k0 + 16 * h + a_k < p.k;
-        const double* s = a_src + k0 + 16 * h + static_cast<index_t>(16 * r) * p.lda;
+        const double* s = a_src + k0 + 16 * h + r * a_step;
         // f64_pair_chunk(g, 16h + c) = 16h + f64_pair_chunk(g, c) for c < 16.
         tile::cp_async<8>(a_copy + st + static_cast<std::uint32_t>(r * 8 * Cfg::pair_row_bytes + h * 256),
                           ok ? s : a_base, ok);
@@ -140,7 +168,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #pragma unroll
       for (int j = 0; j < Cfg::b_passes; ++j) {
         const std::uint32_t d = b_copy + st + static_cast<std::uint32_t>(j * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes);
-        const double* s = b_src + k0 + static_cast<index_t>(j * Cfg::b_rows_per_pass) * p.ldb;
+        const double* s = b_src + k0 + j * b_step;
         const bool row = (b_ok >> j) & 1u;
         if (k_full) {
           tile::cp_async<16>(d, row ? s : b_base, row);
@@ -165,17 +193,17 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // The stages of a previous batch entry are all consumed (its loop ends with a barrier).
 #pragma unroll
     for (int s = 0; s < Cfg::stages - 1; ++s) {
-      if (s < k_tiles) load_tile(s);
+      if (s < k_tiles)
+#pragma unroll
+        for (int part = 0; part < parts; ++part) load_tile(s, part);
       tile::cp_async_commit();
     }
 
     for (index_t kt = 0; kt < k_tiles; ++kt) {
       tile::cp_async_wait<Cfg::stages - 2>();
       // Tile kt has landed for every thread, and every warp has finished reading the stage that
-      // the copy below overwrites (it held tile kt - 1).
+      // the copies of this iteration overwrite (it held tile kt - 1).
       __syncthreads();
-      if (kt + Cfg::stages - 1 < k_tiles) load_tile(kt + Cfg::stages - 1);
-      tile::cp_async_commit();
 
       const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
 #pragma unroll
@@ -194,6 +222,11 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
           tile::load_f64_frag_a(af, addr);
 #pragma unroll
           for (int j = 0; j < Cfg::nt; ++j) tile::mma_f64_16x8x16(acc[i][j], af, bf[j]);
+          if (ks == 0) {
+            // Slice i of the copies of tile kt + stages - 1, behind this group's MMAs.
+            if (kt + Cfg::stages - 1 < k_tiles) load_tile(kt + Cfg::stages - 1, i);
+            if (i == Cfg::mt - 1) tile::cp_async_commit();
+          }
         }
       }
     }
