@@ -7,5 +7,6 @@
 #include <spillway/pipeline.cuh>
 #include <spillway/ode.cuh>
 #include <spillway/gram.cuh>
+#include <spillway/gemm.cuh>
 #include <spillway/map.cuh>
 #include <spillway/io/npy.hpp>

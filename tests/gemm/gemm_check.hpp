@@ -17,6 +17,7 @@
 #pragma once
 
 #include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/host_gemm.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
 
@@ -24,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,15 +62,21 @@ double magnitude(T x) {
   }
 }
 
-inline double wabs(double x) { return std::fabs(x); }
-inline double wabs(const cdouble& x) { return std::hypot(x.real(), x.imag()); }
+inline double wabs(double x) {
+  return std::fabs(x);
+}
+inline double wabs(const cdouble& x) {
+  return std::hypot(x.real(), x.imag());
+}
 inline std::string wstr(double x) {
   std::ostringstream os;
   os.precision(9);
   os << x;
   return os.str();
 }
-inline std::string wstr(const cdouble& x) { return "(" + wstr(x.real()) + "," + wstr(x.imag()) + ")"; }
+inline std::string wstr(const cdouble& x) {
+  return "(" + wstr(x.real()) + "," + wstr(x.imag()) + ")";
+}
 
 /// A random element: floats uniform in [-1, 1] (never 0), ints in [-128, 127] (never 0).
 template <class T>
@@ -146,10 +154,12 @@ struct host_matrix {
 /// rows x cols (as the GEMM sees it) stored per `st`, `batch` matrices `extra` elements apart beyond
 /// the footprint (extra < 0: batch stride 0, every entry the same matrix), filled at random.
 template <class T>
-host_matrix<T> make_matrix(index_t rows, index_t cols, storage st, index_t batch, index_t extra, std::mt19937_64& g) {
+host_matrix<T> make_matrix(index_t rows, index_t cols, storage st, index_t batch, index_t extra,
+                           std::mt19937_64& g) {
   host_matrix<T> h;
   const index_t sr = st.transposed ? cols : rows, sc = st.transposed ? rows : cols;
-  const index_t minor = st.order == layout::row_major ? sc : sr, major = st.order == layout::row_major ? sr : sc;
+  const index_t minor = st.order == layout::row_major ? sc : sr,
+                major = st.order == layout::row_major ? sr : sc;
   const index_t ld = (minor > 1 ? minor : 1) + st.pad;
   const index_t fp = major > 0 && minor > 0 ? (major - 1) * ld + minor : 0;
   const index_t stride = extra < 0 ? 0 : fp + extra;
@@ -236,6 +246,71 @@ auto compute_reference(double alpha_re, matrix_view<const TA> a, matrix_view<con
   return r;
 }
 
+/// The same reference through host_gemm in double (blocked, OpenMP): for the larger GPU cases,
+/// where the naive loop would dominate the test's time. Σ a·b and Σ |a|·|b| are two batched
+/// double GEMMs of dense copies; α, β, the epilogue and the bound follow as above.
+template <class TA, class TB, class TC, class Epi>
+auto compute_reference_fast(double alpha_re, matrix_view<const TA> a, matrix_view<const TB> b, double beta_re,
+                            matrix_view<const TC> c0, index_t batch, const Epi& epi, const arithmetic& ar) {
+  using W = std::conditional_t<is_complex_v<TA>, cdouble, double>;
+  const index_t m = c0.rows, n = c0.cols, k = a.cols;
+  std::vector<W> ad(static_cast<std::size_t>(batch * m * k)), bd(static_cast<std::size_t>(batch * k * n));
+  std::vector<double> aa(ad.size()), ba(bd.size());
+  for (index_t q = 0; q < batch; ++q) {
+    const auto aq = a.batch(q), bq = b.batch(q);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t x = 0; x < k; ++x) {
+        const std::size_t e = static_cast<std::size_t>((q * m + i) * k + x);
+        ad[e] = to_wide(aq(i, x));
+        aa[e] = wabs(ad[e]);
+      }
+    for (index_t x = 0; x < k; ++x)
+      for (index_t j = 0; j < n; ++j) {
+        const std::size_t e = static_cast<std::size_t>((q * k + x) * n + j);
+        bd[e] = to_wide(bq(x, j));
+        ba[e] = wabs(bd[e]);
+      }
+  }
+  reference<W> r;
+  r.value.resize(static_cast<std::size_t>(batch * m * n));
+  std::vector<double> sabs(r.value.size());
+  gemm_options o;
+  o.batch_count = batch;
+  const index_t lda = std::max<index_t>(k, 1), ldb = std::max<index_t>(n, 1);
+  host_gemm(W(1), row_major<const W>(ad.data(), m, k, lda, m * k),
+            row_major<const W>(bd.data(), k, n, ldb, k * n), W(0),
+            row_major(r.value.data(), m, n, ldb, m * n), o);
+  host_gemm(1.0, row_major<const double>(aa.data(), m, k, lda, m * k),
+            row_major<const double>(ba.data(), k, n, ldb, k * n), 0.0,
+            row_major(sabs.data(), m, n, ldb, m * n), o);
+  r.tol.resize(r.value.size());
+  for (index_t q = 0; q < batch; ++q) {
+    const auto cq = c0.batch(q);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        const std::size_t e = static_cast<std::size_t>((q * m + i) * n + j);
+        W v = W(alpha_re) * r.value[e];
+        double p = std::fabs(alpha_re) * sabs[e];
+        if (beta_re != 0.0) {
+          const W c = to_wide(cq(i, j));
+          v += W(beta_re) * c;
+          p += std::fabs(beta_re) * wabs(c);
+        }
+        W out;
+        if constexpr (is_complex_v<TA>) {
+          out = v;
+        } else {
+          out = epi(v, i, j);
+        }
+        r.value[e] = out;
+        r.tol[e] = 1.25 * (std::fabs(alpha_re) * (static_cast<double>(k) + 2) * ar.u_acc * sabs[e] +
+                           std::fabs(alpha_re) * 2 * ar.u_op * sabs[e]) +
+                   16 * ar.u_acc * p + ar.u_out * wabs(out);
+      }
+  }
+  return r;
+}
+
 /// Checks every element of C (batch entries of `c`, host memory) against `ref`, and that every
 /// element of `buf` outside C's matrices still equals `before` bit for bit. Reports the first few
 /// failures with their position.
@@ -260,8 +335,8 @@ template <class TC, class W>
         const bool ok = err <= ref.tol[e];  // NaN (unwritten poison, leaked NaN) fails here
         if (ref.tol[e] > 0) worst = std::max(worst, err / ref.tol[e]);
         if (!ok && bad++ < 5) {
-          os << "\n  C[" << q << "](" << i << "," << j << ") = " << wstr(got) << ", want " << wstr(ref.value[e]) << " (|err| "
-             << err << " > tol " << ref.tol[e] << ")";
+          os << "\n  C[" << q << "](" << i << "," << j << ") = " << wstr(got) << ", want "
+             << wstr(ref.value[e]) << " (|err| " << err << " > tol " << ref.tol[e] << ")";
         }
       }
   }
@@ -271,8 +346,8 @@ template <class TC, class W>
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " bad elements (worst err/tol " << worst << ")"
-                                       << os.str();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " bad elements (worst err/tol " << worst << ")" << os.str();
 }
 
 /// A C buffer of `fill` everywhere (poison, or random values when β ≠ 0 reads it).

@@ -48,7 +48,8 @@ template <class TA, class TB, class TC>
 constexpr void static_check_host_types() {
   using T = std::remove_cv_t<TA>;
   if constexpr (std::is_same_v<T, cuda::std::complex<double>>) {
-    static_assert(std::is_same_v<T, std::remove_cv_t<TB>>, "host_gemm: A and B must have the same element type");
+    static_assert(std::is_same_v<T, std::remove_cv_t<TB>>,
+                  "host_gemm: A and B must have the same element type");
     static_assert(std::is_same_v<TC, T>, "host_gemm: complex<double> inputs write complex<double>");
   } else {
     static_check_types<TA, TB, TC>();
@@ -71,7 +72,8 @@ void host_run(const problem<TA, TB, TC, Acc, Epi>& p) {
 #pragma omp parallel
 #endif
   {
-    std::vector<Acc> ap(static_cast<std::size_t>(host_mb * host_kb)), bp(static_cast<std::size_t>(host_nb * host_kb));
+    std::vector<Acc> ap(static_cast<std::size_t>(host_mb * host_kb)),
+        bp(static_cast<std::size_t>(host_nb * host_kb));
     std::vector<Acc> acc(static_cast<std::size_t>(host_mb * host_nb));
 #if defined(_OPENMP)
 #pragma omp for schedule(dynamic)
@@ -89,12 +91,14 @@ void host_run(const problem<TA, TB, TC, Acc, Epi>& p) {
         for (index_t i = 0; i < mr; ++i)
           for (index_t kk = 0; kk < kr; ++kk) {
             const index_t r = i0 + i, x = k0 + kk;
-            ap[static_cast<std::size_t>(i * host_kb + kk)] = widen<Acc>(p.a_kmajor ? a[r * p.lda + x] : a[x * p.lda + r]);
+            ap[static_cast<std::size_t>(i * host_kb + kk)] =
+                widen<Acc>(p.a_kmajor ? a[r * p.lda + x] : a[x * p.lda + r]);
           }
         for (index_t j = 0; j < nr; ++j)
           for (index_t kk = 0; kk < kr; ++kk) {
             const index_t r = j0 + j, x = k0 + kk;
-            bp[static_cast<std::size_t>(j * host_kb + kk)] = widen<Acc>(p.b_kmajor ? b[r * p.ldb + x] : b[x * p.ldb + r]);
+            bp[static_cast<std::size_t>(j * host_kb + kk)] =
+                widen<Acc>(p.b_kmajor ? b[r * p.ldb + x] : b[x * p.ldb + r]);
           }
         for (index_t i = 0; i < mr; ++i) {
           const Acc* ai = ap.data() + i * host_kb;

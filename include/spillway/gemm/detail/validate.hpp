@@ -20,11 +20,12 @@ namespace spillway::gemm::detail {
 
 /// The output element types a GEMM writes for input type T (C's element type, const stripped).
 template <class T, class TC>
-inline constexpr bool is_gemm_output_v =
-    std::is_same_v<accumulator_t<T>, float>
-        ? (std::is_same_v<TC, float> || std::is_same_v<TC, __half> || std::is_same_v<TC, __nv_bfloat16>)
-    : std::is_same_v<accumulator_t<T>, std::int32_t> ? (std::is_same_v<TC, std::int32_t> || std::is_same_v<TC, float>)
-                                                      : std::is_same_v<TC, accumulator_t<T>>;
+inline constexpr bool is_gemm_output_v = std::is_same_v<accumulator_t<T>, float>
+                                             ? (std::is_same_v<TC, float> || std::is_same_v<TC, __half> ||
+                                                std::is_same_v<TC, __nv_bfloat16>)
+                                         : std::is_same_v<accumulator_t<T>, std::int32_t>
+                                             ? (std::is_same_v<TC, std::int32_t> || std::is_same_v<TC, float>)
+                                             : std::is_same_v<TC, accumulator_t<T>>;
 
 template <class TA, class TB, class TC>
 constexpr void static_check_types() {
@@ -40,7 +41,9 @@ constexpr void static_check_types() {
 
 // ---- argument checks ----------------------------------------------------------------------------
 
-inline std::string num(index_t v) { return std::to_string(v); }
+inline std::string num(index_t v) {
+  return std::to_string(v);
+}
 
 /// Elements a matrix spans from its first to one past its last element (0 when empty).
 template <class T>
@@ -60,7 +63,8 @@ void check_view(const matrix_view<T>& v, const char* who, const char* name) {
                                            num(v.min_ld()) + ", the minimum for " + v.describe());
   SPILLWAY_EXPECTS(v.data != nullptr || v.rows == 0 || v.cols == 0,
                    w + ".data is null for a " + num(v.rows) + " x " + num(v.cols) + " matrix");
-  SPILLWAY_EXPECTS(v.batch_stride >= 0, w + "'s batch stride is " + num(v.batch_stride) + "; it must be >= 0");
+  SPILLWAY_EXPECTS(v.batch_stride >= 0,
+                   w + "'s batch stride is " + num(v.batch_stride) + "; it must be >= 0");
 }
 
 /// Every check of C = op(A)·op(B) + C's arguments, in the order a reader would make them.
@@ -68,24 +72,28 @@ template <class TA, class TB, class TC>
 void check_gemm_args(const matrix_view<TA>& a, const matrix_view<TB>& b, const matrix_view<TC>& c,
                      const gemm_options& opt, const char* who) {
   const std::string w(who);
-  SPILLWAY_EXPECTS(opt.batch_count >= 1, w + ": batch_count is " + num(opt.batch_count) + "; it must be >= 1");
+  SPILLWAY_EXPECTS(opt.batch_count >= 1,
+                   w + ": batch_count is " + num(opt.batch_count) + "; it must be >= 1");
   SPILLWAY_EXPECTS(opt.split_k >= 0, w + ": split_k is " + std::to_string(opt.split_k) +
                                          "; it must be 0 (automatic), 1 (off) or the number of k slices");
   check_view(a, who, "a");
   check_view(b, who, "b");
   check_view(c, who, "c");
-  SPILLWAY_EXPECTS(a.cols == b.rows, w + ": a is " + num(a.rows) + " x " + num(a.cols) + " but b is " + num(b.rows) +
-                                         " x " + num(b.cols) + "; a.cols must equal b.rows (k)");
+  SPILLWAY_EXPECTS(a.cols == b.rows, w + ": a is " + num(a.rows) + " x " + num(a.cols) + " but b is " +
+                                         num(b.rows) + " x " + num(b.cols) +
+                                         "; a.cols must equal b.rows (k)");
   SPILLWAY_EXPECTS(c.rows == a.rows, w + ": c has " + num(c.rows) + " rows but a has " + num(a.rows) +
-                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) + ")");
+                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) +
+                                         ")");
   SPILLWAY_EXPECTS(c.cols == b.cols, w + ": c has " + num(c.cols) + " columns but b has " + num(b.cols) +
-                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) + ")");
+                                         "; c must be a.rows x b.cols (" + num(a.rows) + " x " + num(b.cols) +
+                                         ")");
   if (opt.batch_count > 1 && c.rows > 0 && c.cols > 0) {
     const index_t fp = footprint(c);
-    SPILLWAY_EXPECTS(c.batch_stride >= fp,
-                     w + ": c's batch stride " + num(c.batch_stride) + " is smaller than its matrix footprint " +
-                         num(fp) + " (" + c.describe() + "): the " + num(opt.batch_count) +
-                         " outputs of the batch would overlap");
+    SPILLWAY_EXPECTS(c.batch_stride >= fp, w + ": c's batch stride " + num(c.batch_stride) +
+                                               " is smaller than its matrix footprint " + num(fp) + " (" +
+                                               c.describe() + "): the " + num(opt.batch_count) +
+                                               " outputs of the batch would overlap");
   }
 }
 
@@ -198,7 +206,9 @@ void with_canonical_problem(Acc alpha, const matrix_view<TA>& a, const matrix_vi
 inline constexpr int path_feature_mma = 1;
 inline constexpr int path_feature_wgmma = 2;
 
-inline std::string cc_string(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
+inline std::string cc_string(int cc) {
+  return std::to_string(cc / 10) + "." + std::to_string(cc % 10);
+}
 
 /// The path that runs element type T under `opt` on a device of compute capability `cc` whose
 /// build carries `features` (tile::build_features bits). A forced path the type or the device
@@ -207,16 +217,18 @@ template <class T>
 gemm_path choose_path(const gemm_options& opt, int cc, int features) {
   using U = std::remove_cv_t<T>;
   const bool tensor_type = std::is_same_v<U, __half> || std::is_same_v<U, __nv_bfloat16> ||
-                           std::is_same_v<U, std::int8_t> || (std::is_same_v<U, float> && opt.math == math_mode::tf32);
+                           std::is_same_v<U, std::int8_t> ||
+                           (std::is_same_v<U, float> && opt.math == math_mode::tf32);
   const bool is_double = std::is_same_v<U, double>;
   const bool can_mma = cc >= 80 && (features & path_feature_mma) != 0;
   const bool can_wgmma = cc == 90 && (features & path_feature_wgmma) != 0;
-  const char* type_name = std::is_same_v<U, float>            ? (opt.math == math_mode::tf32 ? "float (tf32)" : "float (exact)")
-                          : std::is_same_v<U, double>         ? "double"
-                          : std::is_same_v<U, __half>         ? "half"
-                          : std::is_same_v<U, __nv_bfloat16>  ? "bf16"
-                          : std::is_same_v<U, std::int8_t>    ? "int8"
-                                                              : "complex<float>";
+  const char* type_name = std::is_same_v<U, float>
+                              ? (opt.math == math_mode::tf32 ? "float (tf32)" : "float (exact)")
+                          : std::is_same_v<U, double>        ? "double"
+                          : std::is_same_v<U, __half>        ? "half"
+                          : std::is_same_v<U, __nv_bfloat16> ? "bf16"
+                          : std::is_same_v<U, std::int8_t>   ? "int8"
+                                                             : "complex<float>";
   auto refuse = [&](const std::string& why) {
     throw logic_error(std::string("gemm: path ") + to_string(opt.path) + " cannot run " + type_name +
                       " on a device of compute capability " + cc_string(cc) + ": " + why);
@@ -264,8 +276,12 @@ struct split_plan {
   [[nodiscard]] bool split() const noexcept { return slices() > 1; }
 };
 
-inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
-inline index_t round_up(index_t a, index_t b) { return ceil_div(a, b) * b; }
+SPILLWAY_MAP_HD constexpr index_t ceil_div(index_t a, index_t b) {
+  return (a + b - 1) / b;
+}
+SPILLWAY_MAP_HD constexpr index_t round_up(index_t a, index_t b) {
+  return ceil_div(a, b) * b;
+}
 
 /// Tile the automatic choice assumes (the kernels' largest output tile).
 inline constexpr index_t split_tile = 128;

@@ -1,0 +1,238 @@
+// spillway/gemm/detail/dispatch.cuh — from a checked, canonical problem to kernel launches: the
+// staging copy that gives the tensor-core launchers their preconditions, split-K (a batched
+// problem over k slices into an accumulator workspace, then a reduce pass with α/β and the
+// epilogue), the k = 0 pass, and the choice among the four launchers. Everything is enqueued on
+// the caller's stream; nothing synchronizes; temporaries come from the device's pool and are
+// freed in stream order.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/detail/dmma_kernel.cuh>
+#include <spillway/gemm/detail/mma_sync_kernel.cuh>
+#include <spillway/gemm/detail/problem.hpp>
+#include <spillway/gemm/detail/simt_kernel.cuh>
+#include <spillway/gemm/detail/validate.hpp>
+#include <spillway/gemm/detail/wgmma_kernel.cuh>
+#include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/matrix_view.hpp>
+#include <spillway/gemm/options.hpp>
+#include <spillway/tile/arch.cuh>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+
+namespace spillway::gemm::detail {
+
+static_assert(path_feature_mma == tile::feature_mma && path_feature_wgmma == tile::feature_wgmma,
+              "validate.hpp repeats tile::build_features' bits");
+
+/// Blocks for a grid-stride loop over `total` items of `per_block`: enough to fill the device a
+/// few times over, never more than the items need.
+inline unsigned stride_grid(index_t total, int per_block, int device) {
+  const index_t need = ceil_div(total, per_block);
+  const index_t cap = static_cast<index_t>(tile::multiprocessor_count(device)) * 16;
+  return static_cast<unsigned>(std::max<index_t>(1, std::min(need, cap)));
+}
+
+// ---- staging copy --------------------------------------------------------------------------------
+
+inline constexpr int stage_tile = 32;
+inline constexpr int stage_rows_per_pass = 8;
+
+/// dst (rows x k per batch entry, K-major, leading dimension dld >= k, columns [k, dld) zeroed) from
+/// an operand in either major order. A 32 x 32 tile goes through shared memory so that both the
+/// read (along the source's contiguous dimension) and the write (along k) are coalesced.
+template <class T>
+__global__ void __launch_bounds__(stage_tile* stage_rows_per_pass)
+    stage_kmajor_kernel(const T* __restrict__ src, index_t ld, bool kmajor, index_t src_stride, index_t rows,
+                        index_t k, index_t batch, T* __restrict__ dst, index_t dld, index_t dst_stride) {
+  __shared__ T tile[stage_tile][stage_tile + 1];
+  const index_t tiles_r = ceil_div(rows, stage_tile), tiles_k = ceil_div(dld, stage_tile);
+  const index_t total = batch * tiles_r * tiles_k;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (index_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const index_t q = t / (tiles_r * tiles_k);
+    const index_t r0 = (t / tiles_k) % tiles_r * stage_tile, k0 = t % tiles_k * stage_tile;
+    const T* s = src + q * src_stride;
+    T* d = dst + q * dst_stride;
+    if (kmajor) {
+      for (int y = ty; y < stage_tile; y += stage_rows_per_pass) {
+        const index_t r = r0 + y, x = k0 + tx;
+        tile[y][tx] = r < rows && x < k ? s[r * ld + x] : T{};
+      }
+    } else {
+      for (int y = ty; y < stage_tile; y += stage_rows_per_pass) {
+        const index_t x = k0 + y, r = r0 + tx;
+        tile[tx][y] = r < rows && x < k ? s[x * ld + r] : T{};
+      }
+    }
+    __syncthreads();
+    for (int y = ty; y < stage_tile; y += stage_rows_per_pass) {
+      const index_t r = r0 + y, x = k0 + tx;
+      if (r < rows && x < dld) d[r * dld + x] = tile[y][tx];  // zeros past k
+    }
+    __syncthreads();
+  }
+}
+
+/// The operand itself when it already meets the tensor-core preconditions; otherwise a K-major,
+/// 16-byte-padded copy in `tmp` (one matrix when the batch stride is 0, so broadcasts stay cheap).
+template <class T>
+operand<T> stage_for_tensor_cores(operand<T> op, index_t rows, index_t k, index_t batch,
+                                  device_buffer<T>& tmp, stream_view s, int device) {
+  if (tensor_ready(op.data, op.ld, op.kmajor, op.stride)) return op;
+  const index_t dld = staged_ld<T>(k);
+  const index_t copies = op.stride == 0 ? 1 : batch;
+  const index_t dstride = rows * dld;
+  tmp = device_buffer<T>(static_cast<std::size_t>(copies * dstride), s);
+  const index_t tiles = copies * ceil_div(rows, stage_tile) * ceil_div(dld, stage_tile);
+  const unsigned grid = stride_grid(tiles, 1, device);
+  stage_kmajor_kernel<T><<<grid, dim3(stage_tile, stage_rows_per_pass), 0, s.value()>>>(
+      op.data, op.ld, op.kmajor, op.stride, rows, k, copies, tmp.data(), dld, dstride);
+  SPILLWAY_CHECK_LAUNCH();
+  return {tmp.data(), dld, true, copies > 1 ? dstride : 0};
+}
+
+// ---- k = 0 and the split-K reduction ---------------------------------------------------------------
+
+inline constexpr int pass_threads = 256;
+
+/// k = 0: C = epi(β·C) (β = 0: epi(0), C not read) in C's own frame, C's contiguous dimension
+/// across the threads.
+template <class TC, class Acc, class Epi>
+__global__ void __launch_bounds__(pass_threads)
+    scale_output_kernel(matrix_view<TC> c, Acc beta, bool read_c, index_t batch, Epi epi) {
+  const bool row = c.order == layout::row_major;
+  const index_t minor = row ? c.cols : c.rows, major = row ? c.rows : c.cols;
+  const index_t total = batch * major * minor;
+  for (index_t e = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    const index_t q = e / (major * minor), mj = e / minor % major, mn = e % minor;
+    const index_t i = row ? mj : mn, j = row ? mn : mj;
+    TC& out = c.data[q * c.batch_stride + mj * c.ld + mn];
+    const Acc v = read_c ? beta * load_output<Acc>(out) : Acc(0);
+    out = convert_output<TC>(epi(v, i, j));
+  }
+}
+
+template <class TC, class Acc, class Epi>
+void launch_scale_output(const matrix_view<TC>& c, Acc beta, index_t batch, const Epi& epi, stream_view s,
+                         int device) {
+  const index_t total = batch * c.rows * c.cols;
+  scale_output_kernel<TC, Acc, Epi><<<stride_grid(total, pass_threads, device), pass_threads, 0, s.value()>>>(
+      c, beta, !(beta == Acc(0)), batch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+/// Split-K's second pass: C(i, j) = epi(α·Σ_s W[s](i, j) + β·C(i, j)) over the `slices` partial
+/// products (row-major m x n each, consecutive), summed in slice order.
+template <class TC, class Acc, class Epi>
+__global__ void __launch_bounds__(pass_threads)
+    split_k_reduce_kernel(const Acc* __restrict__ w, index_t slices, index_t m, index_t n, TC* c, index_t ldc,
+                          Acc alpha, Acc beta, bool read_c, Epi epi) {
+  const index_t total = m * n;
+  for (index_t e = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    Acc sum = w[e];
+    for (index_t sl = 1; sl < slices; ++sl) sum += w[sl * total + e];
+    const index_t i = e / n, j = e % n;
+    TC& out = c[i * ldc + j];
+    Acc v = alpha * sum;
+    if (read_c) v += beta * load_output<Acc>(out);
+    out = convert_output<TC>(epi(v, i, j));
+  }
+}
+
+// ---- launcher choice -----------------------------------------------------------------------------
+
+template <class T>
+inline constexpr bool has_tensor_mma_v = std::is_same_v<T, float> || std::is_same_v<T, __half> ||
+                                         std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, std::int8_t>;
+
+/// One launch on the resolved path (the problem already meets that launcher's preconditions).
+template <class T, class TC, class Acc, class Epi>
+void launch_on_path(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, stream_view s) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (path == gemm_path::mma_sync) return launch_dmma(p, s);
+  } else if constexpr (has_tensor_mma_v<T>) {
+    if (path == gemm_path::wgmma) return launch_wgmma(p, s);
+    if (path == gemm_path::mma_sync) return launch_mma_sync(p, s);
+  }
+  launch_simt(p, s);
+}
+
+/// Runs one canonical problem (m, n, k >= 1) on `path`: staging for the tensor-core paths, then
+/// either one launch or split-K.
+template <class T, class TC, class Acc, class Epi>
+void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int device, stream_view s) {
+  device_buffer<T> staged_a, staged_b;
+  if constexpr (has_tensor_mma_v<T> || std::is_same_v<T, double>) {
+    if (path != gemm_path::simt) {
+      const operand<T> a = stage_for_tensor_cores<T>({p.a, p.lda, p.a_kmajor, p.stride_a}, p.m, p.k, p.batch,
+                                                     staged_a, s, device);
+      const operand<T> b = stage_for_tensor_cores<T>({p.b, p.ldb, p.b_kmajor, p.stride_b}, p.n, p.k, p.batch,
+                                                     staged_b, s, device);
+      p.a = a.data;
+      p.lda = a.ld;
+      p.a_kmajor = a.kmajor;
+      p.stride_a = a.stride;
+      p.b = b.data;
+      p.ldb = b.ld;
+      p.b_kmajor = b.kmajor;
+      p.stride_b = b.stride;
+    }
+  }
+  const split_plan plan = plan_split_k(p.m, p.n, p.k, p.batch, split_k, tile::multiprocessor_count(device));
+  if (!plan.split()) return launch_on_path(p, path, s);
+
+  // Slice sl of batch entry q is the k range [sl·ks, (sl+1)·ks): a K-major operand moves by ks
+  // elements, an MN-major one by ks rows. Partial products go to W (Acc, row-major m x n each)
+  // with α = 1, β = 0 and no epilogue; the reduce pass applies the caller's.
+  const index_t mn = p.m * p.n;
+  device_buffer<Acc> w(static_cast<std::size_t>(plan.slices() * mn), s);
+  const index_t step_a = p.a_kmajor ? plan.ks : plan.ks * p.lda;
+  const index_t step_b = p.b_kmajor ? plan.ks : plan.ks * p.ldb;
+  for (index_t q = 0; q < p.batch; ++q) {
+    problem<T, T, Acc, Acc, identity> part;
+    part.m = p.m;
+    part.n = p.n;
+    part.k = plan.ks;
+    part.a = p.a + q * p.stride_a;
+    part.lda = p.lda;
+    part.a_kmajor = p.a_kmajor;
+    part.b = p.b + q * p.stride_b;
+    part.ldb = p.ldb;
+    part.b_kmajor = p.b_kmajor;
+    part.c = w.data();
+    part.ldc = p.n;
+    part.alpha = Acc(1);
+    part.beta = Acc(0);
+    part.batch = plan.full;
+    part.stride_a = step_a;
+    part.stride_b = step_b;
+    part.stride_c = mn;
+    launch_on_path(part, path, s);
+    if (plan.rem > 0) {
+      part.k = plan.rem;
+      part.a += plan.full * step_a;
+      part.b += plan.full * step_b;
+      part.c += plan.full * mn;
+      part.batch = 1;
+      part.stride_a = part.stride_b = part.stride_c = 0;
+      launch_on_path(part, path, s);
+    }
+    split_k_reduce_kernel<TC, Acc, Epi>
+        <<<stride_grid(mn, pass_threads, device), pass_threads, 0, s.value()>>>(
+            w.data(), plan.slices(), p.m, p.n, p.c + q * p.stride_c, p.ldc, p.alpha, p.beta,
+            !(p.beta == Acc(0)), p.epi);
+    SPILLWAY_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace spillway::gemm::detail
