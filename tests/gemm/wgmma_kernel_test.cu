@@ -17,6 +17,7 @@
 #include <spillway/gemm/detail/wgmma_kernel.cuh>
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/tile/arch.cuh>
+#include <spillway/tile/tensor_map.hpp>
 
 #include "support/gpu_test.hpp"
 
@@ -381,4 +382,67 @@ TEST(WgmmaKernelGpu, DISABLED_Throughput) {
     throughput<float, float>("tf32", size);
     throughput<std::int8_t, std::int32_t>("int8", size);
   }
+}
+
+// The persistent tile order visits every (batch, tile row, tile column) exactly once (host only).
+TEST(WgmmaKernel, ScheduleIsABijection) {
+  for (std::int64_t tm : {1, 3, 16, 17, 40}) {
+    for (std::int64_t tn : {1, 5, 32}) {
+      for (std::int64_t batch : {1, 3}) {
+        for (int group : {1, 8, 16}) {
+          gemm::detail::wgmma_schedule sch;
+          sch.tiles_m = tm;
+          sch.tiles_n = tn;
+          sch.per_batch = tm * tn;
+          sch.total = sch.per_batch * batch;
+          sch.group_m = group;
+          std::vector<int> seen(static_cast<std::size_t>(sch.total), 0);
+          for (std::int64_t t = 0; t < sch.total; ++t) {
+            const auto tl = sch.locate(t);
+            ASSERT_TRUE(tl.q >= 0 && tl.q < batch && tl.tm >= 0 && tl.tm < tm && tl.tn >= 0 && tl.tn < tn)
+                << "t=" << t << " tm=" << tm << " tn=" << tn << " group=" << group;
+            ++seen[static_cast<std::size_t>((tl.q * tm + tl.tm) * tn + tl.tn)];
+          }
+          for (int v : seen) ASSERT_EQ(v, 1) << "tm=" << tm << " tn=" << tn << " group=" << group;
+        }
+      }
+    }
+  }
+}
+
+// The tensor-map builder names what TMA cannot encode before it reaches the driver (host only).
+TEST(WgmmaKernel, TensorMapRefusesWhatTmaCannotEncode) {
+  alignas(16) static std::uint16_t buf[64];
+  auto msg = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const spillway::logic_error& e) {
+      return e.what();
+    }
+    return "no logic_error";
+  };
+  using spillway::tile::make_matrix_tensor_map;
+  using spillway::tile::swizzle;
+  const __half* h = reinterpret_cast<const __half*>(buf);
+  EXPECT_NE(msg([&] {
+              make_matrix_tensor_map(h + 1, 4, 8, 8, 4, 8, swizzle::none, "A");
+            }).find("not 16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { make_matrix_tensor_map(h, 4, 8, 9, 4, 8, swizzle::none, "A"); }).find("pitch 18 bytes"),
+            std::string::npos);
+  EXPECT_NE(
+      msg([&] { make_matrix_tensor_map(h, 4, 8, 8, 300, 8, swizzle::none, "A"); }).find("box extent 300"),
+      std::string::npos);
+  EXPECT_NE(msg([&] {
+              make_matrix_tensor_map(h, 4, 8, 8, 4, 128, swizzle::b128, "A");
+            }).find("exceeds the 128-byte"),
+            std::string::npos);
+  EXPECT_NE(
+      msg([&] { make_matrix_tensor_map(h, 4, 8, 8, 4, 4, swizzle::b128, "A"); }).find("not a multiple of 16"),
+      std::string::npos);
+  EXPECT_NE(msg([&] { make_matrix_tensor_map(h, 0, 8, 8, 4, 8, swizzle::b128, "A"); }).find("extent 0"),
+            std::string::npos);
+  EXPECT_EQ(
+      msg([&] { make_matrix_tensor_map(h, 0, 8, 8, 4, 8, swizzle::b128, "gemm: A"); }).rfind("gemm: A: ", 0),
+      0u);
 }

@@ -20,8 +20,9 @@
 // never predicates; the epilogue writes only (row < m, col < n). Batches are the maps' third
 // dimension (a zero batch stride reuses batch 0).
 //
-// Tile order: tiles of one batch go in bands of `group_m` tile-rows, column by column inside a
-// band, so the ~132 tiles in flight at once share A panels 16 ways and B panels 8 ways in L2.
+// Tile order: tiles of one batch go in bands of 16 tile-rows (2048 rows), column by column inside
+// a band, so the ~132 tiles in flight at once cover about 2048 rows of A and 2112 rows of B (the
+// squarest footprint: each panel is fetched from HBM about once per wave and re-read from L2).
 //
 // TF32: see tile/wgmma.cuh — the FP32 operands are truncated to TF32 by the tensor cores.
 #pragma once
@@ -64,7 +65,7 @@ struct wgmma_config {
   static constexpr int stage_bytes = a_bytes + b_bytes;
   // Each block of a cluster loads 1/Cluster of the B tile and multicasts it to all of them.
   static constexpr int b_box_rows = bn / Cluster;
-  static constexpr int group_m = 8 / Cluster;  // in cluster-sized units: bands of 1024 rows
+  static constexpr int group_m = 16 / Cluster;  // in cluster-sized units: bands of 2048 rows
   // + 1 KiB to align the stages to the 1024-byte swizzle atom, + full and empty barriers.
   static constexpr int smem_bytes = stages * stage_bytes + 1024 + 2 * stages * 8;
   static_assert(smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
