@@ -300,6 +300,12 @@ TEST(DmmaKernelGpu, AlternateConfigs) {
   run_case<cfg_bk32>(s, "bk32_batch3");
   run_case<cfg_deep>({300, 200, 50}, "deep_non_multiples");
   run_case<cfg_band4>({1000, 700, 20}, "band4_many_tiles");
+  // Two stages (the configuration for devices with 101,376 bytes of shared memory per block).
+  run_case<gd::dmma_small_smem_config>({129, 131, 17}, "two_stage_k17");
+  run_case<gd::dmma_small_smem_config>({260, 300, 100}, "two_stage_non_multiples");
+  shape t{40, 50, 33};
+  t.batch = 4, t.beta = -0.5;
+  run_case<gd::dmma_small_smem_config>(t, "two_stage_batch4");
 }
 
 TEST(DmmaKernelGpu, OffsetsPast2To31) {

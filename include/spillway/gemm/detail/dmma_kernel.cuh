@@ -295,10 +295,32 @@ void launch_dmma_with(const problem<double, double, TC, double, Epi>& p, stream_
   SPILLWAY_CHECK_LAUNCH();
 }
 
-/// The dispatcher's entry: launch_dmma_with the default configuration.
+// Devices whose blocks may not hold the default's 139,264 bytes (compute capability 8.6 / 8.9:
+// 101,376) get two stages (69,632 bytes).
+using dmma_small_smem_config = dmma_config<2, 4, 4, 4, 16, 2, 8>;
+
+/// Opt-in shared memory per block of `device`, cached.
+inline int dmma_max_block_smem(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return tile::detail::cached_per_device(device, cache, mutex, [device] {
+    int v = 0;
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return v;
+  });
+}
+
+/// The dispatcher's entry: launch_dmma_with the default configuration, or the two-stage one where
+/// the device's blocks have less shared memory.
 template <class TC, class Epi>
 void launch_dmma(const problem<double, double, TC, double, Epi>& p, stream_view s) {
-  launch_dmma_with<dmma_default_config>(p, s);
+  int device = 0;
+  SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
+  if (dmma_max_block_smem(device) >= dmma_default_config::smem_bytes) {
+    launch_dmma_with<dmma_default_config>(p, s);
+  } else {
+    launch_dmma_with<dmma_small_smem_config>(p, s);
+  }
 }
 
 }  // namespace spillway::gemm::detail
