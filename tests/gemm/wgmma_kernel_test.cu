@@ -1,7 +1,9 @@
 // The Hopper GEMM launcher (gemm::detail::launch_wgmma) called directly, per input type, against a
 // host double-precision reference on random inputs (printed seeds): edge shapes, batches (and a
 // zero batch stride), beta = 0 over a NaN-poisoned C, beta != 0, narrower outputs, an epilogue,
-// and C's padding left untouched.
+// and C's padding left untouched; both block pairings (clusters of 1 and 2), and both epilogue
+// paths (bulk tensor stores of whole 64 x 256 blocks when ldc and C's base are 16-byte aligned —
+// the ldc_pad = 0 / 8 shapes — and per-element stores everywhere else).
 //
 // Error bounds, per element, with S = sum_kk |A(i,kk) B(j,kk)| (u = 2^-24, FP32's unit roundoff):
 //  - half, bf16: products are exact in FP32 (11- and 8-bit significands); the accumulation in
@@ -39,16 +41,27 @@ namespace {
 using spillway::index_t;
 namespace gemm = spillway::gemm;
 
-#define SPILLWAY_WGMMA_TEST_OR_SKIP()                                                                    \
-  do {                                                                                                   \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                         \
-    const int dev_ = spillway::current_device();                                                         \
-    if ((spillway::tile::build_features(dev_) & spillway::tile::feature_wgmma) == 0) {                   \
-      if (spillway::test::gpu_required() && spillway::tile::compute_capability(dev_) == 90) {            \
-        FAIL() << "SPILLWAY_REQUIRE_GPU=1 on an sm_90 device but this build holds no sm_90a wgmma code"; \
-      }                                                                                                  \
-      GTEST_SKIP() << "no sm_90a wgmma code for " << spillway::tile::describe_device(dev_);              \
-    }                                                                                                    \
+// Whether this binary was compiled for sm_90 (sm_90a reports 900 too): only then must an sm_90
+// device with SPILLWAY_REQUIRE_GPU=1 run the wgmma tests (the sm_80 test binary skips them).
+constexpr int compiled_archs[] = {__CUDA_ARCH_LIST__};
+constexpr bool compiled_for_sm90() {
+  for (int a : compiled_archs) {
+    if (a == 900) return true;
+  }
+  return false;
+}
+
+#define SPILLWAY_WGMMA_TEST_OR_SKIP()                                                                     \
+  do {                                                                                                    \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                          \
+    const int dev_ = spillway::current_device();                                                          \
+    if ((spillway::tile::build_features(dev_) & spillway::tile::feature_wgmma) == 0) {                    \
+      if (spillway::test::gpu_required() && compiled_for_sm90() &&                                        \
+          spillway::tile::compute_capability(dev_) == 90) {                                               \
+        FAIL() << "SPILLWAY_REQUIRE_GPU=1, an sm_90 device and an sm_90 build, but no sm_90a wgmma code"; \
+      }                                                                                                   \
+      GTEST_SKIP() << "no sm_90a wgmma code for " << spillway::tile::describe_device(dev_);               \
+    }                                                                                                     \
   } while (0)
 
 template <class T>
@@ -97,7 +110,7 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   const index_t stride_a = sh.m * ld + 2 * align;
   const index_t stride_b = sh.broadcast_b ? 0 : sh.n * ld + align;
   const index_t ldc = sh.n + sh.ldc_pad;
-  const index_t stride_c = sh.m * ldc + 2;
+  const index_t stride_c = sh.m * ldc + 16;  // keeps 16-byte alignment when ldc has it
   const index_t batches_b = sh.broadcast_b ? 1 : sh.batch;
 
   std::vector<T> a(static_cast<std::size_t>(stride_a * sh.batch)),
@@ -232,6 +245,8 @@ const std::vector<shape> edge_shapes = {
     {97, 4099, 33},
     {65, 130, 4099},
     {257, 513, 130, 1, false, 2},
+    {300, 520, 96, 1, false, 8},
+    {1000, 768, 64, 1, false, 0},
 };
 
 template <class T, class TC>
@@ -287,6 +302,8 @@ TEST(WgmmaKernelGpu, Batched) {
   run_case<__half, float>({130, 70, 64, 4, true}, 1.0, 0.5, "half batched shared B");
   run_case<float, float>({129, 257, 40, 2}, -1.0, 0.0, "tf32 batched");
   run_case<std::int8_t, std::int32_t>({50, 513, 200, 3}, 1.0, 1.0, "int8 batched");
+  run_case<__nv_bfloat16, __nv_bfloat16>({130, 512, 64, 2, false, 0}, 1.0, 0.0, "bf16->bf16 batched bulk");
+  run_case<float, float>({200, 520, 72, 3, false, 8}, 1.0, 2.0, "tf32 batched bulk beta");
 }
 
 TEST(WgmmaKernelGpu, Epilogue) {

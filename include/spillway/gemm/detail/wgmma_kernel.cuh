@@ -67,7 +67,11 @@ struct wgmma_config {
   static constexpr int b_box_rows = bn / Cluster;
   static constexpr int group_m = 16 / Cluster;  // in cluster-sized units: bands of 2048 rows
   // + 1 KiB to align the stages to the 1024-byte swizzle atom, + full and empty barriers.
-  static constexpr int smem_bytes = stages * stage_bytes + 1024 + 2 * stages * 8;
+  // Output staging for the bulk-store epilogue: per consumer warpgroup two 64-row x 128-byte
+  // pieces (32 four-byte or 64 two-byte columns), 128-byte swizzled like the tensor map of C.
+  static constexpr int piece_bytes = 64 * 128;
+  static constexpr int staging_bytes = 2 * 2 * piece_bytes;
+  static constexpr int smem_bytes = stages * stage_bytes + 1024 + staging_bytes + 2 * stages * 8;
   static_assert(smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
 };
 
@@ -80,6 +84,7 @@ struct wgmma_schedule {
   bool a_batched = false;  // batch q reads the maps' z = q (else z = 0: a zero batch stride)
   bool b_batched = false;
   bool c_pairs = false;  // C's base, ldc and stride_c allow 2-element vector stores at even columns
+  bool c_bulk = false;   // C has a tensor map: whole 64 x 256 warpgroup blocks go out as bulk stores
 
   struct tile {
     std::int64_t q, tm, tn;
@@ -132,10 +137,29 @@ __device__ __forceinline__ void wgmma_store_pair(TC* crow, std::int64_t row, std
   }
 }
 
+/// alpha * acc + beta * C, the epilogue and the conversion for (row, col) and (row, col + 1), both
+/// inside C.
+template <class S, class TC, class Epi, class Acc>
+__device__ __forceinline__ wgmma_out_pair<TC> wgmma_finish_pair(const TC* crow, std::int64_t row,
+                                                                std::int64_t col, Acc a0, Acc a1, S alpha,
+                                                                S beta, bool read_c, const Epi& epi) {
+  S v0 = alpha * static_cast<S>(a0);
+  S v1 = alpha * static_cast<S>(a1);
+  if (read_c) {
+    v0 += beta * load_output<S>(crow[col]);
+    v1 += beta * load_output<S>(crow[col + 1]);
+  }
+  wgmma_out_pair<TC> out;
+  out.x = convert_output<TC>(epi(v0, row, col));
+  out.y = convert_output<TC>(epi(v1, row, col + 1));
+  return out;
+}
+
 template <class T, class TC, class S, class Epi, int Cluster>
 __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                      const problem<T, T, TC, S, Epi> p, const wgmma_schedule sch) {
+                      const __grid_constant__ CUtensorMap map_c, const problem<T, T, TC, S, Epi> p,
+                      const wgmma_schedule sch) {
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   using Cfg = wgmma_config<T, Cluster>;
   using Acc = tile::wgmma_acc_t<T>;
@@ -144,7 +168,8 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
   // Every block of a cluster computes the same aligned offset (same raw address): multicast
   // copies and remote arrivals address the peers' stages and barriers by this block's offsets.
   const std::uint32_t base = (raw + 1023u) & ~1023u;
-  const std::uint32_t bars = base + Cfg::stages * Cfg::stage_bytes;
+  const std::uint32_t staging = base + Cfg::stages * Cfg::stage_bytes;  // 1024-byte aligned
+  const std::uint32_t bars = staging + Cfg::staging_bytes;
   auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
   auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(Cfg::stages + st) * 8u; };
 
@@ -160,6 +185,7 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
   if (tid == 0) {
     tile::prefetch_tensor_map(&map_a);
     tile::prefetch_tensor_map(&map_b);
+    if (sch.c_bulk) tile::prefetch_tensor_map(&map_c);
     for (int st = 0; st < Cfg::stages; ++st) {
       tile::mbar_init(full_bar(st), 1);
       // One arrival per consumer warp of every block whose B slice lands in this stage: a stage
@@ -214,6 +240,7 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     const int warp_in_wg = (tid / 32) % 4;  // rows [16 w, 16 w + 16) of those
     const int lane = tid % 32;
     const bool read_c = !(p.beta == S(0));
+    const bool leader = tid % 128 == 0;  // issues and tracks the warpgroup's bulk stores
     auto release = [&](int stage) {
       __syncwarp();
       if (lane == 0) {
@@ -259,9 +286,54 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
       // The producer is already filling the stages of the next tile while this one is written.
       // Rows past m (an edge tile, or the second block of a cluster past the last tile row) are
       // skipped here.
-      const std::int64_t row0 = (tl.tm * Cluster + rank) * Cfg::bm + cw * 64 + warp_in_wg * 16 + lane / 4;
+      const std::int64_t wg_row0 = (tl.tm * Cluster + rank) * Cfg::bm + cw * 64;
+      const std::int64_t row0 = wg_row0 + warp_in_wg * 16 + lane / 4;
       const std::int64_t col0 = tl.tn * Cfg::bn + 2 * (lane % 4);
       TC* const cb = p.c + tl.q * p.stride_c;
+      if (sch.c_bulk && wg_row0 + 64 <= p.m && tl.tn * Cfg::bn + Cfg::bn <= p.n) {
+        // Whole 64 x 256 block: pieces of 64 rows x 128 bytes go through shared memory to the
+        // tensor copy engine, two buffers in turn, so the warpgroup is back in the main loop
+        // while the global writes drain.
+        constexpr int piece_cols = 128 / static_cast<int>(sizeof(TC));
+        constexpr int pieces = Cfg::bn / piece_cols;
+        const std::uint32_t region = staging + static_cast<std::uint32_t>(cw * 2 * Cfg::piece_bytes);
+#pragma unroll
+        for (int piece = 0; piece < pieces; ++piece) {
+          const std::uint32_t buf = region + static_cast<std::uint32_t>((piece & 1) * Cfg::piece_bytes);
+          // The store issued two pieces ago from this buffer must have read it out.
+          if (leader) tile::bulk_wait_group_read<1>();
+          tile::named_barrier_sync(1 + cw, 128);
+#pragma unroll
+          for (int jj = 0; jj < piece_cols / 8; ++jj) {
+            const int j = piece * (piece_cols / 8) + jj;
+            const int col_in_piece = 8 * jj + 2 * (lane % 4);
+            const std::int64_t col = tl.tn * Cfg::bn + piece * piece_cols + col_in_piece;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = warp_in_wg * 16 + lane / 4 + 8 * h;  // row inside the 64-row block
+              const std::int64_t row = wg_row0 + r;
+              const wgmma_out_pair<TC> out =
+                  wgmma_finish_pair<S, TC>(cb + row * p.ldc, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1],
+                                           p.alpha, p.beta, read_c, p.epi);
+              const std::uint32_t off =
+                  static_cast<std::uint32_t>(col_in_piece * static_cast<int>(sizeof(TC)));
+              const std::uint32_t addr = buf + static_cast<std::uint32_t>(r * 128) +
+                                         ((((off >> 4) ^ static_cast<std::uint32_t>(r & 7))) << 4) +
+                                         (off & 15u);
+              *reinterpret_cast<wgmma_out_pair<TC>*>(wgmma_smem_raw + (addr - raw)) = out;
+            }
+          }
+          // Generic-proxy writes become visible to the copy engine, then one thread sends the piece.
+          tile::fence_proxy_async_shared();
+          tile::named_barrier_sync(1 + cw, 128);
+          if (leader) {
+            tile::tma_store_3d(&map_c, static_cast<int>(tl.tn * Cfg::bn + piece * piece_cols),
+                               static_cast<int>(wg_row0), static_cast<int>(tl.q), buf);
+            tile::bulk_commit_group();
+          }
+        }
+        continue;
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::int64_t row = row0 + 8 * h;
@@ -275,13 +347,16 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
         }
       }
     }
+    // Shared memory must stay alive until the copy engine has read the last pieces (their global
+    // writes complete before the grid does).
+    if (leader) tile::bulk_wait_group_read<0>();
   }
   if constexpr (Cluster > 1) {
     // Peers may still arrive on this block's empty barriers: no block leaves before all are done.
     tile::cluster_sync();
   }
 #else
-  (void)map_a, (void)map_b, (void)p, (void)sch;
+  (void)map_a, (void)map_b, (void)map_c, (void)p, (void)sch;
   __trap();  // never launched: launch_wgmma refuses unless this build has sm_90a code for the device
 #endif
 }
@@ -359,6 +434,17 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
   const CUtensorMap map_b = tile::make_matrix_tensor_map<T>(
       p.b, p.n, p.k, p.ldb, Cfg::b_box_rows, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B",
       sch.b_batched ? p.batch : 1, sch.b_batched ? p.stride_b : p.ldb * p.n);
+  // C through the copy engine when a tensor map can describe it and some warpgroup block
+  // (64 x 256) lies wholly inside it; the others, and every edge block, store element by element.
+  constexpr auto es = static_cast<std::int64_t>(sizeof(TC));
+  sch.c_bulk = c_addr % 16 == 0 && (p.ldc * es) % 16 == 0 &&
+               (p.batch == 1 || (p.stride_c > 0 && (p.stride_c * es) % 16 == 0)) && p.m >= 64 &&
+               p.n >= Cfg::bn;
+  const CUtensorMap map_c =
+      sch.c_bulk ? tile::make_matrix_tensor_map<TC>(p.c, p.m, p.n, p.ldc, 64, 128 / static_cast<int>(es),
+                                                    tile::swizzle::b128, "gemm wgmma: C", p.batch,
+                                                    p.batch > 1 ? p.stride_c : p.ldc * p.m)
+                 : map_a;  // unused
 
   auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
   const std::int64_t resident =
@@ -366,7 +452,7 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
   const auto grid = static_cast<unsigned>(Cluster * std::min<std::int64_t>(sch.total, resident));
   const problem<T, T, TC, S, Epi> kp = p;
   if constexpr (Cluster == 1) {
-    kernel<<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, kp, sch);
+    kernel<<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
   } else {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(grid, 1, 1);
@@ -380,7 +466,7 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, kp, sch));
+    SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_c, kp, sch));
   }
   SPILLWAY_CHECK_LAUNCH();
 }
