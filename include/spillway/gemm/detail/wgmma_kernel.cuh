@@ -16,6 +16,13 @@
 // stage's "empty" barrier then counts the consumer warps of both blocks, and both blocks meet at
 // a cluster barrier before leaving (peers may still signal them).
 //
+// Epilogue: alpha * acc (+ beta * C), the functor and the conversion in registers. When C has a
+// tensor map (16-byte aligned base, ldc and batch stride), each warpgroup block that lies wholly
+// inside C (64 x 256) is written as 64-row x 128-byte pieces into two swizzled staging buffers and
+// sent by tensor stores, so the warpgroup returns to the main loop while the writes drain; edge
+// blocks and other Cs are stored element by element (pairs where aligned). Boxes are never sent
+// across C's last column.
+//
 // Edges: the tensor maps zero-fill every box part outside [0, k) x [0, rows), so the main loop
 // never predicates; the epilogue writes only (row < m, col < n). Batches are the maps' third
 // dimension (a zero batch stride reuses batch 0).
@@ -347,9 +354,9 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
         }
       }
     }
-    // Shared memory must stay alive until the copy engine has read the last pieces (their global
-    // writes complete before the grid does).
-    if (leader) tile::bulk_wait_group_read<0>();
+    // The last pieces' stores must be done (shared memory read out, global writes performed)
+    // before the block retires.
+    if (leader) tile::bulk_wait_group<0>();
   }
   if constexpr (Cluster > 1) {
     // Peers may still arrive on this block's empty barriers: no block leaves before all are done.
