@@ -39,28 +39,50 @@ struct args {
   int samples = 2000;
 };
 
+void print_usage(std::FILE* f) {
+  std::fprintf(f,
+      "spillway-gram: the Gram matrix A*A^T of a 0/1 matrix (co-occurrence counts, Jaccard, cosine or\n"
+      "Hamming for every pair of rows), bit-packed and computed on the GPU out of core under a memory\n"
+      "budget, then checked against the host implementation on sampled entries. With no GPU (or --host)\n"
+      "the host implementation computes it.\n\n"
+      "usage: spillway-gram [options]\n"
+      "input (one of; default: a random matrix):\n"
+      "  --input A.npy          a 2-D .npy of uint8, int8 or bool 0/1 values\n"
+      "  --raw A.bin --shape RxC  raw row-major bytes, R rows of C columns\n"
+      "  --rows R --cols C      a random matrix of R x C (default 2000 x 5000)\n"
+      "  --seed S --density P   its seed (default 42) and fraction of ones (default 0.3)\n"
+      "  --nonzero-as-one       any nonzero byte counts as 1 (default: values other than 0/1 are an error)\n"
+      "what to compute:\n"
+      "  --epilogue E           counts | jaccard | cosine | hamming (default counts)\n"
+      "  --sink S               full | triangle | condensed | topk | threshold (default triangle)\n"
+      "  --k K                  neighbours per row for --sink topk (default 10)\n"
+      "  --threshold T          --sink threshold keeps pairs >= T (<= T for hamming; default 0.5 for\n"
+      "                         jaccard/cosine, 0.2*cols for hamming, 0.4*cols*density for counts)\n"
+      "  --both-halves          threshold sink: list (j, i) as well as (i, j)\n"
+      "how:\n"
+      "  --budget SIZE          device memory per GPU, e.g. 4GiB, 512MiB (default 80%% of free memory)\n"
+      "  --path P               automatic | wgmma | mma_sync | popc (default automatic)\n"
+      "  --host                 run the host implementation only\n"
+      "  --samples N            entries checked against the host (default 2000)\n"
+      "  --output OUT.npy       write the result (top-k adds OUT.npy.indices.npy; threshold adds\n"
+      "                         OUT.npy.row.npy and OUT.npy.col.npy)\n"
+      "  -h, --help             this text\n\n"
+      "example:\n"
+      "  spillway-gram --rows 3000 --cols 5000 --epilogue jaccard --sink topk --k 10 --budget 4GiB\n");
+}
+
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "error: %s\n"
-               "usage: spillway-gram [--input A.npy | --raw A.bin --shape RxC | --rows R --cols C --seed S --density P]\n"
-               "                     [--epilogue counts|jaccard|cosine|hamming] [--sink full|triangle|condensed|topk|threshold]\n"
-               "                     [--k K] [--threshold T] [--both-halves] [--budget BYTES|4GiB|512MiB]\n"
-               "                     [--path automatic|wgmma|mma_sync|popc] [--host] [--nonzero-as-one] [--samples N] [--output OUT.npy]\n",
-               why);
+  std::fprintf(stderr, "spillway-gram: error: %s\n\n", why);
+  print_usage(stderr);
   std::exit(2);
 }
 
 std::size_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  const std::string unit = end;
-  double mul = 1;
-  if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
-  else if (unit == "KiB" || unit == "K") mul = 1024.0;
-  else if (!unit.empty()) usage(("bad --budget unit '" + unit + "'").c_str());
-  if (!(v > 0)) usage("--budget must be positive");
-  return static_cast<std::size_t>(v * mul);
+  try {
+    return spillway::parse_byte_size(s);
+  } catch (const spillway::logic_error& e) {
+    usage((std::string("--budget: ") + e.what()).c_str());
+  }
 }
 
 args parse(int argc, char** argv) {
@@ -91,7 +113,10 @@ args parse(int argc, char** argv) {
     else if (k == "--nonzero-as-one") a.nonzero_as_one = true;
     else if (k == "--samples") a.samples = std::atoi(val().c_str());
     else if (k == "--output") a.output = val();
-    else if (k == "--help" || k == "-h") usage("help");
+    else if (k == "--help" || k == "-h") {
+      print_usage(stdout);
+      std::exit(0);
+    }
     else usage(("unknown argument " + k).c_str());
   }
   if (a.rows < 1 || a.cols < 1) usage("rows and cols must be >= 1");

@@ -18,7 +18,19 @@ double copy_gbps(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
+    if (!help) std::fprintf(stderr, "spillway-info: error: unknown argument %s\n\n", argv[i]);
+    std::fprintf(help ? stdout : stderr,
+                 "spillway-info: lists the visible GPUs (name, compute capability, SMs, L2, copy engines,\n"
+                 "free and total memory, the default memory budget) and measures pinned host<->device copy\n"
+                 "bandwidth of 256 MiB (median of 9, CUDA events). With no GPU or driver it says so and\n"
+                 "exits 0.\n\n"
+                 "usage: spillway-info [-h|--help]\n\n"
+                 "example:\n  spillway-info\n");
+    return help ? 0 : 2;
+  }
   std::printf("spillway %s\n", spillway::version_string);
   const int n = spillway::device_count();
   if (n == 0) {

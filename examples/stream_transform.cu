@@ -1,7 +1,7 @@
 // stream_transform — the elementwise product of two rows × cols float64 host arrays that need not
 // fit in device memory, streamed through every visible GPU under a device-memory budget.
 //
-//   spillway-stream-transform [--rows N] [--cols N] [--budget MiB] [--pinned]
+//   spillway-stream-transform [--rows N] [--cols N] [--budget 256MiB] [--pinned]
 //
 // The seed case is --rows 1000000 --cols 500 (two 4 GB inputs, a 4 GB output). The default is
 // small enough to finish in seconds on a CPU-only machine, where the host implementation runs
@@ -35,6 +35,22 @@ bool draw_progress(const spillway::progress_info& p) {
   return true;
 }
 
+void print_usage(std::FILE* f) {
+  std::fprintf(f,
+               "spillway-stream-transform: c = a * b for two rows x cols float64 host arrays that need not fit\n"
+               "in device memory, streamed through every visible GPU under a per-GPU memory budget (copies in,\n"
+               "compute and copies out overlapped), checked against a plain host loop; exits 1 on a mismatch.\n"
+               "With no GPU the host implementation runs instead (and says so).\n\n"
+               "usage: spillway-stream-transform [--rows N] [--cols N] [--budget SIZE] [--pinned]\n"
+               "  --rows N        rows (default 20000; the seed case is 1000000)\n"
+               "  --cols N        columns (default 500)\n"
+               "  --budget SIZE   device memory per GPU, e.g. 256MiB, 4GiB (default 256MiB)\n"
+               "  --pinned        inputs and output in pinned memory (default pageable, staged by spillway)\n"
+               "  -h, --help      this text\n\n"
+               "example (the seed's 12 GB job):\n"
+               "  spillway-stream-transform --rows 1000000 --cols 500 --budget 4GiB --pinned\n");
+}
+
 std::size_t parse_size(const char* flag, const char* v) {
   char* end = nullptr;
   const unsigned long long x = std::strtoull(v, &end, 10);
@@ -48,24 +64,34 @@ std::size_t parse_size(const char* flag, const char* v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t rows = 20000, cols = 500, budget_mib = 256;
+  std::size_t rows = 20000, cols = 500, budget = std::size_t{256} << 20;
   bool pinned = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--rows" || a == "--cols" || a == "--budget") && i + 1 < argc) {
-      const std::size_t v = parse_size(argv[i], argv[i + 1]);
-      (a == "--rows" ? rows : a == "--cols" ? cols : budget_mib) = v;
+    if ((a == "--rows" || a == "--cols") && i + 1 < argc) {
+      (a == "--rows" ? rows : cols) = parse_size(argv[i], argv[i + 1]);
       ++i;
+    } else if (a == "--budget" && i + 1 < argc) {
+      try {
+        budget = spillway::parse_byte_size(argv[++i]);
+      } catch (const spillway::logic_error& e) {
+        std::fprintf(stderr, "spillway-stream-transform: error: --budget: %s\n", e.what());
+        return 2;
+      }
     } else if (a == "--pinned") {
       pinned = true;
+    } else if (a == "--help" || a == "-h") {
+      print_usage(stdout);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--rows N] [--cols N] [--budget MiB] [--pinned]\n", argv[0]);
+      std::fprintf(stderr, "spillway-stream-transform: error: unknown or incomplete argument %s\n\n", a.c_str());
+      print_usage(stderr);
       return 2;
     }
   }
   const std::size_t n = rows * cols;
-  std::printf("c = a * b for %zu x %zu float64 (%.2f GB in, %.2f GB out), budget %zu MiB per GPU, %s inputs\n",
-              rows, cols, 2.0 * n * 8 / 1e9, n * 8 / 1e9, budget_mib, pinned ? "pinned" : "pageable");
+  std::printf("c = a * b for %zu x %zu float64 (%.2f GB in, %.2f GB out), budget %.0f MiB per GPU, %s inputs\n",
+              rows, cols, 2.0 * n * 8 / 1e9, n * 8 / 1e9, static_cast<double>(budget) / (1 << 20), pinned ? "pinned" : "pageable");
 
   // Pageable (std::vector) or pinned storage; the pipeline stages pageable data itself.
   std::vector<double> va, vb, vc;
@@ -96,7 +122,7 @@ int main(int argc, char** argv) {
                                 spillway::host_input(b, n));
   } else {
     spillway::transform_options o;
-    o.budget = spillway::memory_budget(budget_mib << 20);
+    o.budget = spillway::memory_budget(budget);
     o.progress = draw_progress;
     try {
       const auto r = spillway::transform(o, spillway::host_output(c, n), multiplies{}, spillway::host_input(a, n),

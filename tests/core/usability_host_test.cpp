@@ -43,3 +43,21 @@ TEST(CoreUsability, VersionHeaderIsConsistent) {
                 spillway::version_patch);
   EXPECT_EQ(std::string(buf), spillway::version_string);
 }
+
+TEST(CoreUsability, ParseByteSizeTakesTheExamplesUnits) {
+  EXPECT_EQ(spillway::parse_byte_size("4GiB"), std::size_t{4} << 30);
+  EXPECT_EQ(spillway::parse_byte_size("512MiB"), std::size_t{512} << 20);
+  EXPECT_EQ(spillway::parse_byte_size("1.5GiB"), std::size_t{3} << 29);
+  EXPECT_EQ(spillway::parse_byte_size("64K"), std::size_t{64} << 10);
+  EXPECT_EQ(spillway::parse_byte_size("8GB"), std::size_t{8000000000});
+  EXPECT_EQ(spillway::parse_byte_size("12345"), std::size_t{12345});
+  EXPECT_EQ(spillway::parse_byte_size("2 TiB"), std::size_t{2} << 40);
+  for (const char* bad : {"", "GiB", "4 gibibytes", "0", "-1MiB", "4XB"}) {
+    try {
+      (void)spillway::parse_byte_size(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const spillway::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}

@@ -5,6 +5,7 @@
 #include <spillway/core/error.hpp>
 
 #include <cstddef>
+#include <exception>
 #include <string>
 
 namespace spillway {
@@ -54,6 +55,38 @@ class memory_budget {
  private:
   std::size_t bytes_;
 };
+
+/// Parses a byte count as the examples' `--budget` takes it: a number with an optional unit,
+/// binary `KiB` `MiB` `GiB` `TiB` (also `K` `M` `G` `T`) or decimal `kB` `MB` `GB` `TB`, e.g. "4GiB",
+/// "512MiB", "1.5GiB", "8000000000". Throws logic_error naming the text when it is not one (or 0).
+inline std::size_t parse_byte_size(const std::string& text) {
+  const auto bad = [&](const char* why) {
+    return logic_error("'" + text + "' is not a byte size (" + why + "; e.g. 4GiB, 512MiB, 1.5GiB or 8000000000)");
+  };
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw bad("no number");
+  }
+  std::string unit = text.substr(pos);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "KiB" || unit == "K") mul = 1024.0;
+  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kB" || unit == "KB") mul = 1e3;
+  else if (unit == "MB") mul = 1e6;
+  else if (unit == "GB") mul = 1e9;
+  else if (unit == "TB") mul = 1e12;
+  else throw bad("unknown unit");
+  const double bytes = v * mul;
+  if (!(bytes >= 1) || bytes > 1.8e19) throw bad("must be at least 1 byte");
+  return static_cast<std::size_t>(bytes);
+}
 
 /// Byte-count literals: `memory_budget(8_GiB)`. Bring them into scope with
 /// `using namespace spillway::literals;` (or `using namespace spillway;`, which includes them).
