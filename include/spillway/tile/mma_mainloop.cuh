@@ -8,10 +8,10 @@
 // warps of (BM / WarpsM) x (BN / WarpsN) accumulators read fragments with ldmatrix.x4, double
 // buffered in registers across the four 32-byte k-steps of a tile; one __syncthreads per k-tile.
 //
-// Edges: rows past an operand's `rows` are zero-filled (cp.async with source size 0, address never
-// read). The chunk that k ends inside (k_bytes not a multiple of 16) is read byte by byte up to k
-// and zero past it — never the bytes after k, which may hold NaNs or lie past the allocation.
-// Zero operands add exact zeros, so no result depends on padding.
+// Edges: every 16-byte chunk is one cp.async whose source size is the bytes of k it holds (16, the
+// 1..15 where k ends inside it, or 0 past k and for rows past an operand's `rows`); the rest is
+// zero-filled, so nothing after k is read (it may hold NaNs or lie past the allocation) and zero
+// operands add exact zeros: no result depends on padding.
 #pragma once
 
 #include <spillway/tile/arch.cuh>
@@ -62,21 +62,18 @@ struct kmajor_rows {
   std::int64_t rows = 0;
 };
 
-/// The byte-wise copy of the 16-byte chunk k ends inside: `valid_bytes` (1..15) from `src`, zeros after.
-__device__ __forceinline__ void store_partial_chunk(unsigned char* dst, const unsigned char* src, int valid_bytes) {
-  std::uint32_t w[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    std::uint32_t v = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int at = j * 4 + b;
-      const std::uint32_t byte = at < valid_bytes ? static_cast<std::uint32_t>(src[at]) : 0u;
-      v |= byte << (8 * b);
-    }
-    w[j] = v;
-  }
-  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+/// 16-byte cp.async (.cg, L2 128-byte prefetch) that reads only the first `src_bytes` (0..16) bytes
+/// of `src` and zero-fills the rest of the destination chunk: one instruction covers a full chunk,
+/// the chunk k ends inside (element-exact zero fill, nothing past k is read) and an absent row or
+/// tile (0 bytes: `src` is never dereferenced).
+__device__ __forceinline__ void cp_async16_zfill(std::uint32_t dst, const void* src, int src_bytes) {
+#ifdef SPILLWAY_TILE_HAS_MMA
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+#else
+  (void)dst, (void)src, (void)src_bytes;
+  __trap();
+#endif
 }
 
 /// Waits until at most `pending` (0, 1 or 2) cp.async groups are in flight (the stage count is a
@@ -137,41 +134,26 @@ __device__ __forceinline__ void mma_sync_kmajor_mainloop(unsigned char* smem, co
   const unsigned char* const b_src = b.base + ld_row * b.ld_bytes + ld_chunk * 16;
   const std::int64_t a_step = S::rows_per_pass * a.ld_bytes, b_step = S::rows_per_pass * b.ld_bytes;
   const std::int64_t ktiles = (k_bytes + S::row_bytes - 1) / S::row_bytes;
-  const std::int64_t full_ktiles = k_bytes / S::row_bytes;
+  const std::int64_t chunk_k_bytes = k_bytes - ld_chunk * 16;  // k bytes from this thread's chunk of tile 0 on
 
+  // One code path for every tile, branch-free (so the compiler can interleave it with the MMAs):
+  // each chunk copies min(16, bytes of k left) bytes, none past k, none for absent rows, none for
+  // tiles past the end (the ring's last refills, which nothing reads).
   auto load_tile = [&](std::int64_t kt, int stage) {
     const std::uint32_t sa = smem_base + static_cast<std::uint32_t>(stage * S::stage_bytes) + st_off;
     const std::uint32_t sb = sa + S::a_bytes;
     const std::int64_t koff = kt * S::row_bytes;
-    if (kt < full_ktiles) {
-      const unsigned char* src = a_src + koff;
+    const std::int64_t left = chunk_k_bytes - koff;
+    const int bytes = left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0);
+    const unsigned char* src = a_src + koff;
 #pragma unroll
-      for (int i = 0; i < S::a_passes; ++i, src += a_step) cp_async<16>(sa + i * pass_bytes, src, (a_ok >> i) & 1u);
-      src = b_src + koff;
+    for (int i = 0; i < S::a_passes; ++i, src += a_step) {
+      cp_async16_zfill(sa + i * pass_bytes, src, (a_ok >> i) & 1u ? bytes : 0);
+    }
+    src = b_src + koff;
 #pragma unroll
-      for (int i = 0; i < S::b_passes; ++i, src += b_step) cp_async<16>(sb + i * pass_bytes, src, (b_ok >> i) & 1u);
-    } else {
-      // The tile holding the end of k: whole chunks by cp.async, the chunk k ends inside by hand.
-      const std::int64_t left = k_bytes - koff - ld_chunk * 16;
-      unsigned char* const gen = smem + stage * S::stage_bytes + st_off;
-      const unsigned char* src = a_src + koff;
-      for (int i = 0; i < S::a_passes; ++i, src += a_step) {
-        const bool row_ok = (a_ok >> i) & 1u;
-        if (row_ok && left > 0 && left < 16) {
-          store_partial_chunk(gen + i * pass_bytes, src, static_cast<int>(left));
-        } else {
-          cp_async<16>(sa + i * pass_bytes, src, row_ok && left >= 16);
-        }
-      }
-      src = b_src + koff;
-      for (int i = 0; i < S::b_passes; ++i, src += b_step) {
-        const bool row_ok = (b_ok >> i) & 1u;
-        if (row_ok && left > 0 && left < 16) {
-          store_partial_chunk(gen + S::a_bytes + i * pass_bytes, src, static_cast<int>(left));
-        } else {
-          cp_async<16>(sb + i * pass_bytes, src, row_ok && left >= 16);
-        }
-      }
+    for (int i = 0; i < S::b_passes; ++i, src += b_step) {
+      cp_async16_zfill(sb + i * pass_bytes, src, (b_ok >> i) & 1u ? bytes : 0);
     }
   };
 
@@ -202,9 +184,9 @@ __device__ __forceinline__ void mma_sync_kmajor_mainloop(unsigned char* smem, co
     }
   };
 
-  // Prologue: stages - 1 tiles in flight (empty groups past the end keep the group count uniform).
+  // Prologue: stages - 1 tiles in flight (past the end they copy nothing but keep the group count uniform).
   for (int st = 0; st < stages - 1; ++st) {
-    if (st < ktiles) load_tile(st, st);
+    load_tile(st, st);
     cp_async_commit();
   }
   cp_async_wait_pending(stages - 2);
@@ -225,7 +207,7 @@ __device__ __forceinline__ void mma_sync_kmajor_mainloop(unsigned char* smem, co
       }
       load_frags((ks + 1) & 1, read_stage, (ks + 1) % S::ksteps);
       if (ks == 0) {
-        if (kt + stages - 1 < ktiles) load_tile(kt + stages - 1, write_stage);
+        load_tile(kt + stages - 1, write_stage);
         cp_async_commit();
         write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;
       }

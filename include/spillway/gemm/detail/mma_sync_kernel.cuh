@@ -97,24 +97,29 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
 
     // Epilogue: each thread owns pairs (row g / g + 8, columns 2t, 2t + 1) of every 16 x 8 fragment,
     // written as one vector store where C's row allows it (any ldc and C offset are legal).
-    TC* const c = p.c + q * p.stride_c;
+    // Block-relative 32-bit indices keep the register pressure of the hoisted row/column values low.
+    TC* const c_blk = p.c + q * p.stride_c + m0 * p.ldc + n0;
+    const int m_left = static_cast<int>(p.m - m0 < cfg::bm ? p.m - m0 : cfg::bm);
+    const int n_left = static_cast<int>(p.n - n0 < cfg::bn ? p.n - n0 : cfg::bn);
     const bool read_c = !(p.beta == S(0));
 #pragma unroll
     for (int mi = 0; mi < shape::mt; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const index_t row = m0 + shape::acc_row(warp, lane, mi, h);
-        if (row >= p.m) continue;
-        TC* const crow = c + row * p.ldc;
+        const int lrow = shape::acc_row(warp, lane, mi, h);
+        if (lrow >= m_left) continue;
+        TC* const crow = c_blk + lrow * p.ldc;
+        const index_t row = m0 + lrow;
         const bool row_paired = reinterpret_cast<std::uintptr_t>(crow) % sizeof(mma_sync_pair<TC>) == 0;
 #pragma unroll
         for (int ni = 0; ni < shape::nt; ++ni) {
-          const index_t col = n0 + shape::acc_col(warp, lane, ni, 0);  // even
-          if (col >= p.n) continue;
+          const int lcol = shape::acc_col(warp, lane, ni, 0);  // even
+          if (lcol >= n_left) continue;
+          const index_t col = n0 + lcol;
           S v0 = p.alpha * static_cast<S>(acc[mi][ni][h * 2]);
           S v1 = p.alpha * static_cast<S>(acc[mi][ni][h * 2 + 1]);
-          if (row_paired && col + 1 < p.n) {
-            auto* const dst = reinterpret_cast<mma_sync_pair<TC>*>(crow + col);
+          if (row_paired && lcol + 1 < n_left) {
+            auto* const dst = reinterpret_cast<mma_sync_pair<TC>*>(crow + lcol);
             if (read_c) {
               const mma_sync_pair<TC> old = *dst;
               v0 += p.beta * load_output<S>(old.x);
@@ -122,11 +127,11 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
             }
             *dst = mma_sync_pair<TC>{convert_output<TC>(p.epi(v0, row, col)), convert_output<TC>(p.epi(v1, row, col + 1))};
           } else {
-            if (read_c) v0 += p.beta * load_output<S>(crow[col]);
-            crow[col] = convert_output<TC>(p.epi(v0, row, col));
-            if (col + 1 < p.n) {
-              if (read_c) v1 += p.beta * load_output<S>(crow[col + 1]);
-              crow[col + 1] = convert_output<TC>(p.epi(v1, row, col + 1));
+            if (read_c) v0 += p.beta * load_output<S>(crow[lcol]);
+            crow[lcol] = convert_output<TC>(p.epi(v0, row, col));
+            if (lcol + 1 < n_left) {
+              if (read_c) v1 += p.beta * load_output<S>(crow[lcol + 1]);
+              crow[lcol + 1] = convert_output<TC>(p.epi(v1, row, col + 1));
             }
           }
         }
