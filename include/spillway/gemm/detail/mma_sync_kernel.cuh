@@ -60,6 +60,28 @@ struct alignas(2 * sizeof(TC)) mma_sync_pair {
   TC x, y;
 };
 
+struct mma_sync_origin {
+  index_t m0, n0;
+};
+
+/// The block's output tile origin under grouped rasterization (consecutive blocks walk down
+/// raster_group tile rows, then across, so a group's A panels stay in L2 while B streams past).
+/// blockIdx.x is read through a volatile move so the compiler recomputes the origin where it is
+/// used instead of holding it in registers across the mainloop.
+__device__ __forceinline__ mma_sync_origin mma_sync_block_origin(int tiles_m, int tiles_n) {
+  unsigned pid_u = 0;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(pid_u));
+  // 64-bit: 8 * tiles_n may pass 2^31 for a very wide, short C.
+  const long long pid = pid_u;
+  const long long per_group = static_cast<long long>(mma_sync_config::raster_group) * tiles_n;
+  const long long first_m = pid / per_group * mma_sync_config::raster_group;
+  const long long group_rows = tiles_m - first_m < mma_sync_config::raster_group ? tiles_m - first_m
+                                                                                  : mma_sync_config::raster_group;
+  const long long in_group = pid % per_group;
+  return {static_cast<index_t>(first_m + in_group % group_rows) * mma_sync_config::bm,
+          static_cast<index_t>(in_group / group_rows) * mma_sync_config::bn};
+}
+
 template <class T, class TC, class S, class Epi>
 __global__ void __launch_bounds__(mma_sync_config::threads, 1)
     mma_sync_gemm_kernel(problem<T, T, TC, S, Epi> p, int stages, int tiles_m, int tiles_n) {
@@ -73,27 +95,25 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
 
-  // Grouped rasterization: consecutive blocks walk down raster_group tile rows, then across.
-  const long long pid = blockIdx.x;
-  const long long per_group = static_cast<long long>(cfg::raster_group) * tiles_n;
-  const long long first_m = (pid / per_group) * cfg::raster_group;
-  const long long group_rows = tiles_m - first_m < cfg::raster_group ? tiles_m - first_m : cfg::raster_group;
-  const long long in_group = pid % per_group;
-  const index_t m0 = static_cast<index_t>(first_m + in_group % group_rows) * cfg::bm;
-  const index_t n0 = static_cast<index_t>(in_group / group_rows) * cfg::bn;
   const index_t lda_bytes = p.lda * static_cast<index_t>(sizeof(T));
   const index_t ldb_bytes = p.ldb * static_cast<index_t>(sizeof(T));
 
   for (index_t q = blockIdx.y; q < p.batch; q += gridDim.y) {
-    const tile::kmajor_rows a{reinterpret_cast<const unsigned char*>(p.a + q * p.stride_a) + m0 * lda_bytes, lda_bytes,
-                              p.m - m0};
-    const tile::kmajor_rows b{reinterpret_cast<const unsigned char*>(p.b + q * p.stride_b) + n0 * ldb_bytes, ldb_bytes,
-                              p.n - n0};
     acc_t acc[shape::mt][shape::nt][4];
     tile::mma_zero(acc);
-    // Returns with every copy landed and the block past a barrier: the next batch entry may refill.
-    tile::mma_sync_kmajor_mainloop<traits, shape>(mma_sync_smem, a, b, p.k * static_cast<index_t>(sizeof(T)), stages,
-                                                  acc);
+    {
+      const mma_sync_origin o = mma_sync_block_origin(tiles_m, tiles_n);
+      const tile::kmajor_rows a{reinterpret_cast<const unsigned char*>(p.a + q * p.stride_a) + o.m0 * lda_bytes,
+                                lda_bytes, p.m - o.m0};
+      const tile::kmajor_rows b{reinterpret_cast<const unsigned char*>(p.b + q * p.stride_b) + o.n0 * ldb_bytes,
+                                ldb_bytes, p.n - o.n0};
+      // Returns with every copy landed and the block past a barrier: the next batch entry may refill.
+      tile::mma_sync_kmajor_mainloop<traits, shape>(mma_sync_smem, a, b, p.k * static_cast<index_t>(sizeof(T)), stages,
+                                                    acc);
+    }
+    // The block's origin again (not kept live across the mainloop, whose registers are all taken).
+    const mma_sync_origin o = mma_sync_block_origin(tiles_m, tiles_n);
+    const index_t m0 = o.m0, n0 = o.n0;
 
     // Epilogue: each thread owns pairs (row g / g + 8, columns 2t, 2t + 1) of every 16 x 8 fragment,
     // written as one vector store where C's row allows it (any ldc and C offset are legal).
