@@ -311,7 +311,11 @@ TEST(SimtKernelGpu, FloatEdgeShapes) {
     for (int aligned = 0; aligned < 2; ++aligned) {
       spec s;
       s.m = sh[0], s.n = sh[1], s.k = sh[2];
-      if (aligned == 0) s.off_a = s.off_b = s.off_c = 1, s.pad_a = 1, s.pad_b = 2;
+      if (aligned == 0) {
+        s.off_a = s.off_b = s.off_c = 1, s.pad_a = 1, s.pad_b = 2;
+      } else {  // leading dimensions a multiple of 4: the vector (lean) loads, k edge included
+        s.pad_a = s.pad_b = (4 - s.k % 4) % 4;
+      }
       run_case<float, float>(s, seed + q++);
     }
 }
