@@ -139,10 +139,10 @@ void expect_rejects(const std::string& bytes, const std::string& needle) {
 TEST(Npy, RejectsUnsupportedWithClearErrors) {
   const std::string d8(8, '\0');
   expect_rejects(raw_file(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }", d8), ">i4");
-  expect_rejects(raw_file(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", d8), "<c8");
+  expect_rejects(raw_file(1, "{'descr': '<c32', 'fortran_order': False, 'shape': (1,), }", d8), "<c32");
   expect_rejects(raw_file(1, "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", d8), "|O");
   expect_rejects(raw_file(1, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1,), }", d8), "structured");
-  expect_rejects(raw_file(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (2,), }", d8), "fortran_order");
+  expect_rejects(raw_file(1, "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2,), }", d8), "fortran_order");
   expect_rejects(raw_file(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", d8), "truncated");
   expect_rejects(raw_file(1, "{'descr': '<i4', 'fortran_order': False}", d8), "shape");
   expect_rejects(raw_file(4, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", d8), "version 4");
@@ -175,7 +175,9 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
          "np.save(d + '_b1.npy', rng.random((5, 9)) < 0.5)\n"
          "np.save(d + '_f8.npy', np.arange(12, dtype=np.float64).reshape(3, 4) / 7)\n"
          "np.save(d + '_i4.npy', np.arange(-5, 5, dtype=np.int32))\n"
-         "np.save(d + '_fortran.npy', np.asfortranarray(np.ones((3, 4), np.uint8)))\n"
+         "np.save(d + '_fortran.npy', np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4)))\n"
+         "np.save(d + '_c8.npy', (np.arange(6) + 1j * (np.arange(6) - 2.5)).astype(np.complex64).reshape(2, 3))\n"
+         "np.save(d + '_c16.npy', np.array([1 / 3 - 1j / 7, -2.0 + 0.5j]))\n"
          "np.savetxt(d + '_u1.txt', np.load(d + '_u1.npy').reshape(-1), fmt='%d')\n";
   }
   ASSERT_EQ(std::system((py + " " + script + " " + dir).c_str()), 0);
@@ -192,7 +194,19 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(f.data<double>()[i], i / 7.0);
   const npy_array k = read_npy(dir + "_i4.npy");
   for (int i = 0; i < 10; ++i) EXPECT_EQ(k.data<std::int32_t>()[i], i - 5);
-  EXPECT_THROW((void)read_npy(dir + "_fortran.npy"), spillway::logic_error);
+  // Fortran order is read and transposed: element (i, j, k) of arange(24).reshape(2, 3, 4).
+  const npy_array fo = read_npy(dir + "_fortran.npy");
+  EXPECT_TRUE(fo.header.fortran_order);
+  ASSERT_EQ(fo.header.shape, (std::vector<std::int64_t>{2, 3, 4}));
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(fo.data<std::int32_t>()[i], i);
+  const npy_array c8 = read_npy(dir + "_c8.npy");
+  ASSERT_EQ(c8.header.dtype, npy_dtype::c8);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(c8.data<cuda::std::complex<float>>()[i], cuda::std::complex<float>(float(i), float(i - 2.5)));
+  }
+  const npy_array c16 = read_npy(dir + "_c16.npy");
+  EXPECT_EQ(c16.data<std::complex<double>>()[0], std::complex<double>(1.0 / 3, -1.0 / 7));
+  EXPECT_EQ(c16.data<std::complex<double>>()[1], std::complex<double>(-2.0, 0.5));
 
   // Ours → NumPy.
   std::vector<std::int64_t> idx = {0, -1, 1LL << 40, 7};
@@ -201,6 +215,10 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   write_npy(dir + "_o_i8.npy", idx, {2, 2});
   write_npy(dir + "_o_f4.npy", fl, {6});
   write_npy(dir + "_o_u2.npy", us, {3, 1});
+  std::vector<cuda::std::complex<float>> cf = {{1.5f, -2.0f}, {0.0f, 1e-3f}};
+  write_npy(dir + "_o_c8.npy", cf, {2});
+  std::vector<std::complex<double>> cd = {{1.0 / 3, 2.0 / 3}};
+  write_npy(dir + "_o_c16.npy", cd, {1, 1});
   const std::string check = dir + "_r.py";
   {
     std::ofstream s(check);
@@ -211,15 +229,45 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
          "b = np.load(d + '_o_f4.npy'); assert b.dtype == np.float32 and b.shape == (6,)\n"
          "assert (b == np.array([0.5, 1/3, -2, 1e-20, 0, 3], np.float32)).all(), b\n"
          "c = np.load(d + '_o_u2.npy'); assert c.dtype == np.uint16 and c.shape == (3, 1) and c[1, 0] == 65535\n"
+         "e = np.load(d + '_o_c8.npy'); assert e.dtype == np.complex64 and (e == np.array([1.5 - 2j, 1e-3j], np.complex64)).all(), e\n"
+         "f = np.load(d + '_o_c16.npy'); assert f.dtype == np.complex128 and f.shape == (1, 1) and f[0, 0] == 1 / 3 + 2j / 3, f\n"
          "print('numpy read spillway output: ok')\n";
   }
   EXPECT_EQ(std::system((py + " " + check + " " + dir).c_str()), 0);
-  for (const char* suf : {"_u1.npy", "_b1.npy", "_f8.npy", "_i4.npy", "_fortran.npy", "_u1.txt", "_o_i8.npy",
-                          "_o_f4.npy", "_o_u2.npy"}) {
+  for (const char* suf : {"_u1.npy", "_b1.npy", "_f8.npy", "_i4.npy", "_fortran.npy", "_c8.npy", "_c16.npy", "_u1.txt",
+                          "_o_i8.npy", "_o_f4.npy", "_o_u2.npy", "_o_c8.npy", "_o_c16.npy"}) {
     std::remove((dir + suf).c_str());
   }
   std::remove(script.c_str());
   std::remove(check.c_str());
+}
+
+TEST(NpyComplex, RoundTripsAndFortranOrderWithoutNumPy) {
+  std::mt19937_64 g(spillway::test::seed("NpyComplex"));
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<cuda::std::complex<float>> a(3 * 5);
+  for (auto& z : a) z = {static_cast<float>(u(g)), static_cast<float>(u(g))};
+  const std::string p = tmp_path("c8.npy");
+  write_npy(p, a, {3, 5});
+  const npy_array r = read_npy(p);
+  EXPECT_EQ(r.header.dtype, npy_dtype::c8);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(r.data<cuda::std::complex<float>>()[i], a[i]);
+  // std::complex<float> is the same dtype: either type reads the file.
+  EXPECT_EQ(r.data<std::complex<float>>()[4], std::complex<float>(a[4].real(), a[4].imag()));
+  EXPECT_THROW((void)r.data<std::complex<double>>(), spillway::logic_error);
+  std::vector<std::complex<double>> b(7);
+  for (auto& z : b) z = {u(g), u(g)};
+  write_npy(p, b, {7});
+  const npy_array s = read_npy(p);
+  EXPECT_EQ(s.header.dtype, npy_dtype::c16);
+  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(s.data<std::complex<double>>()[i], b[i]);
+  std::remove(p.c_str());
+  // A hand-made Fortran-order (2, 3) int32 file: memory order 0 3 1 4 2 5 is C order 0..5.
+  const std::vector<std::int32_t> fdata = {0, 3, 1, 4, 2, 5};
+  std::string bytes(reinterpret_cast<const char*>(fdata.data()), fdata.size() * 4);
+  const npy_array f = read_string(raw_file(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3), }", bytes));
+  EXPECT_TRUE(f.header.fortran_order);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(f.data<std::int32_t>()[i], i);
 }
 
 }  // namespace

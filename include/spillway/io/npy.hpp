@@ -1,13 +1,18 @@
 // spillway/io/npy.hpp — reading and writing NumPy .npy files (host only, no NumPy needed).
 //
-// Supported: C-order arrays of uint8 ('|u1'), bool ('|b1'), int8 ('|i1'), uint16 ('<u2'),
-// int32 ('<i4'), int64 ('<i8'), float32 ('<f4') and float64 ('<f8'); header versions 1.0, 2.0
-// and 3.0. Anything else (big-endian data, Fortran order, object arrays, structured dtypes) is a
+// Supported: arrays of uint8 ('|u1'), bool ('|b1'), int8 ('|i1'), uint16 ('<u2'), int32 ('<i4'),
+// int64 ('<i8'), float32 ('<f4'), float64 ('<f8'), complex64 ('<c8': std::complex<float> or
+// cuda::std::complex<float>) and complex128 ('<c16'); header versions 1.0, 2.0 and 3.0. C order is
+// read as is; a Fortran-order file (np.asfortranarray, MATLAB exports) is read and transposed into
+// C order by read_npy. Anything else (big-endian data, object arrays, structured dtypes) is a
 // spillway::logic_error that says what was found.
 #pragma once
 
 #include <spillway/core/error.hpp>
 
+#include <cuda/std/complex>
+
+#include <complex>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -20,7 +25,7 @@
 namespace spillway::io {
 
 /// The element types a .npy file may hold here.
-enum class npy_dtype { u1, b1, i1, u2, i4, i8, f4, f8 };
+enum class npy_dtype { u1, b1, i1, u2, i4, i8, f4, f8, c8, c16 };
 
 /// NumPy's descr string for a dtype ("|u1", "<f4", ...).
 inline const char* npy_descr(npy_dtype t) noexcept {
@@ -33,6 +38,8 @@ inline const char* npy_descr(npy_dtype t) noexcept {
     case npy_dtype::i8: return "<i8";
     case npy_dtype::f4: return "<f4";
     case npy_dtype::f8: return "<f8";
+    case npy_dtype::c8: return "<c8";
+    case npy_dtype::c16: return "<c16";
   }
   return "?";
 }
@@ -47,7 +54,9 @@ inline std::size_t npy_itemsize(npy_dtype t) noexcept {
     case npy_dtype::i4:
     case npy_dtype::f4: return 4;
     case npy_dtype::i8:
-    case npy_dtype::f8: return 8;
+    case npy_dtype::f8:
+    case npy_dtype::c8: return 8;
+    case npy_dtype::c16: return 16;
   }
   return 0;
 }
@@ -62,6 +71,10 @@ constexpr npy_dtype npy_dtype_of() {
   else if constexpr (std::is_same_v<T, std::int32_t>) return npy_dtype::i4;
   else if constexpr (std::is_same_v<T, std::int64_t>) return npy_dtype::i8;
   else if constexpr (std::is_same_v<T, float>) return npy_dtype::f4;
+  else if constexpr (std::is_same_v<T, std::complex<float>> || std::is_same_v<T, cuda::std::complex<float>>)
+    return npy_dtype::c8;
+  else if constexpr (std::is_same_v<T, std::complex<double>> || std::is_same_v<T, cuda::std::complex<double>>)
+    return npy_dtype::c16;
   else {
     static_assert(std::is_same_v<T, double>, "npy: unsupported element type");
     return npy_dtype::f8;
@@ -74,6 +87,7 @@ struct npy_header {
   std::vector<std::int64_t> shape;  ///< () for a scalar
   std::size_t data_offset = 0;      ///< bytes from the start of the file to the first element
   int major_version = 1;
+  bool fortran_order = false;  ///< the file's layout (read_npy always returns C order)
 
   /// Number of elements (1 for a scalar).
   [[nodiscard]] std::int64_t count() const noexcept {
@@ -154,19 +168,18 @@ inline npy_header parse_npy_dict(const std::string& h, const std::string& path) 
     else if (d == "<i8") r.dtype = npy_dtype::i8;
     else if (d == "<f4") r.dtype = npy_dtype::f4;
     else if (d == "<f8") r.dtype = npy_dtype::f8;
+    else if (d == "<c8") r.dtype = npy_dtype::c8;
+    else if (d == "<c16") r.dtype = npy_dtype::c16;
     else {
       throw logic_error(npy_where(path) + ": unsupported dtype '" + d +
-                        "' (supported: |u1 |b1 |i1 <u2 <i4 <i8 <f4 <f8; big-endian data is not)");
+                        "' (supported: |u1 |b1 |i1 <u2 <i4 <i8 <f4 <f8 <c8 <c16; big-endian data is not)");
     }
   }
   // fortran_order
   {
     const std::size_t p = npy_find_key(h, "fortran_order", path);
-    if (h.compare(p, 4, "True") == 0) {
-      throw logic_error(npy_where(path) + ": fortran_order is True; only C-order arrays are supported "
-                                          "(save np.ascontiguousarray(a))");
-    }
-    if (h.compare(p, 5, "False") != 0) throw logic_error(npy_where(path) + ": malformed fortran_order: " + h);
+    if (h.compare(p, 4, "True") == 0) r.fortran_order = true;
+    else if (h.compare(p, 5, "False") != 0) throw logic_error(npy_where(path) + ": malformed fortran_order: " + h);
   }
   // shape
   {
@@ -245,7 +258,40 @@ inline npy_header read_npy_header(std::istream& in, const std::string& path = ""
   return r;
 }
 
-/// Reads a whole .npy file.
+namespace detail {
+/// Fortran-order elements (first index fastest) to C order (last index fastest), any rank.
+inline std::vector<unsigned char> npy_fortran_to_c(const std::vector<unsigned char>& f,
+                                                   const std::vector<std::int64_t>& shape, std::size_t item) {
+  std::vector<unsigned char> c(f.size());
+  const std::size_t rank = shape.size();
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  if (n == 0 || rank < 2) return f;
+  std::vector<std::int64_t> fstride(rank), idx(rank, 0);
+  std::int64_t s = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    fstride[d] = s;
+    s *= shape[d];
+  }
+  // Walk the output in C order, carrying the Fortran offset along with the index.
+  std::int64_t off = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::memcpy(c.data() + static_cast<std::size_t>(i) * item, f.data() + static_cast<std::size_t>(off) * item, item);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < shape[d]) {
+        off += fstride[d];
+        break;
+      }
+      off -= fstride[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return c;
+}
+}  // namespace detail
+
+/// Reads a whole .npy file; a Fortran-order file comes back in C order (header.fortran_order
+/// says what the file held).
 inline npy_array read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw logic_error("read_npy: cannot open '" + path + "'");
@@ -258,6 +304,7 @@ inline npy_array read_npy(const std::string& path) {
     throw logic_error("read_npy: '" + path + "' is truncated: the header promises " + std::to_string(n) +
                       " data bytes");
   }
+  if (a.header.fortran_order) a.bytes = detail::npy_fortran_to_c(a.bytes, a.header.shape, npy_itemsize(a.header.dtype));
   return a;
 }
 
