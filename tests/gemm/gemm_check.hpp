@@ -2,17 +2,19 @@
 // reference, the error bound, and the element-by-element check (every element written, nothing
 // outside C's matrices touched).
 //
-// The bound. For C = epi(α·Σ_k a·b + β·c0) computed with unit roundoff u of the accumulator
-// (float: 2^-24, double: 2^-53) and S = Σ_k |a_ik|·|b_kj|, P = |α|·S + |β|·|c0|:
-//   |c - ref| <= 1.25 · (|α|·(k + 2)·u_acc·S + |α|·2·u_op·S) + 16·u_acc·P + u_out·|ref|
-// - k·u·S: any order of k fused multiply-adds (the classic γ_k bound; split-K and tensor-core
+// The bound. For C = epi(α·Σ_k a·b + β·c0) accumulated with machine epsilon ε of the accumulator
+// (float: 2^-23, double: 2^-52: one ulp per operation, which also covers tensor cores whose FP32
+// accumulation truncates instead of rounding to nearest) and S = Σ_k |a_ik|·|b_kj|,
+// P = |α|·S + |β|·|c0|:
+//   |c - ref| <= 1.25 · (|α|·(k + 2)·ε·S + |α|·2·u_op·S) + 16·ε·P + u_out·|ref|
+// - k·ε·S: any order of k multiply-adds (the classic γ_k bound; split-K and tensor-core
 //   accumulation orders stay inside it);
 // - 2·u_op·S: the operands as the arithmetic sees them — TF32 truncates each FP32 operand to 10
 //   mantissa bits (relative error < 2^-10 each, so the product < 2·2^-10); 0 for exact paths (bf16,
 //   half and int8 products are exact in FP32/int32);
-// - 16·u·P: α, β, the bias add and the epilogue's own evaluation (erf in GELU: a few ulps);
+// - 16·ε·P: α, β, the bias add and the epilogue's own evaluation (erf in GELU: a few ulps);
 // - the factor 1.25 covers the epilogue's Lipschitz constant (GELU's is < 1.13, the others' 1);
-// - u_out·|ref|: rounding to a narrower C (half 2^-11, bf16 2^-8, float 2^-24).
+// - u_out·|ref|: rounding to a narrower C (half 2^-11, bf16 2^-8, float 2^-24 for int8 sums).
 // int8 with int32 output is exact (tolerance 0).
 #pragma once
 
@@ -181,7 +183,7 @@ struct reference {
 
 /// How the arithmetic under test reads operands and accumulates.
 struct arithmetic {
-  double u_acc = 0;  ///< accumulator unit roundoff (0: exact integer arithmetic)
+  double u_acc = 0;  ///< accumulator machine epsilon (0: exact integer arithmetic)
   double u_op = 0;   ///< operand rounding (TF32: 2^-10)
   double u_out = 0;  ///< output rounding
 };
@@ -189,7 +191,7 @@ struct arithmetic {
 template <class T, class TC>
 arithmetic arithmetic_for(bool tf32) {
   arithmetic ar;
-  ar.u_acc = unit_roundoff<accumulator_t<T>>();
+  ar.u_acc = 2 * unit_roundoff<accumulator_t<T>>();  // machine epsilon: one ulp per operation
   ar.u_op = tf32 ? std::ldexp(1.0, -10) : 0.0;
   ar.u_out = std::is_same_v<TC, accumulator_t<T>> ? 0.0 : unit_roundoff<TC>();
   if constexpr (std::is_same_v<T, std::int8_t> && std::is_same_v<TC, float>) ar.u_out = std::ldexp(1.0, -24);
