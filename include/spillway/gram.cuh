@@ -19,6 +19,7 @@
 #include <spillway/gram/out_of_core.cuh>
 #include <spillway/gram/plan.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -72,6 +73,12 @@ job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layou
   detail::check_job_inputs<OutT>(a, nullptr, opt, "gram_dense");
   if (layout_size(layout, a.rows) > 0 && out == nullptr) throw logic_error("gram_dense: out is null");
   if (layout_size(layout, a.rows) == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_dense", "gram_options::host_fallback",
+                                              "host_gram_dense")) {
+    const auto t0 = std::chrono::steady_clock::now();
+    host_gram_dense(a, out, layout, opt.epilogue, opt.scores);
+    return ::spillway::detail::host_job_report(t0);
+  }
   auto job = detail::make_job<OutT>(a, nullptr, opt,
                                     layout == triangle_layout::full ? sink_kind::dense_full : sink_kind::dense_packed);
   job.out = out;
@@ -88,6 +95,12 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
   if (ldc < b.rows) throw logic_error("gram_dense: ldc (" + std::to_string(ldc) + ") is smaller than b.rows (" + std::to_string(b.rows) + ")");
   if (a.rows == 0 || b.rows == 0) return {};
   if (out == nullptr) throw logic_error("gram_dense: out is null");
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_dense", "gram_options::host_fallback",
+                                              "host_gram_dense")) {
+    const auto t0 = std::chrono::steady_clock::now();
+    host_gram_dense(a, b, out, ldc, opt.epilogue, opt.scores);
+    return ::spillway::detail::host_job_report(t0);
+  }
   auto job = detail::make_job<OutT>(a, &b, opt, sink_kind::dense_rect);
   job.out = out;
   job.ldc = ldc;
@@ -102,6 +115,10 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const topk_options& k, const 
   detail::check_job_inputs<V>(a, nullptr, opt, "gram_topk");
   detail::check_topk(k, "gram_topk");
   if (a.rows == 0) return topk_result<V>{0, k.k, {}, {}};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_topk", "gram_options::host_fallback",
+                                              "host_gram_topk")) {
+    return host_gram_topk<V>(a, k, opt.epilogue, opt.scores);
+  }
   auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::topk);
   job.topk = k;
   detail::run_gram_job(job);
@@ -121,6 +138,10 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, con
     r.indices.assign(static_cast<std::size_t>(a.rows * k.k), -1);
     return r;
   }
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_topk", "gram_options::host_fallback",
+                                              "host_gram_topk")) {
+    return host_gram_topk<V>(a, b, k, opt.epilogue, opt.scores);
+  }
   auto job = detail::make_job<V>(a, &b, opt, sink_kind::topk);
   job.topk = k;
   detail::run_gram_job(job);
@@ -133,6 +154,10 @@ coo_result<V> gram_threshold(const bit_matrix_view& a, const threshold_options& 
   detail::static_check_sparse_value<V>();
   detail::check_job_inputs<V>(a, nullptr, opt, "gram_threshold");
   if (a.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_threshold", "gram_options::host_fallback",
+                                              "host_gram_threshold")) {
+    return host_gram_threshold<V>(a, t, opt.epilogue, opt.scores);
+  }
   auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::threshold);
   job.thr = t;
   detail::run_gram_job(job);
@@ -146,6 +171,10 @@ coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b,
   detail::static_check_sparse_value<V>();
   detail::check_job_inputs<V>(a, &b, opt, "gram_threshold");
   if (a.rows == 0 || b.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_threshold", "gram_options::host_fallback",
+                                              "host_gram_threshold")) {
+    return host_gram_threshold<V>(a, b, t, opt.epilogue, opt.scores);
+  }
   auto job = detail::make_job<V>(a, &b, opt, sink_kind::threshold);
   job.thr = t;
   detail::run_gram_job(job);

@@ -61,3 +61,28 @@ TEST(CoreUsability, ParseByteSizeTakesTheExamplesUnits) {
     }
   }
 }
+
+// With no GPU or driver (CI): errors say plainly what was attempted and that there is no GPU.
+TEST(CoreNoGpu, ErrorsNameTheCallAndSayThereIsNoGpu) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU messages are tested in CI";
+  const std::string reason = spillway::no_gpu_reason();
+  EXPECT_TRUE(reason.find("no CUDA GPU") != std::string::npos || reason.find("no usable NVIDIA driver") != std::string::npos)
+      << reason;
+  try {
+    spillway::pinned_buffer<double> p(1000);
+    // Some runtimes pin host memory without a device; then there is nothing to check here.
+  } catch (const spillway::no_gpu_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("cudaHostAlloc of 8000 bytes for pinned_buffer"), std::string::npos) << w;
+    EXPECT_NE(w.find("needs a GPU"), std::string::npos) << w;
+    EXPECT_EQ(w.find(" e failed"), std::string::npos) << w;
+  }
+  try {
+    spillway::throw_no_gpu("my_job", "try the host version");
+  } catch (const spillway::no_gpu_error& e) {
+    const std::string w = e.what();
+    EXPECT_EQ(w.rfind("my_job needs a GPU, and there is none: ", 0), 0u) << w;
+    EXPECT_NE(w.find("; try the host version"), std::string::npos) << w;
+    EXPECT_TRUE(spillway::detail::is_no_gpu_error(e.code()));
+  }
+}

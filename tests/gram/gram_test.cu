@@ -486,3 +486,36 @@ TEST(GramSanitizeGpu, SmallEverySinkSeveralStrips) {
   }
 }
 }  // namespace
+
+// ---- no GPU (issue 16 item 7): a clear error by default, the host implementation on request ----
+// These run where there is no GPU (CI) and skip on a GPU machine, which cannot hide its devices
+// from a running process.
+TEST(GramNoGpu, ErrorSaysNoGpuAndNamesTheOptionElseHostRuns) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  const std::int64_t rows = 37, cols = 301;
+  const auto bytes = random_bits(rows, cols, 0.3, spillway::test::seed("GramNoGpu"));
+  const auto a = pack_bits(bytes.data(), rows, cols);
+  std::vector<std::int32_t> tri(static_cast<std::size_t>(layout_size(triangle_layout::upper_packed, rows)), -7);
+  gram_options o;
+  try {
+    gram_dense(a.view(), tri.data(), triangle_layout::upper_packed, o);
+    FAIL() << "no throw";
+  } catch (const spillway::no_gpu_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("gram_dense needs a GPU"), std::string::npos) << w;
+    EXPECT_NE(w.find("gram_options::host_fallback"), std::string::npos) << w;
+  }
+  EXPECT_EQ(tri, std::vector<std::int32_t>(tri.size(), -7)) << "the output must be untouched";
+  o.host_fallback = true;
+  const auto r = gram_dense(a.view(), tri.data(), triangle_layout::upper_packed, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_TRUE(r.devices.empty());
+  std::vector<std::int32_t> want(tri.size());
+  host_gram_dense(a.view(), want.data(), triangle_layout::upper_packed);
+  EXPECT_EQ(tri, want);
+  o.epilogue = metric::jaccard;
+  const auto got = gram_topk<float>(a.view(), topk_options{5}, o);
+  const auto ref = host_gram_topk<float>(a.view(), topk_options{5}, metric::jaccard);
+  EXPECT_EQ(got.indices, ref.indices);
+  EXPECT_EQ(got.values, ref.values);
+}

@@ -125,3 +125,26 @@ TEST(StreamedGpu, BadArgumentsThrowBeforeTouchingData) {
 }
 
 }  // namespace
+
+// ---- no GPU (issue 16 item 7): the broadcasting transform falls back to map_host_into on request ----
+TEST(StreamedNoGpu, ErrorByDefaultHostOnRequest) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  std::mt19937_64 g(spillway::test::seed("StreamedNoGpu"));
+  const auto mult_by = random_doubles(40 * 5, g);
+  const auto discount = random_doubles(7 * 40 * 5, g);
+  std::vector<double> cv(discount.size(), -1.0);
+  spillway::transform_options o;
+  EXPECT_THROW(spillway::transform(o, spillway::make_view(cv.data(), {7, 40, 5}), multiply{},
+                                   spillway::make_view(mult_by.data(), {40, 5}),
+                                   spillway::make_view(discount.data(), {7, 40, 5})),
+               spillway::no_gpu_error);
+  EXPECT_EQ(cv, std::vector<double>(cv.size(), -1.0));
+  o.host_fallback = true;
+  const auto r = spillway::transform(o, spillway::make_view(cv.data(), {7, 40, 5}), multiply{},
+                                     spillway::make_view(mult_by.data(), {40, 5}),
+                                     spillway::make_view(discount.data(), {7, 40, 5}));
+  EXPECT_TRUE(r.complete());
+  const auto ref = spillway::map_host(multiply{}, spillway::make_view(mult_by.data(), {40, 5}),
+                                      spillway::make_view(discount.data(), {7, 40, 5}));
+  EXPECT_EQ(cv, ref.data);
+}

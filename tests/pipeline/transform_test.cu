@@ -324,3 +324,39 @@ TEST(TransformGpu, TwoDevicesBitExact) {
 }
 
 }  // namespace
+
+// ---- no GPU (issue 16 item 7): a clear error by default, the host implementation on request ----
+// Runs where there is no GPU (CI); skips on a GPU machine, which cannot hide its devices.
+TEST(TransformNoGpu, ErrorSaysNoGpuAndNamesTheOptionElseHostRuns) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  std::mt19937_64 g(spillway::test::seed("TransformNoGpu"));
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  std::vector<double> a(10007), b(a.size()), c(a.size(), -1.0);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = u(g), b[i] = u(g);
+  spillway::transform_options o;
+  try {
+    spillway::transform(o, c, multiplies{}, a, b);
+    FAIL() << "no throw";
+  } catch (const spillway::no_gpu_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("transform needs a GPU"), std::string::npos) << w;
+    EXPECT_NE(w.find("transform_options::host_fallback"), std::string::npos) << w;
+  }
+  EXPECT_EQ(c, std::vector<double>(c.size(), -1.0)) << "the output must be untouched";
+  o.host_fallback = true;
+  const auto r = spillway::transform(o, c, multiplies{}, a, b);
+  EXPECT_TRUE(r.complete());
+  EXPECT_TRUE(r.devices.empty());
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c[i], a[i] * b[i]) << i;
+  // The stream a GPU job would need says plainly what was attempted and why it failed.
+  try {
+    spillway::stream s;
+    FAIL() << "a stream was created with no GPU";
+  } catch (const spillway::no_gpu_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("needs a GPU"), std::string::npos) << w;
+    EXPECT_TRUE(w.find("no CUDA GPU") != std::string::npos || w.find("no usable NVIDIA driver") != std::string::npos)
+        << w;
+    EXPECT_EQ(w.find("insufficient for CUDA runtime"), std::string::npos) << "the runtime's misleading text: " << w;
+  }
+}

@@ -11,13 +11,6 @@
 
 namespace spillway {
 
-namespace detail {
-// Both codes mean "no usable GPU on this machine": no device, or no (or too old a) driver.
-inline bool is_no_gpu_error(cudaError_t e) noexcept {
-  return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
-}
-}  // namespace detail
-
 /// Number of visible CUDA devices; 0 on a machine with no GPU or no driver (never throws for that).
 /// Other failures (a broken driver install) throw cuda_error.
 inline int device_count() {
@@ -27,7 +20,7 @@ inline int device_count() {
     (void)cudaGetLastError();
     return 0;
   }
-  SPILLWAY_CUDA_TRY(e);
+  SPILLWAY_CUDA_CHECK(e, "cudaGetDeviceCount (device_count)");
   return n;
 }
 
@@ -37,8 +30,21 @@ inline std::string no_gpu_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaSuccess && n > 0) return {};
   (void)cudaGetLastError();
-  if (e == cudaSuccess) return "no CUDA device is visible";
+  if (e == cudaSuccess) return "no CUDA device is visible (CUDA_VISIBLE_DEVICES may hide them)";
+  if (detail::is_no_gpu_error(e)) return detail::no_gpu_words(e);
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// Throws no_gpu_error saying that `what` (e.g. "transform") needs a GPU, that there is none (in
+/// plain words), and `hint` (what to do instead) when given.
+[[noreturn]] inline void throw_no_gpu(const std::string& what, const std::string& hint = {}) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  (void)cudaGetLastError();
+  if (!detail::is_no_gpu_error(e)) e = cudaErrorNoDevice;
+  std::string reason = no_gpu_reason();
+  if (reason.empty()) reason = detail::no_gpu_words(e);
+  throw no_gpu_error(e, what + " needs a GPU, and there is none: " + reason + (hint.empty() ? "" : "; " + hint));
 }
 
 /// True when at least one CUDA device is usable.
@@ -47,7 +53,7 @@ inline bool gpu_available() { return device_count() > 0; }
 /// The calling thread's current device.
 inline int current_device() {
   int d = 0;
-  SPILLWAY_CUDA_TRY(cudaGetDevice(&d));
+  SPILLWAY_CUDA_CHECK(cudaGetDevice(&d), "cudaGetDevice (the current device, e.g. for a stream or buffer)");
   return d;
 }
 

@@ -52,7 +52,8 @@ inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
                             format_bytes(total_b),
                         bytes, free_b);
   }
-  SPILLWAY_CUDA_TRY(e);
+  SPILLWAY_CUDA_CHECK(e, "cudaMallocFromPoolAsync of " + format_bytes(bytes) + " on device " + std::to_string(device) +
+                            " for device_buffer");
   return p;
 }
 

@@ -20,6 +20,14 @@ class cuda_error : public std::runtime_error {
   cudaError_t code_;
 };
 
+/// A CUDA call failed because this machine has no usable GPU: no device, or no driver (or one too
+/// old for this CUDA runtime). A cuda_error, so existing handlers still catch it; catch this one to
+/// fall back to a host implementation.
+class no_gpu_error : public cuda_error {
+ public:
+  using cuda_error::cuda_error;
+};
+
 /// A caller passed an argument the function cannot accept. The message names the argument and its
 /// value; the caller's data is untouched.
 class logic_error : public std::logic_error {
@@ -43,8 +51,25 @@ class out_of_memory : public std::runtime_error {
 
 namespace detail {
 
+// Both codes mean "no usable GPU on this machine": no device, or no (or too old a) driver.
+inline bool is_no_gpu_error(cudaError_t e) noexcept {
+  return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+}
+
+/// The no-GPU codes in plain words (the runtime's own texts say "CUDA driver version is
+/// insufficient for CUDA runtime version" even when there is no driver at all).
+inline std::string no_gpu_words(cudaError_t e) {
+  if (e == cudaErrorNoDevice) return "no CUDA GPU is present on this machine (cudaErrorNoDevice)";
+  return "no usable NVIDIA driver on this machine: none is loaded, or it is older than this CUDA runtime "
+         "needs, which usually means there is no GPU here (cudaErrorInsufficientDriver)";
+}
+
 [[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* call, const char* file,
                                           int line) {
+  if (is_no_gpu_error(code)) {
+    throw no_gpu_error(code, std::string(call) + " needs a GPU: " + no_gpu_words(code) + " [" + file + ":" +
+                                 std::to_string(line) + "]");
+  }
   std::string msg = std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
                     cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")";
   throw cuda_error(code, msg);
@@ -75,6 +100,17 @@ inline std::string format_bytes(std::size_t bytes) {
     if (spillway_err_ != cudaSuccess) {                                              \
       ::spillway::detail::throw_cuda_error(spillway_err_, #call, __FILE__, __LINE__); \
     }                                                                                \
+  } while (0)
+
+/// Throws spillway::cuda_error (no_gpu_error when there is no GPU or driver) for a failed status
+/// `err` that a call already returned; `what` says what was attempted (a string expression),
+/// e.g. SPILLWAY_CUDA_CHECK(e, "cudaHostAlloc of " + std::to_string(bytes) + " bytes for pinned_buffer").
+#define SPILLWAY_CUDA_CHECK(err, what)                                                                    \
+  do {                                                                                                    \
+    const cudaError_t spillway_err_ = (err);                                                              \
+    if (spillway_err_ != cudaSuccess) {                                                                   \
+      ::spillway::detail::throw_cuda_error(spillway_err_, std::string(what).c_str(), __FILE__, __LINE__); \
+    }                                                                                                     \
   } while (0)
 
 /// Checks the last kernel launch (configuration errors) without clearing sticky errors' state.

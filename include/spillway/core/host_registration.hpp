@@ -34,7 +34,7 @@ class host_registration {
       (void)cudaGetLastError();
       throw out_of_memory("host_registration: cannot page-lock " + detail::format_bytes(bytes), bytes, 0);
     }
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaHostRegister of " + detail::format_bytes(bytes) + " for host_registration");
     ptr_ = ptr;
     bytes_ = bytes;
   }

@@ -34,7 +34,7 @@ class pinned_buffer {
       throw out_of_memory("pinned_buffer: cannot pin " + detail::format_bytes(bytes) + " of host memory",
                           bytes, 0);
     }
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaHostAlloc of " + detail::format_bytes(bytes) + " for pinned_buffer");
     data_ = static_cast<T*>(p);
     size_ = n;
   }

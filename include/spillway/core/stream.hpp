@@ -44,7 +44,7 @@ class stream_view {
       (void)cudaGetLastError();
       return false;
     }
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaStreamQuery (stream_view::is_idle)");
     return true;
   }
   /// Makes later work on this stream wait for `e` (no host blocking).
@@ -138,7 +138,7 @@ class event {
       (void)cudaGetLastError();
       return false;
     }
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaEventQuery (event::is_complete)");
     return true;
   }
   [[nodiscard]] cudaEvent_t value() const noexcept { return e_; }

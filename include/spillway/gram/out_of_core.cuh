@@ -70,6 +70,10 @@ struct gram_options {
   progress_callback progress;
   /// If set, receives the plan and the scheduler's report.
   gram_report* report = nullptr;
+  /// With no GPU (and `devices` empty): true runs the host implementation (host_gram_dense /
+  /// host_gram_topk / host_gram_threshold, multi-threaded with OpenMP; the report then lists no
+  /// devices); false (the default) throws no_gpu_error naming this option.
+  bool host_fallback = false;
 };
 
 namespace detail {

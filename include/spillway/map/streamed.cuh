@@ -35,6 +35,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <tuple>
@@ -117,6 +118,12 @@ job_report streamed_transform_impl(const transform_options& o, ndview<Out> out, 
   const std::vector<index_t> out_shape = out.shape();
   const index_t n = out.size();
   if (n == 0) return job_report{};
+  if (run_on_host_instead(o.host_fallback, o.devices, "transform", "transform_options::host_fallback",
+                          "map_host_into")) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::apply([&](const auto&... op) { map_host_into(out, f, op...); }, ops);
+    return host_job_report(t0);
+  }
 
   std::vector<streamed_input_plan> in_plans;
   (classify_streamed(std::get<I>(ops), out_shape, I, in_plans), ...);

@@ -357,9 +357,7 @@ class task_runner {
 
 inline std::vector<int> resolve_devices(const std::vector<int>& given, const char* who) {
   std::vector<int> d = given.empty() ? all_devices() : given;
-  if (d.empty()) {
-    throw logic_error(std::string(who) + ": no CUDA device is visible (" + no_gpu_reason() + ")");
-  }
+  if (d.empty()) throw_no_gpu(who);
   for (std::size_t i = 0; i < d.size(); ++i) {
     check_device_ordinal(d[i], who);
     for (std::size_t j = 0; j < i; ++j) {
@@ -369,6 +367,27 @@ inline std::vector<int> resolve_devices(const std::vector<int>& given, const cha
     }
   }
   return d;
+}
+
+/// For the jobs that have a host implementation: true when it should run instead (no devices
+/// listed, none visible, and the caller allowed it); throws no_gpu_error, naming the option that
+/// would allow it, when there is no GPU and the caller did not. False when there is a GPU.
+inline bool run_on_host_instead(bool allowed, const std::vector<int>& devices, const char* who, const char* option,
+                                const char* host_function) {
+  if (!devices.empty() || device_count() > 0) return false;
+  if (allowed) return true;
+  throw_no_gpu(who, std::string("set ") + option + " = true to run the host implementation (" + host_function +
+                        ") instead, or call it directly");
+}
+
+/// The report of a job that the host implementation ran: one task, complete, no devices.
+inline job_report host_job_report(std::chrono::steady_clock::time_point t0) {
+  job_report r;
+  r.tasks_total = 1;
+  r.completed = {true};
+  r.tasks_completed = 1;
+  r.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 }  // namespace detail

@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <tuple>
@@ -54,6 +55,10 @@ struct transform_options {
   progress_callback progress;
   /// Threads per block of the kernel.
   unsigned block_size = 256;
+  /// With no GPU (and `devices` empty): true runs the host implementation (transform_on_host, or
+  /// map_host_into for the broadcasting overload; the report then lists no devices); false (the
+  /// default) throws no_gpu_error, so a GPU job never silently becomes a host one.
+  bool host_fallback = false;
 };
 
 namespace detail {
@@ -72,6 +77,12 @@ job_report transform_impl(const transform_options& o, const host_result<Out>& ou
   if (o.granularity == 0) throw logic_error("transform: granularity must be at least 1, got 0");
   const std::size_t n = out.size;
   if (n == 0) return job_report{};
+  if (run_on_host_instead(o.host_fallback, o.devices, "transform", "transform_options::host_fallback",
+                          "transform_on_host")) {
+    const auto t0 = std::chrono::steady_clock::now();
+    transform_on_host(out, f, std::get<I>(ins)...);
+    return host_job_report(t0);
+  }
 
   const std::vector<int> devices = resolve_devices(o.devices, "transform");
   const memory_budget budget = o.budget ? *o.budget : memory_budget::default_for_all(devices);

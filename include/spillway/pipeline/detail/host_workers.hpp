@@ -164,7 +164,7 @@ class pinned_cache {
       (void)cudaGetLastError();
       throw out_of_memory("pipeline staging: cannot pin " + format_bytes(bytes) + " of host memory", bytes, 0);
     }
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaHostAlloc of " + format_bytes(bytes) + " for pipeline staging");
     *got = bytes;
     return p;
   }
