@@ -17,11 +17,16 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIAB
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "building the consumer failed (${rc})")
 endif()
-execute_process(COMMAND ${WORK_DIR}/build/spillway_consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# Three OpenMP threads asked for: the consumer reports how many threads a host map really used.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env OMP_NUM_THREADS=3 ${WORK_DIR}/build/spillway_consumer
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "consumer said: ${out}${err}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the consumer exited with ${rc}")
 endif()
 if(NOT out MATCHES "spillway [0-9]+\\.[0-9]+\\.[0-9]+")
   message(FATAL_ERROR "the consumer did not report the installed version")
+endif()
+if(WITH_OPENMP AND NOT out MATCHES "host map threads used: 3")
+  message(FATAL_ERROR "the installed target did not carry OpenMP: the consumer's host map did not use 3 threads")
 endif()

@@ -4,11 +4,38 @@
 #include <spillway/version.hpp>
 
 #include <cstdio>
+#include <mutex>
 #include <numeric>
+#include <set>
+#include <thread>
 #include <vector>
+
+namespace {
+// Records which threads run it: how many threads spillway's host map used in this consumer.
+struct count_threads {
+  std::mutex* m;
+  std::set<std::thread::id>* seen;
+  double operator()(double x) const {
+    std::lock_guard<std::mutex> g(*m);
+    seen->insert(std::this_thread::get_id());
+    return 2 * x;
+  }
+};
+}  // namespace
 
 int main() {
   std::printf("spillway %s\n", spillway::version_string);
+  {
+    std::vector<double> x(std::size_t{1} << 20, 1.0);
+    std::mutex m;
+    std::set<std::thread::id> seen;
+    const auto y = spillway::map_host(count_threads{&m, &seen}, spillway::make_view(x.data(), {static_cast<spillway::index_t>(x.size())}));
+    if (y.data[12345] != 2.0) {
+      std::printf("host map FAILED\n");
+      return 1;
+    }
+    std::printf("host map threads used: %zu\n", seen.size());
+  }
   if (!spillway::gpu_available()) {
     std::printf("no GPU here (%s); nothing to run on the device\n", spillway::no_gpu_reason().c_str());
     return 0;

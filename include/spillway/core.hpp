@@ -5,6 +5,7 @@
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/event_timer.hpp>
+#include <spillway/core/host_memory.hpp>
 #include <spillway/core/host_registration.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/memory_pool.hpp>

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/host_memory.hpp>
 #include <spillway/core/pinned_buffer.hpp>
 
 #include <cstdint>
@@ -74,23 +75,23 @@ struct aligned_free {
 };
 }  // namespace detail
 
-/// Where a host bit_matrix keeps its words.
-enum class host_memory {
-  pageable,  ///< ordinary 128-byte-aligned heap memory
-  pinned     ///< page-locked (cudaHostAlloc): H2D copies run at full rate and overlap compute
-};
+/// Where a host bit_matrix keeps its words: host_memory::pageable (ordinary 128-byte-aligned heap
+/// memory; also for `detect`) or host_memory::pinned (page-locked by cudaHostAlloc: H2D copies run
+/// at full rate and overlap compute). The library's one enum (core/host_memory.hpp), declared here
+/// too so that gram::host_memory keeps working and never collides with spillway::host_memory.
+using ::spillway::host_memory;
 
 /// An owned packed bit matrix in host memory (zero-initialised, so padding is zero).
 class bit_matrix {
  public:
   bit_matrix() = default;
   bit_matrix(std::int64_t rows, std::int64_t cols, host_memory mem = host_memory::pageable)
-      : rows_(rows), cols_(cols), mem_(mem) {
+      : rows_(rows), cols_(cols), mem_(mem == host_memory::detect ? host_memory::pageable : mem) {
     if (rows < 0) throw logic_error("bit_matrix: rows must be >= 0, got " + std::to_string(rows));
     ld_ = padded_words(cols);
     const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(ld_);
     if (n == 0) return;
-    if (mem == host_memory::pinned) {
+    if (mem_ == host_memory::pinned) {
       pinned_ = pinned_buffer<std::uint32_t>(n);
       data_ = pinned_.data();
     } else {

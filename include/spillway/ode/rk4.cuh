@@ -155,11 +155,11 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
 
   const cuda::std::tuple<T*...> other =
       std::apply([](auto&... b) { return cuda::std::tuple<T*...>(b.data()...); }, scratch);
-  args_t args[2];
-  for (int parity = 0; parity < 2; ++parity) {
+  // Built in place: a coupling need not be default-constructible (mean_field_coupling is not).
+  const auto make_args = [&](int parity) {
     const auto& src = parity == 0 ? y.arrays : other;
     const auto& dst = parity == 0 ? other : y.arrays;
-    args[parity] = args_t{rhs,
+    return args_t{rhs,
                           coupling,
                           t0,
                           dt,
@@ -173,7 +173,8 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
                           snapshots.arrays,
                           want_snaps ? opt.snapshot_every : 0,
                           want_snaps ? steps / opt.snapshot_every : 0};
-  }
+  };
+  const args_t args[2] = {make_args(0), make_args(1)};
 
   detail::init_control_kernel<P><<<1, 1, 0, s.value()>>>(ctl.data(), p0, args[0].trajectory);
   SPILLWAY_CHECK_LAUNCH();
@@ -204,7 +205,7 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     (void)cudaGraphDestroy(graph);
-    SPILLWAY_CUDA_TRY(e);
+    SPILLWAY_CUDA_CHECK(e, "cudaGraphInstantiate of the RK4 step graph");
     cudaError_t le = cudaSuccess;
     for (; done + block <= steps && le == cudaSuccess; done += block) le = cudaGraphLaunch(exec, s.value());
     (void)cudaGraphExecDestroy(exec);  // an in-flight graph is freed once it completes

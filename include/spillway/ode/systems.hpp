@@ -68,13 +68,24 @@ struct mean_field_rhs {
   }
 };
 
-/// delta <- scale * sum(F) after every step, summed in complex<double> (scale = 1/N^2 gives the
-/// mean; the library accepts any scale, or any other coupling).
+/// delta <- scale * sum(F) after every step, summed in complex<double>. The scale has no default
+/// (a default of 1 made the "mean" coupling a sum): say which you mean,
+///   mean_field_coupling<float>::mean(n)   // delta <- mean(F) over n elements (scale 1/n)
+///   mean_field_coupling<float>::sum()     // delta <- sum(F)  (the seed program's coupling)
+///   mean_field_coupling<float>{s}         // delta <- s * sum(F)
 template <class R>
 struct mean_field_coupling {
   using param_type = cuda::std::complex<R>;
   using accum_type = cuda::std::complex<double>;
-  double scale = 1.0;
+  double scale;
+
+  SPILLWAY_ODE_HD constexpr explicit mean_field_coupling(double s) noexcept : scale(s) {}
+  /// delta <- mean(F) over `n` elements.
+  static constexpr mean_field_coupling mean(std::uint64_t n) noexcept {
+    return mean_field_coupling(n > 0 ? 1.0 / static_cast<double>(n) : 0.0);
+  }
+  /// delta <- sum(F).
+  static constexpr mean_field_coupling sum() noexcept { return mean_field_coupling(1.0); }
 
   SPILLWAY_ODE_HD accum_type contribution(std::uint64_t, const cuda::std::complex<R>& f,
                                           const cuda::std::complex<R>&) const {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/host_memory.hpp>
 #include <spillway/core/host_registration.hpp>
 
 #include <cuda/std/span>
@@ -27,21 +28,6 @@
 
 namespace spillway {
 
-/// What kind of host memory an operand lives in.
-enum class host_memory {
-  detect,       ///< ask the runtime (cudaPointerGetAttributes) at the start of the job
-  page_locked,  ///< pinned (cudaHostAlloc, pinned_buffer) or registered (cudaHostRegister): direct DMA
-  pageable,     ///< ordinary memory: staged through pinned buffers
-};
-
-inline const char* to_string(host_memory m) noexcept {
-  switch (m) {
-    case host_memory::detect: return "detect";
-    case host_memory::page_locked: return "page-locked";
-    case host_memory::pageable: return "pageable";
-  }
-  return "?";
-}
 
 /// A contiguous host array a job reads: `size` elements of T at `data`.
 template <class T>
