@@ -26,3 +26,55 @@ TEST(MapUsabilityGpu, DeviceReductionsAcceptMutableViews) {
   EXPECT_EQ(r.to_host(s), spillway::sum_host(hv, {2}).data);
   EXPECT_EQ(spillway::sum(d.view()).to_host(s), spillway::sum_host(hv).data);
 }
+
+namespace {
+// Writes the size of the team that ran this instance (what docs/map.md promises per core size).
+struct team_size_of {
+  __host__ __device__ void operator()(spillway::gufunc_team t, spillway::ndview<const float> x,
+                                      spillway::ndview<int> out) const {
+    float acc = 0;
+    for (spillway::index_t i = t.rank(); i < x.extent(0); i += t.size()) acc += x(i);
+    acc = t.sum(acc);
+    if (t.leader()) out() = acc == static_cast<float>(x.extent(0)) ? t.size() : -1;  // -1: a wrong sum
+  }
+};
+// The same loop written without a team (a literal port of a @guvectorize body).
+struct no_team_sum {
+  __host__ __device__ void operator()(spillway::ndview<const float> x, spillway::ndview<float> out) const {
+    float acc = 0;
+    for (spillway::index_t i = 0; i < x.extent(0); ++i) acc += x(i);
+    out() = acc;
+  }
+};
+}  // namespace
+
+// Runs without a GPU: the rule docs/map.md states, on the planner itself.
+TEST(MapUsability, GufuncTeamRuleIsWhatTheDocsSay) {
+  EXPECT_EQ(spillway::detail::gufunc_team_size(8), 1);
+  EXPECT_EQ(spillway::detail::gufunc_team_size(64), 8);
+  EXPECT_EQ(spillway::detail::gufunc_team_size(4096), 32);
+  EXPECT_EQ(spillway::detail::gufunc_team_size(20000), 256);
+  using A = spillway::device_array<float>;
+  static_assert(spillway::detail::gufunc_takes_team<team_size_of, int, A>());
+  static_assert(!spillway::detail::gufunc_takes_team<no_team_sum, float, A>());
+}
+
+TEST(MapUsabilityGpu, GufuncTeamSizesByCoreAndNoTeamFunctorsStillCorrect) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  spillway::stream s;
+  // Direct path (stage = false) so the team is the documented one for each core size.
+  for (const auto& [core, want] : std::vector<std::pair<spillway::index_t, int>>{{8, 1}, {64, 8}, {20000, 256}}) {
+    const spillway::index_t inst = 37;
+    auto x = spillway::device_array<float>::from_host(std::vector<float>(static_cast<std::size_t>(inst * core), 1.0f),
+                                                      {inst, core}, s);
+    const auto got = spillway::gufunc_async<int>(s, spillway::gufunc_spec("(n)->()", 0, false), team_size_of{}, x)
+                         .to_host(s);
+    EXPECT_EQ(got, std::vector<int>(static_cast<std::size_t>(inst), want)) << "core of " << core << " elements";
+    const auto sums = spillway::gufunc_async<float>(s, "(n)->()", no_team_sum{}, x).to_host(s);
+    EXPECT_EQ(sums, std::vector<float>(static_cast<std::size_t>(inst), static_cast<float>(core)));
+  }
+  // A team size > 1 for a functor without a team is refused, not ignored.
+  auto x = spillway::device_array<float>::from_host(std::vector<float>(64, 1.0f), {4, 16}, s);
+  EXPECT_THROW((void)spillway::gufunc_async<float>(s, spillway::gufunc_spec("(n)->()", 8), no_team_sum{}, x),
+               spillway::logic_error);
+}

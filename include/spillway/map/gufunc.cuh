@@ -12,8 +12,9 @@
 //
 // The functor receives ([team,] core views of the inputs..., core view of the output) for each
 // instance of the broadcast loop dimensions. The loop is spread over the GPU: a thread per instance
-// for tiny cores, a sub-warp team for medium ones, a block for large ones (functors without a team
-// parameter get one thread each) — never one thread for the whole array. With the automatic team
+// for tiny cores, a sub-warp team for medium ones, a block for large ones — never one thread for the
+// whole array. A functor WITHOUT a team parameter gets one thread per instance whatever the core
+// size (only the functor can split its own loop): take a gufunc_team to get the block. With the automatic team
 // size, a team functor and small dense input cores, the cores are first staged into shared memory
 // (16-byte asynchronous copies) by a resident grid in which every team walks its own instances
 // through its own shared slot (two slots, opt-in, overlap a team's next load with its compute);
