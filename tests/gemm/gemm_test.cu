@@ -77,7 +77,8 @@ std::string describe(const gpu_case& c, const gemm_options& o) {
 }
 
 /// One gemm_async on `s` checked against the reference: `epi` runs on the device, `host_epi` (the
-/// same function with host pointers) in the reference.
+/// same function with host pointers) in the reference. A stateful epilogue (clamp, biases) must be
+/// passed twice: the defaulted host_epi is value-initialized, not a copy of `epi`.
 template <class T, class TC, class Epi = identity, class HostEpi = Epi>
 ::testing::AssertionResult run_gpu(const gpu_case& cs, gemm_options o, std::uint64_t seed, stream_view s,
                                    Epi epi = {}, HostEpi host_epi = {}) {
@@ -347,7 +348,7 @@ TEST(GemmGpu, EveryEpilogueBothOutputLayouts) {
               chain(bias_per_row<double>{brow.host.data()}, bias_per_col<double>{bcol.host.data()},
                     relu{}))));
           ASSERT_TRUE((run_gpu<double, double>(cs, o, u + 100, s, gelu{})));
-          ASSERT_TRUE((run_gpu<double, double>(cs, o, u + 200, s, clamp<double>{-0.5, 0.75})));
+          ASSERT_TRUE((run_gpu<double, double>(cs, o, u + 200, s, clamp<double>{-0.5, 0.75}, clamp<double>{-0.5, 0.75})));
           ASSERT_TRUE((run_gpu<double, double>(cs, o, u + 300, s, position_shift{})));
         }
       }
