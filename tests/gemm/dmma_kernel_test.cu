@@ -8,7 +8,6 @@
 // The test allows  |got - ref| <= 2·(k + 4)·u·(|α|·Σ|a_i·b_i| + |β·c|)  (+ |bias| terms for the
 // bias epilogue), twice the worst-case bound, never a tolerance taken from the observed error.
 #include <spillway/core/device_buffer.hpp>
-#include <spillway/core/event_timer.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/detail/dmma_kernel.cuh>
 #include <spillway/gemm/epilogue.hpp>
@@ -154,10 +153,8 @@ gd::problem<double, double, double, double, Epi> make_problem(const shape& s, de
 
 // Runs one shape through the identity epilogue (or `post`, a host mirror of the epilogue with its
 // extra bound) and checks every output and every gap of C.
-// The tile configurations timed by Rate (the default first); all compute the same function.
-using cfg_bk32 = gd::dmma_config<2, 4, 4, 4, 32, 3, 8>;
-using cfg_deep = gd::dmma_config<2, 4, 4, 4, 16, 6, 8>;
-using cfg_band4 = gd::dmma_config<2, 4, 4, 4, 16, 4, 4>;
+// The default is Hopper's k-tile-32 ring; the A100 and two-stage rings are what other devices run.
+using cfg_a100 = gd::dmma_a100_config;
 
 template <class Cfg = void, class Epi = spillway::gemm::identity, class Post = std::nullptr_t>
 void run_case(shape s, const std::string& label, Epi epi = {}, Post post = nullptr) {
@@ -291,15 +288,15 @@ TEST(DmmaKernelGpu, Epilogue) {
 TEST(DmmaKernelGpu, AlternateConfigs) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   // k-tiles of 32 (two MMA steps, A copied in two k halves): odd k inside either half.
-  run_case<cfg_bk32>({1, 1, 1}, "bk32_1x1x1");
-  run_case<cfg_bk32>({129, 131, 17}, "bk32_k17");
-  run_case<cfg_bk32>({200, 70, 45}, "bk32_k45");
-  run_case<cfg_bk32>({61, 67, 4099}, "bk32_large_odd_k");
+  run_case<cfg_a100>({1, 1, 1}, "a100_1x1x1");
+  run_case<cfg_a100>({129, 131, 17}, "a100_k17");
+  run_case<cfg_a100>({200, 70, 45}, "a100_k45");
+  run_case<cfg_a100>({61, 67, 4099}, "a100_large_odd_k");
   shape s{70, 130, 29};
   s.batch = 3, s.beta = 0.5, s.stride_c = 70 * 130 + 3;
-  run_case<cfg_bk32>(s, "bk32_batch3");
-  run_case<cfg_deep>({300, 200, 50}, "deep_non_multiples");
-  run_case<cfg_band4>({1000, 700, 20}, "band4_many_tiles");
+  run_case<cfg_a100>(s, "a100_batch3");
+  run_case<cfg_a100>({300, 200, 50}, "a100_non_multiples");
+  run_case<cfg_a100>({1000, 700, 20}, "a100_many_tiles");
   // Two stages (the configuration for devices with 101,376 bytes of shared memory per block).
   run_case<gd::dmma_small_smem_config>({129, 131, 17}, "two_stage_k17");
   run_case<gd::dmma_small_smem_config>({260, 300, 100}, "two_stage_non_multiples");
@@ -353,58 +350,6 @@ TEST(DmmaKernelGpu, OffsetsPast2To31) {
       if (!(err <= r.bound) && ++bad <= 5) ADD_FAILURE() << "C(" << i << ", " << j << ") = " << got;
     }
   EXPECT_EQ(bad, 0);
-}
-
-// The acceptance shape (TN, 8192^3, and 4096^3): rates printed against the H200 marks (cuBLAS
-// DGEMM 52.4 TFLOP/s at 8192^3, 85% = 44.6; 58.8 at 4096^3) for the default configuration and the
-// alternates, results checked on a sample of rows and columns.
-template <class Cfg>
-void time_config(const char* name, index_t size, const shape& s, device_problem& d, spillway::stream_view st) {
-  const auto p = make_problem<spillway::gemm::identity>(s, d);
-  gd::launch_dmma_with<Cfg>(p, st);  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < 5; ++r) {
-    spillway::event_timer timer(st);
-    gd::launch_dmma_with<Cfg>(p, st);
-    ms.push_back(timer.stop());
-  }
-  const double med = spillway::median(ms);
-  const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) /
-                        (med * 1e-3) / 1e12;
-  std::cout << "[ rate     ] dmma " << name << " " << size << "^3 TN: " << med << " ms, " << tflops
-            << " TFLOP/s (median of 5)\n";
-  std::vector<double> got(static_cast<std::size_t>(size * size));
-  d.c.copy_to_host_async(cuda::std::span<double>(got.data(), got.size()), st);
-  st.synchronize();
-  index_t bad = 0;
-  for (index_t i = 0; i < size; i += 61)
-    for (index_t j = (i * 7) % 53; j < size; j += 53) {
-      const host_ref r = reference(s, d.ha, d.hb, 0.0, 0, i, j);
-      const double got_ij = got[static_cast<std::size_t>(i * size + j)];
-      const double err = std::fabs(static_cast<double>(static_cast<long double>(got_ij) - r.value));
-      if (!(err <= r.bound) && ++bad <= 5) ADD_FAILURE() << name << ": C(" << i << ", " << j << ") = " << got_ij;
-    }
-  EXPECT_EQ(bad, 0) << name;
-}
-
-TEST(DmmaKernelGpu, Rate) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  for (const index_t size : {index_t{4096}, index_t{8192}}) {
-    shape s{size, size, size};
-    complete(s);
-    spillway::stream st;
-    std::mt19937_64 rng(spillway::test::seed("dmma/rate" + std::to_string(size)));
-    device_problem d;
-    d.ha = random_vec(static_cast<std::size_t>(size * size), rng);
-    d.hb = random_vec(static_cast<std::size_t>(size * size), rng);
-    d.a = spillway::device_buffer<double>::from_host(cuda::std::span<const double>(d.ha.data(), d.ha.size()), st);
-    d.b = spillway::device_buffer<double>::from_host(cuda::std::span<const double>(d.hb.data(), d.hb.size()), st);
-    d.c = spillway::device_buffer<double>(static_cast<std::size_t>(size * size), st);
-    time_config<gd::dmma_default_config>("default(bk16,s4,band8)", size, s, d, st);
-    time_config<cfg_bk32>("bk32,s3,band8", size, s, d, st);
-    time_config<cfg_deep>("bk16,s6,band8", size, s, d, st);
-    time_config<cfg_band4>("bk16,s4,band4", size, s, d, st);
-  }
 }
 
 }  // namespace
