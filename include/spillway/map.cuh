@@ -2,6 +2,9 @@
 // their host target.
 #pragma once
 
+// The core API (streams, buffers, event_timer, budgets, errors) comes with every module.
+#include <spillway/core.hpp>
+
 #include <spillway/map/config.hpp>
 #include <spillway/map/device_array.hpp>
 #include <spillway/map/gufunc.cuh>

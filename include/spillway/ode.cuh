@@ -2,6 +2,9 @@
 // reductions and observers, general right-hand sides, ensembles, and the host implementation.
 #pragma once
 
+// The core API (streams, buffers, event_timer, budgets, errors) comes with every module.
+#include <spillway/core.hpp>
+
 #include <spillway/ode/config.hpp>
 #include <spillway/ode/ensemble.cuh>
 #include <spillway/ode/rk4.cuh>

@@ -2,6 +2,9 @@
 // reusable device slots over one or several GPUs) and the streamed elementwise transform.
 #pragma once
 
+// The core API (streams, buffers, event_timer, budgets, errors) comes with every module.
+#include <spillway/core.hpp>
+
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>

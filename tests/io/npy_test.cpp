@@ -271,3 +271,27 @@ TEST(NpyComplex, RoundTripsAndFortranOrderWithoutNumPy) {
 }
 
 }  // namespace
+
+namespace {
+TEST(NpyMapping, MapsWithoutReadingAndChecksLikeRead) {
+  std::mt19937_64 g(spillway::test::seed("NpyMapping"));
+  std::vector<double> v(3 * 1000 + 7);
+  for (auto& x : v) x = static_cast<double>(g() % 100000) / 7.0;
+  const std::string p = tmp_path("map.npy");
+  write_npy(p, v, {static_cast<std::int64_t>(v.size())});
+  {
+    npy_mapping m = map_npy(p);
+    EXPECT_EQ(m.header().shape, (std::vector<std::int64_t>{static_cast<std::int64_t>(v.size())}));
+    const double* d = m.data<double>();
+    for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(d[i], v[i]) << i;
+    EXPECT_THROW((void)m.data<float>(), spillway::logic_error);
+    npy_mapping moved = std::move(m);
+    EXPECT_EQ(moved.data<double>()[5], v[5]);
+  }
+  // Truncated: the header promises more than the file holds.
+  ASSERT_EQ(::truncate(p.c_str(), 200), 0);
+  EXPECT_THROW((void)map_npy(p), spillway::logic_error);
+  std::remove(p.c_str());
+  EXPECT_THROW((void)map_npy(p), spillway::logic_error);  // missing
+}
+}  // namespace

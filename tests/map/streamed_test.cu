@@ -148,3 +148,17 @@ TEST(StreamedNoGpu, ErrorByDefaultHostOnRequest) {
                                       spillway::make_view(discount.data(), {7, 40, 5}));
   EXPECT_EQ(cv, ref.data);
 }
+
+// streamed_map is transform under a name that says which map it is (host arrays, streamed).
+TEST(StreamedNames, StreamedMapIsTransform) {
+  std::vector<double> a(1000), b(1000), c1(1000, -1.0), c2(1000, -2.0);
+  for (int i = 0; i < 1000; ++i) a[static_cast<std::size_t>(i)] = i * 0.5, b[static_cast<std::size_t>(i)] = 3.0 - i;
+  spillway::transform_options o;
+  o.host_fallback = true;  // runs on the GPU where there is one, on the host otherwise
+  spillway::transform(o, spillway::make_view(c1.data(), {10, 100}), multiply{}, spillway::make_view(a.data(), {10, 100}),
+                      spillway::make_view(b.data(), {10, 100}));
+  spillway::streamed_map(o, spillway::make_view(c2.data(), {10, 100}), multiply{}, spillway::make_view(a.data(), {10, 100}),
+                         spillway::make_view(b.data(), {10, 100}));
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(c1[7], a[7] * b[7]);
+}

@@ -20,7 +20,13 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace spillway::io {
 
@@ -307,6 +313,80 @@ inline npy_array read_npy(const std::string& path) {
   if (a.header.fortran_order) a.bytes = detail::npy_fortran_to_c(a.bytes, a.header.shape, npy_itemsize(a.header.dtype));
   return a;
 }
+
+/// A .npy file mapped read-only into memory (POSIX mmap) instead of read: for files larger than
+/// RAM, or to read a few rows of a big one. Pages are read from disk as they are touched; the
+/// mapping (and every pointer from data()) lives as long as this object. C order only (a
+/// Fortran-order file needs read_npy, which transposes it). Host memory that is not page-locked:
+/// spillway's streamed jobs stage it like any pageable array.
+class npy_mapping {
+ public:
+  explicit npy_mapping(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw logic_error("map_npy: cannot open '" + path + "'");
+    header_ = read_npy_header(in, path);
+    if (header_.fortran_order) {
+      throw logic_error("map_npy: '" + path + "' is in Fortran order; read_npy transposes it, a mapping cannot");
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) throw logic_error("map_npy: cannot open '" + path + "'");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      throw logic_error("map_npy: cannot stat '" + path + "'");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ < header_.data_offset + header_.data_bytes()) {
+      ::close(fd);
+      throw logic_error("map_npy: '" + path + "' is truncated: the header promises " +
+                        std::to_string(header_.data_bytes()) + " data bytes");
+    }
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        throw logic_error("map_npy: cannot map '" + path + "' (" + std::to_string(size_) + " bytes)");
+      }
+      base_ = static_cast<const unsigned char*>(p);
+    }
+    ::close(fd);  // the mapping keeps the file
+  }
+  ~npy_mapping() {
+    if (base_ != nullptr) ::munmap(const_cast<unsigned char*>(base_), size_);
+  }
+  npy_mapping(const npy_mapping&) = delete;
+  npy_mapping& operator=(const npy_mapping&) = delete;
+  npy_mapping(npy_mapping&& o) noexcept
+      : header_(std::move(o.header_)), base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  npy_mapping& operator=(npy_mapping&& o) noexcept {
+    if (this != &o) {
+      if (base_ != nullptr) ::munmap(const_cast<unsigned char*>(base_), size_);
+      header_ = std::move(o.header_);
+      base_ = std::exchange(o.base_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+
+  [[nodiscard]] const npy_header& header() const noexcept { return header_; }
+  /// The elements as T (C order); throws logic_error when T is not the file's dtype.
+  template <class T>
+  [[nodiscard]] const T* data() const {
+    if (npy_dtype_of<T>() != header_.dtype) {
+      throw logic_error(std::string("npy_mapping::data: the file holds ") + npy_descr(header_.dtype) + ", not " +
+                        npy_descr(npy_dtype_of<T>()));
+    }
+    return reinterpret_cast<const T*>(base_ + header_.data_offset);
+  }
+
+ private:
+  npy_header header_;
+  const unsigned char* base_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Maps a .npy file read-only (see npy_mapping).
+inline npy_mapping map_npy(const std::string& path) { return npy_mapping(path); }
 
 /// The header bytes (magic through padding) for an array; version 1.0 when it fits, else 2.0.
 inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64_t>& shape) {
