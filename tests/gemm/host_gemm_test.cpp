@@ -345,7 +345,8 @@ TEST(GemmPlan, PathChoice) {
 }
 
 TEST(GemmPlan, SplitK) {
-  // 64 x 8192 x 8192 on 132 SMs: 64 tiles of 128 x 128 -> 2 slices of 4096 (128 blocks).
+  // The default shape (128 x 128, one block per SM: the tensor-core launchers): 64 x 8192 x 8192
+  // on 132 SMs -> 64 tiles -> 2 slices of 4096 (128 blocks).
   auto p = detail::plan_split_k(64, 8192, 8192, 1, 0, 132);
   EXPECT_EQ(p.slices(), 2);
   EXPECT_EQ(p.ks, 4096);
@@ -371,6 +372,23 @@ TEST(GemmPlan, SplitK) {
         EXPECT_GE(p.slices(), 2) << "k " << k << " split " << s;
       }
     }
+  // The launcher's own tile and residency: the SIMT float launcher runs m <= 64 on 64 x 128 tiles,
+  // four blocks per SM -> 528 slots for 64 tiles -> 8 slices of 1024 (512 blocks).
+  const detail::split_tile_shape narrow{64, 128, 4};
+  p = detail::plan_split_k(64, 8192, 8192, 1, 0, 132, narrow);
+  EXPECT_EQ(p.slices(), 8);
+  EXPECT_EQ(p.ks, 1024);
+  EXPECT_EQ(p.rem, 0);
+  // 128 x 128 tiles, two blocks per SM: 128 x 8192 x 8192 -> 64 tiles in 264 slots -> 4 slices.
+  const detail::split_tile_shape large{128, 128, 2};
+  p = detail::plan_split_k(128, 8192, 8192, 1, 0, 132, large);
+  EXPECT_EQ(p.slices(), 4);
+  EXPECT_EQ(p.ks, 2048);
+  // Tiles that fill the slots (8192 x 8192 x 256: 4096 tiles) are never split.
+  EXPECT_FALSE(detail::plan_split_k(8192, 8192, 256, 1, 0, 132, large).split());
+  // Residency counts: 128 tiles fill 132 one-block SMs (no split) but only half of 264 slots.
+  EXPECT_FALSE(detail::plan_split_k(1024, 2048, 8192, 1, 0, 132, {128, 128, 1}).split());
+  EXPECT_EQ(detail::plan_split_k(1024, 2048, 8192, 1, 0, 132, large).slices(), 2);
   p = detail::plan_split_k(64, 64, 4099, 1, 7, 132);
   EXPECT_EQ(p.ks, 592);
   EXPECT_EQ(p.full, 6);

@@ -188,7 +188,13 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
       p.stride_b = b.stride;
     }
   }
-  const split_plan plan = plan_split_k(p.m, p.n, p.k, p.batch, split_k, tile::multiprocessor_count(device));
+  // The automatic split fills the device with the launcher's own tiles: the SIMT launcher says which
+  // tile it runs this m with and how many of its blocks an SM holds; the tensor-core paths keep the
+  // plan's default (128 x 128, one block per SM).
+  split_tile_shape shape{};
+  if (path == gemm_path::simt) shape = simt_tile_shape<T>(p.m);
+  const split_plan plan =
+      plan_split_k(p.m, p.n, p.k, p.batch, split_k, tile::multiprocessor_count(device), shape);
   if (!plan.split()) return launch_on_path(p, path, s);
 
   // Slice sl of batch entry q is the k range [sl·ks, (sl+1)·ks): a K-major operand moves by ks

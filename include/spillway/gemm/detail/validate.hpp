@@ -283,8 +283,15 @@ SPILLWAY_MAP_HD constexpr index_t round_up(index_t a, index_t b) {
   return ceil_div(a, b) * b;
 }
 
-/// Tile the automatic choice assumes (the kernels' largest output tile).
-inline constexpr index_t split_tile = 128;
+/// The output tile a launcher runs a problem with and how many of its blocks one SM holds at once:
+/// the automatic split-K fills tiles x slices up to sms x blocks_per_sm. The default (128 x 128, one
+/// block per SM) stands for the tensor-core launchers; the SIMT launcher reports its own
+/// (simt_tile_shape in simt_kernel.cuh).
+struct split_tile_shape {
+  index_t bm = 128;
+  index_t bn = 128;
+  int blocks_per_sm = 1;
+};
 /// Automatic slices are multiples of this in k (a full main loop per slice).
 inline constexpr index_t split_k_granule = 256;
 /// Forced slices are multiples of this in k, so every slice of a K-major operand keeps 16-byte
@@ -292,10 +299,13 @@ inline constexpr index_t split_k_granule = 256;
 inline constexpr index_t split_k_align = 16;
 
 /// How k is cut for an m x n x k problem of `batch` entries on `sms` multiprocessors under
-/// `split_k` (gemm_options::split_k). Automatic: only for a single problem whose 128 x 128 output
-/// tiles leave SMs idle and whose k gives each slice at least 256: as many slices as fit the SMs
-/// in one wave (floor(sms / tiles), so 64 x 8192 x 8192 → 64 tiles → 2 slices, 128 blocks of 132).
-inline split_plan plan_split_k(index_t m, index_t n, index_t k, index_t batch, int split_k, int sms) {
+/// `split_k` (gemm_options::split_k), for a launcher whose tile and residency are `tile`.
+/// Automatic: only for a single problem whose output tiles fill fewer than the device's block slots
+/// (sms x blocks_per_sm) and whose k gives each slice at least 256: as many slices as fit those
+/// slots in one wave, floor(slots / tiles). SIMT float 64 x 8192 x 8192 on 132 SMs: 64 tiles of
+/// 64 x 128, 4 blocks per SM -> 528 slots -> 8 slices of 1024 (512 blocks).
+inline split_plan plan_split_k(index_t m, index_t n, index_t k, index_t batch, int split_k, int sms,
+                               split_tile_shape tile = {}) {
   split_plan p;
   p.ks = k;
   index_t want = 1;
@@ -303,9 +313,10 @@ inline split_plan plan_split_k(index_t m, index_t n, index_t k, index_t batch, i
   if (split_k > 1) {
     want = split_k;
   } else if (split_k == 0 && batch == 1) {
-    const index_t tiles = ceil_div(m, split_tile) * ceil_div(n, split_tile);
-    if (tiles < sms) {
-      want = sms / tiles;
+    const index_t tiles = ceil_div(m, tile.bm) * ceil_div(n, tile.bn);
+    const index_t slots = static_cast<index_t>(sms) * (tile.blocks_per_sm > 0 ? tile.blocks_per_sm : 1);
+    if (tiles < slots) {
+      want = slots / tiles;
       if (want > k / split_k_granule) want = k / split_k_granule;
       granule = split_k_granule;
     }
