@@ -19,10 +19,12 @@
 #include <spillway/gram/out_of_core.cuh>
 #include <spillway/gram/plan.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace spillway::gram {
 
@@ -60,6 +62,26 @@ gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const g
   job.opt = opt;
   job.sink = sink;
   return job;
+}
+/// The host fallback of gram_strips: strips of 1024 rows of A against all of B (first_col 0).
+template <class V, class OnStrip>
+job_report host_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip& on_strip, const gram_options& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr std::int64_t rows_per_strip = 1024;
+  std::vector<V> buf;
+  for (std::int64_t r0 = 0; r0 < a.rows; r0 += rows_per_strip) {
+    const std::int64_t k = std::min(rows_per_strip, a.rows - r0);
+    buf.resize(static_cast<std::size_t>(k * b.rows));
+    host_gram_dense(row_range(a, r0, k), b, buf.data(), b.rows, opt.epilogue, opt.scores);
+    gram_strip<V> st;
+    st.first_row = r0;
+    st.rows = k;
+    st.first_col = 0;
+    st.cols = b.rows;
+    st.values = buf.data();
+    on_strip(st);
+  }
+  return ::spillway::detail::host_job_report(t0);
 }
 }  // namespace detail
 
@@ -104,6 +126,45 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
   auto job = detail::make_job<OutT>(a, &b, opt, sink_kind::dense_rect);
   job.out = out;
   job.ldc = ldc;
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// A·Aᵀ delivered strip by strip, for results too large to hold: `on_strip(const gram_strip<V>&)`
+/// runs on the host as each strip of rows is finished (while later strips compute), with the
+/// strip's values in pinned staging that is reused after it returns — write them to disk, reduce
+/// them, or copy what you keep. V as for gram_dense (int32/uint16 counts and Hamming, float/double
+/// Jaccard and cosine). Strips arrive in any order; with several devices the callback runs on each
+/// device's worker thread, possibly concurrently (guard shared state). Each strip holds its rows'
+/// columns from the strip's first row on (see gram_strip). Throwing from the callback stops the job
+/// (pipeline_error, the exception nested).
+template <class V, class OnStrip>
+job_report gram_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_options& opt = {}) {
+  detail::check_job_inputs<V>(a, nullptr, opt, "gram_strips");
+  if (a.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
+                                              "host_gram_dense per strip")) {
+    return detail::host_strips<V>(a, a, on_strip, opt);
+  }
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::dense_full);
+  job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// A·Bᵀ delivered strip by strip (rows of A; all b.rows columns in each strip).
+template <class V, class OnStrip>
+job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip&& on_strip,
+                       const gram_options& opt = {}) {
+  detail::check_job_inputs<V>(a, &b, opt, "gram_strips");
+  if (a.rows == 0 || b.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
+                                              "host_gram_dense per strip")) {
+    return detail::host_strips<V>(a, b, on_strip, opt);
+  }
+  auto job = detail::make_job<V>(a, &b, opt, sink_kind::dense_rect);
+  job.ldc = b.rows;
+  job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
   detail::run_gram_job(job);
   return job.report;
 }
@@ -182,23 +243,26 @@ coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b,
 }
 
 /// In core: A·Aᵀ of a bit matrix already on the current device into device memory `out`
-/// (layout_size(layout, rows) elements), enqueued on `s`. Tiles i ≤ j only.
+/// (layout_size(layout, rows) elements), enqueued on `s`. Tiles i ≤ j only. `a` is a view of
+/// device memory: a device_bit_matrix's view(), rows of one (row_range), or your own words laid
+/// out as bit_matrix_view documents (128-byte aligned, ld_words a multiple of 32, padding zero).
 template <class OutT>
-void gram_async(const device_bit_matrix& a, OutT* out, triangle_layout layout, stream_view s,
-                metric m = metric::counts, score_options so = {}, kernel_path path = kernel_path::automatic) {
-  detail::check_output_type<OutT>(m, a.cols(), "gram_async");
-  const std::int64_t n = a.rows();
+void gram_async(const bit_matrix_view& a, OutT* out, triangle_layout layout, stream_view s, metric m = metric::counts,
+                score_options so = {}, kernel_path path = kernel_path::automatic) {
+  detail::check_view(a, "gram_async", "a");
+  detail::check_output_type<OutT>(m, a.cols, "gram_async");
+  const std::int64_t n = a.rows;
   if (layout_size(layout, n) == 0) return;
   if (out == nullptr) throw logic_error("gram_async: out is null");
   device_buffer<std::int32_t> pop(static_cast<std::size_t>(n), s);
-  row_popcounts_async(a.view(), pop.data(), s);
+  row_popcounts_async(a, pop.data(), s);
   const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
   detail::bit_gemm_args g;
-  g.a = a.data();
+  g.a = a.words;
   g.a_rows = n;
-  g.b = a.data();
+  g.b = a.words;
   g.b_rows = n;
-  g.ld_words = a.ld_words();
+  g.ld_words = a.ld_words;
   g.upper_only = true;
   if (layout == triangle_layout::full) {
     detail::bit_gemm_async(g, detail::full_strip_epilogue<OutT>{out, nullptr, 0, n, n, n, pop.data(), sc}, path, s);
@@ -208,26 +272,45 @@ void gram_async(const device_bit_matrix& a, OutT* out, triangle_layout layout, s
   }
 }
 
-/// In core: A·Bᵀ of two device bit matrices into device memory `out` (a.rows x b.rows, `ldc`).
+/// In core: A·Bᵀ of two bit matrices in device memory into device memory `out` (a.rows x b.rows,
+/// `ldc`). Views as for the A·Aᵀ form: e.g. a strip of A's rows against all of B.
+template <class OutT>
+void gram_async(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, std::int64_t ldc, stream_view s,
+                metric m = metric::counts, score_options so = {}, kernel_path path = kernel_path::automatic) {
+  detail::check_view(a, "gram_async", "a");
+  detail::check_view(b, "gram_async", "b");
+  detail::check_same_cols(a, b, "gram_async");
+  detail::check_output_type<OutT>(m, a.cols, "gram_async");
+  if (ldc < b.rows) throw logic_error("gram_async: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows) + ")");
+  if (a.ld_words != b.ld_words) {
+    throw logic_error("gram_async: a.ld_words (" + std::to_string(a.ld_words) + ") and b.ld_words (" +
+                      std::to_string(b.ld_words) + ") differ");
+  }
+  if (a.rows == 0 || b.rows == 0) return;
+  if (out == nullptr) throw logic_error("gram_async: out is null");
+  device_buffer<std::int32_t> pa(static_cast<std::size_t>(a.rows), s), pb(static_cast<std::size_t>(b.rows), s);
+  row_popcounts_async(a, pa.data(), s);
+  row_popcounts_async(b, pb.data(), s);
+  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  detail::bit_gemm_args g;
+  g.a = a.words;
+  g.a_rows = a.rows;
+  g.b = b.words;
+  g.b_rows = b.rows;
+  g.ld_words = a.ld_words;
+  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{out, 0, ldc, pa.data(), pb.data(), sc}, path, s);
+}
+
+/// The same for device_bit_matrix operands (their view()).
+template <class OutT>
+void gram_async(const device_bit_matrix& a, OutT* out, triangle_layout layout, stream_view s, metric m = metric::counts,
+                score_options so = {}, kernel_path path = kernel_path::automatic) {
+  gram_async(a.view(), out, layout, s, m, so, path);
+}
 template <class OutT>
 void gram_async(const device_bit_matrix& a, const device_bit_matrix& b, OutT* out, std::int64_t ldc, stream_view s,
                 metric m = metric::counts, score_options so = {}, kernel_path path = kernel_path::automatic) {
-  detail::check_same_cols(a.view(), b.view(), "gram_async");
-  detail::check_output_type<OutT>(m, a.cols(), "gram_async");
-  if (ldc < b.rows()) throw logic_error("gram_async: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows()) + ")");
-  if (a.rows() == 0 || b.rows() == 0) return;
-  if (out == nullptr) throw logic_error("gram_async: out is null");
-  device_buffer<std::int32_t> pa(static_cast<std::size_t>(a.rows()), s), pb(static_cast<std::size_t>(b.rows()), s);
-  row_popcounts_async(a.view(), pa.data(), s);
-  row_popcounts_async(b.view(), pb.data(), s);
-  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
-  detail::bit_gemm_args g;
-  g.a = a.data();
-  g.a_rows = a.rows();
-  g.b = b.data();
-  g.b_rows = b.rows();
-  g.ld_words = a.ld_words();
-  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{out, 0, ldc, pa.data(), pb.data(), sc}, path, s);
+  gram_async(a.view(), b.view(), out, ldc, s, m, so, path);
 }
 
 }  // namespace spillway::gram

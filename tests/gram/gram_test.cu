@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -518,4 +520,116 @@ TEST(GramNoGpu, ErrorSaysNoGpuAndNamesTheOptionElseHostRuns) {
   const auto ref = host_gram_topk<float>(a.view(), topk_options{5}, metric::jaccard);
   EXPECT_EQ(got.indices, ref.indices);
   EXPECT_EQ(got.values, ref.values);
+}
+
+// ---- issue 16 item 4: results strip by strip, views into gram_async -------------------------------
+namespace {
+// Fills `got` (n x n, -1 = never delivered) from the strips and counts them.
+template <class V>
+struct strip_collector {
+  std::int64_t n;
+  std::vector<V>* got;
+  std::mutex* m;
+  int* strips;
+  void operator()(const gram_strip<V>& st) const {
+    std::lock_guard<std::mutex> g(*m);
+    ++*strips;
+    for (std::int64_t i = st.first_row; i < st.first_row + st.rows; ++i)
+      for (std::int64_t j = st.first_col; j < st.first_col + st.cols; ++j) (*got)[static_cast<std::size_t>(i * n + j)] = st.at(i, j);
+  }
+};
+}  // namespace
+
+TEST(GramStripsGpu, SymmetricStripsCoverTheUpperTriangleExactly) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 1000, cols = 1500;  // not multiples of the tile
+  const auto a = pack_bits(random_bits(n, cols, 0.3, test::seed("GramStripsGpu.Symmetric")), n, cols);
+  std::vector<std::int32_t> want(static_cast<std::size_t>(n * n));
+  host_gram_dense(a.view(), want.data(), triangle_layout::full);
+  gram_options o;
+  o.max_panel_rows = 128;  // 8 strips
+  std::vector<std::int32_t> got(want.size(), -1);
+  std::mutex m;
+  int strips = 0;
+  const auto r = gram_strips<std::int32_t>(a.view(), strip_collector<std::int32_t>{n, &got, &m, &strips}, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_GE(strips, 8);
+  // Every (i, j >= i) delivered; everything delivered (the diagonal blocks' lower parts too) right.
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto k = static_cast<std::size_t>(i * n + j);
+      if (j >= i) ASSERT_NE(got[k], -1) << "(" << i << "," << j << ") never delivered";
+      if (got[k] != -1) ASSERT_EQ(got[k], want[k]) << i << "," << j;
+    }
+}
+
+TEST(GramStripsGpu, RectangularStripsAndJaccard) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("GramStripsGpu.Rect");
+  const auto a = pack_bits(random_bits(300, 2100, 0.2, seed), 300, 2100);
+  const auto b = pack_bits(random_bits(211, 2100, 0.5, seed + 1), 211, 2100);
+  std::vector<float> want(300 * 211);
+  host_gram_dense(a.view(), b.view(), want.data(), 211, metric::jaccard);
+  gram_options o;
+  o.epilogue = metric::jaccard;
+  o.max_panel_rows = 64;
+  std::vector<float> got(want.size(), -1.0f);
+  std::mutex m;
+  int strips = 0;
+  // A·Bᵀ: the collector's "n" is the row length, b.rows.
+  const auto r = gram_strips<float>(a.view(), b.view(), strip_collector<float>{211, &got, &m, &strips}, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_GE(strips, 5);
+  EXPECT_EQ(got, want);  // the same scoring code on both sides: bitwise equal
+}
+
+TEST(GramStripsGpu, CallbackExceptionStopsTheJob) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto a = pack_bits(random_bits(512, 300, 0.3, test::seed("GramStripsGpu.Throw")), 512, 300);
+  gram_options o;
+  o.max_panel_rows = 64;
+  EXPECT_THROW(gram_strips<std::int32_t>(a.view(), [](const gram_strip<std::int32_t>&) { throw std::runtime_error("stop"); }, o),
+               spillway::pipeline_error);
+}
+
+TEST(GramAsyncViewsGpu, RowRangesOfDeviceMatrices) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("GramAsyncViewsGpu");
+  spillway::stream s;
+  const std::int64_t n = 400, cols = 1111;
+  const bit_matrix a = pack_bits(random_bits(n, cols, 0.4, seed), n, cols);
+  const device_bit_matrix d = upload_async(a.view(), s.view());
+  // Rows [96, 96 + 150) of A against all of A, through views only.
+  const auto strip = row_range(d.view(), 96, 150);
+  device_buffer<std::int32_t> out(150 * n, s.view());
+  out.fill_bytes_async(0x7f, s.view());
+  gram_async(strip, d.view(), out.data(), n, s.view());
+  const auto got = out.to_host(s.view());
+  std::vector<std::int32_t> want(150 * n);
+  host_gram_dense(row_range(a.view(), 96, 150), a.view(), want.data(), n);
+  EXPECT_EQ(got, want);
+  // The A·Aᵀ form on a view equals the form on the matrix.
+  device_buffer<std::int32_t> tri(static_cast<std::size_t>(layout_size(triangle_layout::upper_packed, 150)), s.view());
+  gram_async(strip, tri.data(), triangle_layout::upper_packed, s.view());
+  std::vector<std::int32_t> want_tri(tri.size());
+  host_gram_dense(row_range(a.view(), 96, 150), want_tri.data(), triangle_layout::upper_packed);
+  EXPECT_EQ(tri.to_host(s.view()), want_tri);
+}
+
+TEST(GramNoGpu, StripsRunOnTheHostWhenAllowed) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  const std::int64_t n = 1500, cols = 100;  // two host strips of 1024 rows
+  const auto a = pack_bits(random_bits(n, cols, 0.3, test::seed("GramNoGpu.Strips")), n, cols);
+  std::vector<std::int32_t> want(static_cast<std::size_t>(n * n));
+  host_gram_dense(a.view(), want.data(), triangle_layout::full);
+  gram_options o;
+  EXPECT_THROW(gram_strips<std::int32_t>(a.view(), [](const gram_strip<std::int32_t>&) {}, o), spillway::no_gpu_error);
+  o.host_fallback = true;
+  std::vector<std::int32_t> got(want.size(), -1);
+  std::mutex m;
+  int strips = 0;
+  const auto r = gram_strips<std::int32_t>(a.view(), strip_collector<std::int32_t>{n, &got, &m, &strips}, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(strips, 2);
+  EXPECT_EQ(got, want);
 }

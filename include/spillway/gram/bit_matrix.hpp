@@ -204,17 +204,27 @@ inline std::uint64_t pack_row(const unsigned char* src, std::int64_t cols, std::
   return bad;
 }
 
+template <class T>
+bit_matrix pack_wide_bits(const T* data, std::int64_t rows, std::int64_t cols, std::int64_t ld, pack_options opt);
+
 }  // namespace detail
 
-/// Packs a row-major 0/1 matrix of uint8, int8 or bool (`ld` elements between row starts,
-/// default `cols`) into a bit_matrix. Any column count; tail and padding bits are zero. Rows are
-/// packed in parallel (OpenMP when available). Unless `opt.nonzero_as_one`, a value other than
-/// 0 or 1 throws logic_error naming the first bad (row, column) in row-major order and its value.
+/// Packs a row-major 0/1 matrix (`ld` elements between row starts, default `cols`) into a
+/// bit_matrix. Any column count; tail and padding bits are zero. Rows are packed in parallel
+/// (OpenMP when available). Unless `opt.nonzero_as_one`, a value other than 0 or 1 throws
+/// logic_error naming the first bad (row, column) in row-major order and its value.
+///
+/// Element types: uint8, int8 and bool are packed straight from memory. Any wider integer type
+/// (NumPy's default int64 for an array of Python ints, int32, uint16, ...) is converted row by row
+/// into bytes first (a copy of one row per thread, never of the whole matrix), with the same 0/1
+/// check: `np.load` of such a file goes through io::read_npy and pack_bits<std::int64_t>.
 template <class T>
 bit_matrix pack_bits(const T* data, std::int64_t rows, std::int64_t cols, std::int64_t ld = -1,
                      pack_options opt = {}) {
-  static_assert(std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::int8_t> || std::is_same_v<T, bool>,
-                "pack_bits: the input must be uint8, int8 or bool");
+  static_assert(std::is_integral_v<T>, "pack_bits: the input must be bool or an integer type (0/1 values)");
+  if constexpr (sizeof(T) > 1) {
+    return detail::pack_wide_bits(data, rows, cols, ld < 0 ? cols : ld, opt);
+  }
   if (ld < 0) ld = cols;
   if (rows < 0) throw logic_error("pack_bits: rows must be >= 0, got " + std::to_string(rows));
   if (cols < 0) throw logic_error("pack_bits: cols must be >= 0, got " + std::to_string(cols));
@@ -243,6 +253,112 @@ bit_matrix pack_bits(const T* data, std::int64_t rows, std::int64_t cols, std::i
     }
   }
   return out;
+}
+
+namespace detail {
+// Wider integers: each row narrowed to 0/1 bytes in a per-thread buffer, then packed as bytes.
+template <class T>
+bit_matrix pack_wide_bits(const T* data, std::int64_t rows, std::int64_t cols, std::int64_t ld, pack_options opt) {
+  if (rows < 0) throw logic_error("pack_bits: rows must be >= 0, got " + std::to_string(rows));
+  if (cols < 0) throw logic_error("pack_bits: cols must be >= 0, got " + std::to_string(cols));
+  if (ld < cols) throw logic_error("pack_bits: ld (" + std::to_string(ld) + ") is smaller than cols (" + std::to_string(cols) + ")");
+  if (rows > 0 && cols > 0 && data == nullptr) throw logic_error("pack_bits: data is null");
+  bit_matrix out(rows, cols, opt.memory);
+  const std::int64_t ldw = out.ld_words();
+  std::int64_t first_bad_row = rows;
+#ifdef _OPENMP
+#pragma omp parallel reduction(min : first_bad_row)
+#endif
+  {
+    std::vector<unsigned char> row_bytes(static_cast<std::size_t>(cols));
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* src = data + r * ld;
+      bool bad = false;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const T v = src[c];
+        bad |= !(v == T(0) || v == T(1));
+        row_bytes[static_cast<std::size_t>(c)] = v != T(0) ? 1 : 0;
+      }
+      if (bad && !opt.nonzero_as_one && r < first_bad_row) first_bad_row = r;
+      pack_row(row_bytes.data(), cols, out.row(r), ldw, false);
+    }
+  }
+  if (first_bad_row < rows) {
+    const T* row = data + first_bad_row * ld;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (!(row[c] == T(0) || row[c] == T(1))) {
+        throw logic_error("pack_bits: value " + std::to_string(row[c]) + " at (row " + std::to_string(first_bad_row) +
+                          ", column " + std::to_string(c) +
+                          ") is not 0 or 1 (set pack_options::nonzero_as_one to treat nonzero as 1)");
+      }
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Bit order of bytes that already hold 8 columns each.
+enum class bit_order {
+  big,    ///< column 8j in the byte's most significant bit: np.packbits' default (bitorder='big')
+  little  ///< column 8j in the least significant bit: np.packbits(..., bitorder='little')
+};
+
+/// A bit_matrix from bytes that are already packed, 8 columns per byte, as np.packbits(a, axis=1)
+/// writes them: `rows` rows of `ld_bytes` bytes each (default ceil(cols / 8)), in either bit order.
+/// Bits past `cols` in a row's last byte are ignored (cleared), so any column count works.
+inline bit_matrix from_packed_bytes(const std::uint8_t* bytes, std::int64_t rows, std::int64_t cols, bit_order order,
+                                    std::int64_t ld_bytes = -1, host_memory memory = host_memory::pageable) {
+  const std::int64_t row_bytes = (cols + 7) / 8;
+  if (ld_bytes < 0) ld_bytes = row_bytes;
+  if (rows < 0 || cols < 0) {
+    throw logic_error("from_packed_bytes: shape " + std::to_string(rows) + " x " + std::to_string(cols) + " is negative");
+  }
+  if (ld_bytes < row_bytes) {
+    throw logic_error("from_packed_bytes: ld_bytes (" + std::to_string(ld_bytes) + ") is smaller than ceil(cols / 8) = " +
+                      std::to_string(row_bytes));
+  }
+  if (rows > 0 && cols > 0 && bytes == nullptr) throw logic_error("from_packed_bytes: bytes is null");
+  bit_matrix out(rows, cols, memory);
+  const std::int64_t full_words = cols / 32;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* src = bytes + r * ld_bytes;
+    std::uint32_t* dst = out.row(r);
+    // spillway's layout is column c in bit c % 32 of word c / 32: little bit order within bytes,
+    // little-endian bytes within words.
+    for (std::int64_t w = 0; w * 32 < cols; ++w) {
+      std::uint32_t word = 0;
+      for (int k = 0; k < 4; ++k) {
+        const std::int64_t b = w * 4 + k;
+        if (b >= row_bytes) break;
+        std::uint32_t v = src[b];
+        if (order == bit_order::big) {
+          v = ((v & 0xF0u) >> 4) | ((v & 0x0Fu) << 4);
+          v = ((v & 0xCCu) >> 2) | ((v & 0x33u) << 2);
+          v = ((v & 0xAAu) >> 1) | ((v & 0x55u) << 1);
+        }
+        word |= v << (8 * k);
+      }
+      if (w == full_words) word &= (1u << (cols % 32)) - 1u;  // the partial last word
+      dst[w] = word;
+    }
+  }
+  return out;
+}
+
+/// A view of rows [first, first + count) of a bit matrix (host or device memory alike): rows are
+/// ld_words apart, so the sub-view keeps the layout every function needs.
+inline bit_matrix_view row_range(const bit_matrix_view& m, std::int64_t first, std::int64_t count) {
+  if (first < 0 || count < 0 || first + count > m.rows) {
+    throw logic_error("row_range: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                      ") are not inside the matrix's " + std::to_string(m.rows) + " rows");
+  }
+  return {m.words + first * m.ld_words, count, m.cols, m.ld_words};
 }
 
 template <class T>

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define SPILLWAY_HD __host__ __device__
@@ -140,6 +141,32 @@ SPILLWAY_HD inline std::int64_t packed_row_offset(std::int64_t n, std::int64_t i
 /// which is SciPy's n·i − i(i+1)/2 + (j − i − 1).
 SPILLWAY_HD inline std::int64_t condensed_row_offset(std::int64_t n, std::int64_t i) noexcept {
   return i * (n - 1) - i * (i - 1) / 2;
+}
+
+/// The full symmetric n x n matrix (row-major) from a packed upper triangle or a condensed one
+/// (SciPy's squareform): `src` holds layout_size(layout, n) elements; the diagonal of a condensed
+/// triangle (which it does not store) is `diagonal` (e.g. the count of each row, 1 for Jaccard, 0
+/// for Hamming). A `full` source is copied as it is.
+template <class V>
+std::vector<V> triangle_to_square(const V* src, std::int64_t n, triangle_layout layout, V diagonal = V{}) {
+  if (n < 0) throw logic_error("triangle_to_square: n is " + std::to_string(n));
+  if (n > 0 && src == nullptr) throw logic_error("triangle_to_square: src is null");
+  std::vector<V> out(static_cast<std::size_t>(n * n));
+  if (layout == triangle_layout::full) {
+    for (std::int64_t k = 0; k < n * n; ++k) out[static_cast<std::size_t>(k)] = src[k];
+    return out;
+  }
+  const bool wd = layout == triangle_layout::upper_packed;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t base = wd ? packed_row_offset(n, i) - i : condensed_row_offset(n, i) - i - 1;
+    out[static_cast<std::size_t>(i * n + i)] = wd ? src[base + i] : diagonal;
+    for (std::int64_t j = i + 1; j < n; ++j) {
+      const V v = src[base + j];
+      out[static_cast<std::size_t>(i * n + j)] = v;
+      out[static_cast<std::size_t>(j * n + i)] = v;
+    }
+  }
+  return out;
 }
 
 }  // namespace spillway::gram

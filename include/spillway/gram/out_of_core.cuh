@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -76,6 +77,26 @@ struct gram_options {
   bool host_fallback = false;
 };
 
+/// One finished strip of the Gram matrix, handed to a gram_strips callback: rows
+/// [first_row, first_row + rows) and columns [first_col, first_col + cols), row-major with `cols`
+/// values per row, in host memory that is valid only during the callback (copy what you keep).
+/// For A·Aᵀ a strip holds the columns from its own first row on (first_col == first_row: the
+/// upper triangle and the diagonal block, complete); by symmetry the rest of those rows is in
+/// earlier strips' columns. For A·Bᵀ, and on the host fallback, first_col is 0 and cols is all of
+/// them.
+template <class V>
+struct gram_strip {
+  std::int64_t first_row = 0;
+  std::int64_t rows = 0;
+  std::int64_t first_col = 0;
+  std::int64_t cols = 0;
+  const V* values = nullptr;
+  /// Entry (i, j) in the matrix's own indices (first_row <= i < first_row + rows, likewise j).
+  [[nodiscard]] V at(std::int64_t i, std::int64_t j) const noexcept {
+    return values[(i - first_row) * cols + (j - first_col)];
+  }
+};
+
 namespace detail {
 
 struct gram_device_ctx {
@@ -107,6 +128,9 @@ struct gram_job {
   V* out = nullptr;
   std::int64_t ldc = 0;
   bool with_diagonal = true;  // dense_packed: upper_packed (true) or condensed (false)
+  // per-strip callback (sink dense_full for A·Aᵀ or dense_rect for A·Bᵀ, delivered through the
+  // slot's pinned staging instead of into `out`)
+  std::function<void(const gram_strip<V>&)> on_strip;
   // top-k / threshold
   topk_options topk{};
   threshold_options thr{};
@@ -300,6 +324,12 @@ void enqueue_strip(gram_job<V>& job, std::size_t t, task_slot& slot, stream_view
       V* u = slot.device<V>(0);
       V* tt = slot.device<V>(1);
       gemm(full_strip_epilogue<V>{u, tt, I0, I1, W, PI, pop_a, sc});
+      if (job.on_strip) {  // rows I0..I1, columns I0..n, to the slot's staging for on_complete
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * W) * vb,
+                                          cudaMemcpyDeviceToHost, s.value()));
+        moved += static_cast<std::size_t>(PI * W) * vb;
+        break;
+      }
       SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * n + I0, static_cast<std::size_t>(n) * vb, u,
                                           static_cast<std::size_t>(W) * vb, static_cast<std::size_t>(W) * vb,
                                           static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
@@ -314,6 +344,12 @@ void enqueue_strip(gram_job<V>& job, std::size_t t, task_slot& slot, stream_view
     case sink_kind::dense_rect: {
       V* u = slot.device<V>(0);
       gemm(rect_strip_epilogue<V>{u, I0, rows_b, pop_a, pop_b, sc});
+      if (job.on_strip) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * rows_b) * vb,
+                                          cudaMemcpyDeviceToHost, s.value()));
+        moved += static_cast<std::size_t>(PI * rows_b) * vb;
+        break;
+      }
       SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * job.ldc, static_cast<std::size_t>(job.ldc) * vb, u,
                                           static_cast<std::size_t>(rows_b) * vb, static_cast<std::size_t>(rows_b) * vb,
                                           static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
@@ -406,8 +442,28 @@ void run_gram_job(gram_job<V>& job) {
   to.device_buffer_bytes = job.plan.slot_buffers;
   to.budget = memory_budget(std::max<std::size_t>(1, budget.bytes() - std::min(budget.bytes(), job.plan.shared_bytes)));
   to.progress = job.opt.progress;
-  job.report = run_tasks(static_cast<std::size_t>(job.plan.strips), to,
-                         [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); });
+  if (job.on_strip) {
+    // Pinned staging per slot for one strip (the same bytes as its device output buffer).
+    to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
+    const std::int64_t n = job.a.rows, P = job.plan.panel_rows, strips = job.plan.strips;
+    const std::int64_t rows_b = job.symmetric ? n : job.b.rows;
+    job.report = run_tasks(
+        static_cast<std::size_t>(strips), to,
+        [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); },
+        [&job, n, P, strips, rows_b](std::size_t t, task_slot& slot) {
+          const std::int64_t I = job.symmetric ? strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
+          gram_strip<V> st;
+          st.first_row = I * P;
+          st.rows = std::min(st.first_row + P, n) - st.first_row;
+          st.first_col = job.symmetric ? st.first_row : 0;
+          st.cols = job.symmetric ? n - st.first_row : rows_b;
+          st.values = slot.pinned<V>(0);
+          job.on_strip(st);
+        });
+  } else {
+    job.report = run_tasks(static_cast<std::size_t>(job.plan.strips), to,
+                           [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); });
+  }
   if (job.opt.report != nullptr) {
     job.opt.report->job = job.report;
     job.opt.report->plan = job.plan;
