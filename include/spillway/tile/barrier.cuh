@@ -53,10 +53,14 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 }
 
 /// Arrives once on the mbarrier at the same offset in the shared memory of cluster block `cta`.
+/// Release at CTA scope (the default), which is what a consumer handing a stage back needs: its
+/// reads of the stage were tensor-core (async-proxy) reads, complete once wgmma.wait_group
+/// returned, and the peer's producer only overwrites the stage through the copy engine.
+/// (.release.cluster costs a MEMBAR.ALL.GPU before every arrival: measured in SASS.)
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta) {
   SPILLWAY_TILE_TMA_BODY(
       asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                   " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+                   " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
                    "r"(cta)
                    : "memory");)
   (void)bar, (void)cta;

@@ -250,14 +250,11 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     const bool leader = tid % 128 == 0;  // issues and tracks the warpgroup's bulk stores
     auto release = [&](int stage) {
       __syncwarp();
-      if (lane == 0) {
-        if constexpr (Cluster > 1) {
-#pragma unroll
-          for (int r = 0; r < Cluster; ++r)
-            tile::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(r));
-        } else {
-          tile::mbar_arrive(empty_bar(stage));
-        }
+      // Lane r signals cluster block r: the arrivals on the blocks go out in one instruction.
+      if constexpr (Cluster > 1) {
+        if (lane < Cluster) tile::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(lane));
+      } else {
+        if (lane == 0) tile::mbar_arrive(empty_bar(stage));
       }
     };
     int st = 0;
@@ -368,27 +365,33 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
 #endif
 }
 
-/// Per device, once per kernel: raises its dynamic shared-memory limit and finds how many clusters
-/// of `cluster` blocks can be resident at once (the persistent grid's size).
-template <class Kernel>
-int wgmma_resident_clusters(Kernel kernel, int device, int smem_bytes, int threads, int cluster) {
+/// Per device, once per kernel instantiation: raises its dynamic shared-memory limit and finds how
+/// many clusters of `Cluster` blocks can be resident at once (the persistent grid's size). The
+/// cache belongs to the instantiation, not to the kernel's pointer type: the instantiations of
+/// Cluster 1 and 2 share one type, and a cache shared between them left the second without its
+/// shared-memory attribute (cudaErrorInvalidValue at launch) and with the other's grid size.
+template <class T, class TC, class S, class Epi, int Cluster>
+int wgmma_resident_clusters(int device) {
+  using Cfg = wgmma_config<T, Cluster>;
   static std::mutex mutex;
   static std::vector<int> cache;
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, 0);
   int& n = cache[static_cast<std::size_t>(device)];
   if (n == 0) {
-    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    if (cluster == 1) {
+    auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
+    SPILLWAY_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+    if constexpr (Cluster == 1) {
       n = tile::multiprocessor_count(device);
     } else {
       cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(cluster * tile::multiprocessor_count(device)), 1, 1);
-      cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-      cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+      cfg.gridDim = dim3(static_cast<unsigned>(Cluster * tile::multiprocessor_count(device)), 1, 1);
+      cfg.blockDim = dim3(static_cast<unsigned>(Cfg::threads), 1, 1);
+      cfg.dynamicSmemBytes = static_cast<std::size_t>(Cfg::smem_bytes);
       cudaLaunchAttribute attr{};
       attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+      attr.val.clusterDim.x = static_cast<unsigned>(Cluster);
       attr.val.clusterDim.y = 1;
       attr.val.clusterDim.z = 1;
       cfg.attrs = &attr;
@@ -397,7 +400,7 @@ int wgmma_resident_clusters(Kernel kernel, int device, int smem_bytes, int threa
       SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
       if (clusters < 1) {
         throw cuda_error(cudaErrorInvalidConfiguration,
-                         "gemm wgmma: no cluster of " + std::to_string(cluster) + " blocks fits on device " +
+                         "gemm wgmma: no cluster of " + std::to_string(Cluster) + " blocks fits on device " +
                              std::to_string(device));
       }
       n = clusters;
@@ -454,8 +457,7 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
                  : map_a;  // unused
 
   auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
-  const std::int64_t resident =
-      wgmma_resident_clusters(kernel, device, Cfg::smem_bytes, Cfg::threads, Cluster);
+  const std::int64_t resident = wgmma_resident_clusters<T, TC, S, Epi, Cluster>(device);
   const auto grid = static_cast<unsigned>(Cluster * std::min<std::int64_t>(sch.total, resident));
   const problem<T, T, TC, S, Epi> kp = p;
   if constexpr (Cluster == 1) {
