@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -182,15 +183,14 @@ bool spot_check(problem& p) {
   return true;
 }
 
-void bm_spillway(benchmark::State& state, kernel_path path,
-                 gd::kernel_variant variant = gd::kernel_variant::standard) {
+// `forced`: one tile kernel instead of the path's automatic choice (gram/detail/kernels.cuh).
+void bm_spillway(benchmark::State& state, kernel_path path, std::optional<gd::tile_kernel> forced = std::nullopt) {
   problem& p = get_problem(state.range(0), state.range(1));
   try {
     (void)gd::resolve_path(path, spillway::current_device());
-    if (path == kernel_path::mma_sync && variant == gd::kernel_variant::v4 &&
-        !gd::mma_v4_fits(spillway::current_device())) {
-      throw spillway::logic_error("mma_sync v4 needs compute capability 9.0+ and " +
-                                  std::to_string(gd::mma_v4_config::smem_bytes_v4) + " bytes of shared memory per block");
+    if (forced) {
+      const std::string refusal = gd::kernel_refusal(*forced, spillway::current_device());
+      if (!refusal.empty()) throw spillway::logic_error(refusal);
     }
   } catch (const spillway::logic_error& e) {
     state.SkipWithError(e.what());
@@ -204,12 +204,12 @@ void bm_spillway(benchmark::State& state, kernel_path path,
   p.out.fill_bytes_async(0xFF, p.s);
   const double bytes = static_cast<double>(p.bits.size_bytes()) + p.required_bit_macs() / static_cast<double>(p.cols) * 4.0;
   const gd::store_counts<std::int32_t> epi{p.out.data(), p.rows, 0, 0, true};
-  const std::string suffix = variant == gd::kernel_variant::standard ? "" : std::string("_") + gd::to_string(variant);
-  timed_loop(state, p, std::string("spillway ") + spillway::gram::to_string(path) + suffix, bytes, [&] {
-    switch (variant) {
-      case gd::kernel_variant::v2: gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, p.s); break;
-      case gd::kernel_variant::v4: gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, path, p.s); break;
-      default: gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, p.s); break;
+  const std::string name = forced ? gd::to_string(*forced) : spillway::gram::to_string(path);
+  timed_loop(state, p, std::string("spillway ") + name, bytes, [&] {
+    if (forced) {
+      gd::bit_gemm_forced_async(g, epi, *forced, p.s);
+    } else {
+      gd::bit_gemm_async(g, epi, path, p.s);
     }
   });
   if (!spot_check(p)) state.SkipWithError("spillway result mismatch");
@@ -330,17 +330,13 @@ void shapes_large(benchmark::internal::Benchmark* b) { b->Args({32768, 65536}); 
 // minute of full power at the large shape) last, so its heat does not carry into the others.
 BENCHMARK_CAPTURE(bm_spillway, wgmma, kernel_path::wgmma)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync, kernel_path::mma_sync)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
-// Forced variants (kernel_variant::v2, v4), measured beside the first kernels.
-BENCHMARK_CAPTURE(bm_spillway, wgmma_v2, kernel_path::wgmma, gd::kernel_variant::v2)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v2, kernel_path::mma_sync, gd::kernel_variant::v2)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v4, kernel_path::mma_sync, gd::kernel_variant::v4)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
+// The cp.async-fed BMMA kernel (what sm_80 to sm_89 run) forced beside the path's own choice.
+BENCHMARK_CAPTURE(bm_spillway, mma_sync_cp_async, kernel_path::mma_sync, gd::tile_kernel::mma_sync_cp_async)->Apply(shapes_small)->UseManualTime()->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_cublaslt_int8)->Apply(shapes_small)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, popc, kernel_path::popc)->Apply(shapes_small)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, wgmma, kernel_path::wgmma)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, mma_sync, kernel_path::mma_sync)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, wgmma_v2, kernel_path::wgmma, gd::kernel_variant::v2)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v2, kernel_path::mma_sync, gd::kernel_variant::v2)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(bm_spillway, mma_sync_v4, kernel_path::mma_sync, gd::kernel_variant::v4)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(bm_spillway, mma_sync_cp_async, kernel_path::mma_sync, gd::tile_kernel::mma_sync_cp_async)->Apply(shapes_large)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_cublaslt_int8)->Apply(shapes_large)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(bm_spillway, popc, kernel_path::popc)->Apply(shapes_large)->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(bm_naive)->Apply(shapes_small)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);

@@ -28,8 +28,8 @@ MODULES_DEFAULT="core io pipeline map gram gemm ode"
 
 summary=()
 status=0
-# Suites of forced kernel variants (V2, V4): run in a process of their own.
-EXPERIMENTAL='*V2Gpu*.*:*V4Gpu*.*'
+# Suites of forced tile kernels (gram: GramForced*Gpu): run in a process of their own.
+EXPERIMENTAL='*ForcedWgmmaGpu.*:*ForcedMmaSync*Gpu.*'
 
 
 run_tests() {
@@ -80,7 +80,7 @@ SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*MultiGpu*:*TwoDev
 # racecheck only where kernels share memory between threads, on small problems.
 racecheck_filter() {
   case $1 in
-    gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramKernelsV2Gpu.Int32CountStoreEdgeShapes:GramKernelsV4Gpu.EdgeShapesAAt:GramKernelsV4Gpu.MbarrierPhasesAcrossTiles' ;;
+    gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramForcedWgmmaGpu.Int32CountStoreEdgeShapes:GramForcedMmaSyncTmaGpu.EdgeShapesAAt:GramForcedMmaSyncTmaGpu.MbarrierPhasesAcrossTiles:GramForcedMmaSyncCpAsyncGpu.EdgeShapesAAt' ;;
     map) echo 'GufuncGpu.*:GufuncStagedGpu.*:ReduceGpu.*' ;;
     ode) echo 'Rk4CoupledGpu.MeanFieldComplexFloatMatchesHost:Rk4FusedGpu.GraphAndPlainLaunchesAgreeBitwise' ;;
     *) echo '' ;;

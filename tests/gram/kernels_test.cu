@@ -1,6 +1,8 @@
-// Tile kernels of the bit-matrix product: every path forced, exact equality with a host popcount
-// oracle on random bits (printed seeds), poisoned outputs, edge shapes, offsets, streams, bad input.
+// Tile kernels of the bit-matrix product: every path, and every tile kernel forced, exact equality
+// with a host popcount oracle on random bits (printed seeds), poisoned outputs, edge shapes,
+// offsets, streams, bad input; the persistent tile schedule (host).
 #include <spillway/gram/detail/kernels.cuh>
+#include <spillway/tile/schedule.cuh>
 
 #include "support/gpu_test.hpp"
 
@@ -8,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -93,22 +96,31 @@ struct panel {
   std::int64_t row0, rows;
 };
 
-// bit_gemm_async with the variant chosen at run time (the variant is a template argument).
+// What runs a product: a path as callers give it (automatic kernel choice), or one tile kernel forced.
+struct route {
+  kernel_path path = kernel_path::automatic;
+  std::optional<gd::tile_kernel> forced;
+  route(kernel_path p) : path(p) {}  // NOLINT: implicit, the common case
+  route(gd::tile_kernel k) : forced(k) {}  // NOLINT
+  [[nodiscard]] std::string name() const {
+    return forced ? std::string("kernel=") + gd::to_string(*forced) : std::string("path=") + spillway::gram::to_string(path);
+  }
+};
+
 template <class Epilogue>
-void run_variant(gd::kernel_variant variant, const gd::bit_gemm_args& g, const Epilogue& epi, kernel_path path,
-                 spillway::stream_view s) {
-  switch (variant) {
-    case gd::kernel_variant::v2: gd::bit_gemm_async<gd::kernel_variant::v2>(g, epi, path, s); break;
-    case gd::kernel_variant::v4: gd::bit_gemm_async<gd::kernel_variant::v4>(g, epi, path, s); break;
-    default: gd::bit_gemm_async<gd::kernel_variant::standard>(g, epi, path, s); break;
+void run_route(const route& r, const gd::bit_gemm_args& g, const Epilogue& epi, spillway::stream_view s) {
+  if (r.forced) {
+    gd::bit_gemm_forced_async(g, epi, *r.forced, s);
+  } else {
+    gd::bit_gemm_async(g, epi, r.path, s);
   }
 }
 
-// Runs one product on the device through `path` and checks every element against the oracle.
+// Runs one product on the device through `r` and checks every element against the oracle.
 // A and B are row ranges of host matrices (the same matrix for A·Aᵀ panels).
-void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillway::stream_view s,
-                   const std::string& what, gd::kernel_variant variant = gd::kernel_variant::standard) {
-  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path) + " variant=" + gd::to_string(variant));
+void check_product(panel pa, panel pb, bool upper_only, const route& r, spillway::stream_view s,
+                   const std::string& what) {
+  SCOPED_TRACE(what + " " + r.name());
   const host_bits& A = *pa.m;
   const host_bits& B = *pb.m;
   ASSERT_EQ(A.ld_words, B.ld_words);
@@ -138,7 +150,7 @@ void check_product(panel pa, panel pb, bool upper_only, kernel_path path, spillw
   g.b_row0 = pb.row0;
   g.upper_only = upper_only;
   const count_and_visit epi{dc.data(), dv.data(), pb.rows, pa.row0, pb.row0, upper_only};
-  run_variant(variant, g, epi, path, s);
+  run_route(r, g, epi, s);
 
   std::vector<std::int32_t> c(n_out), v(n_out);
   dc.copy_to_host_async({c.data(), c.size()}, s);
@@ -433,71 +445,14 @@ TEST(GramKernelsGpu, BadInputsThrowAndWriteNothing) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forced kernel variants (kernel_variant::v2): every tensor-core path the device can run, forced,
-// against the same host oracle. Kept in their own suite so they can run in a separate process.
-
-std::vector<kernel_path> v2_paths() {
-  std::vector<kernel_path> out;
-  const bool mma_fits = gd::mma_v2_fits(spillway::current_device());
-  for (kernel_path p : runnable_paths()) {
-    if ((p == kernel_path::mma_sync && mma_fits) || p == kernel_path::wgmma) out.push_back(p);
-  }
-  return out;
-}
-
-/// Forcing `Variant` on a device that cannot run it throws a logic_error that says so in terms of
-/// shared memory, naming the bytes it needs and the bytes the device offers; nothing is written.
-template <gd::kernel_variant Variant>
-void expect_variant_refused(std::int64_t needed_bytes) {
-  const int dev = spillway::current_device();
-  spillway::stream s;
-  spillway::device_buffer<std::uint32_t> da(32, s);
-  spillway::device_buffer<std::int32_t> dc(1, s);
-  dc.fill_bytes_async(0xFF, s);
-  gd::bit_gemm_args g;
-  g.a = g.b = da.data();
-  g.a_rows = g.b_rows = 1;
-  g.ld_words = 32;
-  try {
-    gd::bit_gemm_async<Variant>(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false}, kernel_path::mma_sync, s);
-    ADD_FAILURE() << "mma_sync " << gd::to_string(Variant) << " ran on a device that cannot run it";
-  } catch (const spillway::logic_error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::to_string(needed_bytes)), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::to_string(gd::max_block_smem(dev))), std::string::npos) << msg;
-  }
-  std::int32_t h = 0;
-  dc.copy_to_host_async({&h, 1}, s);
-  s.synchronize();
-  EXPECT_EQ(h, -1);
-}
-
-void expect_v2_paths(const std::vector<kernel_path>& paths) {
-  const int dev = spillway::current_device();
-  const int cc = spillway::get_device_properties(dev).compute_capability();
-  const int f = gd::build_features(dev);
-  const bool mma_fits = gd::mma_v2_fits(dev);
-  std::size_t expected = 0;
-  if (cc >= 80 && (f & 1) != 0 && mma_fits) ++expected;
-  if (cc == 90 && (f & 2) != 0) ++expected;
-  EXPECT_EQ(paths.size(), expected) << "cc " << cc << ", build features " << f;
-  // On the H200: both with the sm_90a binary, mma_sync with the sm_80 one.
-  std::cout << "[ v2 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v2 fits shared memory: "
-            << mma_fits << ")\n";
-  if (cc >= 80 && (f & 1) != 0 && !mma_fits) expect_variant_refused<gd::kernel_variant::v2>(gd::mma_v2_config::smem_bytes);
-  for (auto p : paths) std::cout << "[ v2 path  ] " << spillway::gram::to_string(p) << "\n";
-}
-
 // store_counts<int32_t> into an output whose window starts `row_shift` rows and `col_shift`
 // columns before the panels and has `pad` extra columns per row: inside the window every wanted
 // element holds its count, everything else (below the diagonal, the margins, the padding) keeps
-// the poison. `bulk` is whether the wgmma v2 epilogue can use TMA stores for this output.
-void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::kernel_variant variant,
-                     std::int64_t row_shift, std::int64_t col_shift, std::int64_t pad, bool bulk,
-                     spillway::stream_view s, const std::string& what) {
-  SCOPED_TRACE(what + " path=" + spillway::gram::to_string(path) + " variant=" + gd::to_string(variant) +
-               " shift=(" + std::to_string(row_shift) + "," + std::to_string(col_shift) + ") pad=" +
+// the poison. `bulk` is whether the wgmma kernel's epilogue can use bulk tensor stores here.
+void check_store_i32(panel pa, panel pb, bool upper_only, const route& r, std::int64_t row_shift,
+                     std::int64_t col_shift, std::int64_t pad, bool bulk, spillway::stream_view s,
+                     const std::string& what) {
+  SCOPED_TRACE(what + " " + r.name() + " shift=(" + std::to_string(row_shift) + "," + std::to_string(col_shift) + ") pad=" +
                std::to_string(pad));
   const host_bits& A = *pa.m;
   const host_bits& B = *pb.m;
@@ -524,7 +479,7 @@ void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::
   g.upper_only = upper_only;
   const gd::store_counts<std::int32_t> epi{dc.data(), ldc, pa.row0 - row_shift, pb.row0 - col_shift, upper_only};
   EXPECT_EQ(gd::tma_store_fits(g, epi), bulk);
-  run_variant(variant, g, epi, path, s);
+  run_route(r, g, epi, s);
   std::vector<std::int32_t> c(n_out);
   dc.copy_to_host_async({c.data(), c.size()}, s);
   s.synchronize();
@@ -549,8 +504,8 @@ void check_store_i32(panel pa, panel pb, bool upper_only, kernel_path path, gd::
   EXPECT_EQ(bad, 0);
 }
 
-// Host logic only (runs without a GPU): when the wgmma v2 epilogue may use TMA stores.
-TEST(GramKernelsV2, TmaStoreFitsConditions) {
+// Host logic only (runs without a GPU): when the wgmma kernel's epilogue may use bulk tensor stores.
+TEST(GramWgmmaBulkStore, FitsConditions) {
   alignas(256) static std::int32_t storage[64];
   gd::bit_gemm_args g;
   g.a_rows = 100;
@@ -578,49 +533,117 @@ TEST(GramKernelsV2, TmaStoreFitsConditions) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// mma_sync v4 (kernel_variant::v4; what automatic runs for mma_sync from compute capability 9.0):
-// the v2 tile fed by the tensor copy engine, stages handed back through per-slot release counters.
-// The same shapes as the v2 suite, plus persistent blocks that run many tiles with k-slice counts
-// that are not multiples of the stage count (the mbarrier phases and the release counters carry
-// over from tile to tile).
-
-std::vector<kernel_path> v4_paths() {
-  std::vector<kernel_path> out;
-  const bool fits = gd::mma_v4_fits(spillway::current_device());
-  for (kernel_path p : runnable_paths()) {
-    if (p == kernel_path::mma_sync && fits) out.push_back(p);
+// The persistent tile schedule (host logic, runs without a GPU): the slots a grid walks visit
+// every tile a product needs exactly once, and in upper-only mode no tile that lies wholly below
+// the diagonal.
+TEST(GramTileSchedule, VisitsEveryNeededTileOnce) {
+  struct sched_case {
+    std::int64_t a_rows, b_rows, a_row0, b_row0;
+    bool upper;
+    std::int64_t bm, bn, band;
+  };
+  const std::vector<sched_case> cases = {
+      {1000, 1000, 0, 0, true, 128, 256, 8},   {1000, 1000, 0, 0, false, 128, 256, 4},
+      {700, 3000, 1300, 0, true, 192, 256, 8}, {517, 517, 333, 333, true, 64, 64, 8},
+      {1, 5000, 4999, 0, true, 128, 256, 3},   {300, 300, 5000, 0, true, 128, 256, 8},
+      {2600, 2600, 0, 0, true, 192, 256, 8},   {999, 1, 0, 998, true, 128, 192, 8}};
+  for (const auto& c : cases) {
+    const auto s = spillway::tile::make_tile_schedule(c.a_rows, c.b_rows, c.a_row0, c.b_row0, c.upper, c.bm, c.bn,
+                                                      c.band);
+    std::vector<int> seen(static_cast<std::size_t>(s.num_ti * s.num_tj), 0);
+    for (const std::int64_t grid : {std::int64_t{1}, std::int64_t{7}, std::int64_t{132}}) {
+      std::fill(seen.begin(), seen.end(), 0);
+      for (std::int64_t blk = 0; blk < grid; ++blk) {
+        spillway::tile::tile_cursor cur;
+        for (std::int64_t t = blk; t < s.total; t += grid) {
+          std::int64_t ti = 0, tj = 0;
+          if (cur.locate(s, t, ti, tj)) ++seen[static_cast<std::size_t>(ti * s.num_tj + tj)];
+        }
+      }
+      for (std::int64_t ti = 0; ti < s.num_ti; ++ti) {
+        for (std::int64_t tj = 0; tj < s.num_tj; ++tj) {
+          // Needed: some (i, j) of the tile with i <= j (global indices), or every tile when full.
+          const std::int64_t first_row = c.a_row0 + ti * c.bm;
+          const std::int64_t last_col = c.b_row0 + std::min((tj + 1) * c.bn, c.b_rows) - 1;
+          const bool needed = !c.upper || first_row <= last_col;
+          EXPECT_EQ(seen[static_cast<std::size_t>(ti * s.num_tj + tj)], needed ? 1 : 0)
+              << "tile (" << ti << ", " << tj << ") of " << c.a_rows << " x " << c.b_rows << " grid " << grid;
+        }
+      }
+    }
   }
-  return out;
-}
-
-void expect_v4_paths(const std::vector<kernel_path>& paths) {
-  const int dev = spillway::current_device();
-  const int cc = spillway::get_device_properties(dev).compute_capability();
-  const int f = gd::build_features(dev);
-  const bool fits = gd::mma_v4_fits(dev);
-  const bool bmma = cc >= 80 && (f & 1) != 0;
-  EXPECT_EQ(paths.size(), bmma && fits ? 1u : 0u) << "cc " << cc << ", build features " << f;
-  std::cout << "[ v4 paths ] " << paths.size() << " runnable (cc " << cc << ", mma_sync v4 runs here: "
-            << fits << ", needs " << gd::mma_v4_config::smem_bytes_v4 << " bytes)\n";
-  if (bmma && !fits) expect_variant_refused<gd::kernel_variant::v4>(gd::mma_v4_config::smem_bytes_v4);
 }
 
 // ---------------------------------------------------------------------------------------------
-// The forced-variant suites (GramKernelsV2Gpu, GramKernelsV4Gpu) run the same checks, each with
-// its variant, the paths it runs on here and its label in the seeds.
+// Each tile kernel forced (bit_gemm_forced_async), in suites of their own so that they can run in
+// a separate process: the BGMMA kernel (wgmma, with its bulk-store epilogue), the TMA-fed BMMA
+// kernel (what mma_sync runs from compute capability 9.0) and the cp.async-fed BMMA kernel (what
+// sm_80 to sm_89 run; forced here so that every device from 8.0 up tests it). Where a kernel cannot
+// run, its suite checks the refusal instead (the sm_80 test binary on an H200 runs only the
+// cp.async one).
 
-struct variant_suite {
-  gd::kernel_variant variant;
-  std::vector<kernel_path> (*paths)();
+struct kernel_suite {
+  gd::tile_kernel kernel;
   const char* label;
   [[nodiscard]] std::uint64_t seed(const std::string& what) const {
     return spillway::test::seed(std::string(label) + " " + what);
   }
+  [[nodiscard]] bool runs() const { return gd::kernel_refusal(kernel, spillway::current_device()).empty(); }
 };
-const variant_suite v2_suite{gd::kernel_variant::v2, v2_paths, "v2"};
-const variant_suite v4_suite{gd::kernel_variant::v4, v4_paths, "v4"};
+const kernel_suite wgmma_suite{gd::tile_kernel::wgmma, "wgmma"};
+const kernel_suite tma_suite{gd::tile_kernel::mma_sync_tma, "mma_sync_tma"};
+const kernel_suite cp_async_suite{gd::tile_kernel::mma_sync_cp_async, "mma_sync_cp_async"};
 
-void suite_edge_shapes_aat(const variant_suite& v) {
+/// Whether the suite's kernel runs here (printed); where it does not, forcing it throws a
+/// logic_error naming the kernel and the device's compute capability (and, for the BMMA kernels,
+/// the shared memory needed and offered), and nothing is written.
+bool kernel_runs_or_is_refused(const kernel_suite& v) {
+  const int dev = spillway::current_device();
+  const int cc = spillway::get_device_properties(dev).compute_capability();
+  const int f = gd::build_features(dev);
+  const bool runs = v.runs();
+  std::cout << "[ kernel   ] " << v.label << (runs ? " runs" : " refused") << " (cc " << cc << ", build features "
+            << f << ", " << gd::max_block_smem(dev) << " bytes of shared memory per block)\n";
+  // What this device and build must run: the sm_90a binary on an H200 runs all three.
+  if (v.kernel == gd::tile_kernel::wgmma) EXPECT_EQ(runs, cc == 90 && (f & 2) != 0);
+  if (v.kernel == gd::tile_kernel::mma_sync_tma) {
+    EXPECT_EQ(runs, cc >= 90 && (f & 4) != 0 && gd::max_block_smem(dev) >= gd::bmma_tma_config::smem_bytes);
+  }
+  if (v.kernel == gd::tile_kernel::mma_sync_cp_async) {
+    EXPECT_EQ(runs, cc >= 80 && (f & 1) != 0 && gd::max_block_smem(dev) >= gd::bmma_cp_async_config::smem_bytes);
+  }
+  if (runs) return true;
+  spillway::stream s;
+  spillway::device_buffer<std::uint32_t> da(32, s);
+  spillway::device_buffer<std::int32_t> dc(1, s);
+  dc.fill_bytes_async(0xFF, s);
+  gd::bit_gemm_args g;
+  g.a = g.b = da.data();
+  g.a_rows = g.b_rows = 1;
+  g.ld_words = 32;
+  try {
+    gd::bit_gemm_forced_async(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false}, v.kernel, s);
+    ADD_FAILURE() << v.label << " ran on a device that cannot run it";
+  } catch (const spillway::logic_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(v.label), std::string::npos) << msg;
+    EXPECT_NE(msg.find("compute capability " + std::to_string(cc / 10) + "." + std::to_string(cc % 10)),
+              std::string::npos)
+        << msg;
+    if (v.kernel != gd::tile_kernel::wgmma) {
+      EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(gd::max_block_smem(dev))), std::string::npos) << msg;
+    }
+  }
+  std::int32_t h = 0;
+  dc.copy_to_host_async({&h, 1}, s);
+  s.synchronize();
+  EXPECT_EQ(h, -1);
+  return false;
+}
+
+void suite_edge_shapes_aat(const kernel_suite& v) {
+  if (!kernel_runs_or_is_refused(v)) return;
   spillway::stream s;
   const std::vector<shape_case> shapes = {
       {1, 1, 1},     {1, 1, 1024},  {67, 67, 1},    {131, 131, 7},   {97, 97, 257},   {127, 127, 1023},
@@ -634,28 +657,23 @@ void suite_edge_shapes_aat(const variant_suite& v) {
       zeros = {1};
     }
     const host_bits m = random_bits(sh.a_rows, sh.cols, seed, 0.5, ones, zeros);
-    for (auto p : v.paths()) {
-      for (bool upper : {false, true}) {
-        check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, p, s,
-                      std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"),
-                      v.variant);
-      }
+    for (bool upper : {false, true}) {
+      check_product({&m, 0, sh.a_rows}, {&m, 0, sh.a_rows}, upper, v.kernel, s,
+                    std::to_string(sh.a_rows) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full"));
     }
   }
 }
 
-void suite_abt_different_row_counts(const variant_suite& v) {
+void suite_abt_different_row_counts(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const std::vector<shape_case> shapes = {{1, 300, 100}, {300, 1, 100}, {131, 389, 1500}, {400, 129, 33}, {257, 513, 2048}};
   for (const auto& sh : shapes) {
     const std::uint64_t seed = v.seed("abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows));
     const host_bits a = random_bits(sh.a_rows, sh.cols, seed, 0.3);
     const host_bits b = random_bits(sh.b_rows, sh.cols, seed + 1, 0.7, {0}, {});
-    for (auto p : v.paths()) {
-      check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, p, s,
-                    "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols),
-                    v.variant);
-    }
+    check_product({&a, 0, sh.a_rows}, {&b, 0, sh.b_rows}, false, v.kernel, s,
+                  "abt " + std::to_string(sh.a_rows) + "x" + std::to_string(sh.b_rows) + "x" + std::to_string(sh.cols));
   }
 }
 
@@ -669,28 +687,27 @@ std::string panel_name(const std::vector<std::int64_t>& c) {
          std::to_string(c[3]) + ")";
 }
 
-void suite_upper_only_with_panel_offsets(const variant_suite& v) {
+void suite_upper_only_with_panel_offsets(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const host_bits m = random_bits(1400, 1100, v.seed("offsets"));
-  for (const auto& c : panel_cases) {
-    for (auto p : v.paths()) check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, s, panel_name(c), v.variant);
-  }
+  for (const auto& c : panel_cases) check_product({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, v.kernel, s, panel_name(c));
 }
 
-void suite_many_tiles_per_block_and_deep_k(const variant_suite& v) {
+void suite_many_tiles_per_block_and_deep_k(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const std::uint64_t seed = v.seed("many tiles");
   const host_bits m = random_words(2600, 9000, seed);
   const host_bits a = random_words(1700, 9000, seed + 7);
-  for (auto p : v.paths()) {
-    check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, p, s, "2600x9000 upper", v.variant);
-    check_product({&a, 0, 1700}, {&m, 0, 2600}, false, p, s, "1700x2600 full (different matrices)", v.variant);
-  }
+  check_product({&m, 0, m.rows}, {&m, 0, m.rows}, true, v.kernel, s, "2600x9000 upper");
+  check_product({&a, 0, 1700}, {&m, 0, 2600}, false, v.kernel, s, "1700x2600 full (different matrices)");
 }
 
-// The raw int32 count store (the TMA-store epilogue of wgmma v2; per element on mma_sync):
+// The raw int32 count store (bulk tensor stores in the wgmma kernel; per element in the others):
 // outputs with and without a 16-byte row pitch, margins before the panels, padding columns.
-void suite_int32_count_store_edge_shapes(const variant_suite& v) {
+void suite_int32_count_store_edge_shapes(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const std::vector<shape_case> shapes = {{1, 1, 1},       {67, 67, 1},     {131, 131, 7},   {129, 129, 1025},
                                           {257, 257, 2049}, {263, 263, 65}, {300, 300, 1500}, {521, 521, 3000}};
@@ -700,54 +717,64 @@ void suite_int32_count_store_edge_shapes(const variant_suite& v) {
                                     sh.a_rows > 3 ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
     const std::int64_t n = sh.a_rows;
     const std::int64_t pad16 = (4 - n % 4) % 4 + 4;  // ldc a multiple of 4 with 4+ spare columns
-    for (auto p : v.paths()) {
-      for (bool upper : {false, true}) {
-        const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 0, 0, 0, n % 4 == 0, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 0, 0, pad16, true, s, what);
-        check_store_i32({&m, 0, n}, {&m, 0, n}, upper, p, v.variant, 3, 4, pad16, true, s, what);
-      }
+    for (bool upper : {false, true}) {
+      const std::string what = std::to_string(n) + "x" + std::to_string(sh.cols) + (upper ? " upper" : " full");
+      check_store_i32({&m, 0, n}, {&m, 0, n}, upper, v.kernel, 0, 0, 0, n % 4 == 0, s, what);
+      check_store_i32({&m, 0, n}, {&m, 0, n}, upper, v.kernel, 0, 0, pad16, true, s, what);
+      check_store_i32({&m, 0, n}, {&m, 0, n}, upper, v.kernel, 3, 4, pad16, true, s, what);
     }
   }
 }
 
-void suite_int32_count_store_panels_and_many_tiles(const variant_suite& v) {
+void suite_int32_count_store_panels_and_many_tiles(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const std::uint64_t seed = v.seed("store panels");
   const host_bits m = random_bits(1400, 1100, seed);
   for (const auto& c : panel_cases) {
     // A column margin of 4 keeps every block on a 16-byte boundary (bulk stores); a margin of 1
-    // does not, and the kernel must fall back to per-element stores.
+    // does not, and the wgmma kernel must fall back to per-element stores.
     for (const std::int64_t col_shift : {std::int64_t{4}, std::int64_t{1}}) {
       const std::int64_t pad = (4 - (c[3] + col_shift) % 4) % 4;  // ldc = b_rows + shift + pad, a multiple of 4
-      for (auto p : v.paths()) {
-        check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, p, v.variant, 2, col_shift, pad, col_shift % 4 == 0, s,
-                        panel_name(c));
-      }
+      check_store_i32({&m, c[0], c[1]}, {&m, c[2], c[3]}, true, v.kernel, 2, col_shift, pad, col_shift % 4 == 0, s,
+                      panel_name(c));
     }
   }
   // Several tiles per persistent block and deep k: stages and staging buffers are reused across
   // tiles while earlier copies or bulk stores may still be in flight.
   const host_bits big = random_words(2600, 9000, seed + 3);
   const host_bits other = random_words(1700, 9000, seed + 4);
-  for (auto p : v.paths()) {
-    check_store_i32({&big, 0, 2600}, {&big, 0, 2600}, true, p, v.variant, 0, 0, 0, true, s, "2600x9000 upper");
-    check_store_i32({&other, 0, 1700}, {&big, 0, 2600}, false, p, v.variant, 0, 0, 0, true, s, "1700x2600 full");
-  }
+  check_store_i32({&big, 0, 2600}, {&big, 0, 2600}, true, v.kernel, 0, 0, 0, true, s, "2600x9000 upper");
+  check_store_i32({&other, 0, 1700}, {&big, 0, 2600}, false, v.kernel, 0, 0, 0, true, s, "1700x2600 full");
   // The same through the per-thread default stream.
   const auto pts = spillway::stream_view::per_thread();
-  for (auto p : v.paths()) {
-    check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, p, v.variant, 0, 0, 0, true, pts, "per-thread stream");
-  }
+  check_store_i32({&big, 100, 1000}, {&big, 100, 2500}, true, v.kernel, 0, 0, 0, true, pts, "per-thread stream");
 }
 
-void suite_zero_columns_and_empty_panels(const variant_suite& v) {
+// 5000 x 6000 full products: hundreds of tiles, several per block of a 132-SM grid, with 1, 2 and
+// 5 k-slices per tile (fewer than the 4 stages a tile's prologue fills, and a count that is not a
+// multiple of 4), so the TMA-fed kernels' mbarrier phases (and the BMMA kernel's release
+// counters) run on across tiles.
+void suite_mbarrier_phases_across_tiles(const kernel_suite& v) {
+  if (!v.runs()) return;
+  spillway::stream s;
+  for (const std::int64_t cols : {std::int64_t{1000}, std::int64_t{1500}, std::int64_t{4500}}) {
+    const std::uint64_t seed = v.seed("phases " + std::to_string(cols));
+    const host_bits a = random_bits(5000, cols, seed, 0.5);
+    const host_bits b = random_bits(6000, cols, seed + 1, 0.4, {5, 5999}, {0});
+    check_store_i32({&a, 0, 5000}, {&b, 0, 6000}, false, v.kernel, 0, 0, 0, true, s,
+                    "5000x6000x" + std::to_string(cols) + " full");
+  }
+  const host_bits m = random_bits(6000, 2500, v.seed("phases upper"));
+  check_product({&m, 0, 6000}, {&m, 0, 6000}, true, v.kernel, s, "6000x2500 upper");
+}
+
+void suite_zero_columns_and_empty_panels(const kernel_suite& v) {
+  if (!v.runs()) return;
   spillway::stream s;
   const host_bits m = random_bits(70, 0, 1);
-  for (auto p : v.paths()) {
-    check_product({&m, 0, 70}, {&m, 0, 70}, true, p, s, "zero columns", v.variant);
-    check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, p, v.variant, 0, 0, 2, true, s, "zero columns");
-  }
+  check_product({&m, 0, 70}, {&m, 0, 70}, true, v.kernel, s, "zero columns");
+  check_store_i32({&m, 0, 70}, {&m, 0, 70}, true, v.kernel, 0, 0, 2, true, s, "zero columns");
   // Empty panel: nothing written.
   spillway::device_buffer<std::int32_t> dc(16, s);
   dc.fill_bytes_async(0xFF, s);
@@ -757,94 +784,51 @@ void suite_zero_columns_and_empty_panels(const variant_suite& v) {
   g.a_rows = 0;
   g.b_rows = 4;
   g.ld_words = 32;
-  const gd::store_counts<std::int32_t> epi{dc.data(), 4, 0, 0, false};
-  for (auto p : v.paths()) run_variant(v.variant, g, epi, p, s);
+  run_route(v.kernel, g, gd::store_counts<std::int32_t>{dc.data(), 4, 0, 0, false}, s);
   std::vector<std::int32_t> c(16);
   dc.copy_to_host_async({c.data(), c.size()}, s);
   s.synchronize();
   for (auto x : c) EXPECT_EQ(x, -1);
 }
 
-TEST(GramKernelsV2Gpu, EdgeShapesAAt) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  expect_v2_paths(v2_paths());
-  suite_edge_shapes_aat(v2_suite);
-}
-TEST(GramKernelsV2Gpu, ABtDifferentRowCounts) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_abt_different_row_counts(v2_suite);
-}
-TEST(GramKernelsV2Gpu, UpperOnlyWithPanelOffsets) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_upper_only_with_panel_offsets(v2_suite);
-}
-TEST(GramKernelsV2Gpu, ManyTilesPerBlockAndDeepK) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_many_tiles_per_block_and_deep_k(v2_suite);
-}
-TEST(GramKernelsV2Gpu, Int32CountStoreEdgeShapes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_int32_count_store_edge_shapes(v2_suite);
-}
-TEST(GramKernelsV2Gpu, Int32CountStorePanelsAndManyTiles) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_int32_count_store_panels_and_many_tiles(v2_suite);
-}
-TEST(GramKernelsV2Gpu, ZeroColumnsAndEmptyPanels) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_zero_columns_and_empty_panels(v2_suite);
-}
-
-TEST(GramKernelsV4Gpu, EdgeShapesAAt) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  expect_v4_paths(v4_paths());
-  suite_edge_shapes_aat(v4_suite);
-}
-TEST(GramKernelsV4Gpu, ABtDifferentRowCounts) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_abt_different_row_counts(v4_suite);
-}
-TEST(GramKernelsV4Gpu, UpperOnlyWithPanelOffsets) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_upper_only_with_panel_offsets(v4_suite);
-}
-TEST(GramKernelsV4Gpu, ManyTilesPerBlockAndDeepK) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_many_tiles_per_block_and_deep_k(v4_suite);
-}
-
-// 5000 x 6000 full products: 27 x 24 = 648 tiles of 192 x 256, about 5 per block of a 132-SM
-// grid, with 1, 2 and 5 k-slices per tile (fewer than the 4 the prologue fills, and a count that
-// is not a multiple of the 4 stages), so each slot's mbarrier phases run on across tiles.
-TEST(GramKernelsV4Gpu, MbarrierPhasesAcrossTiles) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  spillway::stream s;
-  for (const std::int64_t cols : {std::int64_t{1000}, std::int64_t{1500}, std::int64_t{4500}}) {
-    const std::uint64_t seed = spillway::test::seed("v4 phases " + std::to_string(cols));
-    const host_bits a = random_bits(5000, cols, seed, 0.5);
-    const host_bits b = random_bits(6000, cols, seed + 1, 0.4, {5, 5999}, {0});
-    for (auto p : v4_paths()) {
-      check_store_i32({&a, 0, 5000}, {&b, 0, 6000}, false, p, gd::kernel_variant::v4, 0, 0, 0, true, s,
-                      "5000x6000x" + std::to_string(cols) + " full");
-    }
+#define SPILLWAY_GRAM_KERNEL_SUITE(Suite, v)                                                        \
+  TEST(Suite, EdgeShapesAAt) {                                                                      \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_edge_shapes_aat(v);                                                                       \
+  }                                                                                                 \
+  TEST(Suite, ABtDifferentRowCounts) {                                                              \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_abt_different_row_counts(v);                                                              \
+  }                                                                                                 \
+  TEST(Suite, UpperOnlyWithPanelOffsets) {                                                          \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_upper_only_with_panel_offsets(v);                                                         \
+  }                                                                                                 \
+  TEST(Suite, ManyTilesPerBlockAndDeepK) {                                                          \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_many_tiles_per_block_and_deep_k(v);                                                       \
+  }                                                                                                 \
+  TEST(Suite, Int32CountStoreEdgeShapes) {                                                          \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_int32_count_store_edge_shapes(v);                                                         \
+  }                                                                                                 \
+  TEST(Suite, Int32CountStorePanelsAndManyTiles) {                                                  \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_int32_count_store_panels_and_many_tiles(v);                                               \
+  }                                                                                                 \
+  TEST(Suite, MbarrierPhasesAcrossTiles) {                                                          \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_mbarrier_phases_across_tiles(v);                                                          \
+  }                                                                                                 \
+  TEST(Suite, ZeroColumnsAndEmptyPanels) {                                                          \
+    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
+    suite_zero_columns_and_empty_panels(v);                                                         \
   }
-  const host_bits m = random_bits(6000, 2500, spillway::test::seed("v4 phases upper"));
-  for (auto p : v4_paths()) {
-    check_product({&m, 0, 6000}, {&m, 0, 6000}, true, p, s, "6000x2500 upper", gd::kernel_variant::v4);
-  }
-}
 
-TEST(GramKernelsV4Gpu, Int32CountStoreEdgeShapes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_int32_count_store_edge_shapes(v4_suite);
-}
-TEST(GramKernelsV4Gpu, Int32CountStorePanelsAndManyTiles) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_int32_count_store_panels_and_many_tiles(v4_suite);
-}
-TEST(GramKernelsV4Gpu, ZeroColumnsAndEmptyPanels) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  suite_zero_columns_and_empty_panels(v4_suite);
-}
+SPILLWAY_GRAM_KERNEL_SUITE(GramForcedWgmmaGpu, wgmma_suite)
+SPILLWAY_GRAM_KERNEL_SUITE(GramForcedMmaSyncTmaGpu, tma_suite)
+SPILLWAY_GRAM_KERNEL_SUITE(GramForcedMmaSyncCpAsyncGpu, cp_async_suite)
+
+#undef SPILLWAY_GRAM_KERNEL_SUITE
 
 }  // namespace

@@ -2,13 +2,16 @@
 // Runs on every target (the sm_75 path) and cross-checks the tensor-core paths.
 #pragma once
 
-#include <spillway/gram/detail/kernel_schedule.cuh>
+#include <spillway/tile/schedule.cuh>
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace spillway::gram::detail {
+
+using ::spillway::tile::tile_cursor;
+using ::spillway::tile::tile_schedule;
 
 inline constexpr int popc_tile = 64;      // rows of A and of B per block tile
 inline constexpr int popc_kwords = 32;    // 32-bit words per shared-memory k-slice (1024 bits)

@@ -1,8 +1,17 @@
-// spillway/gram/detail/kernels.cuh — the bit-matrix product tile kernels and their dispatch.
+// spillway/gram/detail/kernels.cuh — the dispatch of the bit-matrix product over the Gram tile
+// kernels (each built on the tile engine, include/spillway/tile/):
+//
+//   kernel               file                      runs where (automatic)
+//   wgmma                wgmma_kernel.cuh          kernel_path::wgmma: sm_90a code on cc 9.0
+//   mma_sync_tma         mma_sync_tma_kernel.cuh   kernel_path::mma_sync where it fits: sm_90+ code,
+//                                                  230,448 B of shared memory per block
+//   mma_sync_cp_async    mma_sync_kernel.cuh       kernel_path::mma_sync elsewhere (sm_80 to sm_89)
+//   popc                 kernel_popc.cuh           kernel_path::popc, and every path with no columns
 //
 // bit_gemm_async computes count(i, j) = popcount(row i of A & row j of B) for every output tile
 // it visits and hands each count to an epilogue functor; the public Gram API composes its
-// epilogues (raw counts, Jaccard, cosine, Hamming) and sinks on top of it.
+// epilogues (raw counts, Jaccard, cosine, Hamming) and sinks on top of it. Tests and benchmarks
+// force one kernel with bit_gemm_forced_async.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -10,22 +19,20 @@
 #include <spillway/core/error.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gram/detail/kernel_popc.cuh>
-#include <spillway/gram/detail/kernel_schedule.cuh>
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
-#include <spillway/gram/detail/mma_sync_v4_kernel.cuh>
+#include <spillway/gram/detail/mma_sync_tma_kernel.cuh>
 #include <spillway/gram/detail/wgmma_kernel.cuh>
-#include <spillway/gram/detail/wgmma_v2_kernel.cuh>
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/tile/arch.cuh>
+#include <spillway/tile/schedule.cuh>
+#include <spillway/tile/tensor_map.hpp>
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 namespace spillway::gram::detail {
 
@@ -57,9 +64,7 @@ struct store_counts {
   }
 };
 
-/// Which kernels this build carries for the code the device actually runs: bit 0 = BMMA
-/// (sm_80+), bit 1 = BGMMA (sm_90a), bit 2 = the tensor copy engine (sm_90+) — the tile engine's
-/// probe (its feature bits are these).
+/// Which kernels this build carries for the code the device actually runs (tile::feature_* bits).
 inline int build_features(int device) { return ::spillway::tile::build_features(device); }
 
 /// What `requested` runs as on `device`: automatic becomes wgmma on an sm_90a build running on
@@ -67,19 +72,18 @@ inline int build_features(int device) { return ::spillway::tile::build_features(
 /// build cannot run throws logic_error naming the path and the device's compute capability.
 inline kernel_path resolve_path(kernel_path requested, int device) {
   ::spillway::detail::check_device_ordinal(device, "gram::resolve_path");
-  int major = 0, minor = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const int cc = major * 10 + minor;
-  const std::string where = "device " + std::to_string(device) + " has compute capability " +
-                            std::to_string(major) + "." + std::to_string(minor);
   const bool known = requested == kernel_path::automatic || requested == kernel_path::wgmma ||
                      requested == kernel_path::mma_sync || requested == kernel_path::popc;
   if (!known) throw logic_error("gram: unknown kernel_path value " + std::to_string(static_cast<int>(requested)));
+  const int cc = ::spillway::tile::compute_capability(device);
+  const std::string where = ::spillway::tile::describe_device(device);
   // Only probe the build when a tensor-core path is in question (the probe launches a kernel).
   const int features = (requested == kernel_path::popc || cc < 80) ? 0 : build_features(device);
   kernel_path out = kernel_path::popc;
-  if (resolve_kernel_path(requested, cc, (features & 1) != 0, (features & 2) != 0, out)) return out;
+  if (resolve_kernel_path(requested, cc, (features & ::spillway::tile::feature_mma) != 0,
+                          (features & ::spillway::tile::feature_wgmma) != 0, out)) {
+    return out;
+  }
   if (requested == kernel_path::mma_sync) {
     throw logic_error("gram: kernel_path mma_sync needs compute capability 8.0 or newer and a build with "
                       "sm_80+ code; " + where);
@@ -110,102 +114,81 @@ inline void check_bit_gemm_args(const bit_gemm_args& g) {
   }
 }
 
-inline int multiprocessors(int device) {
-  int n = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
-
 inline int max_block_smem(int device) {
   int n = 0;
   SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return n;
 }
 
-/// Whether the mma_sync v2 tile (4 stages of 192 + 256 rows, 224 KiB) fits the device's
-/// per-block shared memory: sm_90 and sm_100 yes; sm_80 (164 KiB) and sm_86/89/120 no.
-inline bool mma_v2_fits(int device) { return max_block_smem(device) >= mma_v2_config::smem_bytes; }
+/// The Gram tile kernels by what they are (see the table at the top of this file).
+enum class tile_kernel { wgmma, mma_sync_tma, mma_sync_cp_async, popc };
 
-/// Whether the mma_sync v4 kernel runs on `device`: compute capability 9.0 or newer, a build whose
-/// code for it has the tensor copy engine (sm_90+), and 230,448 bytes of shared memory per block.
-inline bool mma_v4_fits(int device) {
-  int major = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9 && (build_features(device) & 4) != 0 && max_block_smem(device) >= mma_v4_config::smem_bytes_v4;
-}
-inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
-  return slots < max_blocks ? slots : max_blocks;
+inline const char* to_string(tile_kernel k) {
+  switch (k) {
+    case tile_kernel::wgmma: return "wgmma";
+    case tile_kernel::mma_sync_tma: return "mma_sync_tma";
+    case tile_kernel::mma_sync_cp_async: return "mma_sync_cp_async";
+    case tile_kernel::popc: return "popc";
+  }
+  return "unknown";
 }
 
-template <class Cfg, class Epilogue>
-void mma_sync_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 8) {
-  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                               args.upper_only, Cfg::bm, Cfg::bn, band);
-  if (sch.total == 0) return;
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gemm_kernel<Cfg, Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
-  const auto grid = persistent_grid(sch.total, sms);
-  mma_sync_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-      args.a, args.b, args.ld_words, sch, epi);
-  SPILLWAY_CHECK_LAUNCH();
+/// Why `k` cannot run on `device` (build code, compute capability, shared memory), or "" when it can.
+inline std::string kernel_refusal(tile_kernel k, int device) {
+  const int cc = ::spillway::tile::compute_capability(device);
+  const std::string where = ::spillway::tile::describe_device(device);
+  const int features = cc >= 80 && k != tile_kernel::popc ? build_features(device) : 0;
+  switch (k) {
+    case tile_kernel::popc:
+      return "";
+    case tile_kernel::wgmma:
+      if (cc == 90 && (features & ::spillway::tile::feature_wgmma) != 0) return "";
+      return "gram: tile kernel wgmma needs a build with sm_90a code running on compute capability 9.0; " + where;
+    case tile_kernel::mma_sync_cp_async:
+      if (cc >= 80 && (features & ::spillway::tile::feature_mma) != 0 &&
+          max_block_smem(device) >= bmma_cp_async_config::smem_bytes) {
+        return "";
+      }
+      return "gram: tile kernel mma_sync_cp_async needs compute capability 8.0+, a build with sm_80+ code and " +
+             std::to_string(bmma_cp_async_config::smem_bytes) + " bytes of shared memory per block; " + where +
+             " and offers " + std::to_string(max_block_smem(device)) + " bytes";
+    case tile_kernel::mma_sync_tma:
+      if (cc >= 90 && (features & ::spillway::tile::feature_tma) != 0 &&
+          max_block_smem(device) >= bmma_tma_config::smem_bytes) {
+        return "";
+      }
+      return "gram: tile kernel mma_sync_tma needs compute capability 9.0+, a build with sm_90+ code and " +
+             std::to_string(bmma_tma_config::smem_bytes) + " bytes of shared memory per block; " + where +
+             " and offers " + std::to_string(max_block_smem(device)) + " bytes";
+  }
+  return "gram: unknown tile kernel " + std::to_string(static_cast<int>(k));
 }
 
-template <class Epilogue>
-void mma_sync_v4_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, int band = 8) {
-  using Cfg = mma_v4_config;
-  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                               args.upper_only, Cfg::bm, Cfg::bn, band);
-  if (sch.total == 0) return;
-  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm);
-  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn);
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_v4_gemm_kernel<Cfg, Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes_v4));
-  const auto grid = persistent_grid(sch.total, sms);
-  mma_sync_v4_gemm_kernel<Cfg, Epilogue><<<static_cast<unsigned>(grid), Cfg::threads, Cfg::smem_bytes_v4,
-                                           s.value()>>>(map_a, map_b, args.ld_words, sch, epi);
-  SPILLWAY_CHECK_LAUNCH();
+/// The kernel a resolved path runs on `device`.
+inline tile_kernel kernel_for(kernel_path resolved, int device) {
+  switch (resolved) {
+    case kernel_path::wgmma: return tile_kernel::wgmma;
+    case kernel_path::mma_sync:
+      return kernel_refusal(tile_kernel::mma_sync_tma, device).empty() ? tile_kernel::mma_sync_tma
+                                                                          : tile_kernel::mma_sync_cp_async;
+    default: return tile_kernel::popc;
+  }
 }
-// Column tiles per band of the wgmma schedule (kernel_schedule.cuh). Measured on the H200, upper
+
+// Column tiles per band of the wgmma schedule (tile/schedule.cuh). Measured on the H200, upper
 // triangle: 8192 x 32768 ran at 3.78 / 4.19 / 3.16 P bit-MAC/s with bands of 8 / 4 / 16,
 // 32768 x 65536 at 5.39 / 5.04 / 4.92: narrow bands for narrow products.
 inline int wgmma_band(std::int64_t b_rows) { return b_rows <= 32 * wg_bn ? 4 : 8; }
-
-/// Tile-kernel variant inside a path. `automatic` (what every caller gets) is the fastest measured
-/// on the H200 (benchmarks/results/gram.md): `v2` for wgmma; for mma_sync `v4` from compute
-/// capability 9.0, else `v2` where a block can have its 224 KiB of shared memory, else `standard`.
-/// Tests and benchmarks force the others:
-/// - `standard`: wgmma with every epilogue per element (through shared-memory staging; the TMA
-///   store of v2 off); mma_sync with 12 warps of 64 x 32 output tiles (block tile 128 x 192).
-/// - `v2`, wgmma: the int32 raw-count epilogue (`store_counts<std::int32_t>`) written by TMA bulk
-///   stores from shared memory for blocks wholly inside the output (wgmma_v2_kernel.cuh); other
-///   epilogues and edge blocks run per element. mma_sync: 12 warps of 64 x 64 output tiles, block
-///   tile 192 x 256 (`mma_v2_config`), stages by cp.async.
-/// - `v4`, mma_sync: the v2 tile fed by the tensor copy engine (mma_sync_v4_kernel.cuh), from
-///   compute capability 9.0 where a block can have 230,448 bytes of shared memory; wgmma runs as v2.
-/// Removed after measurement: a first wgmma kernel (4.84 P; the same main loop as v2, whose
-/// per-element epilogue is now `standard`), mma_sync `v3` (v2 with cp.async completion on
-/// mbarriers: 3.08 P against v2's 3.06 P; v4 3.76 P) and a register double-buffered mma_sync loop.
-/// - popc: no variant; every variant runs the one kernel.
-enum class kernel_variant { automatic, standard, v2, v4 };
-
-inline const char* to_string(kernel_variant v) {
-  switch (v) {
-    case kernel_variant::automatic: return "automatic";
-    case kernel_variant::standard: return "standard";
-    case kernel_variant::v2: return "v2";
-    case kernel_variant::v4: return "v4";
-  }
-  return "?";
-}
 
 template <class Epilogue>
 struct is_int32_count_store : std::false_type {};
 template <>
 struct is_int32_count_store<store_counts<std::int32_t>> : std::true_type {};
 
-/// Whether an int32 count store can go through the TMA-store epilogue: 16-byte aligned base and
-/// row pitch, the panel inside the output's index space (row0 <= a_row0, col0 <= b_row0, the last
-/// column of the panel inside the pitch) and coordinates that fit the copy engine's int32.
+/// Whether an int32 count store can go through the wgmma kernel's bulk-store epilogue: 16-byte
+/// aligned base and row pitch, the panel inside the output's index space (row0 <= a_row0, col0 <=
+/// b_row0, the last column of the panel inside the pitch) and coordinates that fit the copy
+/// engine's int32.
 inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::int32_t>& epi) {
   if (epi.c == nullptr || reinterpret_cast<std::uintptr_t>(epi.c) % 16 != 0) return false;
   if (epi.ldc <= 0 || (epi.ldc * 4) % 16 != 0 || epi.ldc >= (std::int64_t{1} << 36)) return false;
@@ -219,101 +202,128 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
   return cols <= epi.ldc && cols < coord_limit && rows < coord_limit;
 }
 
-/// The wgmma kernel (wgmma_v2_kernel.cuh). `tma_store`: let an int32 count store go through the
-/// copy engine where tma_store_fits (else, and for every other epilogue, per element).
 template <class Epilogue>
-void wgmma_v2_launch(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s, bool tma_store = true, int band = 0) {
-  if (band <= 0) band = wgmma_band(args.b_rows);
+void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+  using ::spillway::tile::make_tile_schedule;
+  using ::spillway::tile::persistent_grid;
   const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                               args.upper_only, wg_bm, wg_bn, band);
+                                               args.upper_only, wg_bm, wg_bn, wgmma_band(args.b_rows));
   if (sch.total == 0) return;
-  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm);
-  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn);
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm, "gram wgmma: A panel");
+  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn, "gram wgmma: B panel");
   const auto grid = static_cast<unsigned>(persistent_grid(sch.total, sms));
-  bool bulk = false;
-  if constexpr (is_int32_count_store<Epilogue>::value) bulk = tma_store && tma_store_fits(args, epi);
-  if (bulk) {
-    if constexpr (is_int32_count_store<Epilogue>::value) {
+  if constexpr (is_int32_count_store<Epilogue>::value) {
+    if (tma_store_fits(args, epi)) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
                                                       args.b_row0 + args.b_rows - epi.col0, epi.ldc);
-      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_v2_gemm_kernel<Epilogue, true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg2_smem_bytes));
-      wgmma_v2_gemm_kernel<Epilogue, true><<<grid, wg_threads, wg2_smem_bytes, s.value()>>>(
-          map_a, map_b, map_c, args.ld_words, sch, epi);
+      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gram_kernel<Epilogue, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
+      wgmma_gram_kernel<Epilogue, true><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_c,
+                                                                                      args.ld_words, sch, epi);
       SPILLWAY_CHECK_LAUNCH();
+      return;
     }
-    return;
   }
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_v2_gemm_kernel<Epilogue, false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg2_smem_bytes));
-  wgmma_v2_gemm_kernel<Epilogue, false><<<grid, wg_threads, wg2_smem_bytes, s.value()>>>(
-      map_a, map_b, map_a, args.ld_words, sch, epi);
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gram_kernel<Epilogue, false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
+  wgmma_gram_kernel<Epilogue, false><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_a,
+                                                                                   args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
+}
+
+template <class Epilogue>
+void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+  using Cfg = bmma_tma_config;
+  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                                                 args.upper_only, Cfg::bm, Cfg::bn, 8);
+  if (sch.total == 0) return;
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
+  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_tma_gram_kernel<Cfg, Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+  const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
+  mma_sync_tma_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b,
+                                                                                            args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+template <class Epilogue>
+void launch_mma_sync_cp_async_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+  using Cfg = bmma_cp_async_config;
+  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                                                 args.upper_only, Cfg::bm, Cfg::bn, 8);
+  if (sch.total == 0) return;
+  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gram_kernel<Cfg, Epilogue>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+  const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
+  mma_sync_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(args.a, args.b,
+                                                                                        args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+template <class Epilogue>
+void launch_popc_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                                                 args.upper_only, popc_tile, popc_tile, 8);
+  if (sch.total == 0) return;
+  int per_sm = 0;
+  SPILLWAY_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, popc_gemm_kernel<Epilogue>, popc_threads, 0));
+  const auto grid = ::spillway::tile::persistent_grid(sch.total, static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  popc_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), popc_threads, 0, s.value()>>>(args.a, args.b,
+                                                                                         args.ld_words, sch, epi);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+/// Runs kernel `k` (already known to run on the current device `device`).
+template <class Epilogue>
+void run_tile_kernel(tile_kernel k, const bit_gemm_args& args, Epilogue epi, int device, stream_view s) {
+  if (args.a_rows == 0 || args.b_rows == 0) return;
+  const int sms = ::spillway::tile::multiprocessor_count(device);
+  // With no columns every count is 0; the tensor-core kernels need at least one k-slice for
+  // their tensor maps and pipelines, so the (trivially exact) CUDA-core kernel delivers the zeros.
+  if (k == tile_kernel::popc || args.ld_words == 0) {
+    launch_popc_gram(args, epi, sms, s);
+  } else if (k == tile_kernel::wgmma) {
+    launch_wgmma_gram(args, epi, sms, s);
+  } else if (k == tile_kernel::mma_sync_tma) {
+    launch_mma_sync_tma_gram(args, epi, sms, s);
+  } else {
+    launch_mma_sync_cp_async_gram(args, epi, sms, s);
+  }
 }
 
 /// Enqueues C = A·Bᵀ tile by tile on `s`, calling `epi(i, j, count)` (global indices) exactly once
 /// for every (i, j) of every computed tile inside [a_row0, a_row0 + a_rows) x [b_row0, b_row0 +
-/// b_rows). `path` forces a kernel (see kernel_path); automatic picks the fastest available.
+/// b_rows). `path` forces a path (see kernel_path); automatic picks the fastest available, and
+/// each path runs the fastest of its kernels that the device can run (kernel_for).
 /// Runs on the current device; A, B and whatever the epilogue writes must live there.
-/// `Variant` forces a kernel variant inside the path (kernel_variant; tests and benchmarks:
-/// `bit_gemm_async<kernel_variant::standard>(...)`); the default, automatic, is the fastest measured.
-template <kernel_variant Variant = kernel_variant::automatic, class Epilogue>
+template <class Epilogue>
 void bit_gemm_async(const bit_gemm_args& args, Epilogue epi, kernel_path path, stream_view s) {
-  static_assert(Variant == kernel_variant::automatic || Variant == kernel_variant::standard ||
-                    Variant == kernel_variant::v2 || Variant == kernel_variant::v4,
-                "unknown kernel_variant");
   check_bit_gemm_args(args);
   const int device = current_device();
   const kernel_path p = resolve_path(path, device);
   if (args.a_rows == 0 || args.b_rows == 0) return;
-  const int sms = multiprocessors(device);
+  const tile_kernel k = kernel_for(p, device);
+  if (k == tile_kernel::mma_sync_cp_async && args.ld_words > 0) {
+    // The 128 x 192 tile needs 160 KiB of shared memory per block: devices that offer less
+    // (sm_86/89/120: 99 KiB) get a logic_error that says so, not a failed launch.
+    const std::string refusal = kernel_refusal(k, device);
+    if (!refusal.empty()) throw logic_error(refusal);
+  }
+  run_tile_kernel(k, args, epi, device, s);
+}
 
-  // With no columns every count is 0; the tensor-core kernels need at least one k-slice for
-  // their tensor maps and pipelines, so the (trivially exact) CUDA-core kernel delivers the zeros.
-  if (p == kernel_path::popc || args.ld_words == 0) {
-    const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                                 args.upper_only, popc_tile, popc_tile, 8);
-    if (sch.total == 0) return;
-    int per_sm = 0;
-    SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, popc_gemm_kernel<Epilogue>,
-                                                                    popc_threads, 0));
-    const auto grid = persistent_grid(sch.total, static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
-    popc_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), popc_threads, 0, s.value()>>>(
-        args.a, args.b, args.ld_words, sch, epi);
-    SPILLWAY_CHECK_LAUNCH();
-    return;
-  }
-  if (p == kernel_path::mma_sync) {
-    if constexpr (Variant == kernel_variant::automatic) {
-      if (mma_v4_fits(device)) {
-        mma_sync_v4_launch(args, epi, sms, s);
-      } else if (mma_v2_fits(device)) {
-        mma_sync_launch<mma_v2_config>(args, epi, sms, s);
-      } else {
-        mma_sync_launch<mma_default_config>(args, epi, sms, s);
-      }
-    } else if constexpr (Variant == kernel_variant::v2) {
-      if (!mma_v2_fits(device)) {
-        throw logic_error("gram: kernel_variant v2 of kernel_path mma_sync needs " +
-                          std::to_string(mma_v2_config::smem_bytes) +
-                          " bytes of shared memory per block; device " + std::to_string(device) + " offers " +
-                          std::to_string(max_block_smem(device)));
-      }
-      mma_sync_launch<mma_v2_config>(args, epi, sms, s);
-    } else if constexpr (Variant == kernel_variant::v4) {
-      if (!mma_v4_fits(device)) {
-        throw logic_error("gram: kernel_variant v4 of kernel_path mma_sync needs compute capability 9.0+, a "
-                          "build with sm_90+ code and " + std::to_string(mma_v4_config::smem_bytes_v4) +
-                          " bytes of shared memory per block; device " + std::to_string(device) + " offers " +
-                          std::to_string(max_block_smem(device)) + " bytes");
-      }
-      mma_sync_v4_launch(args, epi, sms, s);
-    } else {
-      mma_sync_launch<mma_default_config>(args, epi, sms, s);
-    }
-    return;
-  }
-  wgmma_v2_launch(args, epi, sms, s, Variant != kernel_variant::standard);
+/// bit_gemm_async with tile kernel `k` forced (tests and benchmarks: e.g. the cp.async-fed BMMA
+/// kernel that sm_80 to sm_89 run, on an sm_90 device). Throws logic_error, naming what `k` needs
+/// and what the device offers, where `k` cannot run; nothing is enqueued then.
+template <class Epilogue>
+void bit_gemm_forced_async(const bit_gemm_args& args, Epilogue epi, tile_kernel k, stream_view s) {
+  check_bit_gemm_args(args);
+  const int device = current_device();
+  const std::string refusal = kernel_refusal(k, device);
+  if (!refusal.empty()) throw logic_error(refusal);
+  run_tile_kernel(k, args, epi, device, s);
 }
 
 }  // namespace spillway::gram::detail

@@ -1,18 +1,14 @@
-// spillway/gram/detail/mma_sync_v4_kernel.cuh — the b1 warp-MMA path, variant 4 (sm_90 and up):
-// the v2/v3 tile (12 warps of 64 x 64, block tile 192 x 256, 4 stages of 1024-bit k-slices) fed
-// by the tensor copy engine instead of per-thread cp.async.
+// spillway/gram/detail/mma_sync_tma_kernel.cuh — the BMMA tile fed by the tensor copy engine, what
+// the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,448 bytes of shared memory
+// per block): 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages of 1024-bit
+// k-slices written by bulk tensor copies, fragments and epilogue as in mma_sync_kernel.cuh.
 //
-// Profile of v2 on the H200 (ncu, 8,192 x 32,768): 491 instructions per warp per k-slice, of which
-// 128 are BMMA and 32 ldmatrix; the rest is the cp.async copy loop (row pointers, bounds checks,
-// zero-fill selects) and its synchronisation. Shared memory was not the limit (ldmatrix.x4 takes 4
-// wavefronts; 32% of the cycles), the tensor pipe was busy 57% of the active cycles, and the warps
-// stalled mostly on fixed-latency dependencies ("wait", 2.5 of 8.2 cycles per instruction) and the
-// ldmatrix scoreboard. Here a slice is two bulk tensor copies (A: 32 words x 192 rows, B: 32 words
-// x 256 rows, 128-byte swizzle, rows past the panel read as zeros) issued by one thread, so the
-// warps issue BMMA, ldmatrix and one barrier wait per slice.
-//
-// The copy engine's 128-byte swizzle moves 16-byte chunk c of a 128-byte row r to chunk c ^ (r % 8)
-// within each 1024-byte block: exactly mma_swizzled(), so the fragment loads are v2's.
+// Why the copy engine: an ncu profile of the same tile fed by cp.async (H200) showed 491
+// instructions per warp per k-slice, of which 128 BMMA and 32 ldmatrix; the copy loop and its
+// synchronisation were the rest. Here a slice is two tensor copies (A: 32 words x 192 rows, B:
+// 32 words x 256 rows, 128-byte swizzle, rows past the panel read as zeros) issued by one thread,
+// so the warps issue BMMA, ldmatrix and one barrier wait per slice. The copy engine's 128-byte
+// swizzle is tile::swizzle128 within each 1024-byte block, so the fragment loads are unchanged.
 //
 // Stage hand-off without an empty barrier: every warp, once its BMMAs of slice n have consumed the
 // slice's fragments, adds 1 to a per-slot counter; the warp whose increment completes the slot's
@@ -21,11 +17,13 @@
 // (a block barrier per tile, which the epilogue needs anyway).
 #pragma once
 
-#include <spillway/gram/detail/kernel_schedule.cuh>
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
-#include <spillway/gram/detail/wgmma_kernel.cuh>
+#include <spillway/tile/arch.cuh>
+#include <spillway/tile/barrier.cuh>
+#include <spillway/tile/cp_async.cuh>
+#include <spillway/tile/schedule.cuh>
 
-#include <cuda.h>
+#include <cuda.h>  // CUtensorMap only
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -34,11 +32,12 @@ namespace spillway::gram::detail {
 
 /// 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages x 56 KiB written by the copy
 /// engine, a full mbarrier and a release counter per stage.
-struct mma_v4_config : mma_config<3, 4, 4, 8, 4, true> {
+struct bmma_tma_config : bmma_config<3, 4, 4, 8, 4, true> {
   static constexpr int a_bytes = bm * 128;
   static constexpr int bar_offset = stages * stage_bytes;  // from the 1024-aligned base
-  /// + 1 KiB to align the stages to the swizzle atom, + full barriers, + counters.
-  static constexpr int smem_bytes_v4 = 1024 + bar_offset + stages * 8 + stages * 4;
+  /// Hides the base's count: + 1 KiB to align the stages to the swizzle atom, + full barriers,
+  /// + release counters.
+  static constexpr int smem_bytes = 1024 + bar_offset + stages * 8 + stages * 4;
   static_assert(stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
   static_assert(epi_bytes <= bar_offset, "the epilogue staging must not overlap the barriers");
   static_assert(bm <= 256 && bn <= 256, "a tensor-map box has at most 256 rows");
@@ -46,16 +45,17 @@ struct mma_v4_config : mma_config<3, 4, 4, 8, 4, true> {
 
 template <class Cfg, class Epilogue>
 __global__ void __launch_bounds__(Cfg::threads, 1)
-    mma_sync_v4_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                            std::int64_t ld_words, tile_schedule s, Epilogue epi) {
-#if defined(SPILLWAY_GRAM_HAS_BMMA) && defined(SPILLWAY_GRAM_HAS_TMA)
+    mma_sync_tma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                             std::int64_t ld_words, tile_schedule s, Epilogue epi) {
+#if defined(SPILLWAY_TILE_HAS_MMA) && defined(SPILLWAY_TILE_HAS_TMA)
+  namespace t = ::spillway::tile;
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
-  static_assert(Cfg::stream_b, "the v4 tile streams its B fragments (register budget)");
+  static_assert(Cfg::stream_b, "the 64 x 64 warp tile streams its B fragments (register budget)");
   constexpr unsigned warps = Cfg::threads / 32;
-  extern __shared__ __align__(1024) unsigned char mma4_smem_raw[];
-  const std::uint32_t raw = static_cast<std::uint32_t>(__cvta_generic_to_shared(mma4_smem_raw));
+  extern __shared__ __align__(1024) unsigned char mma_tma_smem_raw[];
+  const std::uint32_t raw = t::smem_addr(mma_tma_smem_raw);
   const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
-  unsigned char* const base_ptr = mma4_smem_raw + (smem0 - raw);
+  unsigned char* const base_ptr = mma_tma_smem_raw + (smem0 - raw);
   const std::uint32_t full0 = smem0 + static_cast<std::uint32_t>(Cfg::bar_offset);
   unsigned* const released = reinterpret_cast<unsigned*>(base_ptr + Cfg::bar_offset + S * 8);
   const int tid = static_cast<int>(threadIdx.x);
@@ -66,14 +66,14 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const std::int64_t num_k = ld_words / 32;
 
   if (tid == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&map_a)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&map_b)) : "memory");
+    t::prefetch_tensor_map(&map_a);
+    t::prefetch_tensor_map(&map_b);
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      wg_mbar_init(full0 + 8u * st, 1);
+      t::mbar_init(full0 + 8u * st, 1);
       released[st] = 0;
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    t::fence_barrier_init();
   }
   __syncthreads();
 
@@ -82,9 +82,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   std::uint32_t n0 = 0;
   tile_cursor cursor;
 
-  for (std::int64_t t = blockIdx.x; t < s.total; t += gridDim.x) {
+  for (std::int64_t tt = blockIdx.x; tt < s.total; tt += gridDim.x) {
     std::int64_t ti = 0, tj = 0;
-    if (!cursor.locate(s, t, ti, tj)) continue;
+    if (!cursor.locate(s, tt, ti, tj)) continue;
     const int ya = static_cast<int>(ti * Cfg::bm);
     const int yb = static_cast<int>(tj * Cfg::bn);
 
@@ -92,10 +92,10 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       const std::uint32_t slot = n % S;
       const std::uint32_t dst = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
       const std::uint32_t bar = full0 + 8u * slot;
-      wg_mbar_expect_tx(bar, Cfg::stage_bytes);
+      t::mbar_arrive_expect_tx(bar, Cfg::stage_bytes);
       const int x = static_cast<int>(kb * 32);
-      wg_tma_load_2d(dst, &map_a, x, ya, bar);
-      wg_tma_load_2d(dst + Cfg::a_bytes, &map_b, x, yb, bar);
+      t::tma_load_2d(dst, &map_a, x, ya, bar);
+      t::tma_load_2d(dst + Cfg::a_bytes, &map_b, x, yb, bar);
     };
 
     __syncthreads();  // every warp is done with the previous tile's epilogue staging
@@ -106,15 +106,15 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       }
     }
 
-    int acc[MT][NT][4];
-    mma_zero<Cfg>(acc);
+    std::int32_t acc[MT][NT][4];
+    bmma_zero<Cfg>(acc);
 
 #pragma unroll 1
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
       const std::uint32_t n = n0 + static_cast<std::uint32_t>(kb);
       const std::uint32_t slot = n % S;
-      wg_mbar_wait(full0 + 8u * slot, (n / S) & 1u);
-      mma_slice<Cfg>(smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes), wm, wn, lane, acc);
+      t::mbar_wait(full0 + 8u * slot, (n / S) & 1u);
+      bmma_slice<Cfg>(smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes), wm, wn, lane, acc);
       // Every lane's ldmatrix of this slice has returned (its BMMAs consumed the registers). The
       // counter's acq_rel add orders this warp's reads before the copy the last warp issues.
       __syncwarp();
@@ -122,10 +122,10 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
         unsigned old = 0;
         asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
                      : "=r"(old)
-                     : "r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(released + slot)))
+                     : "r"(t::smem_addr(released + slot))
                      : "memory");
         if (old % warps == warps - 1 && kb + S < num_k) {
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          t::fence_proxy_async_shared();
           fill(kb + S, n + S);
         }
       }
@@ -135,19 +135,15 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // barrier no warp reads a stage any more and the stages become the epilogue's staging tiles.
     __syncthreads();
 
-    mma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch), wm, wn, lane, acc, ya, yb, s,
-                      epi);
+    bmma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch), wm, wn, lane, acc, ya, yb,
+                       s, epi);
     // The generic-proxy writes of the staging above precede the next tile's copies into the same
     // stages (ordered by the block barrier at the top of the loop and this fence).
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    t::fence_proxy_async_shared();
   }
 #else
-  (void)map_a;
-  (void)map_b;
-  (void)ld_words;
-  (void)s;
-  (void)epi;
-  __trap();  // never launched: the host dispatch runs v4 only from compute capability 9.0
+  (void)map_a, (void)map_b, (void)ld_words, (void)s, (void)epi;
+  __trap();  // never launched: the dispatch runs this kernel only on sm_90+ code
 #endif
 }
 

@@ -1,25 +1,26 @@
-// spillway/gram/detail/kernel_schedule.cuh — the order in which a persistent grid visits the
-// output tiles of a bit-matrix product, with the symmetric (upper-only) case skipping tiles that
-// lie entirely below the diagonal.
+// spillway/tile/schedule.cuh — the order in which a persistent grid visits the output tiles of a
+// product C = A·Bᵀ over two row panels, with the symmetric case (A·Aᵀ, upper triangle only)
+// skipping tiles that lie entirely below the diagonal.
+//
+// Output tiles are BM rows (of A) by BN rows (of B). Column tiles are grouped into bands of `band`
+// tiles; inside a band the grid walks row tile by row tile, so the tiles that run at the same time
+// cover a squarish block of the output and their A and B k-slices are shared in L2 (walking one
+// whole tile column at a time would stream every A tile from HBM once per column). In upper-only
+// mode tile column tj needs only the row tiles whose first global row is not greater than the
+// column tile's last global column; that count never decreases with tj, so a band is the rectangle
+// [0, count(last tj of the band)) x band, and the few tiles of that rectangle that lie below the
+// diagonal are reported as empty by the cursor. No tile list is built or copied.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-namespace spillway::gram::detail {
+namespace spillway::tile {
 
-/// Output tiles of BM rows (of A) by BN rows (of B). Column tiles are grouped into bands of
-/// `band` tiles; inside a band the grid walks row tile by row tile, so the tiles that run at the
-/// same time cover a squarish block of the output and their A and B k-slices are shared in L2
-/// (walking one whole tile column at a time would stream every A tile from HBM once per column).
-/// In upper-only mode tile column tj needs only the row tiles whose first global row is not
-/// greater than the column tile's last global column; that count never decreases with tj, so a
-/// band is the rectangle [0, count(last tj of the band)) x band and the few tiles of that
-/// rectangle that lie below the diagonal are skipped by the kernel.
 struct tile_schedule {
-  std::int64_t a_rows = 0, b_rows = 0;
-  std::int64_t a_row0 = 0, b_row0 = 0;
+  std::int64_t a_rows = 0, b_rows = 0;  ///< panel rows of A (output rows) and of B (output columns)
+  std::int64_t a_row0 = 0, b_row0 = 0;  ///< global index of each panel's first row
   std::int64_t bm = 1, bn = 1;
   std::int64_t num_ti = 0, num_tj = 0;
   std::int64_t band = 8;
@@ -46,8 +47,8 @@ struct tile_schedule {
 };
 
 inline tile_schedule make_tile_schedule(std::int64_t a_rows, std::int64_t b_rows, std::int64_t a_row0,
-                                        std::int64_t b_row0, bool upper_only, std::int64_t bm,
-                                        std::int64_t bn, std::int64_t band) {
+                                        std::int64_t b_row0, bool upper_only, std::int64_t bm, std::int64_t bn,
+                                        std::int64_t band) {
   tile_schedule s;
   s.a_rows = a_rows;
   s.b_rows = b_rows;
@@ -66,14 +67,14 @@ inline tile_schedule make_tile_schedule(std::int64_t a_rows, std::int64_t b_rows
 }
 
 /// Walks the linear slots of a schedule in increasing order (each block of a persistent grid owns
-/// one cursor and asks for slots blockIdx.x, blockIdx.x + gridDim.x, ...).
+/// one cursor and asks for slots blockIdx.x, blockIdx.x + gridDim.x, ...): O(1) amortised per slot.
 struct tile_cursor {
   std::int64_t band = 0;
   std::int64_t band_start = 0;
 
   /// Maps slot `t` (non-decreasing across calls) to a tile; false when the slot is a tile that
   /// lies entirely below the diagonal (nothing to compute).
-  __device__ bool locate(const tile_schedule& s, std::int64_t t, std::int64_t& ti, std::int64_t& tj) {
+  __host__ __device__ bool locate(const tile_schedule& s, std::int64_t t, std::int64_t& ti, std::int64_t& tj) {
     for (;;) {
       const std::int64_t n = s.band_slots(band);
       if (t < band_start + n) break;
@@ -88,4 +89,9 @@ struct tile_cursor {
   }
 };
 
-}  // namespace spillway::gram::detail
+/// Blocks of a persistent grid over `slots` tiles when at most `max_blocks` can be resident.
+inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
+  return slots < max_blocks ? slots : max_blocks;
+}
+
+}  // namespace spillway::tile
