@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Include-boundary check: no header under include/spillway/ includes a layer above its own.
+
+The layers (docs/DESIGN order, bottom up): core; io and pipeline on core; map on pipeline; the
+tile engine on core only (gram and gemm instantiate it, it never includes them); the algorithm
+modules gram, gemm and ode on the layers below, never on one another. The umbrella headers
+directly in include/spillway/ may include anything. No tool reads `.cuh` includes, so this
+script does: it exits 1 naming every `file:line` that crosses a boundary, or a module it does not
+know (a new folder must be given its place here).
+
+  check_layers.py [--root DIR]   check DIR (default: include/ next to this script's folder)
+  check_layers.py --self-test    check that a tree with violations is refused, one without passes
+"""
+import argparse
+import os
+import re
+import sys
+import tempfile
+
+# What each module's headers may include besides itself.
+ALLOWED = {
+    "core": set(),
+    "io": {"core"},
+    "pipeline": {"core"},
+    "map": {"core", "pipeline"},
+    "tile": {"core"},
+    "gram": {"core", "io", "pipeline", "map", "tile"},
+    "gemm": {"core", "io", "pipeline", "map", "tile"},
+    "ode": {"core", "io", "pipeline", "map"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]spillway/([^>"]+)[>"]')
+HEADER_EXT = (".hpp", ".cuh", ".h", ".cu")
+
+
+def target_module(path):
+    """'core/error.hpp' -> 'core'; 'version.hpp' (top level) -> None."""
+    parts = path.split("/")
+    return parts[0] if len(parts) > 1 else None
+
+
+def check(root):
+    base = os.path.join(root, "spillway")
+    if not os.path.isdir(base):
+        return [f"{base}: no such folder"]
+    problems = []
+    for dirpath, _, files in os.walk(base):
+        rel_dir = os.path.relpath(dirpath, base)
+        if rel_dir == ".":
+            continue  # umbrella headers: anything goes
+        module = rel_dir.split(os.sep)[0]
+        if module not in ALLOWED:
+            problems.append(f"{os.path.join(dirpath)}: module '{module}' has no place in the layer table")
+            continue
+        for name in sorted(files):
+            if not name.endswith(HEADER_EXT):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    inc = m.group(1)
+                    tgt = target_module(inc)
+                    if tgt is None and inc == "version.hpp":
+                        continue  # generated, below every layer
+                    if tgt == module:
+                        continue
+                    if tgt is None or tgt not in ALLOWED[module]:
+                        where = "an umbrella header" if tgt is None else f"layer '{tgt}'"
+                        problems.append(f"{path}:{lineno}: '{module}' includes <spillway/{inc}> ({where}); "
+                                        f"'{module}' may include only {sorted(ALLOWED[module]) or 'itself'}")
+    return problems
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as d:
+        def write(rel, text):
+            p = os.path.join(d, "spillway", rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+        write("core/a.hpp", "#include <spillway/core/b.hpp>\n")
+        write("tile/t.cuh", "#include <spillway/core/a.hpp>\n")
+        write("gram/g.cuh", "#include <spillway/tile/t.cuh>\n#include <spillway/gram/h.cuh>\n")
+        write("gram.cuh", "#include <spillway/gram/g.cuh>\n")
+        if check(d):
+            print("self-test: a clean tree was refused:", *check(d), sep="\n  ")
+            return 1
+        write("tile/bad.cuh", "#include <spillway/core/a.hpp>\n  #  include \"spillway/gram/g.cuh\"\n")
+        write("core/bad.hpp", "#include <spillway/map/x.hpp>\n")
+        write("gemm/bad.cuh", "#include <spillway/gram/g.cuh>\n")
+        found = check(d)
+        want = ["tile/bad.cuh:2", "core/bad.hpp:1", "gemm/bad.cuh:1"]
+        missing = [w for w in want if not any(w in p for p in found)]
+        if missing or len(found) != len(want):
+            print("self-test: expected exactly", want, "got:", *found, sep="\n  ")
+            return 1
+    print("self-test passed: a clean tree passes, 3 planted violations are named")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include"))
+    ap.add_argument("--self-test", action="store_true")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    problems = check(os.path.normpath(args.root))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} include(s) cross a layer boundary")
+        return 1
+    print("1 passed, 0 failed: no header includes a layer above its own")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
