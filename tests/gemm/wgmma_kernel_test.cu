@@ -1,9 +1,9 @@
 // The Hopper GEMM launcher (gemm::detail::launch_wgmma) called directly, per input type, against a
 // host double-precision reference on random inputs (printed seeds): edge shapes, batches (and a
 // zero batch stride), beta = 0 over a NaN-poisoned C, beta != 0, narrower outputs, an epilogue,
-// and C's padding left untouched; both block pairings (clusters of 1 and 2), and both epilogue
-// paths (bulk tensor stores of whole 64 x 256 blocks when ldc and C's base are 16-byte aligned —
-// the ldc_pad = 0 / 8 shapes — and per-element stores everywhere else).
+// and C's padding left untouched; both epilogue paths (bulk tensor stores of whole 64 x 256
+// blocks when ldc and C's base are 16-byte aligned — the ldc_pad = 0 / 8 shapes — and per-element
+// stores everywhere else); the public gemm_async with path wgmma on tiny shapes.
 //
 // Error bounds, per element, with S = sum_kk |A(i,kk) B(j,kk)| (u = 2^-24, FP32's unit roundoff):
 //  - half, bf16: products are exact in FP32 (11- and 8-bit significands); the accumulation in
@@ -35,7 +35,6 @@
 #include <random>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace {
@@ -221,20 +220,12 @@ void run_case(const shape& sh, double alpha, double beta, const std::string& lab
   p.stride_c = stride_c;
   p.epi = epi;
 
-  // Both block pairings (1: one block per tile; 2: clusters of two sharing B by multicast).
-  for (int cluster : {1, 2}) {
-    SCOPED_TRACE("cluster " + std::to_string(cluster));
-    dc.copy_from_host_async(cuda::std::span<const TC>(c0.data(), c0.size()), s);
-    if (cluster == 1) {
-      gemm::detail::launch_wgmma_clustered<1>(p, s.view());
-    } else {
-      gemm::detail::launch_wgmma_clustered<2>(p, s.view());
-    }
-    std::vector<TC> out(c.size());
-    dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
-    s.synchronize();
-    check(out);
-  }
+  dc.copy_from_host_async(cuda::std::span<const TC>(c0.data(), c0.size()), s);
+  gemm::detail::launch_wgmma(p, s.view());
+  std::vector<TC> out(c.size());
+  dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
+  s.synchronize();
+  check(out);
 }
 
 const std::vector<shape> edge_shapes = {
@@ -332,9 +323,9 @@ TEST(WgmmaKernelGpu, Epilogue) {
 namespace {
 
 /// The public entry point with path wgmma on tiny shapes (a 1 x 1 x 1 product is one tile of 1 row
-/// and one column, mostly zero-filled boxes), after direct launches of both block pairings of the
-/// same kernel in this process (their launch set-up is cached per instantiation). TN layout; the
-/// bound is run_case's with alpha = 1, beta = 0.
+/// and one column, mostly zero-filled boxes). In a full run the direct-launcher tests have already
+/// launched the same kernels (launch set-up is cached per instantiation). TN layout; the bound is
+/// run_case's with alpha = 1, beta = 0.
 template <class T, class TC>
 void public_small(const char* type) {
   using S = gemm::accumulator_t<T>;
@@ -360,8 +351,8 @@ void public_small(const char* type) {
     dc.copy_from_host_async(cuda::std::span<const TC>(out.data(), out.size()), s);
     gemm::gemm_options o;
     o.path = gemm::gemm_path::wgmma;
-    gemm::gemm_async(s.view(), S(1), gemm::row_major(da.data(), m, k), gemm::row_major(db.data(), n, k).t(), S(0),
-                     gemm::row_major(dc.data(), m, n), o);
+    gemm::gemm_async(s.view(), S(1), gemm::row_major(da.data(), m, k), gemm::row_major(db.data(), n, k).t(),
+                     S(0), gemm::row_major(dc.data(), m, n), o);
     dc.copy_to_host_async(cuda::std::span<TC>(out.data(), out.size()), s);
     s.synchronize();
     const double u = std::ldexp(1.0, -24);
@@ -395,7 +386,7 @@ namespace {
 
 // Throughput rows for the lead's GPU run (disabled by default: run with
 // --gtest_also_run_disabled_tests --gtest_filter='WgmmaKernelGpu.DISABLED_Throughput'): TN layout,
-// square sizes, both block pairings, median of 10 timed launches after 3 warm-ups.
+// square sizes, median of 10 timed launches after 3 warm-ups.
 template <class T>
 __global__ void fill_pattern_kernel(T* p, std::size_t n, std::uint32_t salt) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -431,18 +422,10 @@ void throughput(const char* type, index_t size) {
   p.lda = p.ldb = p.ldc = size;
   p.alpha = S(1);
   p.beta = S(0);
-  // (cluster, ldc): ldc = size + 2 is not 16-byte aligned, so it times the per-element epilogue.
-  for (const auto& variant : {std::pair<int, index_t>{1, size}, {2, size}, {2, size + 2}}) {
-    const int cluster = variant.first;
-    const index_t ldc = variant.second;
+  // ldc = size + 2 is not 16-byte aligned, so it times the per-element epilogue.
+  for (const index_t ldc : {size, size + 2}) {
     p.ldc = ldc;
-    auto launch = [&] {
-      if (cluster == 1) {
-        gemm::detail::launch_wgmma_clustered<1>(p, s.view());
-      } else {
-        gemm::detail::launch_wgmma_clustered<2>(p, s.view());
-      }
-    };
+    auto launch = [&] { gemm::detail::launch_wgmma(p, s.view()); };
     for (int i = 0; i < 3; ++i) launch();
     std::vector<float> ms;
     for (int i = 0; i < 10; ++i) {
@@ -454,7 +437,7 @@ void throughput(const char* type, index_t size) {
     const double med = static_cast<double>(ms[ms.size() / 2]);
     const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) *
                           static_cast<double>(size) / (med * 1e-3) / 1e12;
-    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN cluster " << cluster
+    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN"
               << (ldc == size ? " bulk-store epilogue: " : " per-element epilogue: ") << med << " ms, "
               << tflops << (is_int8<T> ? " TOP/s" : " TFLOP/s") << "\n";
   }

@@ -58,11 +58,10 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 /// returned, and the peer's producer only overwrites the stage through the copy engine.
 /// (.release.cluster costs a MEMBAR.ALL.GPU before every arrival: measured in SASS.)
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta) {
-  SPILLWAY_TILE_TMA_BODY(
-      asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                   " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-                   "r"(cta)
-                   : "memory");)
+  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+                                      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+                                      "r"(cta)
+                                      : "memory");)
   (void)bar, (void)cta;
 }
 

@@ -10,11 +10,11 @@
 // issues the stage's four m64n256 instructions back to back, keeping one group in flight
 // (wait_group 1) before it hands the previous stage back to the producer.
 //
-// Clusters (launch_wgmma_clustered<2>, the default): two blocks with neighbouring tile rows and
-// the same tile column form a cluster; each loads its own A tile and one half of the shared B tile,
-// multicast into both blocks' stage, so L2 serves 32 KiB per block and stage instead of 48. A
-// stage's "empty" barrier then counts the consumer warps of both blocks, and both blocks meet at
-// a cluster barrier before leaving (peers may still signal them).
+// No clusters: pairs of blocks sharing the B tile by TMA multicast (with stage hand-backs to both
+// blocks) were measured on the H200 against single blocks, same run, same position in it, and
+// never won: 8192^3 bf16 824 vs 827 TFLOP/s, tf32 413 vs 423, int8 1442 vs 1568 TOP/s; 4096^3
+// within 1% on every type. (Later positions in one run lose up to 13% to power throttling, cuBLAS
+// too: only same-position figures are compared.) So the kernel has no cluster form.
 //
 // Epilogue: alpha * acc (+ beta * C), the functor and the conversion in registers. When C has a
 // tensor map (16-byte aligned base, ldc and batch stride), each warpgroup block that lies wholly
@@ -32,6 +32,12 @@
 // squarest footprint: each panel is fetched from HBM about once per wave and re-read from L2).
 //
 // TF32: see tile/wgmma.cuh — the FP32 operands are truncated to TF32 by the tensor cores.
+//
+// Measured on the lent H200 (2026-11-23, TN, first position in each run against the same run's
+// cuBLAS cublasGemmEx, three runs): 8192^3 bf16 776-827 TFLOP/s (cuBLAS 814-834), f16 802-825
+// (816-835), tf32 398-423 (435-443), int8 1515-1568 TOP/s (1414-1504); 4096^3 bf16 780 (796),
+// f16 781 (797), tf32 429 (414), int8 1329 (1366). ncu (bf16 8192^3): the tensor pipe is active
+// 95.5% of its peak sustained rate while SMs are active.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -56,10 +62,8 @@
 
 namespace spillway::gemm::detail {
 
-template <class T, int Cluster>
+template <class T>
 struct wgmma_config {
-  static_assert(Cluster == 1 || Cluster == 2, "wgmma: clusters of 1 or 2 blocks along m");
-  static constexpr int cluster = Cluster;
   static constexpr int bm = 128;
   static constexpr int bn = 256;
   static constexpr int stages = 4;
@@ -70,9 +74,7 @@ struct wgmma_config {
   static constexpr int a_bytes = bm * row_bytes;
   static constexpr int b_bytes = bn * row_bytes;
   static constexpr int stage_bytes = a_bytes + b_bytes;
-  // Each block of a cluster loads 1/Cluster of the B tile and multicasts it to all of them.
-  static constexpr int b_box_rows = bn / Cluster;
-  static constexpr int group_m = 16 / Cluster;  // in cluster-sized units: bands of 2048 rows
+  static constexpr int group_m = 16;  // bands of 16 tile rows (2048 rows)
   // + 1 KiB to align the stages to the 1024-byte swizzle atom, + full and empty barriers.
   // Output staging for the bulk-store epilogue: per consumer warpgroup two 64-row x 128-byte
   // pieces (32 four-byte or 64 two-byte columns), 128-byte swizzled like the tensor map of C.
@@ -162,18 +164,16 @@ __device__ __forceinline__ wgmma_out_pair<TC> wgmma_finish_pair(const TC* crow, 
   return out;
 }
 
-template <class T, class TC, class S, class Epi, int Cluster>
-__global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
+template <class T, class TC, class S, class Epi>
+__global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_c, const problem<T, T, TC, S, Epi> p,
                       const wgmma_schedule sch) {
 #ifdef SPILLWAY_TILE_HAS_WGMMA
-  using Cfg = wgmma_config<T, Cluster>;
+  using Cfg = wgmma_config<T>;
   using Acc = tile::wgmma_acc_t<T>;
   extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
   const std::uint32_t raw = tile::smem_addr(wgmma_smem_raw);
-  // Every block of a cluster computes the same aligned offset (same raw address): multicast
-  // copies and remote arrivals address the peers' stages and barriers by this block's offsets.
   const std::uint32_t base = (raw + 1023u) & ~1023u;
   const std::uint32_t staging = base + Cfg::stages * Cfg::stage_bytes;  // 1024-byte aligned
   const std::uint32_t bars = staging + Cfg::staging_bytes;
@@ -183,11 +183,6 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;
   const std::int64_t num_k = (p.k + Cfg::bk - 1) / Cfg::bk;
-  const std::uint32_t rank = Cluster > 1 ? tile::cluster_ctarank() : 0u;
-  // Work units are cluster tiles (Cluster x 128 rows, 256 columns); block `rank` of a cluster
-  // takes rows [128 rank, 128 rank + 128) of each.
-  const std::int64_t unit0 = blockIdx.x / Cluster;
-  const std::int64_t units = gridDim.x / Cluster;
 
   if (tid == 0) {
     tile::prefetch_tensor_map(&map_a);
@@ -195,44 +190,32 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     if (sch.c_bulk) tile::prefetch_tensor_map(&map_c);
     for (int st = 0; st < Cfg::stages; ++st) {
       tile::mbar_init(full_bar(st), 1);
-      // One arrival per consumer warp of every block whose B slice lands in this stage: a stage
-      // is refilled only once all of them have read it.
-      tile::mbar_init(empty_bar(st), 8 * Cluster);
+      tile::mbar_init(empty_bar(st), 8);  // one arrival per consumer warp
     }
     tile::fence_barrier_init();
   }
-  if constexpr (Cluster > 1) {
-    tile::cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
       int st = 0;
       std::uint32_t phase = 0;
-      for (std::int64_t t = unit0; t < sch.total; t += units) {
+      for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
         const wgmma_schedule::tile tl = sch.locate(t);
-        const int ya = static_cast<int>((tl.tm * Cluster + rank) * Cfg::bm);
-        const int yb = static_cast<int>(tl.tn * Cfg::bn + rank * Cfg::b_box_rows);
+        const int ya = static_cast<int>(tl.tm * Cfg::bm);
+        const int yb = static_cast<int>(tl.tn * Cfg::bn);
         const int za = sch.a_batched ? static_cast<int>(tl.q) : 0;
         const int zb = sch.b_batched ? static_cast<int>(tl.q) : 0;
         for (std::int64_t kb = 0; kb < num_k; ++kb) {
           tile::mbar_wait(empty_bar(st), phase ^ 1u);
-          // Boxes partly outside the map still deliver (zero-filled) full boxes, and the peers'
-          // B slices complete this block's barrier too: the byte count is always the whole stage.
+          // Boxes partly outside the map still deliver (zero-filled) full boxes: the byte count
+          // is always the whole stage.
           tile::mbar_arrive_expect_tx(full_bar(st), Cfg::stage_bytes);
           const std::uint32_t dst = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes);
           const int x = static_cast<int>(kb * Cfg::bk);
           tile::tma_load_3d(dst, &map_a, x, ya, za, full_bar(st));
-          const std::uint32_t dst_b = dst + Cfg::a_bytes + rank * (Cfg::b_box_rows * Cfg::row_bytes);
-          if constexpr (Cluster > 1) {
-            tile::tma_load_3d_multicast(dst_b, &map_b, x, yb, zb, full_bar(st),
-                                        static_cast<std::uint16_t>((1u << Cluster) - 1u));
-          } else {
-            tile::tma_load_3d(dst_b, &map_b, x, yb, zb, full_bar(st));
-          }
+          tile::tma_load_3d(dst + Cfg::a_bytes, &map_b, x, yb, zb, full_bar(st));
           if (++st == Cfg::stages) {
             st = 0;
             phase ^= 1u;
@@ -250,17 +233,12 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     const bool leader = tid % 128 == 0;  // issues and tracks the warpgroup's bulk stores
     auto release = [&](int stage) {
       __syncwarp();
-      // Lane r signals cluster block r: the arrivals on the blocks go out in one instruction.
-      if constexpr (Cluster > 1) {
-        if (lane < Cluster) tile::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(lane));
-      } else {
-        if (lane == 0) tile::mbar_arrive(empty_bar(stage));
-      }
+      if (lane == 0) tile::mbar_arrive(empty_bar(stage));
     };
     int st = 0;
     std::uint32_t phase = 0;
     Acc d[128];
-    for (std::int64_t t = unit0; t < sch.total; t += units) {
+    for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
       const wgmma_schedule::tile tl = sch.locate(t);
       int prev = -1;
       for (std::int64_t kb = 0; kb < num_k; ++kb) {
@@ -288,9 +266,8 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
       release(prev);
 
       // The producer is already filling the stages of the next tile while this one is written.
-      // Rows past m (an edge tile, or the second block of a cluster past the last tile row) are
-      // skipped here.
-      const std::int64_t wg_row0 = (tl.tm * Cluster + rank) * Cfg::bm + cw * 64;
+      // Rows past m (an edge tile) are skipped here.
+      const std::int64_t wg_row0 = tl.tm * Cfg::bm + cw * 64;
       const std::int64_t row0 = wg_row0 + warp_in_wg * 16 + lane / 4;
       const std::int64_t col0 = tl.tn * Cfg::bn + 2 * (lane % 4);
       TC* const cb = p.c + tl.q * p.stride_c;
@@ -355,78 +332,48 @@ __global__ void __launch_bounds__(wgmma_config<T, Cluster>::threads, 1)
     // before the block retires.
     if (leader) tile::bulk_wait_group<0>();
   }
-  if constexpr (Cluster > 1) {
-    // Peers may still arrive on this block's empty barriers: no block leaves before all are done.
-    tile::cluster_sync();
-  }
 #else
   (void)map_a, (void)map_b, (void)map_c, (void)p, (void)sch;
   __trap();  // never launched: launch_wgmma refuses unless this build has sm_90a code for the device
 #endif
 }
 
-/// Per device, once per kernel instantiation: raises its dynamic shared-memory limit and finds how
-/// many clusters of `Cluster` blocks can be resident at once (the persistent grid's size). The
-/// cache belongs to the instantiation, not to the kernel's pointer type: the instantiations of
-/// Cluster 1 and 2 share one type, and a cache shared between them left the second without its
-/// shared-memory attribute (cudaErrorInvalidValue at launch) and with the other's grid size.
-template <class T, class TC, class S, class Epi, int Cluster>
-int wgmma_resident_clusters(int device) {
-  using Cfg = wgmma_config<T, Cluster>;
+/// Per device, once per kernel instantiation: raises its dynamic shared-memory limit and returns
+/// the persistent grid's size (one block per multiprocessor). The cache belongs to the
+/// instantiation, not to the kernel's pointer type, which several instantiations share.
+template <class T, class TC, class S, class Epi>
+int wgmma_prepare(int device) {
   static std::mutex mutex;
   static std::vector<int> cache;
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, 0);
   int& n = cache[static_cast<std::size_t>(device)];
   if (n == 0) {
-    auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
-    SPILLWAY_CUDA_TRY(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
-    if constexpr (Cluster == 1) {
-      n = tile::multiprocessor_count(device);
-    } else {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(Cluster * tile::multiprocessor_count(device)), 1, 1);
-      cfg.blockDim = dim3(static_cast<unsigned>(Cfg::threads), 1, 1);
-      cfg.dynamicSmemBytes = static_cast<std::size_t>(Cfg::smem_bytes);
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = static_cast<unsigned>(Cluster);
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-      if (clusters < 1) {
-        throw cuda_error(cudaErrorInvalidConfiguration,
-                         "gemm wgmma: no cluster of " + std::to_string(Cluster) + " blocks fits on device " +
-                             std::to_string(device));
-      }
-      n = clusters;
-    }
+    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gemm_kernel<T, TC, S, Epi>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           wgmma_config<T>::smem_bytes));
+    n = tile::multiprocessor_count(device);
   }
   return n;
 }
 
-/// launch_wgmma with blocks paired in clusters of `Cluster` along m (B tiles multicast to the pair)
-/// or not; tests and benchmarks call both.
-template <int Cluster, class TA, class TB, class TC, class S, class Epi>
-void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
+/// Enqueues p on `s` (current device). Preconditions (the dispatcher's): A and B K-major, 16-byte
+/// aligned bases, lda, ldb, stride_a, stride_b multiples of 16 bytes; m, n, k, batch >= 1.
+template <class TA, class TB, class TC, class S, class Epi>
+void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
   static_assert(std::is_same_v<TA, TB>, "launch_wgmma: A and B have one element type");
   using T = TA;
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
                     std::is_same_v<T, std::int8_t>,
                 "launch_wgmma: half, bf16, float (as TF32) or int8");
-  using Cfg = wgmma_config<T, Cluster>;
+  using Cfg = wgmma_config<T>;
   if (!p.a_kmajor || !p.b_kmajor) throw logic_error("gemm wgmma: both operands must be K-major");
   const int device = current_device();
   if ((tile::build_features(device) & tile::feature_wgmma) == 0) {
     throw logic_error("gemm wgmma: this build holds no sm_90a code for " + tile::describe_device(device));
   }
   wgmma_schedule sch;
-  const std::int64_t tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
-  sch.tiles_m = (tiles_m + Cluster - 1) / Cluster;
+  sch.tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
   sch.tiles_n = (p.n + Cfg::bn - 1) / Cfg::bn;
   sch.per_batch = sch.tiles_m * sch.tiles_n;
   sch.total = sch.per_batch * p.batch;
@@ -442,7 +389,7 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
       p.a, p.m, p.k, p.lda, Cfg::bm, Cfg::bk, tile::swizzle::b128, "gemm wgmma: A",
       sch.a_batched ? p.batch : 1, sch.a_batched ? p.stride_a : p.lda * p.m);
   const CUtensorMap map_b = tile::make_matrix_tensor_map<T>(
-      p.b, p.n, p.k, p.ldb, Cfg::b_box_rows, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B",
+      p.b, p.n, p.k, p.ldb, Cfg::bn, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B",
       sch.b_batched ? p.batch : 1, sch.b_batched ? p.stride_b : p.ldb * p.n);
   // C through the copy engine when a tensor map can describe it and some warpgroup block
   // (64 x 256) lies wholly inside it; the others, and every edge block, store element by element.
@@ -456,38 +403,12 @@ void launch_wgmma_clustered(const problem<TA, TB, TC, S, Epi>& p, stream_view s)
                                                     p.batch > 1 ? p.stride_c : p.ldc * p.m)
                  : map_a;  // unused
 
-  auto kernel = wgmma_gemm_kernel<T, TC, S, Epi, Cluster>;
-  const std::int64_t resident = wgmma_resident_clusters<T, TC, S, Epi, Cluster>(device);
-  const auto grid = static_cast<unsigned>(Cluster * std::min<std::int64_t>(sch.total, resident));
+  const std::int64_t sms = wgmma_prepare<T, TC, S, Epi>(device);
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(sch.total, sms));
   const problem<T, T, TC, S, Epi> kp = p;
-  if constexpr (Cluster == 1) {
-    kernel<<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
-  } else {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid, 1, 1);
-    cfg.blockDim = dim3(static_cast<unsigned>(Cfg::threads), 1, 1);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(Cfg::smem_bytes);
-    cfg.stream = s.value();
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(Cluster);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_c, kp, sch));
-  }
+  wgmma_gemm_kernel<T, TC, S, Epi>
+      <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
   SPILLWAY_CHECK_LAUNCH();
-}
-
-/// Block pairing of the default launch (see launch_wgmma_clustered).
-inline constexpr int wgmma_default_cluster = 2;
-
-/// Enqueues p on `s` (current device). Preconditions (the dispatcher's): A and B K-major, 16-byte
-/// aligned bases, lda, ldb, stride_a, stride_b multiples of 16 bytes; m, n, k, batch >= 1.
-template <class TA, class TB, class TC, class S, class Epi>
-void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
-  launch_wgmma_clustered<wgmma_default_cluster>(p, s);
 }
 
 }  // namespace spillway::gemm::detail
