@@ -14,7 +14,6 @@
 //    and the conversion to a narrower output: 2^-11 (half) or 2^-8 (bf16) of the magnitude.
 //  - int8: exact (int32 accumulation of products < 2^14, k < 2^17); to float, one rounding.
 #include <spillway/core/device_buffer.hpp>
-#include <spillway/core/event_timer.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm.cuh>
 #include <spillway/gemm/detail/wgmma_kernel.cuh>
@@ -380,80 +379,6 @@ TEST(WgmmaKernelGpu, PublicPathSmallShapes) {
   public_small<__nv_bfloat16, float>("bf16");
   public_small<__half, float>("half");
   public_small<std::int8_t, std::int32_t>("int8");
-}
-
-namespace {
-
-// Throughput rows for the lead's GPU run (disabled by default: run with
-// --gtest_also_run_disabled_tests --gtest_filter='WgmmaKernelGpu.DISABLED_Throughput'): TN layout,
-// square sizes, median of 10 timed launches after 3 warm-ups.
-template <class T>
-__global__ void fill_pattern_kernel(T* p, std::size_t n, std::uint32_t salt) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B1u ^ salt;
-    h ^= h >> 15;
-    h *= 0x85EBCA77u;
-    h ^= h >> 13;
-    const int v = static_cast<int>(h & 0xffu) - 128;
-    if constexpr (std::is_same_v<T, std::int8_t>) {
-      p[i] = static_cast<std::int8_t>(v);
-    } else {
-      p[i] = from_double<T>(static_cast<double>(v) / 128.0);
-    }
-  }
-}
-
-template <class T, class TC>
-void throughput(const char* type, index_t size) {
-  using S = std::conditional_t<is_int8<T>, std::int32_t, float>;
-  spillway::stream s(spillway::current_device());
-  const auto elems = static_cast<std::size_t>(size * size);
-  spillway::device_buffer<T> da(elems, s), db(elems, s);
-  spillway::device_buffer<TC> dc(static_cast<std::size_t>(size * (size + 2)), s);
-  fill_pattern_kernel<<<1024, 256, 0, s.value()>>>(da.data(), elems, 1u);
-  fill_pattern_kernel<<<1024, 256, 0, s.value()>>>(db.data(), elems, 2u);
-  SPILLWAY_CHECK_LAUNCH();
-  gemm::detail::problem<T, T, TC, S, gemm::identity> p;
-  p.m = p.n = p.k = size;
-  p.a = da.data();
-  p.b = db.data();
-  p.c = dc.data();
-  p.lda = p.ldb = p.ldc = size;
-  p.alpha = S(1);
-  p.beta = S(0);
-  // ldc = size + 2 is not 16-byte aligned, so it times the per-element epilogue.
-  for (const index_t ldc : {size, size + 2}) {
-    p.ldc = ldc;
-    auto launch = [&] { gemm::detail::launch_wgmma(p, s.view()); };
-    for (int i = 0; i < 3; ++i) launch();
-    std::vector<float> ms;
-    for (int i = 0; i < 10; ++i) {
-      spillway::event_timer timer(s.view());
-      launch();
-      ms.push_back(timer.stop());
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = static_cast<double>(ms[ms.size() / 2]);
-    const double tflops = 2.0 * static_cast<double>(size) * static_cast<double>(size) *
-                          static_cast<double>(size) / (med * 1e-3) / 1e12;
-    std::cout << "[ wgmma    ] " << type << " " << size << "^3 TN"
-              << (ldc == size ? " bulk-store epilogue: " : " per-element epilogue: ") << med << " ms, "
-              << tflops << (is_int8<T> ? " TOP/s" : " TFLOP/s") << "\n";
-  }
-}
-
-}  // namespace
-
-TEST(WgmmaKernelGpu, DISABLED_Throughput) {
-  SPILLWAY_WGMMA_TEST_OR_SKIP();
-  for (index_t size : {4096, 8192}) {
-    throughput<__nv_bfloat16, float>("bf16->f32", size);
-    throughput<__nv_bfloat16, __nv_bfloat16>("bf16->bf16", size);
-    throughput<__half, float>("fp16->f32", size);
-    throughput<float, float>("tf32", size);
-    throughput<std::int8_t, std::int32_t>("int8", size);
-  }
 }
 
 // The persistent tile order visits every (batch, tile row, tile column) exactly once (host only).
