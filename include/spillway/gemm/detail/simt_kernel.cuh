@@ -3,7 +3,9 @@
 // major, any alignment, every target from sm_75 up: no cp.async, loads are staged through registers).
 //
 // Block tile bm x bn, k-tile bk, two shared-memory stages. Each k-tile is read from global memory
-// into registers while the previous one is multiplied, then stored into the other stage with k as
+// into registers while the previous one is multiplied (configurations with split_stage: A's half
+// during the first half of the k steps, B's during the second, so only half the staging registers
+// are live at once), then stored into the other stage with k as
 // the slow index ("M-major": Xs[kk][row]), transposing K-major operands on the way, so that the
 // inner loop reads a thread's rows and columns of one k step as 16-byte shared loads. Rows of a
 // stage are padded by 16 bytes: the transposing store of K-major tiles hits distinct banks.
@@ -72,8 +74,11 @@ inline constexpr bool simt_is_complex_v = std::is_same_v<E, float2>;
 // ---- tile configuration -------------------------------------------------------------------------
 
 /// WarpsM x WarpsN warps; a lane owns HM x HN sub-blocks of RM x RN outputs (see the file comment).
-template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks>
+/// SplitStage: the next k-tile's A is loaded during the first half of the k steps and B during the
+/// second (see the main loop).
+template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks, bool SplitStage = false>
 struct simt_config {
+  static constexpr bool split_stage = SplitStage;
   static constexpr int warps_m = WarpsM, warps_n = WarpsN;
   static constexpr int rm = RM, hm = HM, rn = RN, hn = HN;
   static constexpr int tm = RM * HM, tn = RN * HN;       // outputs per lane
@@ -88,12 +93,18 @@ struct simt_config {
 // (128 threads, k-tile 8, four blocks per SM; a 16-deep tile spills). Skinny problems reach the
 // device through split-K, which plans with this tile and residency (simt_tile_shape):
 // 64 x 8192 x 8192 -> 64 tiles x 8 slices on 132 SMs.
-// On the H200 (float, 8192^3) 128x256 tiles with 16x8 or 8x16 per lane (one block per SM) and
-// 128x128 with 16x8 per lane (128 threads) measured 2-7% slower than 128x128 / 8x8.
-using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2>;
+// The large tile splits its staging (H200, float TN, same run as cuBLAS SGEMM at 51.2 / 50.2
+// TFLOP/s: 8192^3 43.0 -> 45.6, 4096^3 42.2 -> 44.9. The K-major vector instantiation spills 24
+// bytes: row pointers of the k-edge path, and one 4-byte store + reload per k-tile of ~1150
+// instructions, included in those figures). Measured slower on the same
+// device: 128x256 tiles with 16x8 or 8x16 per lane (one block per SM, 2-7%), 128x128 with 16x8 per
+// lane (128 threads, 5-7%), k-tile 8 (7%); for m <= 64: 64x256 tiles, a 16-deep k-tile, split
+// staging (each spills; none faster at the planned 8 slices of 64 x 8192 x 8192).
+using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
-// FFMA per barrier; 16 would need 49 KiB, past the static shared-memory limit).
+// FFMA per barrier; 16 would need 49 KiB, past the static shared-memory limit). Whole-tile
+// staging: split staging measured 11% slower (H200, 8192^3: 43.4 against 49.1 TFLOP/s).
 using simt_cfg_complex = simt_config<4, 2, 2, 4, 2, 2, 8, 2>;
 // double: 4x4 per lane, 64x64 (the speed path for double is DMMA; this one must be correct).
 using simt_cfg_double = simt_config<4, 2, 2, 2, 2, 2, 8, 2>;
@@ -496,36 +507,107 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     __syncthreads();
 
     int stage = 0;
-    for (index_t kt = 0; kt < k_tiles; ++kt) {
-      const bool more = kt + 1 < k_tiles;
-      if (more) load_tile(kt + 1);
-      const E* as = a_s[stage] + row_l;
-      const E* bs = b_s[stage] + col_l;
+    if constexpr (Cfg::split_stage) {
+      // A's next k-tile is in flight during the first half of the k steps and stored halfway, B's
+      // during the second half: half the staging registers are live at a time, which leaves the
+      // 128-register budget room to schedule the shared loads ahead (float 128x128: 43.0 -> 45.6
+      // TFLOP/s on the H200 at 8192^3; complex lost 11%, so it keeps the whole-tile order).
+      auto steps = [&](const E* as, const E* bs, auto kb, auto ke) {
 #pragma unroll
-      for (int kk = 0; kk < BK; ++kk) {
-        E af[TM], bf[TN];
+        for (int kk = decltype(kb)::value; kk < decltype(ke)::value; ++kk) {
+          E af[TM], bf[TN];
 #pragma unroll
-        for (int h = 0; h < HM; ++h) {
-          E x[RM];
-          simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
+          for (int h = 0; h < HM; ++h) {
+            E x[RM];
+            simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
 #pragma unroll
-          for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+            for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+          }
+#pragma unroll
+          for (int h = 0; h < HN; ++h) {
+            E x[RN];
+            simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
+#pragma unroll
+            for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+          }
+          acc.mac(af, bf);
         }
-#pragma unroll
-        for (int h = 0; h < HN; ++h) {
-          E x[RN];
-          simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
-#pragma unroll
-          for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+      };
+      auto load_a = [&](index_t kt) {
+        if constexpr (lean) {
+          if (kt < k_full) {
+            ga.load_full(kt * BK);
+          } else {
+            ga.load_edge(kt * BK, p.k, tid);
+          }
+        } else {
+          ga.load(a_base, p.lda, rows_a, kt * BK, p.k, mode_a, tid);
         }
-        acc.mac(af, bf);
-      }
-      if (more) {
+      };
+      auto load_b = [&](index_t kt) {
+        if constexpr (lean) {
+          if (kt < k_full) {
+            gb.load_full(kt * BK);
+          } else {
+            gb.load_edge(kt * BK, p.k, tid);
+          }
+        } else {
+          gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
+        }
+      };
+      using k0_t = std::integral_constant<int, 0>;
+      using kh_t = std::integral_constant<int, BK / 2>;
+      using kn_t = std::integral_constant<int, BK>;
+      for (index_t kt = 0; kt < k_tiles; ++kt) {
+        const bool more = kt + 1 < k_tiles;
+        const E* as = a_s[stage] + row_l;
+        const E* bs = b_s[stage] + col_l;
         // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
-        ga.store(a_s[stage ^ 1], mode_a, tid);
-        gb.store(b_s[stage ^ 1], mode_b, tid);
-        __syncthreads();
-        stage ^= 1;
+        if (more) load_a(kt + 1);
+        steps(as, bs, k0_t{}, kh_t{});
+        if (more) {
+          ga.store(a_s[stage ^ 1], mode_a, tid);
+          load_b(kt + 1);
+        }
+        steps(as, bs, kh_t{}, kn_t{});
+        if (more) {
+          gb.store(b_s[stage ^ 1], mode_b, tid);
+          __syncthreads();
+          stage ^= 1;
+        }
+      }
+    } else {
+      for (index_t kt = 0; kt < k_tiles; ++kt) {
+        const bool more = kt + 1 < k_tiles;
+        if (more) load_tile(kt + 1);
+        const E* as = a_s[stage] + row_l;
+        const E* bs = b_s[stage] + col_l;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+          E af[TM], bf[TN];
+#pragma unroll
+          for (int h = 0; h < HM; ++h) {
+            E x[RM];
+            simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
+#pragma unroll
+            for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+          }
+#pragma unroll
+          for (int h = 0; h < HN; ++h) {
+            E x[RN];
+            simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
+#pragma unroll
+            for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+          }
+          acc.mac(af, bf);
+        }
+        if (more) {
+          // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
+          ga.store(a_s[stage ^ 1], mode_a, tid);
+          gb.store(b_s[stage ^ 1], mode_b, tid);
+          __syncthreads();
+          stage ^= 1;
+        }
       }
     }
 
