@@ -30,6 +30,8 @@ summary=()
 status=0
 # Suites of forced tile kernels (gram: GramForced*Gpu): run in a process of their own.
 EXPERIMENTAL='*ForcedWgmmaGpu.*:*ForcedMmaSync*Gpu.*'
+# Suites that check what happens with no GPU (they skip where one is visible).
+NOGPU='*NoGpu*'
 
 
 run_tests() {
@@ -50,8 +52,15 @@ run_tests() {
       gpu_total=$("$bin" --gtest_list_tests --gtest_filter='*Gpu*.*' | grep -c '^  ' || true)
       # Experimental variants ($EXPERIMENTAL) run in a process of their own, so that a crash there
       # cannot hide the results of the default paths.
-      timeout "${TEST_TIMEOUT:-300}" "$bin" --gtest_color=no --gtest_filter="-$EXPERIMENTAL" >"$log" 2>&1
+      timeout "${TEST_TIMEOUT:-300}" "$bin" --gtest_color=no --gtest_filter="-$EXPERIMENTAL:$NOGPU" >"$log" 2>&1
       local rc=$?
+      # The no-GPU behaviour suites skip where a GPU is visible: here they run with the GPUs hidden.
+      if "$bin" --gtest_list_tests --gtest_filter="$NOGPU" | grep -q '^  '; then
+        CUDA_VISIBLE_DEVICES= SPILLWAY_REQUIRE_GPU=0 timeout 120 "$bin" --gtest_color=no --gtest_filter="$NOGPU" >"$log.nogpu" 2>&1
+        local rc3=$?
+        summary+=("$(printf '%-34s rc=%-3s %s' "$name(no GPU)" "$rc3" "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log.nogpu" | tr '\n' ' ')")")
+        if [[ $rc3 -ne 0 ]] || grep -q '^\[  SKIPPED \]' "$log.nogpu"; then status=1; grep -E '^\[  FAILED  \]|Failure|SKIPPED' "$log.nogpu" | head -10; fi
+      fi
       if "$bin" --gtest_list_tests --gtest_filter="$EXPERIMENTAL" | grep -q '^  '; then
         timeout "${V2_TIMEOUT:-120}" "$bin" --gtest_color=no --gtest_filter="$EXPERIMENTAL" >"$log.v2" 2>&1
         local rc2=$?
@@ -73,14 +82,28 @@ run_tests() {
       fi
     done
   done
+  # The seed programs check their own results (exit status), on the GPU here.
+  if [[ -z ${*:-} ]]; then
+    for bin in "$GPUBIN"/spillway-seed-*; do
+      [[ -x $bin ]] || continue
+      local b log
+      b=$(basename "$bin")
+      log="$RESULTS/$b.log"
+      timeout 120 "$bin" >"$log" 2>&1
+      local rc=$?
+      summary+=("$(printf '%-34s rc=%-3s %s' "$b" "$rc" "$(tail -1 "$log" | cut -c1-80)")")
+      [[ $rc -ne 0 ]] && { status=1; tail -5 "$log"; }
+    done
+  fi
 }
 
 # Tests too large for the sanitizers' 10-100x slowdown (their kernels also run in the smaller tests).
-SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*MultiGpu*:*TwoDevices*'
+SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*MultiGpu*:*TwoDevices*:*Past2To31*:*NoGpu*'
 # racecheck only where kernels share memory between threads, on small problems.
 racecheck_filter() {
   case $1 in
     gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramForcedWgmmaGpu.Int32CountStoreEdgeShapes:GramForcedMmaSyncTmaGpu.EdgeShapesAAt:GramForcedMmaSyncTmaGpu.MbarrierPhasesAcrossTiles:GramForcedMmaSyncCpAsyncGpu.EdgeShapesAAt' ;;
+    gemm) echo 'WgmmaKernelGpu.BetaAndAlpha:WgmmaKernelGpu.PublicPathSmallShapes:SimtKernelGpu.BetaZeroIgnoresNanC:SimtKernelGpu.Batched:GemmMmaSyncKernelGpu.HalfEdgeShapes:GemmMmaSyncKernelGpu.Int8EdgeShapesExact:DmmaKernelGpu.EdgeShapes:DmmaKernelGpu.Batched:GemmGpu.SplitKForcedHalf' ;;
     map) echo 'GufuncGpu.*:GufuncStagedGpu.*:ReduceGpu.*' ;;
     ode) echo 'Rk4CoupledGpu.MeanFieldComplexFloatMatchesHost:Rk4FusedGpu.GraphAndPlainLaunchesAgreeBitwise' ;;
     *) echo '' ;;
