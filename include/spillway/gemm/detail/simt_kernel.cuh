@@ -100,6 +100,11 @@ struct simt_config {
 // device: 128x256 tiles with 16x8 or 8x16 per lane (one block per SM, 2-7%), 128x128 with 16x8 per
 // lane (128 threads, 5-7%), k-tile 8 (7%); for m <= 64: 64x256 tiles, a 16-deep k-tile, split
 // staging (each spills; none faster at the planned 8 slices of 64 x 8192 x 8192).
+// Also measured slower (H200, float TN, same run as cuBLAS SGEMM 51.1): the same 128x128 tile fed
+// by a ring of 4-byte cp.async copies transposing into these stages (no staging registers, no
+// spill, one barrier per k-tile): 8192^3 k-tile 16 with 4 or 5 stages 43.1, 6 stages 41.7, k-tile
+// 32 with 3 stages 40.1 (spills), against 45.6 here; 4096^3 42.7 vs 44.9; 8192x8192x256 37.7 vs
+// 41.2. Its 64x128 form did not beat the narrow tile at 4-32 slices of 64 x 8192 x 8192 either.
 using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
