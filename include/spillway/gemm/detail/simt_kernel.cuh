@@ -104,7 +104,8 @@ struct simt_config {
 // by a ring of 4-byte cp.async copies transposing into these stages (no staging registers, no
 // spill, one barrier per k-tile): 8192^3 k-tile 16 with 4 or 5 stages 43.1, 6 stages 41.7, k-tile
 // 32 with 3 stages 40.1 (spills), against 45.6 here; 4096^3 42.7 vs 44.9; 8192x8192x256 37.7 vs
-// 41.2. Its 64x128 form did not beat the narrow tile at 4-32 slices of 64 x 8192 x 8192 either.
+// 41.2. Its 64x128 forms (k-tile 16 or 32, 3 or 4 stages) peaked at 29.0 over 4-32 slices of
+// 64 x 8192 x 8192, against 32.7 for the narrow tile at its planned 8 slices.
 using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
