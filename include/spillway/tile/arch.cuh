@@ -54,10 +54,14 @@ __global__ void build_probe_kernel(int* out) {
 template <class F>
 int cached_per_device(int device, std::vector<int>& cache, std::mutex& mutex, F&& compute) {
   std::lock_guard<std::mutex> lock(mutex);
+  // A hit is a lookup (launchers ask on every launch); the ordinal is checked on a miss only.
+  if (device >= 0 && static_cast<std::size_t>(device) < cache.size() && cache[static_cast<std::size_t>(device)] >= 0) {
+    return cache[static_cast<std::size_t>(device)];
+  }
   ::spillway::detail::check_device_ordinal(device, "tile: device facts");
   if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, -1);
   int& v = cache[static_cast<std::size_t>(device)];
-  if (v < 0) v = compute();
+  v = compute();
   return v;
 }
 }  // namespace detail
@@ -100,6 +104,31 @@ inline int multiprocessor_count(int device) {
     int n = 0;
     SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
     return n;
+  });
+}
+
+/// The dynamic shared memory a block may opt into on `device`, cached.
+inline int max_block_smem(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return detail::cached_per_device(device, cache, mutex, [device] {
+    int v = 0;
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return v;
+  });
+}
+
+/// Raises `Kernel`'s dynamic shared-memory limit to `bytes` on `device` (the current one) the first
+/// time it is asked there; later calls cost a cache lookup. The cache belongs to the kernel itself
+/// (a template argument): distinct instantiations of one signature share a pointer type, so a
+/// cache keyed on that type would let one kernel launch with another's limit.
+template <auto Kernel>
+void raise_smem_limit(int device, int bytes) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  detail::cached_per_device(device, cache, mutex, [bytes] {
+    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
   });
 }
 

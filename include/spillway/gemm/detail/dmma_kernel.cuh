@@ -31,9 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <vector>
 
 namespace spillway::gemm::detail {
 
@@ -279,15 +277,10 @@ void launch_dmma_with(const problem<double, double, TC, double, Epi>& p, stream_
                        std::to_string(p.lda) + ", ldb " + std::to_string(p.ldb) + ")");
   if (p.m <= 0 || p.n <= 0 || p.batch <= 0) return;
 
-  auto kernel = dmma_gemm_kernel<Cfg, TC, Epi>;
+  constexpr auto kernel = dmma_gemm_kernel<Cfg, TC, Epi>;
   int device = 0;
   SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::vector<int> raised;
-  tile::detail::cached_per_device(device, raised, mutex, [kernel] {
-    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
-    return 1;
-  });
+  tile::raise_smem_limit<kernel>(device, Cfg::smem_bytes);
 
   const index_t tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
   const index_t tiles_n = (p.n + Cfg::bn - 1) / Cfg::bn;
@@ -303,16 +296,6 @@ void launch_dmma_with(const problem<double, double, TC, double, Epi>& p, stream_
 // 8.6 / 8.9: 101,376) get two stages (69,632 bytes).
 using dmma_small_smem_config = dmma_config<2, 4, 4, 4, 16, 2, 8>;
 
-/// Opt-in shared memory per block of `device`, cached.
-inline int dmma_max_block_smem(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  return tile::detail::cached_per_device(device, cache, mutex, [device] {
-    int v = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return v;
-  });
-}
 
 /// The dispatcher's entry: launch_dmma_with the largest configuration the device's blocks hold
 /// (Hopper's default, A100's, or the two-stage one).
@@ -320,7 +303,7 @@ template <class TC, class Epi>
 void launch_dmma(const problem<double, double, TC, double, Epi>& p, stream_view s) {
   int device = 0;
   SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
-  const int smem = dmma_max_block_smem(device);
+  const int smem = tile::max_block_smem(device);
   if (smem >= dmma_default_config::smem_bytes) {
     launch_dmma_with<dmma_default_config>(p, s);
   } else if (smem >= dmma_a100_config::smem_bytes) {

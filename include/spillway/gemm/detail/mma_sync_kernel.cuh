@@ -31,10 +31,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 namespace spillway::gemm::detail {
 
@@ -164,25 +162,15 @@ __global__ void __launch_bounds__(mma_sync_config::threads, 1)
 #endif
 }
 
-/// Largest dynamic shared memory a block may opt into on `device` (cached).
-inline int mma_sync_max_block_smem(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  return tile::detail::cached_per_device(device, cache, mutex, [device] {
-    int v = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return v;
-  });
-}
 
 /// The cp.async stages used on `device`: as many 48 KiB stages as fit, 2 to 4.
 inline int mma_sync_stages(int device) {
   using cfg = mma_sync_config;
-  const int fit = mma_sync_max_block_smem(device) / cfg::stage_bytes;
+  const int fit = tile::max_block_smem(device) / cfg::stage_bytes;
   if (fit < cfg::min_stages) {
     throw logic_error("gemm mma_sync: the block tile needs " + std::to_string(cfg::min_stages * cfg::stage_bytes) +
                       " bytes of shared memory per block; " + tile::describe_device(device) + " offers " +
-                      std::to_string(mma_sync_max_block_smem(device)));
+                      std::to_string(tile::max_block_smem(device)));
   }
   return std::min(fit, cfg::max_stages);
 }
@@ -203,17 +191,9 @@ void launch_mma_sync_stages(const problem<TA, TB, TC, S, Epi>& p, stream_view s,
     throw logic_error("gemm mma_sync: " + std::to_string(stages) + " stages asked; this device runs " +
                       std::to_string(cfg::min_stages) + " to " + std::to_string(most));
   }
-  auto kernel = mma_sync_gemm_kernel<TA, TC, S, Epi>;
-  {
-    // Raise the kernel's dynamic shared-memory limit once per device, to the most any launch there uses.
-    static std::mutex mutex;
-    static std::vector<int> raised;
-    tile::detail::cached_per_device(device, raised, mutex, [&] {
-      const int bytes = most * cfg::stage_bytes;
-      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      return bytes;
-    });
-  }
+  constexpr auto kernel = mma_sync_gemm_kernel<TA, TC, S, Epi>;
+  // The limit is raised once per device, to the most any launch there uses.
+  tile::raise_smem_limit<kernel>(device, most * cfg::stage_bytes);
   const index_t tiles_m = (p.m + cfg::bm - 1) / cfg::bm;
   const index_t tiles_n = (p.n + cfg::bn - 1) / cfg::bn;
   if (tiles_m * tiles_n > INT_MAX) {

@@ -55,10 +55,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 namespace spillway::gemm::detail {
 
@@ -338,23 +336,12 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
 #endif
 }
 
-/// Per device, once per kernel instantiation: raises its dynamic shared-memory limit and returns
-/// the persistent grid's size (one block per multiprocessor). The cache belongs to the
-/// instantiation, not to the kernel's pointer type, which several instantiations share.
+/// Per device: raises the kernel's dynamic shared-memory limit (once) and returns the persistent
+/// grid's size (one block per multiprocessor).
 template <class T, class TC, class S, class Epi>
 int wgmma_prepare(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, 0);
-  int& n = cache[static_cast<std::size_t>(device)];
-  if (n == 0) {
-    SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gemm_kernel<T, TC, S, Epi>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           wgmma_config<T>::smem_bytes));
-    n = tile::multiprocessor_count(device);
-  }
-  return n;
+  tile::raise_smem_limit<wgmma_gemm_kernel<T, TC, S, Epi>>(device, wgmma_config<T>::smem_bytes);
+  return tile::multiprocessor_count(device);
 }
 
 /// Enqueues p on `s` (current device). Preconditions (the dispatcher's): A and B K-major, 16-byte

@@ -114,11 +114,7 @@ inline void check_bit_gemm_args(const bit_gemm_args& g) {
   }
 }
 
-inline int max_block_smem(int device) {
-  int n = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return n;
-}
+using ::spillway::tile::max_block_smem;
 
 /// The Gram tile kernels by what they are (see the table at the top of this file).
 enum class tile_kernel { wgmma, mma_sync_tma, mma_sync_cp_async, popc };
@@ -216,16 +212,14 @@ void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_
     if (tma_store_fits(args, epi)) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
                                                       args.b_row0 + args.b_rows - epi.col0, epi.ldc);
-      SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gram_kernel<Epilogue, true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
+      ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, true>>(current_device(), wg_smem_bytes);
       wgmma_gram_kernel<Epilogue, true><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_c,
                                                                                       args.ld_words, sch, epi);
       SPILLWAY_CHECK_LAUNCH();
       return;
     }
   }
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(wgmma_gram_kernel<Epilogue, false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes));
+  ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, false>>(current_device(), wg_smem_bytes);
   wgmma_gram_kernel<Epilogue, false><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_a,
                                                                                    args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
@@ -239,8 +233,7 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   if (sch.total == 0) return;
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_tma_gram_kernel<Cfg, Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+  ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue>>(current_device(), Cfg::smem_bytes);
   const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
   mma_sync_tma_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b,
                                                                                             args.ld_words, sch, epi);
@@ -253,8 +246,7 @@ void launch_mma_sync_cp_async_gram(const bit_gemm_args& args, Epilogue epi, int 
   const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
                                                                  args.upper_only, Cfg::bm, Cfg::bn, 8);
   if (sch.total == 0) return;
-  SPILLWAY_CUDA_TRY(cudaFuncSetAttribute(mma_sync_gram_kernel<Cfg, Epilogue>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes));
+  ::spillway::tile::raise_smem_limit<mma_sync_gram_kernel<Cfg, Epilogue>>(current_device(), Cfg::smem_bytes);
   const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
   mma_sync_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(args.a, args.b,
                                                                                         args.ld_words, sch, epi);
