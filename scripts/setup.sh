@@ -24,15 +24,23 @@ if ((${#need_pkgs[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
 fi
 
-# The CUDA toolkit is a prerequisite (spillway is a CUDA library); find nvcc.
-if ! command -v nvcc >/dev/null; then
-  if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-    echo "setup: nvcc is at /usr/local/cuda/bin (add it to PATH; the CMake presets find it there)"
-  else
-    echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 13 first" >&2
-    exit 1
-  fi
+# The CUDA toolkit is a prerequisite (spillway is a CUDA library). The CMake presets take nvcc from,
+# in order: $CUDACXX, the first nvcc on PATH, /usr/local/cuda/bin/nvcc (the presets append that
+# directory to PATH). Say which one the build will use.
+if [[ -n "${CUDACXX:-}" ]]; then
+  [[ -x "$CUDACXX" ]] || { echo "setup: CUDACXX=$CUDACXX is not an executable nvcc" >&2; exit 1; }
+  nvcc_path=$CUDACXX; nvcc_why="from CUDACXX"
+elif command -v nvcc >/dev/null; then
+  nvcc_path=$(command -v nvcc); nvcc_why="the first nvcc on PATH"
+elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  nvcc_path=/usr/local/cuda/bin/nvcc; nvcc_why="not on PATH; the presets fall back to /usr/local/cuda/bin"
+else
+  echo "setup: the CUDA toolkit (nvcc) is not installed: install CUDA 13, then put its bin/ on PATH" \
+       "or set CUDACXX=/path/to/nvcc" >&2
+  exit 1
 fi
+nvcc_version=$("$nvcc_path" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+echo "setup: nvcc $nvcc_path (CUDA ${nvcc_version:-unknown}; $nvcc_why)"
 
 # Python venv with NumPy for the .npy interoperability tests.
 PY=${PYTHON:-python3}
