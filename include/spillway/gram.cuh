@@ -83,6 +83,14 @@ job_report host_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStr
   }
   return ::spillway::detail::host_job_report(t0);
 }
+/// The device form hands out device memory, so it has no host implementation to fall back on.
+inline void require_devices_for_device_strips(const gram_options& opt) {
+  if (opt.devices.empty() && device_count() == 0) {
+    ::spillway::throw_no_gpu("gram_device_strips",
+                             "its strips live in device memory; gram_strips (with gram_options::host_fallback) "
+                             "runs on the host");
+  }
+}
 }  // namespace detail
 
 /// A·Aᵀ of a host bit matrix into host memory `out` (layout_size(layout, a.rows) elements of
@@ -165,6 +173,43 @@ job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStr
   auto job = detail::make_job<V>(a, &b, opt, sink_kind::dense_rect);
   job.ldc = b.rows;
   job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// A·Aᵀ delivered strip by strip ON THE DEVICE: `on_strip(const gram_device_strip<V>&)` runs on
+/// the device's worker thread as each strip's product has been enqueued, with the strip in device
+/// memory and the strip's stream; it enqueues its own work on that stream (a reduction, a
+/// device→host copy of what it keeps, a write through GPUDirect) while later strips compute on the
+/// other slots. Nothing is copied to the host by the job. The strip holds the same entries as in
+/// gram_strips (columns from its first row on). With several devices the callback runs on each
+/// device's worker, possibly concurrently. There is no host fallback (no GPU: no_gpu_error).
+/// Throwing from the callback stops the job (pipeline_error, the exception nested).
+template <class V, class OnStrip>
+job_report gram_device_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_options& opt = {}) {
+  static_assert(std::is_invocable_v<OnStrip&, const gram_device_strip<V>&>,
+                "on_strip must be callable as on_strip(const gram_device_strip<V>&)");
+  detail::check_job_inputs<V>(a, nullptr, opt, "gram_device_strips");
+  if (a.rows == 0) return {};
+  detail::require_devices_for_device_strips(opt);
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::dense_full);
+  job.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  detail::run_gram_job(job);
+  return job.report;
+}
+
+/// A·Bᵀ delivered strip by strip on the device (rows of A; all b.rows columns in each strip).
+template <class V, class OnStrip>
+job_report gram_device_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip&& on_strip,
+                              const gram_options& opt = {}) {
+  static_assert(std::is_invocable_v<OnStrip&, const gram_device_strip<V>&>,
+                "on_strip must be callable as on_strip(const gram_device_strip<V>&)");
+  detail::check_job_inputs<V>(a, &b, opt, "gram_device_strips");
+  if (a.rows == 0 || b.rows == 0) return {};
+  detail::require_devices_for_device_strips(opt);
+  auto job = detail::make_job<V>(a, &b, opt, sink_kind::dense_rect);
+  job.ldc = b.rows;
+  job.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
   detail::run_gram_job(job);
   return job.report;
 }

@@ -633,3 +633,109 @@ TEST(GramNoGpu, StripsRunOnTheHostWhenAllowed) {
   EXPECT_EQ(strips, 2);
   EXPECT_EQ(got, want);
 }
+
+// ---- issue 16 item 4, the device form: strips handed over in device memory on their stream ------
+namespace {
+// Copies each device strip into its place in a device n x ld matrix with a device-to-device copy
+// enqueued on the strip's own stream (no host copy of the strip).
+template <class V>
+struct device_strip_collector {
+  V* dst;
+  std::int64_t ld;
+  std::mutex* m;
+  int* strips;
+  void operator()(const gram_device_strip<V>& st) const {
+    {
+      std::lock_guard<std::mutex> g(*m);
+      ++*strips;
+    }
+    EXPECT_EQ(spillway::current_device(), st.device);
+    SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst + st.first_row * ld + st.first_col, static_cast<std::size_t>(ld) * sizeof(V),
+                                        st.values, static_cast<std::size_t>(st.cols) * sizeof(V),
+                                        static_cast<std::size_t>(st.cols) * sizeof(V), static_cast<std::size_t>(st.rows),
+                                        cudaMemcpyDeviceToDevice, st.stream.value()));
+  }
+};
+}  // namespace
+
+TEST(GramDeviceStripsGpu, SymmetricEqualsTheHostFormAndTheReference) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 1000, cols = 1500;
+  const auto a = pack_bits(random_bits(n, cols, 0.3, test::seed("GramDeviceStripsGpu.Symmetric")), n, cols);
+  std::vector<std::int32_t> want(static_cast<std::size_t>(n * n));
+  host_gram_dense(a.view(), want.data(), triangle_layout::full);
+  gram_options o;
+  o.max_panel_rows = 128;  // 8 strips on 3 slots: buffers are reused while copies are in flight
+  spillway::stream s;
+  device_buffer<std::int32_t> d(static_cast<std::size_t>(n * n), s.view());
+  d.fill_bytes_async(0xFF, s.view());  // -1 everywhere: "never delivered"
+  s.synchronize();
+  std::mutex m;
+  int strips = 0;
+  const auto r = gram_device_strips<std::int32_t>(a.view(), device_strip_collector<std::int32_t>{d.data(), n, &m, &strips}, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(strips, 8);
+  EXPECT_EQ(r.bytes_moved, std::size_t{0}) << "the device form copies nothing to the host";
+  const std::vector<std::int32_t> got = d.to_host(s.view());
+  // The host form of the same job, for the same entries.
+  std::vector<std::int32_t> host_form(want.size(), -1);
+  int host_strips = 0;
+  (void)gram_strips<std::int32_t>(a.view(), strip_collector<std::int32_t>{n, &host_form, &m, &host_strips}, o);
+  EXPECT_EQ(got, host_form);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto k = static_cast<std::size_t>(i * n + j);
+      if (j >= i) ASSERT_NE(got[k], -1) << "(" << i << "," << j << ") never delivered";
+      if (got[k] != -1) ASSERT_EQ(got[k], want[k]) << i << "," << j;
+    }
+}
+
+TEST(GramDeviceStripsGpu, RectangularJaccardEqualsTheHostForm) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("GramDeviceStripsGpu.Rect");
+  const auto a = pack_bits(random_bits(300, 2100, 0.2, seed), 300, 2100);
+  const auto b = pack_bits(random_bits(211, 2100, 0.5, seed + 1), 211, 2100);
+  gram_options o;
+  o.epilogue = metric::jaccard;
+  o.max_panel_rows = 64;
+  std::vector<float> host_form(300 * 211, -1.0f);
+  std::mutex m;
+  int strips = 0;
+  (void)gram_strips<float>(a.view(), b.view(), strip_collector<float>{211, &host_form, &m, &strips}, o);
+  spillway::stream s;
+  device_buffer<float> d(300 * 211, s.view());
+  d.fill_bytes_async(0x7f, s.view());
+  s.synchronize();
+  int dev_strips = 0;
+  const auto r = gram_device_strips<float>(a.view(), b.view(), device_strip_collector<float>{d.data(), 211, &m, &dev_strips}, o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(dev_strips, 5);
+  EXPECT_EQ(d.to_host(s.view()), host_form);  // bitwise: one kernel, one scorer
+  std::vector<float> want(300 * 211);
+  host_gram_dense(a.view(), b.view(), want.data(), 211, metric::jaccard);
+  EXPECT_EQ(host_form, want);
+}
+
+TEST(GramDeviceStripsGpu, CallbackExceptionStopsTheJob) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto a = pack_bits(random_bits(512, 300, 0.3, test::seed("GramDeviceStripsGpu.Throw")), 512, 300);
+  gram_options o;
+  o.max_panel_rows = 64;
+  EXPECT_THROW(gram_device_strips<std::int32_t>(
+                   a.view(), [](const gram_device_strip<std::int32_t>&) { throw std::runtime_error("stop"); }, o),
+               spillway::pipeline_error);
+}
+
+TEST(GramNoGpu, DeviceStripsRefuseWithoutAGpuEvenWithTheHostFallback) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  const auto a = pack_bits(random_bits(40, 100, 0.3, test::seed("GramNoGpu.DeviceStrips")), 40, 100);
+  gram_options o;
+  o.host_fallback = true;
+  try {
+    (void)gram_device_strips<std::int32_t>(a.view(), [](const gram_device_strip<std::int32_t>&) {}, o);
+    FAIL() << "expected no_gpu_error";
+  } catch (const spillway::no_gpu_error& e) {
+    EXPECT_NE(std::string(e.what()).find("gram_device_strips"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gram_strips"), std::string::npos) << e.what();
+  }
+}

@@ -97,6 +97,27 @@ struct gram_strip {
   }
 };
 
+/// One finished strip handed to a gram_device_strips callback: the same rows and columns as
+/// gram_strip, but `values` is DEVICE memory of `device` (row-major, `cols` values per row), and
+/// the callback runs before any device→host copy, on the strip's `stream`. Work the callback
+/// enqueues on `stream` sees the finished strip; the buffer is reused for a later strip only after
+/// everything enqueued on `stream` before the callback returned has completed, so a kernel or a
+/// copy the callback enqueues there is safe without any synchronization.
+template <class V>
+struct gram_device_strip {
+  std::int64_t first_row = 0;
+  std::int64_t rows = 0;
+  std::int64_t first_col = 0;
+  std::int64_t cols = 0;
+  const V* values = nullptr;
+  int device = 0;
+  stream_view stream;
+  /// Address of entry (i, j) (global indices) in device memory: dereference it on the device only.
+  [[nodiscard]] const V* at(std::int64_t i, std::int64_t j) const noexcept {
+    return values + (i - first_row) * cols + (j - first_col);
+  }
+};
+
 namespace detail {
 
 struct gram_device_ctx {
@@ -131,6 +152,8 @@ struct gram_job {
   // per-strip callback (sink dense_full for A·Aᵀ or dense_rect for A·Bᵀ, delivered through the
   // slot's pinned staging instead of into `out`)
   std::function<void(const gram_strip<V>&)> on_strip;
+  // the device form: called inside the strip's enqueue with the device buffer, no copy
+  std::function<void(const gram_device_strip<V>&)> on_device_strip;
   // top-k / threshold
   topk_options topk{};
   threshold_options thr{};
@@ -324,6 +347,10 @@ void enqueue_strip(gram_job<V>& job, std::size_t t, task_slot& slot, stream_view
       V* u = slot.device<V>(0);
       V* tt = slot.device<V>(1);
       gemm(full_strip_epilogue<V>{u, tt, I0, I1, W, PI, pop_a, sc});
+      if (job.on_device_strip) {
+        job.on_device_strip(gram_device_strip<V>{I0, PI, I0, W, u, slot.device(), s});
+        break;
+      }
       if (job.on_strip) {  // rows I0..I1, columns I0..n, to the slot's staging for on_complete
         SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * W) * vb,
                                           cudaMemcpyDeviceToHost, s.value()));
@@ -344,6 +371,10 @@ void enqueue_strip(gram_job<V>& job, std::size_t t, task_slot& slot, stream_view
     case sink_kind::dense_rect: {
       V* u = slot.device<V>(0);
       gemm(rect_strip_epilogue<V>{u, I0, rows_b, pop_a, pop_b, sc});
+      if (job.on_device_strip) {
+        job.on_device_strip(gram_device_strip<V>{I0, PI, 0, rows_b, u, slot.device(), s});
+        break;
+      }
       if (job.on_strip) {
         SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * rows_b) * vb,
                                           cudaMemcpyDeviceToHost, s.value()));
