@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     o.budget = spillway::memory_budget(budget);
     o.progress = draw_progress;
     try {
-      const auto r = spillway::transform(o, spillway::host_output(c, n), multiplies{}, spillway::host_input(a, n),
-                                         spillway::host_input(b, n));
+      const auto r = spillway::streamed_map(o, spillway::host_output(c, n), multiplies{}, spillway::host_input(a, n),
+                                            spillway::host_input(b, n));
       std::printf("%zu chunks over %zu GPU(s):", r.tasks_total, r.devices.size());
       for (std::size_t d = 0; d < r.devices.size(); ++d)
         std::printf(" GPU %d took %zu", r.devices[d], r.tasks_per_device[d]);

@@ -4,7 +4,8 @@
 //   spillway-seed-bigger-than-vram [--n N] [--budget SIZE]
 //
 // c[i] = a[i] * b[i] + 1 for three float64 host arrays, streamed through every GPU in chunks that
-// fit the budget (copies in, compute and copies out overlapped), checked element by element.
+// fit the budget (copies in, compute and copies out overlapped), checked element by element, by
+// spillway::streamed_map (the map over host arrays; spillway::transform is its older name).
 // With no GPU the host implementation runs (transform_options::host_fallback).
 #include <spillway/pipeline.cuh>
 
@@ -37,7 +38,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (a == "--n") n = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--budget") budget = spillway::parse_byte_size(argv[++i]);
+    else if (a == "--budget") {
+      try {
+        budget = spillway::parse_byte_size(argv[++i]);  // 4GiB, 512MiB, 8000000000…
+      } catch (const spillway::logic_error& e) {
+        std::fprintf(stderr, "error: --budget: %s\n", e.what());
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "error: unknown argument %s (see --help)\n", a.c_str());
       return 2;
@@ -51,7 +59,7 @@ int main(int argc, char** argv) {
   spillway::transform_options o;
   o.budget = spillway::memory_budget(budget);
   o.host_fallback = true;
-  const auto r = spillway::transform(o, c, fma1{}, a, b);  // pageable vectors: spillway stages them
+  const auto r = spillway::streamed_map(o, c, fma1{}, a, b);  // pageable vectors: spillway stages them
   std::printf("%zu elements in %zu chunks on %s, %.2f s\n", n, r.tasks_total,
               r.devices.empty() ? "the host (no GPU)" : (std::to_string(r.devices.size()) + " GPU(s)").c_str(),
               r.elapsed_seconds);

@@ -40,7 +40,14 @@ int main(int argc, char** argv) {
     }
     if (a == "--rows") rows = std::atoll(argv[++i]);
     else if (a == "--cols") cols = std::atoll(argv[++i]);
-    else if (a == "--budget") budget = spillway::parse_byte_size(argv[++i]);
+    else if (a == "--budget") {
+      try {
+        budget = spillway::parse_byte_size(argv[++i]);  // 4GiB, 512MiB, 8000000000…
+      } catch (const spillway::logic_error& e) {
+        std::fprintf(stderr, "error: --budget: %s\n", e.what());
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "error: unknown argument %s (see --help)\n", a.c_str());
       return 2;

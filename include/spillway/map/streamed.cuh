@@ -219,12 +219,7 @@ job_report transform(ndview<Out> out, F f, const InR&... in) {
   return transform(transform_options{}, out, f, in...);
 }
 
-/// streamed_map: another name for spillway::transform (every overload, flat and broadcasting), the
-/// one that says what it is beside map_async (device arrays) and map_host (host target): a map
-/// over HOST arrays of any size, streamed through the GPUs. The two names are the same function.
-template <class... Args>
-job_report streamed_map(Args&&... args) {
-  return transform(std::forward<Args>(args)...);
-}
+// streamed_map (pipeline/transform.cuh) reaches these overloads too: it is spillway::transform
+// under the name that says which map it is.
 
 }  // namespace spillway

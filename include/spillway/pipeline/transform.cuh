@@ -4,7 +4,7 @@
 //   std::vector<double> a(n), b(n), c(n);
 //   spillway::transform_options o;
 //   o.budget = spillway::memory_budget(1_GiB);         // per device; default 80% of free memory
-//   auto r = spillway::transform(o, c, multiplies{}, a, b);   // all visible GPUs
+//   auto r = spillway::streamed_map(o, c, multiplies{}, a, b);   // all visible GPUs; = transform
 //
 // f is a device functor: a __host__ __device__ lambda or functor (also usable by the host
 // fallback), or a __device__ lambda wrapped in cuda::proclaim_return_type. Operands are anything
@@ -143,6 +143,16 @@ template <class OutR, class F, class... InR,
           std::enable_if_t<!detail::is_transform_options<OutR>::value, int> = 0>
 job_report transform(OutR&& out, F f, const InR&... in) {
   return transform(transform_options{}, std::forward<OutR>(out), f, in...);
+}
+
+/// streamed_map: the name that says which map this is — over HOST arrays of any size, streamed
+/// through the GPUs — beside map_async (device arrays) and map_host (the host target). The same
+/// function as spillway::transform, every overload (this flat one and, with <spillway/map.cuh>,
+/// the broadcasting one for ndview outputs, found by argument-dependent lookup: its arguments are
+/// spillway types). `transform` stays as the older name.
+template <class... Args>
+job_report streamed_map(Args&&... args) {
+  return transform(std::forward<Args>(args)...);
 }
 
 }  // namespace spillway

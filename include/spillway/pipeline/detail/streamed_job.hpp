@@ -23,10 +23,11 @@ namespace spillway::detail {
 /// An array that moves chunk by chunk: `unit_bytes` per plan unit (an element, or an outer row of
 /// a shaped array); chunk c covers host bytes [c.begin * unit_bytes, (c.begin + c.count) * unit_bytes).
 struct streamed_array {
-  const void* host = nullptr;  ///< inputs: the source; the output: the destination
+  const void* host = nullptr;  ///< inputs: the source; outputs: the destination; scratch: unused
   std::size_t unit_bytes = 0;
   host_memory memory = host_memory::page_locked;  ///< resolved: page_locked (DMA directly) or pageable (staged)
-  bool output = false;                       ///< exactly one streamed array is the output
+  bool output = false;                       ///< copied back to the host after the compute
+  bool scratch = false;                      ///< device-only per-chunk space: never copied either way
 };
 
 /// An input copied whole to every slot once, before that slot's first chunk, and kept there.
@@ -40,9 +41,11 @@ struct resident_array {
 /// the streamed inputs' slices go to device buffers (pageable ones through a pinned staging buffer
 /// filled by host threads), resident inputs are copied if the slot does not hold them yet, then
 /// `compute(chunk, slot, stream, dev)` enqueues the device work on `stream` (dev[k]: the device
-/// buffer of streamed array k, then of resident array r at streamed.size() + r), then the output
+/// buffer of streamed array k, then of resident array r at streamed.size() + r), then every output
 /// slice goes back (through staging when pageable; copied out by host threads when the chunk
-/// completes). Returns run_tasks's report; throws what it throws.
+/// completes). Any number of outputs (none: the compute keeps its results itself) and scratch
+/// arrays. Returns run_tasks's report; throws what it throws. The public form is
+/// spillway::streamed_job (pipeline/streamed_job.hpp).
 template <class Compute>
 job_report run_streamed_job(const std::vector<int>& devices, const memory_budget& budget,
                             const progress_callback& progress, const chunk_plan& plan,
@@ -50,11 +53,6 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
                             Compute compute) {
   const std::size_t ns = streamed.size();
   const std::size_t nr = resident.size();
-  std::size_t out_k = ns;
-  for (std::size_t k = 0; k < ns; ++k) {
-    if (streamed[k].output) out_k = k;
-  }
-  if (out_k == ns) throw logic_error("run_streamed_job: no streamed array is the output");
 
   task_job_options t;
   t.devices = devices;
@@ -62,11 +60,14 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
   t.device_buffer_bytes = plan.buffer_bytes();
   t.budget = budget;
   t.progress = progress;
-  std::vector<std::size_t> staging(ns, static_cast<std::size_t>(-1));
+  constexpr std::size_t direct = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> staging(ns, direct);
+  bool any_staged_output = false;
   for (std::size_t k = 0; k < ns; ++k) {
-    if (streamed[k].memory == host_memory::pageable) {
+    if (!streamed[k].scratch && streamed[k].memory == host_memory::pageable) {
       staging[k] = t.pinned_buffer_bytes.size();
       t.pinned_buffer_bytes.push_back(plan.buffer_bytes()[k]);
+      any_staged_output = any_staged_output || streamed[k].output;
     }
   }
   for (const auto& r : resident) t.device_buffer_bytes.push_back(r.bytes);
@@ -80,6 +81,9 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
   for (int d : devices) max_dev = d > max_dev ? d : max_dev;
   std::vector<std::vector<char>> loaded(static_cast<std::size_t>(max_dev) + 1,
                                         std::vector<char>(plan.slots() * (nr > 0 ? nr : 1), 0));
+  auto host_at = [&](std::size_t k, const chunk& c) {
+    return static_cast<unsigned char*>(const_cast<void*>(streamed[k].host)) + c.begin * streamed[k].unit_bytes;
+  };
 
   auto enqueue = [&](std::size_t task, task_slot& slot, stream_view s) {
     const chunk c = plan.at(task);
@@ -95,10 +99,10 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
       }
     }
     for (std::size_t k = 0; k < ns; ++k) {
-      if (k == out_k) continue;
+      if (streamed[k].output || streamed[k].scratch) continue;
       const std::size_t bytes = c.count * streamed[k].unit_bytes;
-      const auto* src = static_cast<const unsigned char*>(streamed[k].host) + c.begin * streamed[k].unit_bytes;
-      if (staging[k] != static_cast<std::size_t>(-1)) {
+      const unsigned char* src = host_at(k, c);
+      if (staging[k] != direct) {
         void* st = slot.pinned(staging[k]);
         parallel_copy(st, src, bytes, copy_parts);
         src = static_cast<const unsigned char*>(st);
@@ -107,18 +111,21 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
       slot.add_bytes_moved(bytes);
     }
     compute(c, slot, s, dev);
-    const std::size_t out_bytes = c.count * streamed[out_k].unit_bytes;
-    void* dst = static_cast<unsigned char*>(const_cast<void*>(streamed[out_k].host)) + c.begin * streamed[out_k].unit_bytes;
-    if (staging[out_k] != static_cast<std::size_t>(-1)) dst = slot.pinned(staging[out_k]);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, dev[out_k], out_bytes, cudaMemcpyDeviceToHost, s.value()));
-    slot.add_bytes_moved(out_bytes);
+    for (std::size_t k = 0; k < ns; ++k) {
+      if (!streamed[k].output) continue;
+      const std::size_t bytes = c.count * streamed[k].unit_bytes;
+      void* dst = staging[k] != direct ? slot.pinned(staging[k]) : static_cast<void*>(host_at(k, c));
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, dev[k], bytes, cudaMemcpyDeviceToHost, s.value()));
+      slot.add_bytes_moved(bytes);
+    }
   };
   auto complete = [&](std::size_t task, task_slot& slot) {
-    if (staging[out_k] == static_cast<std::size_t>(-1)) return;
+    if (!any_staged_output) return;
     const chunk c = plan.at(task);
-    const std::size_t u = streamed[out_k].unit_bytes;
-    parallel_copy(static_cast<unsigned char*>(const_cast<void*>(streamed[out_k].host)) + c.begin * u,
-                  slot.pinned(staging[out_k]), c.count * u, copy_parts);
+    for (std::size_t k = 0; k < ns; ++k) {
+      if (!streamed[k].output || staging[k] == direct) continue;
+      parallel_copy(host_at(k, c), slot.pinned(staging[k]), c.count * streamed[k].unit_bytes, copy_parts);
+    }
   };
   return run_tasks(plan.chunk_count(), t, enqueue, complete);
 }
