@@ -1,0 +1,453 @@
+// spillway/gemm/ooc_plan.hpp — the plan of an out-of-core GEMM (pure host logic, no CUDA): which
+// operand stays resident, the C block shape, the panel caches, the order in which blocks are
+// visited, and the bytes the job will move with the copy-time floor they imply.
+//
+// The executed frame. The job always keeps panels of its "A" resident and streams its "B": when
+// keeping B resident moves fewer bytes, the plan is `transposed` and the job runs Cᵀ = Bᵀ·Aᵀ (views
+// only, nothing moves). In that frame C is m x n, A's row panels are bm x k and B's column panels
+// are k x bn; a C block (i, j) is rows [i·bm, …) x columns [j·bn, …).
+//
+// Device memory per device: `a_slots` cached A panels + `b_slots` cached B panels (each slot of
+// a cache holds one panel; panel p goes to slot p mod slots, guarded by events) + per in-flight
+// task (`slots`) one C block, and where needed an accumulator block (k split and C narrower than the
+// accumulator), the split-K workspace, and the tensor-core staging copies of MN-major panels.
+//
+// Bytes. A is read once per device when its row panels fit the A cache (a_slots ≥ the device's row
+// panels); otherwise in bands of a_slots panels, and B once per band, less the B panels still
+// cached when a band turns (the column order is a serpentine). C is written once, and read once
+// when β ≠ 0. k is split into accumulating chunks only when no plan with full-k panels fits.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/map/config.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace spillway::gemm {
+
+/// Host↔device copy rates (bytes per second) the floor is computed at. The defaults are the lent
+/// H200's pinned rates (one direction, and both at once); a benchmark passes measured ones.
+struct copy_rates {
+  double h2d = 55.4e9;
+  double d2h = 55.4e9;
+  double both = 101.0e9;
+  /// Seconds to move `h2d` and `d2h` bytes: each direction at its rate, both sharing `both`.
+  [[nodiscard]] double seconds(double h2d_bytes, double d2h_bytes) const {
+    return std::max({h2d_bytes / h2d, d2h_bytes / d2h, (h2d_bytes + d2h_bytes) / both});
+  }
+};
+
+/// What an out-of-core GEMM plan is made from (sizes in the caller's frame).
+struct ooc_plan_request {
+  index_t m = 0, n = 0, k = 0;
+  std::size_t in_bytes = 4;   ///< sizeof an A/B element
+  std::size_t out_bytes = 4;  ///< sizeof a C element
+  std::size_t acc_bytes = 4;  ///< sizeof the accumulator
+  bool c_is_acc = true;       ///< C's type is the accumulator type (k chunks accumulate in C itself)
+  bool read_c = false;        ///< β ≠ 0: C blocks are copied in
+  std::size_t budget_bytes = 0;  ///< device memory per device
+  std::size_t slots = 3;         ///< tasks in flight per device (C blocks)
+  std::size_t devices = 1;
+  bool stage_a = false;  ///< A is MN-major and the path is a tensor-core one: its panels are staged
+  bool stage_b = false;
+  index_t split_k = 1;    ///< forced split-K slices of each block's GEMM (workspace per slot)
+  index_t max_block = 0;  ///< cap on the C block's sides (0: none); tests force many blocks with it
+  bool allow_transpose = true;
+  copy_rates rates{};
+};
+
+/// One C block in the executed frame: row panel i, column panel j.
+struct ooc_block {
+  index_t i = 0;
+  index_t j = 0;
+  friend bool operator==(const ooc_block& a, const ooc_block& b) noexcept { return a.i == b.i && a.j == b.j; }
+};
+
+struct ooc_plan {
+  bool transposed = false;  ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
+  index_t m = 0, n = 0, k = 0;  ///< the executed frame
+  index_t bm = 0, bn = 0, kc = 0;
+  index_t row_panels = 0, col_panels = 0, k_chunks = 0;
+  std::size_t a_slots = 0, b_slots = 0, slots = 0;
+  std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
+  std::size_t b_panel_bytes = 0;
+  std::size_t c_block_bytes = 0;     ///< one slot's C block
+  std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K, staging
+  std::size_t device_bytes = 0;      ///< everything above on one device
+  std::size_t devices = 1;
+  std::vector<ooc_block> order;             ///< every block once, in visiting order
+  std::vector<std::size_t> device_first;    ///< device d visits order[device_first[d], device_first[d+1])
+  std::size_t h2d_bytes = 0, d2h_bytes = 0;           ///< what this plan moves (all devices)
+  std::size_t min_h2d_bytes = 0, min_d2h_bytes = 0;   ///< what any plan must move: A, B (and C) in, C out
+  double copy_seconds = 0;   ///< this plan's bytes at the rates (per device when devices > 1)
+  double floor_seconds = 0;  ///< the independent floor: the minimum bytes at the rates
+  [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
+  /// Rows [r0, r0 + rows) and columns of block b in the executed frame.
+  [[nodiscard]] index_t block_rows(const ooc_block& b) const noexcept { return std::min(bm, m - b.i * bm); }
+  [[nodiscard]] index_t block_cols(const ooc_block& b) const noexcept { return std::min(bn, n - b.j * bn); }
+  [[nodiscard]] index_t chunk_k(index_t kk) const noexcept { return std::min(kc, k - kk * kc); }
+  [[nodiscard]] std::string describe() const;
+};
+
+namespace detail {
+
+inline constexpr index_t ooc_granule = 16;    ///< panel sides are multiples of this (16 bytes for int8)
+inline constexpr index_t ooc_min_side = 128;  ///< the smallest block side / k chunk planned
+inline constexpr std::size_t ooc_align = 256;
+
+inline index_t ooc_ceil(index_t a, index_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+inline index_t ooc_r16(index_t v) { return ooc_ceil(v, ooc_granule) * ooc_granule; }
+inline std::size_t ooc_aligned(std::size_t v) { return (v + ooc_align - 1) / ooc_align * ooc_align; }
+inline std::size_t ooc_mul(std::size_t a, std::size_t b) {
+  if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return std::numeric_limits<std::size_t>::max();
+  return a * b;
+}
+inline std::size_t ooc_add(std::size_t a, std::size_t b) {
+  return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+}
+
+/// Side candidates for an extent: extent / p for a geometric p, rounded up to the granule, ≥ lo.
+inline std::vector<index_t> ooc_sides(index_t extent, index_t lo, index_t cap) {
+  std::vector<index_t> v;
+  if (extent <= 0) return {0};
+  if (cap > 0) lo = std::min(lo, cap);
+  for (index_t p = 1;; p = std::max(p + 1, p * 9 / 8)) {
+    index_t s = p == 1 ? extent : std::min(extent, ooc_r16(ooc_ceil(extent, p)));
+    if (cap > 0 && s > cap) continue;
+    if (s < lo) break;
+    if (v.empty() || v.back() != s) v.push_back(s);
+    if (s <= ooc_granule) break;
+  }
+  return v;
+}
+
+/// The geometry of one candidate (executed frame).
+struct ooc_shape {
+  index_t m, n, k, bm, bn, kc;
+  bool stage_a, stage_b;
+};
+
+inline std::size_t ooc_panel_bytes(index_t major, index_t minor, std::size_t elem) {
+  return ooc_aligned(ooc_mul(ooc_mul(static_cast<std::size_t>(ooc_r16(major)), static_cast<std::size_t>(ooc_r16(minor))), elem));
+}
+
+struct ooc_sizes {
+  std::size_t pa, pb, cblk, extra, slots;
+};
+
+inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
+  ooc_sizes z{};
+  z.pa = s.k == 0 ? 0 : ooc_panel_bytes(s.bm, s.kc, r.in_bytes);
+  z.pb = s.k == 0 ? 0 : ooc_panel_bytes(s.kc, s.bn, r.in_bytes);
+  const std::size_t area = ooc_mul(static_cast<std::size_t>(s.bm), static_cast<std::size_t>(s.bn));
+  z.cblk = ooc_aligned(ooc_mul(area, r.out_bytes));
+  const index_t kchunks = s.k == 0 ? 1 : ooc_ceil(s.k, s.kc);
+  std::size_t extra = 0;
+  if (kchunks > 1 && !r.c_is_acc) extra = ooc_add(extra, ooc_aligned(ooc_mul(area, r.acc_bytes)));
+  if (r.split_k > 1) extra = ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
+  if (s.stage_a) extra = ooc_add(extra, z.pa);
+  if (s.stage_b) extra = ooc_add(extra, z.pb);
+  z.extra = extra;
+  const std::size_t tasks = ooc_mul(static_cast<std::size_t>(ooc_ceil(s.m, s.bm)), static_cast<std::size_t>(ooc_ceil(s.n, s.bn)));
+  z.slots = std::max<std::size_t>(1, std::min(r.slots, tasks));
+  return z;
+}
+
+/// Row panels [r0, r1) of one device, visited as: a first band that grows as a square of shells
+/// (row panel s with the columns before s, then column s down to row s: the data loaded so far
+/// yields the most blocks, so compute starts early), then the rest of its rows against those
+/// columns, then the remaining columns; later bands run their columns in a serpentine, so the B
+/// panels still cached at a turn are reused.
+inline void ooc_device_order(index_t r0, index_t r1, index_t ncols, std::size_t a_slots, std::size_t b_slots,
+                             std::vector<ooc_block>& out) {
+  bool forward = true;
+  for (index_t b0 = r0; b0 < r1; b0 += static_cast<index_t>(a_slots)) {
+    const index_t b1 = std::min(r1, b0 + static_cast<index_t>(a_slots));
+    const index_t rows = b1 - b0;
+    if (b0 == r0) {
+      const index_t sq = std::min({static_cast<index_t>(b_slots), rows, ncols});
+      for (index_t s = 0; s < sq; ++s) {
+        for (index_t c = 0; c < s; ++c) out.push_back({b0 + s, c});
+        for (index_t r = 0; r <= s; ++r) out.push_back({b0 + r, s});
+      }
+      for (index_t r = sq; r < rows; ++r)
+        for (index_t c = 0; c < sq; ++c) out.push_back({b0 + r, c});
+      for (index_t c = sq; c < ncols; ++c)
+        for (index_t r = 0; r < rows; ++r) out.push_back({b0 + r, c});
+      forward = false;
+      continue;
+    }
+    for (index_t t = 0; t < ncols; ++t) {
+      const index_t c = forward ? t : ncols - 1 - t;
+      for (index_t r = b0; r < b1; ++r) out.push_back({r, c});
+    }
+    forward = !forward;
+  }
+}
+
+/// Bytes one device moves for its part of the order, by simulating its two direct-mapped caches
+/// (panel p of A with k chunk q is key p·k_chunks + q, cached in slot key mod slots).
+inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c, std::size_t in_bytes,
+                         std::size_t out_bytes, std::size_t& h2d, std::size_t& d2h) {
+  std::vector<index_t> a_tag(p.a_slots, -1), b_tag(p.b_slots, -1);
+  const index_t kch = p.k_chunks;
+  for (std::size_t t = begin; t < end; ++t) {
+    const ooc_block& b = p.order[t];
+    const auto rows = static_cast<std::size_t>(p.block_rows(b)), cols = static_cast<std::size_t>(p.block_cols(b));
+    if (p.k > 0) {
+      for (index_t q = 0; q < kch; ++q) {
+        const auto kq = static_cast<std::size_t>(p.chunk_k(q));
+        const index_t ka = b.i * kch + q, kb = b.j * kch + q;
+        auto& ta = a_tag[static_cast<std::size_t>(ka) % p.a_slots];
+        if (ta != ka) {
+          ta = ka;
+          h2d += rows * kq * in_bytes;
+        }
+        auto& tb = b_tag[static_cast<std::size_t>(kb) % p.b_slots];
+        if (tb != kb) {
+          tb = kb;
+          h2d += kq * cols * in_bytes;
+        }
+      }
+    }
+    if (read_c) h2d += rows * cols * out_bytes;
+    d2h += rows * cols * out_bytes;
+  }
+}
+
+/// A quick estimate of a candidate's bytes (for ranking; the chosen plan is simulated exactly).
+inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::size_t a_slots, std::size_t b_slots,
+                           std::size_t devices) {
+  const double in = static_cast<double>(r.in_bytes);
+  const double A = static_cast<double>(s.m) * static_cast<double>(s.k) * in;
+  const double B = static_cast<double>(s.k) * static_cast<double>(s.n) * in;
+  const double C = static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(r.out_bytes);
+  const index_t rp = ooc_ceil(s.m, s.bm), np = ooc_ceil(s.n, s.bn);
+  const index_t kch = s.k == 0 ? 1 : ooc_ceil(s.k, s.kc);
+  const index_t rp_dev = ooc_ceil(rp, static_cast<index_t>(devices));
+  double bytes = C * (r.read_c ? 2.0 : 1.0);
+  if (s.k == 0) return bytes;
+  if (kch == 1) {
+    const double bands = static_cast<double>(ooc_ceil(rp_dev, static_cast<index_t>(a_slots)));
+    const double reuse = static_cast<double>(std::min<index_t>(static_cast<index_t>(b_slots), np)) / static_cast<double>(np);
+    const double used_devices = static_cast<double>(ooc_ceil(rp, rp_dev));
+    bytes += A + used_devices * B * (bands - (bands - 1.0) * reuse);
+  } else {
+    // A chunk row stays cached along a row of blocks only when all its chunks fit.
+    const bool a_row_cached = static_cast<index_t>(a_slots) >= kch;
+    bytes += (a_row_cached ? A : A * static_cast<double>(np)) + B * static_cast<double>(rp);
+  }
+  return bytes;
+}
+
+}  // namespace detail
+
+inline std::string ooc_plan::describe() const {
+  auto gib = [](double b) { return std::to_string(b / 1073741824.0).substr(0, 6) + " GiB"; };
+  std::string s = std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") +
+                  "blocks " + std::to_string(bm) + " x " + std::to_string(bn) + " (" + std::to_string(row_panels) +
+                  " x " + std::to_string(col_panels) + "), k " +
+                  (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
+                                : std::string("whole (") + std::to_string(k) + ")") +
+                  "; cached panels A " + std::to_string(a_slots) + " x " + gib(static_cast<double>(a_panel_bytes)) +
+                  ", B " + std::to_string(b_slots) + " x " + gib(static_cast<double>(b_panel_bytes)) + "; " +
+                  std::to_string(slots) + " slots x " + gib(static_cast<double>(c_block_bytes + slot_extra_bytes)) +
+                  "; device " + gib(static_cast<double>(device_bytes)) + "; moves H2D " +
+                  gib(static_cast<double>(h2d_bytes)) + ", D2H " + gib(static_cast<double>(d2h_bytes)) +
+                  " (minimum " + gib(static_cast<double>(min_h2d_bytes)) + " / " +
+                  gib(static_cast<double>(min_d2h_bytes)) + "); copy time " +
+                  std::to_string(copy_seconds * 1e3) + " ms, floor " + std::to_string(floor_seconds * 1e3) + " ms";
+  return s;
+}
+
+/// The bytes any plan must move (A and B in, C in when β ≠ 0, C out) and their time at `rates`.
+inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, std::size_t& d2h, double& seconds) {
+  const auto m = static_cast<std::size_t>(r.m), n = static_cast<std::size_t>(r.n), k = static_cast<std::size_t>(r.k);
+  const std::size_t c = detail::ooc_mul(detail::ooc_mul(m, n), r.out_bytes);
+  h2d = detail::ooc_add(detail::ooc_mul(detail::ooc_mul(m, k), r.in_bytes), detail::ooc_mul(detail::ooc_mul(k, n), r.in_bytes));
+  if (r.read_c) h2d = detail::ooc_add(h2d, c);
+  d2h = c;
+  seconds = r.rates.seconds(static_cast<double>(h2d), static_cast<double>(d2h));
+}
+
+/// Plans an out-of-core GEMM. Searches, for each orientation (A or B resident), C block sides
+/// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
+/// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
+/// the fewest bytes moved, then the smaller panels (the first block starts sooner), then fewer
+/// blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
+/// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
+/// that minimum in bytes.
+inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
+  auto fail = [](const std::string& m) { throw logic_error("gemm_out_of_core: " + m); };
+  if (r.m < 0 || r.n < 0 || r.k < 0) {
+    fail("sizes must be >= 0, got m " + std::to_string(r.m) + ", n " + std::to_string(r.n) + ", k " + std::to_string(r.k));
+  }
+  if (r.slots == 0) fail("slots_per_device must be at least 1, got 0");
+  if (r.devices == 0) fail("no devices");
+  if (r.in_bytes == 0 || r.out_bytes == 0 || r.acc_bytes == 0) fail("element sizes must be > 0");
+  if (r.split_k < 1) fail("split_k for the blocks must be >= 1, got " + std::to_string(r.split_k));
+  ooc_plan best;
+  best.devices = r.devices;
+  ooc_independent_floor(r, best.min_h2d_bytes, best.min_d2h_bytes, best.floor_seconds);
+  if (r.m == 0 || r.n == 0) {
+    best.m = r.m;
+    best.n = r.n;
+    best.k = r.k;
+    best.device_first.assign(r.devices + 1, 0);
+    return best;
+  }
+
+  struct choice {
+    bool found = false;
+    double bytes = 0;
+    std::size_t panel = 0;
+    std::size_t tasks = 0;
+    detail::ooc_shape s{};
+    std::size_t a_slots = 0, b_slots = 0;
+    detail::ooc_sizes z{};
+  } pick;
+
+  const index_t floors[] = {2048, 1024, 512, 256, detail::ooc_min_side};
+  std::vector<index_t> kcs;
+  if (r.k == 0) {
+    kcs.push_back(0);
+  } else {
+    kcs.push_back(r.k);
+    for (index_t q = 2;; q *= 2) {
+      const index_t c = detail::ooc_r16(detail::ooc_ceil(r.k, q));
+      if (c >= r.k) continue;
+      if (c < std::min(r.k, detail::ooc_min_side)) break;
+      kcs.push_back(c);
+    }
+  }
+  for (const index_t kc : kcs) {
+    for (const index_t fl : floors) {
+      for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
+        const bool tr = orient == 1;
+        const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
+        const bool sa = tr ? r.stage_b : r.stage_a, sb = tr ? r.stage_a : r.stage_b;
+        const auto bms = detail::ooc_sides(M, std::min(M, fl), r.max_block);
+        const auto bns = detail::ooc_sides(N, std::min(N, fl), r.max_block);
+        for (const index_t bm : bms) {
+          for (const index_t bn : bns) {
+            const detail::ooc_shape s{M, N, r.k, bm, bn, kc == 0 ? 0 : kc, sa, sb};
+            const detail::ooc_sizes z = detail::ooc_size_of(r, s);
+            const index_t rp = detail::ooc_ceil(M, bm), np = detail::ooc_ceil(N, bn);
+            const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
+            const index_t rp_dev = detail::ooc_ceil(rp, static_cast<index_t>(r.devices));
+            // Every device gets rows (as many as there are 128-row panels to give).
+            const index_t want_devices =
+                std::min<index_t>(static_cast<index_t>(r.devices), detail::ooc_ceil(M, detail::ooc_min_side));
+            if (detail::ooc_ceil(rp, rp_dev) < want_devices) continue;
+            const std::size_t fixed = detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra));
+            if (fixed > r.budget_bytes) continue;
+            std::size_t rem = r.budget_bytes - fixed;
+            // At least two B slots (one loading while one is read) when there is more than one B panel.
+            const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, np * kch));
+            const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
+            if (detail::ooc_add(detail::ooc_mul(b_min, z.pb), detail::ooc_mul(a_min, z.pa)) > rem) continue;
+            std::size_t a_slots = 1;
+            if (z.pa > 0) {
+              a_slots = (rem - detail::ooc_mul(b_min, z.pb)) / z.pa;
+              a_slots = std::min<std::size_t>(a_slots, static_cast<std::size_t>(rp_dev * kch));
+            }
+            rem -= detail::ooc_mul(a_slots, z.pa);
+            std::size_t b_slots = 1;
+            if (z.pb > 0) {
+              b_slots = rem / z.pb;
+              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, std::max<index_t>(8, 2 * kch))));
+            }
+            a_slots = std::max<std::size_t>(a_slots, 1);
+            b_slots = std::max<std::size_t>(b_slots, 1);
+            const double bytes = detail::ooc_estimate(r, s, a_slots, b_slots, r.devices);
+            const std::size_t panel = std::max(z.pa, z.pb);
+            const std::size_t tasks = static_cast<std::size_t>(rp * np);
+            const bool better = !pick.found || bytes < pick.bytes * (1 - 1e-9) ||
+                                (bytes <= pick.bytes * (1 + 1e-9) &&
+                                 (panel < pick.panel || (panel == pick.panel && tasks < pick.tasks)));
+            if (better) {
+              pick.found = true;
+              pick.bytes = bytes;
+              pick.panel = panel;
+              pick.tasks = tasks;
+              pick.s = s;
+              pick.a_slots = a_slots;
+              pick.b_slots = b_slots;
+              pick.z = z;
+              best.transposed = tr;
+            }
+          }
+        }
+      }
+      if (pick.found) break;
+    }
+    if (pick.found) break;
+  }
+  if (!pick.found) {
+    // The minimum: the smallest shape of the search in the cheaper orientation.
+    std::size_t need = std::numeric_limits<std::size_t>::max();
+    for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
+      const bool tr = orient == 1;
+      const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
+      const index_t bm = std::min(M, detail::ooc_min_side), bn = std::min(N, detail::ooc_min_side);
+      const index_t kc = r.k == 0 ? 0 : std::min(r.k, detail::ooc_min_side);
+      const detail::ooc_shape s{M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
+      const detail::ooc_sizes z = detail::ooc_size_of(r, s);
+      const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
+      const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, detail::ooc_ceil(M, bm) * kch));
+      const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, detail::ooc_ceil(N, bn) * kch));
+      const std::size_t v = detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
+                                                            detail::ooc_mul(a_min, z.pa)),
+                                            detail::ooc_mul(b_min, z.pb));
+      need = std::min(need, v);
+    }
+    fail("memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " + std::to_string(need) +
+         " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
+         std::to_string(r.slots) + " slot(s))");
+  }
+
+  ooc_plan& p = best;
+  p.m = pick.s.m;
+  p.n = pick.s.n;
+  p.k = r.k;
+  p.bm = pick.s.bm;
+  p.bn = pick.s.bn;
+  p.kc = pick.s.kc;
+  p.row_panels = detail::ooc_ceil(p.m, p.bm);
+  p.col_panels = detail::ooc_ceil(p.n, p.bn);
+  p.k_chunks = r.k == 0 ? 1 : detail::ooc_ceil(r.k, p.kc);
+  p.a_slots = pick.a_slots;
+  p.b_slots = pick.b_slots;
+  p.slots = pick.z.slots;
+  p.a_panel_bytes = pick.z.pa;
+  p.b_panel_bytes = pick.z.pb;
+  p.c_block_bytes = pick.z.cblk;
+  p.slot_extra_bytes = pick.z.extra;
+  p.device_bytes = p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes + p.slots * (p.c_block_bytes + p.slot_extra_bytes);
+  // Devices take contiguous ranges of row panels (each its own A share, all of B).
+  const index_t per_dev = detail::ooc_ceil(p.row_panels, static_cast<index_t>(r.devices));
+  p.device_first.push_back(0);
+  for (std::size_t d = 0; d < r.devices; ++d) {
+    const index_t r0 = std::min(p.row_panels, static_cast<index_t>(d) * per_dev);
+    const index_t r1 = std::min(p.row_panels, r0 + per_dev);
+    detail::ooc_device_order(r0, r1, p.col_panels, p.a_slots, p.b_slots, p.order);
+    p.device_first.push_back(p.order.size());
+  }
+  double worst = 0;
+  for (std::size_t d = 0; d < r.devices; ++d) {
+    std::size_t h = 0, o = 0;
+    detail::ooc_simulate(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h, o);
+    p.h2d_bytes += h;
+    p.d2h_bytes += o;
+    worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
+  }
+  p.copy_seconds = worst;
+  return p;
+}
+
+}  // namespace spillway::gemm

@@ -1,0 +1,526 @@
+// spillway/gemm/out_of_core.cuh — C = α·op(A)·op(B) + β·C with A, B and C in host memory larger
+// than the device's memory budget, on one or several GPUs through spillway's scheduler (run_tasks).
+// See docs/gemm.md, "Out of core".
+//
+//   namespace g = spillway::gemm;
+//   g::ooc_options o;
+//   o.budget = spillway::memory_budget(8_GiB);
+//   g::ooc_report r = g::gemm_out_of_core(1.0f, g::row_major(a, m, k), g::col_major(b, k, n), 0.0f,
+//                                         g::row_major(c, m, n), {}, o);
+//   std::puts(r.plan.describe().c_str());   // blocks, cached panels, bytes moved, the copy floor
+//
+// How a job runs (the executed frame of ooc_plan.hpp: panels of "A" resident, "B" streamed): each
+// task is one C block. On its slot's stream it makes the A row panel and the B column panel it
+// needs present in the device's two panel caches (a panel already cached is waited for through the
+// event recorded after its copy; a slot of a cache is refilled only after every stream that read its
+// previous panel has passed the event recorded after that read), copies the C block in when β ≠ 0,
+// runs the in-core gemm_async over the panels, and copies the block out. Slots are separate
+// streams, so the next panel's host→device copy runs during the current block's GEMM and the
+// previous block's device→host copy. Page-locked host memory is copied by DMA directly (2-D copies
+// of the sub-matrices); pageable memory goes through pinned staging filled by the pipeline's host
+// threads (double-buffered per device for panels, one block per slot for C).
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/host_memory.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/detail/validate.hpp>
+#include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/gemm.cuh>
+#include <spillway/gemm/matrix_view.hpp>
+#include <spillway/gemm/ooc_plan.hpp>
+#include <spillway/gemm/options.hpp>
+#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_operand.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::gemm {
+
+struct ooc_report;
+
+/// How an out-of-core GEMM is laid out over the devices.
+struct ooc_options {
+  /// Devices to use (each once). Empty: every visible device.
+  std::vector<int> devices;
+  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
+  std::optional<memory_budget> budget;
+  /// Blocks in flight per device (one stream each): copy-in, GEMM and copy-out of different blocks
+  /// overlap. 3 is the least that keeps all three busy.
+  std::size_t slots_per_device = 3;
+  /// How A, B and C are copied: `detect` asks the runtime for each; page_locked: DMA directly;
+  /// pageable: through pinned staging.
+  host_memory memory = host_memory::detect;
+  /// Cap on the C block's sides (0: none); forces many blocks on small problems (tests).
+  index_t max_block = 0;
+  /// Called as blocks complete; return false to cancel (see job_report::cancelled).
+  progress_callback progress;
+  /// The rates the plan's copy-time floor is stated at (the H200's pinned rates by default).
+  copy_rates rates{};
+  /// If set, also receives the report when the job fails (pipeline_error): which blocks were written.
+  ooc_report* report_on_error = nullptr;
+};
+
+/// A block of C in the caller's coordinates: rows [row0, row0 + rows), columns [col0, col0 + cols).
+struct c_block {
+  index_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+};
+
+/// What an out-of-core GEMM did.
+struct ooc_report {
+  ooc_plan plan;
+  /// The scheduler's report: task t completed ⇔ block_of_task[t] of C is written.
+  job_report job;
+  /// The C block task t computed (empty entries for tasks that never started).
+  std::vector<c_block> block_of_task;
+  std::size_t budget_bytes = 0;
+  bool a_page_locked = false, b_page_locked = false, c_page_locked = false;
+  /// The blocks whose C is written, in the caller's coordinates.
+  [[nodiscard]] std::vector<c_block> written() const {
+    std::vector<c_block> v;
+    for (std::size_t t = 0; t < job.completed.size() && t < block_of_task.size(); ++t)
+      if (job.completed[t]) v.push_back(block_of_task[t]);
+    return v;
+  }
+};
+
+namespace detail {
+
+/// C = W + β·C (converted to C's type): the last step of a block whose k chunks accumulated in an
+/// accumulator-typed workspace because C is narrower (half/bf16 C of float sums, float C of int32).
+template <class TC, class Acc>
+__global__ void ooc_combine_kernel(const Acc* __restrict__ w, TC* __restrict__ c, index_t count, Acc beta, bool read_c) {
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    Acc v = w[i];
+    if (read_c) v += beta * load_output<Acc>(c[i]);
+    c[i] = convert_output<TC>(v);
+  }
+}
+
+/// `lines` lines of `width` bytes from src (pitch spitch) to dst (pitch dpitch), split over the
+/// pipeline's host threads (pageable ⇄ pinned staging).
+inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                           std::size_t lines) {
+  if (lines == 0 || width == 0) return;
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  const std::size_t total = width * lines;
+  std::size_t parts = std::min<std::size_t>(::spillway::detail::staging_workers().size() + 1, total / (std::size_t{2} << 20) + 1);
+  parts = std::min(parts, lines);
+  if (parts <= 1) {
+    for (std::size_t l = 0; l < lines; ++l) std::memcpy(d + l * dpitch, s + l * spitch, width);
+    return;
+  }
+  const std::size_t per = (lines + parts - 1) / parts;
+  ::spillway::detail::staging_workers().run_parts(parts, [=](std::size_t p) {
+    const std::size_t l0 = p * per, l1 = std::min(lines, l0 + per);
+    for (std::size_t l = l0; l < l1; ++l) std::memcpy(d + l * dpitch, s + l * spitch, width);
+  });
+}
+
+/// A sub-matrix as 2-D copy geometry: `lines` runs of `len` contiguous elements, `ld` apart.
+template <class T>
+struct ooc_rect {
+  const T* first = nullptr;  // element (r0, c0)
+  index_t lines = 0, len = 0, ld = 0;
+};
+
+template <class T>
+ooc_rect<T> ooc_sub(const matrix_view<const T>& v, index_t r0, index_t rows, index_t c0, index_t cols) {
+  ooc_rect<T> r;
+  r.first = &v(r0, c0);
+  r.ld = v.ld;
+  if (v.order == layout::row_major) {
+    r.lines = rows;
+    r.len = cols;
+  } else {
+    r.lines = cols;
+    r.len = rows;
+  }
+  return r;
+}
+
+/// One double-buffered pinned staging pair for a device's panel loads from pageable memory.
+struct ooc_staging {
+  ::spillway::detail::staging_block buf[2];
+  event done[2];
+  int next = 0;
+};
+
+/// The panel caches of one device.
+struct ooc_cache {
+  std::byte* base = nullptr;
+  std::size_t panel_bytes = 0;
+  std::vector<index_t> tag;
+  std::vector<event> ready;
+  std::vector<std::vector<event>> used;  // [cache slot][task slot]
+  void init(std::byte* b, std::size_t slots, std::size_t bytes, std::size_t task_slots) {
+    base = b;
+    panel_bytes = bytes;
+    tag.assign(slots, -1);
+    ready.clear();
+    used.clear();
+    for (std::size_t i = 0; i < slots; ++i) {
+      ready.emplace_back();
+      used.emplace_back();
+      for (std::size_t j = 0; j < task_slots; ++j) used.back().emplace_back();
+    }
+  }
+};
+
+struct ooc_device_ctx {
+  int device = 0;
+  std::unique_ptr<stream> setup;
+  device_buffer<std::byte> memory;
+  ooc_cache a, b;
+  ooc_staging a_stage, b_stage;
+};
+
+/// Which block each device takes next: its own range of the plan's order from the front; when
+/// that is done, the back of the range with the most blocks left (so every task the scheduler
+/// hands out finds a block, and a faster device helps a slower one at the end).
+class ooc_queue {
+ public:
+  explicit ooc_queue(const std::vector<std::size_t>& first) {
+    for (std::size_t d = 0; d + 1 < first.size(); ++d) {
+      lo_.push_back(first[d]);
+      hi_.push_back(first[d + 1]);
+    }
+  }
+  std::size_t pop(std::size_t d) {
+    std::lock_guard<std::mutex> l(m_);
+    if (lo_[d] < hi_[d]) return lo_[d]++;
+    std::size_t v = d, most = 0;
+    for (std::size_t x = 0; x < lo_.size(); ++x)
+      if (hi_[x] - lo_[x] > most) {
+        most = hi_[x] - lo_[x];
+        v = x;
+      }
+    if (most == 0) throw logic_error("gemm_out_of_core: internal error: a task with no block left");
+    return --hi_[v];
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::size_t> lo_, hi_;
+};
+
+template <class T, class TC>
+struct ooc_job {
+  using Acc = accumulator_t<T>;
+  matrix_view<const T> a, b;  // executed frame
+  matrix_view<TC> c;
+  Acc alpha{}, beta{};
+  bool read_c = false;
+  bool a_pinned = false, b_pinned = false, c_pinned = false;
+  bool use_work = false;
+  gemm_options opt;
+  ooc_plan plan;
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<ooc_device_ctx>> ctx;
+  std::unique_ptr<ooc_queue> queue;
+  std::vector<std::size_t> task_block;  // order index of task t (none: never started)
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  [[nodiscard]] index_t a_ld_dev() const {
+    return a.order == layout::row_major ? ooc_r16(plan.kc) : ooc_r16(plan.bm);
+  }
+  [[nodiscard]] index_t b_ld_dev() const {
+    return b.order == layout::row_major ? ooc_r16(plan.bn) : ooc_r16(plan.kc);
+  }
+  [[nodiscard]] index_t c_ld_dev(index_t rows, index_t cols) const {
+    return std::max<index_t>(1, c.order == layout::row_major ? cols : rows);
+  }
+
+  std::size_t device_index(int dev) const {
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      if (devices[i] == dev) return i;
+    throw logic_error("gemm_out_of_core: internal error: unknown device " + std::to_string(dev));
+  }
+
+  void setup() {
+    for (int d : devices) {
+      device_guard g(d);  // the context's events belong to device d
+      auto c = std::make_unique<ooc_device_ctx>();
+      c->device = d;
+      c->setup = std::make_unique<stream>(d);
+      const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes, b_bytes = plan.b_slots * plan.b_panel_bytes;
+      c->memory = device_buffer<std::byte>(a_bytes + b_bytes, c->setup->view());
+      c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
+      c->b.init(c->memory.data() + a_bytes, plan.b_slots, plan.b_panel_bytes, plan.slots);
+      if (!a_pinned) {
+        for (auto& s : c->a_stage.buf) s = ::spillway::detail::staging_block(plan.a_panel_bytes);
+      }
+      if (!b_pinned) {
+        for (auto& s : c->b_stage.buf) s = ::spillway::detail::staging_block(plan.b_panel_bytes);
+      }
+      c->setup->synchronize();  // the caches are ready for every stream of the ring
+      ctx.push_back(std::move(c));
+    }
+  }
+
+  /// Makes panel `key` of a cache present for stream s; returns its device address.
+  const T* ensure(ooc_cache& cache, ooc_staging& stage, bool pinned, index_t key, const ooc_rect<T>& src, index_t dld,
+                  const task_slot& slot, stream_view s, std::size_t& moved) {
+    const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
+    T* dst = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
+    if (cache.tag[cs] == key) {
+      s.wait(cache.ready[cs]);
+      return dst;
+    }
+    // Refill only after every stream that read the slot's previous panel is past that read.
+    for (std::size_t x = 0; x < cache.used[cs].size(); ++x)
+      if (x != slot.index()) s.wait(cache.used[cs][x]);
+    const std::size_t es = sizeof(T);
+    const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
+    if (lines > 0 && len > 0) {
+      if (pinned) {
+        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dld) * es, src.first,
+                                            static_cast<std::size_t>(src.ld) * es, len * es, lines,
+                                            cudaMemcpyHostToDevice, s.value()));
+      } else {
+        const int f = stage.next;
+        stage.next ^= 1;
+        stage.done[f].synchronize();  // the previous copy out of this staging buffer has finished
+        ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, src.first,
+                       static_cast<std::size_t>(src.ld) * es, len * es, lines);
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, stage.buf[f].data(), ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
+                                          cudaMemcpyHostToDevice, s.value()));
+        stage.done[f].record(s);
+      }
+      moved += lines * len * es;
+    }
+    cache.ready[cs].record(s);
+    cache.tag[cs] = key;
+    return dst;
+  }
+
+  void enqueue(std::size_t t, task_slot& slot, stream_view s) {
+    const std::size_t di = device_index(slot.device());
+    ooc_device_ctx& dc = *ctx[di];
+    const std::size_t idx = queue->pop(di);
+    task_block[t] = idx;
+    const ooc_block blk = plan.order[idx];
+    const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
+    const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
+    const index_t ldc = c_ld_dev(rows, cols);
+    TC* cdev = slot.device<TC>(0);
+    const matrix_view<TC> cblock{cdev, rows, cols, ldc, c.order, 0};
+    const std::size_t cb = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * sizeof(TC);
+    std::size_t moved = 0;
+    const ooc_rect<TC> csub = ooc_sub<TC>(matrix_view<const TC>(c), r0, rows, c0, cols);
+    const std::size_t c_line = static_cast<std::size_t>(csub.len) * sizeof(TC);
+    const std::size_t c_pitch = static_cast<std::size_t>(ldc) * sizeof(TC);
+    if (read_c) {
+      if (c_pinned) {
+        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(cdev, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC),
+                                            c_line, static_cast<std::size_t>(csub.lines), cudaMemcpyHostToDevice,
+                                            s.value()));
+      } else {
+        TC* st = slot.pinned<TC>(0);
+        ooc_copy_lines(st, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC), c_line,
+                       static_cast<std::size_t>(csub.lines));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(cdev, st, cb, cudaMemcpyHostToDevice, s.value()));
+      }
+      moved += cb;
+    }
+    gemm_options o = opt;
+    o.batch_count = 1;
+    Acc* work = use_work ? slot.device<Acc>(1) : nullptr;
+    const matrix_view<Acc> wblock{work, rows, cols, ldc, c.order, 0};
+    std::vector<std::pair<ooc_cache*, std::size_t>> touched;
+    if (plan.k == 0) {
+      gemm_async(s, alpha, matrix_view<const T>{nullptr, rows, 0, 1, layout::row_major, 0},
+                 matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
+    }
+    for (index_t q = 0; q < (plan.k == 0 ? 0 : plan.k_chunks); ++q) {
+      const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
+      const T* ap = ensure(dc.a, dc.a_stage, a_pinned, blk.i * plan.k_chunks + q, ooc_sub<T>(a, r0, rows, k0, kq),
+                           a_ld_dev(), slot, s, moved);
+      const T* bp = ensure(dc.b, dc.b_stage, b_pinned, blk.j * plan.k_chunks + q, ooc_sub<T>(b, k0, kq, c0, cols),
+                           b_ld_dev(), slot, s, moved);
+      const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a.order, 0};
+      const matrix_view<const T> bv{bp, kq, cols, b_ld_dev(), b.order, 0};
+      if (use_work) {
+        gemm_async(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), wblock, o);
+      } else {
+        gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), cblock, o);
+      }
+      dc.a.used[static_cast<std::size_t>(blk.i * plan.k_chunks + q) % dc.a.tag.size()][slot.index()].record(s);
+      dc.b.used[static_cast<std::size_t>(blk.j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(s);
+    }
+    if (use_work) {
+      const index_t count = rows * cols;
+      const unsigned grid = static_cast<unsigned>(std::min<index_t>(ceil_div(count, 256), 4096));
+      ooc_combine_kernel<TC, Acc><<<grid, 256, 0, s.value()>>>(work, cdev, count, beta, read_c);
+      SPILLWAY_CHECK_LAUNCH();
+    }
+    if (c_pinned) {
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC),
+                                          cdev, c_pitch, c_line, static_cast<std::size_t>(csub.lines),
+                                          cudaMemcpyDeviceToHost, s.value()));
+    } else {
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value()));
+    }
+    moved += cb;
+    slot.add_bytes_moved(moved);
+  }
+
+  void complete(std::size_t t, task_slot& slot) {
+    if (c_pinned) return;
+    const ooc_block blk = plan.order[task_block[t]];
+    const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
+    const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
+    const ooc_rect<TC> csub = ooc_sub<TC>(matrix_view<const TC>(c), r0, rows, c0, cols);
+    ooc_copy_lines(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), slot.pinned<TC>(0),
+                   static_cast<std::size_t>(c_ld_dev(rows, cols)) * sizeof(TC),
+                   static_cast<std::size_t>(csub.len) * sizeof(TC), static_cast<std::size_t>(csub.lines));
+  }
+
+  [[nodiscard]] c_block caller_block(std::size_t t, bool transposed) const {
+    if (task_block[t] == none) return {};
+    const ooc_block blk = plan.order[task_block[t]];
+    c_block r{blk.i * plan.bm, plan.block_rows(blk), blk.j * plan.bn, plan.block_cols(blk)};
+    if (transposed) r = {r.col0, r.cols, r.row0, r.rows};
+    return r;
+  }
+};
+
+template <class T>
+bool ooc_page_locked(host_memory mode, const matrix_view<const T>& v) {
+  const index_t fp = footprint(v);
+  if (fp == 0) return true;
+  return ::spillway::detail::resolve_memory(mode, v.data, static_cast<std::size_t>(fp) * sizeof(T)) ==
+         host_memory::page_locked;
+}
+
+}  // namespace detail
+
+/// C = α·A·B + β·C with A (m x k), B (k x n) and C (m x n) host matrices as the views give them
+/// (row- or column-major, any leading dimension, `.t()` for op = transpose; page-locked or pageable),
+/// computed block by block on the devices of `ooc` within its memory budget per device, by the
+/// in-core GEMM of each block under `opt` (path, math; `opt.split_k` 0 means 1 here, a forced
+/// split is kept and its workspace planned; batch_count must be 1). β = 0 never reads C.
+/// Synchronous: returns when C is written (or the progress callback cancelled: then
+/// report.job.cancelled is set and report.written() lists the blocks of C that are complete).
+/// Throws logic_error for bad arguments (before anything runs), a forced path a device cannot run,
+/// and a budget below the smallest plan (the message states that minimum); pipeline_error when a
+/// block fails (it names the task; ooc.report_on_error, if set, receives which blocks were written).
+template <class TA, class TB, class TC, class Scalar>
+ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta, matrix_view<TC> c,
+                            const gemm_options& opt = {}, const ooc_options& ooc = {}) {
+  detail::static_check_types<TA, TB, TC>();
+  using T = std::remove_cv_t<TA>;
+  using Acc = accumulator_t<T>;
+  detail::check_gemm_args(a, b, c, opt, "gemm_out_of_core");
+  SPILLWAY_EXPECTS(opt.batch_count == 1, "gemm_out_of_core: batch_count is " + std::to_string(opt.batch_count) +
+                                             "; out-of-core GEMMs take one matrix each (batch_count 1)");
+  const std::vector<int> devices = ::spillway::detail::resolve_devices(ooc.devices, "gemm_out_of_core");
+  gemm_options o = opt;
+  if (o.split_k == 0) o.split_k = 1;  // blocks are planned large enough to fill the device
+  gemm_path path = gemm_path::simt;
+  for (int d : devices) path = resolve_path<T>(o, d);  // a forced path every device can run, or throw
+
+  const matrix_view<const T> ca = a, cb = b;
+  const matrix_view<const TC> cc = c;
+  ooc_report rep;
+  rep.a_page_locked = detail::ooc_page_locked<T>(ooc.memory, ca);
+  rep.b_page_locked = detail::ooc_page_locked<T>(ooc.memory, cb);
+  rep.c_page_locked = detail::ooc_page_locked<TC>(ooc.memory, cc);
+  const memory_budget budget = ooc.budget ? *ooc.budget : memory_budget::default_for_all(devices);
+  rep.budget_bytes = budget.bytes();
+  const Acc al = static_cast<Acc>(alpha), be = static_cast<Acc>(beta);
+
+  ooc_plan_request r;
+  r.m = a.rows;
+  r.n = b.cols;
+  r.k = a.cols;
+  r.in_bytes = sizeof(T);
+  r.out_bytes = sizeof(TC);
+  r.acc_bytes = sizeof(Acc);
+  r.c_is_acc = std::is_same_v<TC, Acc>;
+  r.read_c = !(be == Acc(0));
+  r.budget_bytes = budget.bytes();
+  r.slots = ooc.slots_per_device;
+  r.devices = devices.size();
+  // The tensor-core launchers read K-major operands: an MN-major panel is first copied by the
+  // in-core GEMM (A column-major, B row-major, whatever C's layout).
+  const bool tensor = path != gemm_path::simt;
+  r.stage_a = tensor && a.order == layout::col_major;
+  r.stage_b = tensor && b.order == layout::row_major;
+  r.split_k = o.split_k;
+  r.max_block = ooc.max_block;
+  r.rates = ooc.rates;
+  rep.plan = make_ooc_plan(r);
+  if (c.rows == 0 || c.cols == 0) return rep;
+
+  detail::ooc_job<T, TC> job;
+  job.plan = rep.plan;
+  if (job.plan.transposed) {
+    job.a = cb.t();
+    job.b = ca.t();
+    job.c = c.t();
+    job.a_pinned = rep.b_page_locked;
+    job.b_pinned = rep.a_page_locked;
+  } else {
+    job.a = ca;
+    job.b = cb;
+    job.c = c;
+    job.a_pinned = rep.a_page_locked;
+    job.b_pinned = rep.b_page_locked;
+  }
+  job.c_pinned = rep.c_page_locked;
+  job.alpha = al;
+  job.beta = be;
+  job.read_c = r.read_c;
+  job.use_work = job.plan.k_chunks > 1 && !std::is_same_v<TC, Acc>;
+  job.opt = o;
+  job.devices = devices;
+  job.queue = std::make_unique<detail::ooc_queue>(job.plan.device_first);
+  job.task_block.assign(job.plan.tasks(), detail::ooc_job<T, TC>::none);
+  job.setup();
+
+  task_job_options to;
+  to.devices = devices;
+  to.slots_per_device = job.plan.slots;
+  to.device_buffer_bytes = {job.plan.c_block_bytes};
+  if (job.use_work) to.device_buffer_bytes.push_back(job.plan.c_block_bytes / sizeof(TC) * sizeof(Acc));
+  if (!job.c_pinned) to.pinned_buffer_bytes = {job.plan.c_block_bytes};
+  to.progress = ooc.progress;
+  auto fill = [&](const job_report& jr) {
+    rep.job = jr;
+    rep.block_of_task.resize(job.task_block.size());
+    for (std::size_t t = 0; t < job.task_block.size(); ++t) rep.block_of_task[t] = job.caller_block(t, job.plan.transposed);
+  };
+  try {
+    const job_report jr = run_tasks(
+        job.plan.tasks(), to, [&job](std::size_t t, task_slot& slot, stream_view s) { job.enqueue(t, slot, s); },
+        [&job](std::size_t t, task_slot& slot) { job.complete(t, slot); });
+    fill(jr);
+  } catch (const pipeline_error& e) {
+    if (ooc.report_on_error != nullptr) {
+      fill(e.report());
+      *ooc.report_on_error = rep;
+    }
+    throw;
+  }
+  return rep;
+}
+
+}  // namespace spillway::gemm
