@@ -1,0 +1,53 @@
+"""spillway: GPU work whose data does not fit, or should not sit, in device memory.
+
+The Python binding of the header-only CUDA C++ library. What it offers today:
+
+- ``spillway.gram(a, metric=..., sink=...)`` -- the binary Gram matrix A·Aᵀ (or A·Bᵀ) of a 0/1
+  matrix: co-occurrence counts, Jaccard, cosine or Hamming, on the GPU's b1 tensor cores, out of
+  core under a device-memory budget on one or several GPUs; dense, packed-triangle, SciPy
+  condensed, per-row top-k or threshold -> ``scipy.sparse.coo_array`` results.
+- ``spillway.pack_bits(a)`` / ``spillway.BitMatrix`` -- 0/1 data packed 32 columns per word (an
+  ``np.load(..., mmap_mode="r")`` file is read in row blocks, never copied whole).
+- ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
+  implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
+
+Ctrl-C during a long job cancels it cleanly (the tasks in flight drain) and raises
+``spillway.Cancelled``, a ``KeyboardInterrupt`` carrying the partial report.
+"""
+
+from __future__ import annotations
+
+from . import _core
+from ._core import BitMatrix
+from ._errors import Cancelled, HostFallbackWarning
+from ._gram import from_packed_bytes, gram, pack_bits
+
+__version__: str = _core.__version__
+
+__all__ = [
+    "BitMatrix",
+    "Cancelled",
+    "HostFallbackWarning",
+    "__version__",
+    "device_count",
+    "from_packed_bytes",
+    "gpu_available",
+    "gram",
+    "no_gpu_reason",
+    "pack_bits",
+]
+
+
+def device_count() -> int:
+    """The number of usable CUDA devices (0 on a machine without a GPU or driver)."""
+    return _core.device_count()
+
+
+def gpu_available() -> bool:
+    """True when at least one CUDA device is usable; else see :func:`no_gpu_reason`."""
+    return _core.device_count() > 0
+
+
+def no_gpu_reason() -> str:
+    """Why no GPU can be used, in words ("" when one can)."""
+    return _core.no_gpu_reason()

@@ -1,0 +1,110 @@
+// python/src/jobs.hpp — the seam between the nanobind module (module.cpp, a plain C++ file) and
+// the CUDA translation unit that instantiates spillway's templates (jobs.cu). Only host types
+// cross it, so nanobind's headers never go through nvcc and the kernels are compiled once, for
+// exactly what the binding exposes (int32 and float32 outputs).
+#pragma once
+
+#include <spillway/gram/bit_matrix.hpp>
+#include <spillway/gram/epilogue.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace spillway::python {
+
+enum class sink { full, triangle, condensed, topk, threshold };
+
+/// Memory handed to Python without a copy: `data` stays valid while the holder lives.
+struct owned_buffer {
+  std::shared_ptr<void> holder;
+  void* data = nullptr;
+  std::size_t count = 0;  ///< elements
+};
+
+/// What a job reports back (a subset of spillway::job_report, plus the host/GPU choice).
+struct job_summary {
+  bool on_host = false;
+  bool cancelled = false;
+  std::size_t tasks_total = 0;
+  std::size_t tasks_completed = 0;
+  std::vector<bool> completed;
+  std::vector<int> devices;
+  double elapsed_seconds = 0;
+  std::size_t bytes_moved = 0;
+};
+
+/// Progress as the worker thread sees it; the waiting thread reads it and may ask to cancel.
+struct job_progress {
+  std::atomic<std::size_t> done{0};
+  std::atomic<std::size_t> total{0};
+  std::atomic<bool> cancel{false};
+};
+
+struct gram_request {
+  gram::metric metric = gram::metric::counts;
+  sink kind = sink::full;
+  bool float_values = false;  ///< float32 (jaccard, cosine) instead of int32 (counts, hamming)
+  int k = 8;
+  double threshold = 0;
+  bool include_diagonal = false;
+  bool both_halves = false;
+  gram::score_options scores{};
+  std::size_t budget_bytes = 0;  ///< 0: spillway's default (80% of free memory)
+  std::vector<int> devices;
+  bool host_fallback = false;    ///< with no GPU: run the host implementation in row blocks
+  std::int64_t max_panel_rows = 0;
+  std::int64_t host_block_rows = 0;  ///< 0: automatic
+};
+
+struct gram_result {
+  job_summary summary;
+  owned_buffer values;   ///< dense: the layout's elements; top-k: rows x k; threshold: nnz
+  owned_buffer indices;  ///< top-k: rows x k int64
+  owned_buffer rows, cols;  ///< threshold: int64 each
+};
+
+/// A·Aᵀ (b null) or A·Bᵀ of host bit matrices, on the GPUs (out of core) or, with no GPU and
+/// host_fallback, on the host in row blocks. Runs on the calling thread; `p` is updated as tasks
+/// complete and polled for cancellation.
+gram_result run_gram(const gram::bit_matrix_view& a, const gram::bit_matrix_view* b, const gram_request& r,
+                     job_progress& p);
+
+/// Device input: row-major 0/1 bytes in device memory.
+struct device_matrix {
+  std::uintptr_t ptr = 0;
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  char dtype = 'u';  ///< 'u' uint8, 'i' int8, 'b' bool
+};
+
+/// In core on `device`, enqueued on `stream` (0 means the legacy default stream): packs A (and B)
+/// on the device and writes the dense result to `out` (device memory of layout_size or
+/// a.rows x b.rows elements, int32 or float32). Checks 0/1 values (synchronizing `stream` once)
+/// unless nonzero_as_one. Returns without waiting for the product.
+void gram_device_dense(const device_matrix& a, const device_matrix* b, std::uintptr_t out, const gram_request& r,
+                       int device, std::uintptr_t stream, bool nonzero_as_one);
+
+/// Packs device 0/1 bytes on the device and copies the bits to pinned host memory (for the
+/// top-k and threshold sinks of device input, which run as host-input jobs).
+gram::bit_matrix pack_device_to_host(const device_matrix& a, int device, std::uintptr_t stream, bool nonzero_as_one);
+
+/// Makes `consumer` wait for the work enqueued so far on `producer` (an event, no host block):
+/// __cuda_array_interface__ v3's stream contract. 0 is the legacy default stream.
+void stream_wait(std::uintptr_t producer, std::uintptr_t consumer, int device);
+
+/// Synchronizes a stream (0: legacy default) on `device`.
+void stream_synchronize(std::uintptr_t stream, int device);
+
+/// The device that owns a device pointer (-1 for host memory).
+int pointer_device(std::uintptr_t ptr);
+
+/// Pinned (page-locked) host memory, or pageable when pinning fails (no GPU).
+gram::bit_matrix make_bit_matrix(std::int64_t rows, std::int64_t cols, bool pinned);
+
+int device_count();
+std::string no_gpu_reason();
+
+}  // namespace spillway::python

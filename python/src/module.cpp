@@ -1,0 +1,508 @@
+// python/src/module.cpp — spillway._core: the nanobind module. Plain C++ (no nvcc): it converts
+// Python arguments, releases the GIL around every wait, and runs long jobs on a worker thread
+// while the calling thread polls for Ctrl-C (PyErr_CheckSignals) and feeds the progress bar.
+// The CUDA templates live behind jobs.hpp.
+#include "jobs.hpp"
+
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/gram/bit_matrix.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/version.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace sg = spillway::gram;
+namespace sp = spillway::python;
+
+namespace {
+
+using host_array = nb::ndarray<nb::ro, nb::ndim<2>, nb::device::cpu>;
+using sp_logic = spillway::logic_error;
+
+// ---- results to NumPy without a copy ------------------------------------------------------------
+
+template <class T>
+nb::ndarray<nb::numpy, T> to_numpy(sp::owned_buffer b, std::size_t ndim, const std::size_t* shape) {
+  static T empty_place{};
+  void* data = b.data != nullptr ? b.data : &empty_place;
+  auto* keep = new std::shared_ptr<void>(std::move(b.holder));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
+  return nb::ndarray<nb::numpy, T>(data, ndim, shape, owner);
+}
+
+template <class T>
+nb::object numpy_1d(sp::owned_buffer b) {
+  const std::size_t shape[1] = {b.count};
+  return nb::cast(to_numpy<T>(std::move(b), 1, shape));
+}
+
+template <class T>
+nb::object numpy_2d(sp::owned_buffer b, std::size_t r, std::size_t c) {
+  const std::size_t shape[2] = {r, c};
+  return nb::cast(to_numpy<T>(std::move(b), 2, shape));
+}
+
+nb::dict summary_dict(const sp::job_summary& s) {
+  nb::dict d;
+  d["on_host"] = s.on_host;
+  d["cancelled"] = s.cancelled;
+  d["tasks_total"] = s.tasks_total;
+  d["tasks_completed"] = s.tasks_completed;
+  nb::list done;
+  for (std::size_t i = 0; i < s.completed.size(); ++i)
+    if (s.completed[i]) done.append(i);
+  d["completed_tasks"] = done;
+  d["devices"] = s.devices;
+  d["elapsed_seconds"] = s.elapsed_seconds;
+  d["bytes_moved"] = s.bytes_moved;
+  return d;
+}
+
+// ---- a job on a worker thread, the caller polling signals and progress --------------------------
+
+/// Runs `job` on a new thread with the GIL released. Every 50 ms (and whenever the progress
+/// count changes) the calling thread takes the GIL, checks for signals and calls
+/// `progress(done, total)`. Ctrl-C (or an exception from `progress`) asks the job to cancel:
+/// spillway stops handing out tasks and drains those in flight. Returns true when a signal
+/// interrupted the job (the caller raises KeyboardInterrupt with the partial report).
+bool run_polled(const std::function<void()>& job, sp::job_progress& p, const nb::object& progress) {
+  std::exception_ptr failure;
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false, interrupted = false;
+  std::optional<nb::python_error> callback_error;
+  {
+    nb::gil_scoped_release unlocked;
+    std::thread worker([&] {
+      try {
+        job();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(m);
+      finished = true;
+      cv.notify_all();
+    });
+    std::size_t shown = static_cast<std::size_t>(-1);
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(m);
+        cv.wait_for(l, std::chrono::milliseconds(50), [&] { return finished; });
+        if (finished) break;
+      }
+      nb::gil_scoped_acquire locked;
+      if (!interrupted && PyErr_CheckSignals() != 0) {
+        PyErr_Clear();  // re-raised below as KeyboardInterrupt carrying the partial report
+        interrupted = true;
+        p.cancel = true;
+      }
+      const std::size_t done = p.done.load();
+      if (!progress.is_none() && !p.cancel.load() && done != shown) {
+        shown = done;
+        try {
+          progress(done, p.total.load());
+        } catch (nb::python_error& e) {
+          callback_error.emplace(std::move(e));
+          p.cancel = true;
+        }
+      }
+    }
+    worker.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+  if (callback_error) throw std::move(*callback_error);
+  if (!progress.is_none() && !interrupted) progress(p.done.load(), p.total.load());
+  return interrupted;
+}
+
+// ---- packing ------------------------------------------------------------------------------------
+
+std::int64_t row_stride(const host_array& a, const char* who) {
+  if (a.shape(1) > 1 && a.stride(1) != 1) {
+    throw sp_logic(std::string(who) + ": the rows must be contiguous (column stride 1); got a column stride of " +
+                   std::to_string(a.stride(1)) + " elements: pass np.ascontiguousarray(a)");
+  }
+  if (a.shape(0) > 1 && a.stride(0) < static_cast<std::int64_t>(a.shape(1))) {
+    throw sp_logic(std::string(who) + ": rows must not overlap or run backwards (row stride " +
+                   std::to_string(a.stride(0)) + " for " + std::to_string(a.shape(1)) + " columns)");
+  }
+  return a.shape(0) > 1 ? a.stride(0) : static_cast<std::int64_t>(a.shape(1));
+}
+
+template <class T>
+[[noreturn]] void throw_first_bad(const T* data, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                  std::int64_t first_row) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      long long v = 0;
+      if constexpr (std::is_same_v<T, bool>) {
+        unsigned char b;
+        std::memcpy(&b, data + r * ld + c, 1);
+        v = b;
+      } else {
+        v = static_cast<long long>(data[r * ld + c]);
+      }
+      if (v != 0 && v != 1) {
+        throw sp_logic("pack_bits: value " + std::to_string(v) + " at (row " + std::to_string(first_row + r) +
+                       ", column " + std::to_string(c) + ") is not 0 or 1 (pass nonzero_as_one=True to treat nonzero as 1)");
+      }
+    }
+  throw sp_logic("pack_bits: a value is not 0 or 1");
+}
+
+template <class T>
+void pack_block(sg::bit_matrix& dst, const void* src, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                std::int64_t first_row, bool nonzero_as_one) {
+  const T* data = static_cast<const T*>(src);
+  sg::bit_matrix part;
+  try {
+    sg::pack_options o;
+    o.nonzero_as_one = nonzero_as_one;
+    part = sg::pack_bits(data, rows, cols, ld, o);
+  } catch (const spillway::logic_error&) {
+    throw_first_bad(data, rows, cols, ld, first_row);  // the same message, with the array's row
+  }
+  if (part.size_bytes() > 0) std::memcpy(dst.row(first_row), part.data(), part.size_bytes());
+}
+
+/// Packs rows [first_row, first_row + a.rows) of `dst` from the 0/1 array `a` (any integer dtype
+/// or bool; rows contiguous). Called per row block, so an mmap'd file is read once, in order.
+void pack_rows(sg::bit_matrix& dst, const host_array& a, std::int64_t first_row, bool nonzero_as_one) {
+  const auto rows = static_cast<std::int64_t>(a.shape(0)), cols = static_cast<std::int64_t>(a.shape(1));
+  if (cols != dst.cols()) {
+    throw sp_logic("pack_bits: the block has " + std::to_string(cols) + " columns, the bit matrix " +
+                   std::to_string(dst.cols()));
+  }
+  if (first_row < 0 || first_row + rows > dst.rows()) {
+    throw sp_logic("pack_bits: rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + rows) +
+                   ") are outside the bit matrix's " + std::to_string(dst.rows()));
+  }
+  if (rows == 0 || cols == 0) return;
+  const std::int64_t ld = row_stride(a, "pack_bits");
+  const nb::dlpack::dtype t = a.dtype();
+  const void* p = a.data();
+  nb::gil_scoped_release unlocked;
+  if (t == nb::dtype<bool>()) return pack_block<bool>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::uint8_t>()) return pack_block<std::uint8_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::int8_t>()) return pack_block<std::int8_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::int16_t>()) return pack_block<std::int16_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::uint16_t>()) return pack_block<std::uint16_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::int32_t>()) return pack_block<std::int32_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::uint32_t>()) return pack_block<std::uint32_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::int64_t>()) return pack_block<std::int64_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  if (t == nb::dtype<std::uint64_t>()) return pack_block<std::uint64_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
+  throw sp_logic("pack_bits: the array's dtype is not bool or an integer type (0/1 data); convert it first, "
+                 "e.g. (a != 0).astype(np.uint8)");
+}
+
+sg::bit_matrix new_bit_matrix(std::int64_t rows, std::int64_t cols, bool pinned) {
+  if (rows < 0 || cols < 0) {
+    throw sp_logic("BitMatrix: shape (" + std::to_string(rows) + ", " + std::to_string(cols) + ") is negative");
+  }
+  return sg::bit_matrix(rows, cols, pinned ? spillway::host_memory::pinned : spillway::host_memory::pageable);
+}
+
+// ---- gram ---------------------------------------------------------------------------------------
+
+sp::sink parse_sink(const std::string& s) {
+  if (s == "full") return sp::sink::full;
+  if (s == "triangle") return sp::sink::triangle;
+  if (s == "condensed") return sp::sink::condensed;
+  if (s == "topk") return sp::sink::topk;
+  if (s == "threshold") return sp::sink::threshold;
+  throw sp_logic("gram: sink must be 'full', 'triangle', 'condensed', 'topk' or 'threshold', got '" + s + "'");
+}
+
+sg::metric parse_metric(const std::string& s) {
+  if (s == "counts") return sg::metric::counts;
+  if (s == "jaccard") return sg::metric::jaccard;
+  if (s == "cosine") return sg::metric::cosine;
+  if (s == "hamming") return sg::metric::hamming;
+  throw sp_logic("gram: metric must be 'counts', 'jaccard', 'cosine' or 'hamming', got '" + s + "'");
+}
+
+sp::gram_request make_request(const std::string& metric, const std::string& sink, int k, double threshold,
+                              bool include_diagonal, bool both_halves, std::size_t budget,
+                              const std::vector<int>& devices, bool host_fallback, std::int64_t max_panel_rows,
+                              std::int64_t host_block_rows, float jaccard_empty, float cosine_zero) {
+  sp::gram_request r;
+  r.metric = parse_metric(metric);
+  r.kind = parse_sink(sink);
+  r.float_values = r.metric == sg::metric::jaccard || r.metric == sg::metric::cosine;
+  r.k = k;
+  r.threshold = threshold;
+  r.include_diagonal = include_diagonal;
+  r.both_halves = both_halves;
+  r.budget_bytes = budget;
+  r.devices = devices;
+  r.host_fallback = host_fallback;
+  r.max_panel_rows = max_panel_rows;
+  r.host_block_rows = host_block_rows;
+  r.scores.jaccard_empty = jaccard_empty;
+  r.scores.cosine_zero = cosine_zero;
+  return r;
+}
+
+nb::object values_1d(const sp::gram_request& r, sp::owned_buffer b) {
+  return r.float_values ? numpy_1d<float>(std::move(b)) : numpy_1d<std::int32_t>(std::move(b));
+}
+nb::object values_2d(const sp::gram_request& r, sp::owned_buffer b, std::size_t rows, std::size_t cols) {
+  return r.float_values ? numpy_2d<float>(std::move(b), rows, cols) : numpy_2d<std::int32_t>(std::move(b), rows, cols);
+}
+
+/// Returns {"values", ["indices" | "rows", "cols"], "report", "interrupted"}.
+nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric,
+                         const std::string& sink, int k, double threshold, bool include_diagonal, bool both_halves,
+                         std::size_t budget, const std::vector<int>& devices, bool host_fallback,
+                         std::int64_t max_panel_rows, std::int64_t host_block_rows, float jaccard_empty,
+                         float cosine_zero, const nb::object& progress) {
+  const sp::gram_request r = make_request(metric, sink, k, threshold, include_diagonal, both_halves, budget, devices,
+                                          host_fallback, max_panel_rows, host_block_rows, jaccard_empty, cosine_zero);
+  if (b != nullptr && (r.kind == sp::sink::triangle || r.kind == sp::sink::condensed)) {
+    throw sp_logic("gram: sink '" + sink + "' is a layout of the symmetric A·Aᵀ; with b given use 'full', 'topk' or 'threshold'");
+  }
+  const sg::bit_matrix_view av = a.view();
+  const sg::bit_matrix_view bv = b ? b->view() : sg::bit_matrix_view{};
+  sp::job_progress p;
+  sp::gram_result res;
+  const bool interrupted = run_polled([&] { res = sp::run_gram(av, b ? &bv : nullptr, r, p); }, p, progress);
+  nb::dict d;
+  const auto n = static_cast<std::size_t>(a.rows());
+  const auto m = static_cast<std::size_t>(b ? b->rows() : a.rows());
+  switch (r.kind) {
+    case sp::sink::full: d["values"] = values_2d(r, std::move(res.values), n, m); break;
+    case sp::sink::triangle:
+    case sp::sink::condensed: d["values"] = values_1d(r, std::move(res.values)); break;
+    case sp::sink::topk: {
+      const auto kk = static_cast<std::size_t>(r.k);
+      d["values"] = values_2d(r, std::move(res.values), n, kk);
+      d["indices"] = numpy_2d<std::int64_t>(std::move(res.indices), n, kk);
+      break;
+    }
+    case sp::sink::threshold:
+      d["values"] = values_1d(r, std::move(res.values));
+      d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
+      d["cols"] = numpy_1d<std::int64_t>(std::move(res.cols));
+      break;
+  }
+  d["report"] = summary_dict(res.summary);
+  d["interrupted"] = interrupted;
+  return d;
+}
+
+sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                   const std::string& dtype) {
+  sp::device_matrix m;
+  m.ptr = ptr;
+  m.rows = rows;
+  m.cols = cols;
+  m.ld = ld;
+  if (dtype == "uint8") m.dtype = 'u';
+  else if (dtype == "int8") m.dtype = 'i';
+  else if (dtype == "bool") m.dtype = 'b';
+  else throw sp_logic("gram: device input must be bool, uint8 or int8 0/1 data, got dtype " + dtype);
+  return m;
+}
+
+// ---- exceptions ---------------------------------------------------------------------------------
+
+void set_error(PyObject* type, const std::exception& e) { PyErr_SetString(type, e.what()); }
+
+// The C++ exception a pipeline_error nests decides the Python type (the message stays the
+// pipeline's, which names the failed task and the original error).
+PyObject* python_type_of(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const spillway::logic_error&) {
+    return PyExc_ValueError;
+  } catch (const spillway::out_of_memory&) {
+    return PyExc_MemoryError;
+  } catch (const std::bad_alloc&) {
+    return PyExc_MemoryError;
+  } catch (const spillway::pipeline_error& e) {
+    return e.cause() ? python_type_of(e.cause()) : PyExc_RuntimeError;
+  } catch (...) {
+    return PyExc_RuntimeError;
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "spillway's C++ core (nanobind); use the spillway package, not this module";
+  m.attr("__version__") = SPILLWAY_VERSION_STRING;
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const spillway::pipeline_error& e) {
+      set_error(python_type_of(std::current_exception()), e);
+    } catch (const spillway::logic_error& e) {
+      set_error(PyExc_ValueError, e);
+    } catch (const spillway::out_of_memory& e) {
+      set_error(PyExc_MemoryError, e);
+    } catch (const spillway::cuda_error& e) {
+      set_error(PyExc_RuntimeError, e);
+    }
+  });
+
+  m.def("device_count", &sp::device_count, "Usable CUDA devices (0 on a machine with no GPU or driver).");
+  m.def("no_gpu_reason", &sp::no_gpu_reason, "Why no GPU is usable, in words ('' when one is).");
+
+  nb::class_<sg::bit_matrix>(m, "BitMatrix",
+                             "A 0/1 matrix packed 32 columns per word (spillway's layout: rows of ld_words "
+                             "uint32 words, ld_words a multiple of 32, padding zero, 128-byte aligned).")
+      .def(nb::new_(&new_bit_matrix), "rows"_a, "cols"_a, "pinned"_a = false,
+           "An all-zero bit matrix; pinned=True page-locks it (GPU copies then run at full rate).")
+      .def_prop_ro("rows", &sg::bit_matrix::rows)
+      .def_prop_ro("cols", &sg::bit_matrix::cols)
+      .def_prop_ro("ld_words", &sg::bit_matrix::ld_words)
+      .def_prop_ro("shape", [](const sg::bit_matrix& b) { return nb::make_tuple(b.rows(), b.cols()); })
+      .def_prop_ro("nbytes", &sg::bit_matrix::size_bytes)
+      .def_prop_ro("pinned", [](const sg::bit_matrix& b) { return b.memory() == spillway::host_memory::pinned; })
+      .def_prop_ro(
+          "words",
+          [](sg::bit_matrix& b) {
+            const std::size_t shape[2] = {static_cast<std::size_t>(b.rows()), static_cast<std::size_t>(b.ld_words())};
+            static std::uint32_t empty_place = 0;
+            return nb::ndarray<nb::numpy, std::uint32_t, nb::ndim<2>>(b.data() ? b.data() : &empty_place, 2, shape,
+                                                                       nb::handle());
+          },
+          nb::rv_policy::reference_internal, "The packed words as a (rows, ld_words) uint32 view (no copy).")
+      .def(
+          "unpack",
+          [](const sg::bit_matrix& b) {
+            std::vector<std::uint8_t> v;
+            {
+              nb::gil_scoped_release unlocked;
+              v = sg::unpack_bits(b.view());
+            }
+            sp::owned_buffer o;
+            auto h = std::make_shared<std::vector<std::uint8_t>>(std::move(v));
+            o.data = h->data();
+            o.count = h->size();
+            o.holder = h;
+            return numpy_2d<std::uint8_t>(std::move(o), static_cast<std::size_t>(b.rows()),
+                                          static_cast<std::size_t>(b.cols()));
+          },
+          "The 0/1 matrix as a (rows, cols) uint8 array.")
+      .def(
+          "row_popcounts",
+          [](const sg::bit_matrix& b) {
+            sp::owned_buffer o;
+            auto h = std::make_shared<std::vector<std::int32_t>>(sg::row_popcounts(b.view()));
+            o.data = h->data();
+            o.count = h->size();
+            o.holder = h;
+            return numpy_1d<std::int32_t>(std::move(o));
+          },
+          "The number of ones in each row (int32).")
+      .def("__repr__", [](const sg::bit_matrix& b) {
+        return "BitMatrix(rows=" + std::to_string(b.rows()) + ", cols=" + std::to_string(b.cols()) +
+               (b.memory() == spillway::host_memory::pinned ? ", pinned=True)" : ")");
+      });
+
+  m.def("_parse_byte_size", [](const std::string& t) { return spillway::parse_byte_size(t); });
+  m.def("_pack_rows", &pack_rows, "dst"_a, "a"_a, "first_row"_a, "nonzero_as_one"_a);
+  m.def(
+      "_from_packed_bytes",
+      [](const nb::ndarray<nb::ro, nb::ndim<2>, nb::device::cpu, std::uint8_t>& bytes, std::int64_t cols,
+         const std::string& order, bool pinned) {
+        if (bytes.shape(1) > 1 && bytes.stride(1) != 1) throw sp_logic("from_packed_bytes: the rows must be contiguous");
+        const sg::bit_order o = order == "big" ? sg::bit_order::big
+                                : order == "little"
+                                    ? sg::bit_order::little
+                                    : throw sp_logic("from_packed_bytes: bitorder must be 'big' or 'little', got '" + order + "'");
+        const auto rows = static_cast<std::int64_t>(bytes.shape(0));
+        const std::int64_t ld = rows > 1 ? bytes.stride(0) : static_cast<std::int64_t>(bytes.shape(1));
+        if (static_cast<std::int64_t>(bytes.shape(1)) < (cols + 7) / 8) {
+          throw sp_logic("from_packed_bytes: " + std::to_string(cols) + " columns need " + std::to_string((cols + 7) / 8) +
+                         " bytes per row; the array has " + std::to_string(bytes.shape(1)));
+        }
+        const std::uint8_t* p = bytes.data();
+        nb::gil_scoped_release unlocked;
+        return sg::from_packed_bytes(p, rows, cols, o, ld,
+                                     pinned ? spillway::host_memory::pinned : spillway::host_memory::pageable);
+      },
+      "bytes"_a, "cols"_a, "bitorder"_a, "pinned"_a);
+
+  m.def(
+      "_gram",
+      [](const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric, const std::string& sink, int k,
+         double threshold, bool include_diagonal, bool both_halves, std::size_t budget, const std::vector<int>& devices,
+         bool host_fallback, std::int64_t max_panel_rows, std::int64_t host_block_rows, float jaccard_empty,
+         float cosine_zero, const nb::object& progress) {
+        return gram_host_input(a, b, metric, sink, k, threshold, include_diagonal, both_halves, budget, devices,
+                               host_fallback, max_panel_rows, host_block_rows, jaccard_empty, cosine_zero, progress);
+      },
+      "a"_a, "b"_a.none(), "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a,
+      "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a, "jaccard_empty"_a,
+      "cosine_zero"_a, "progress"_a.none());
+
+  m.def(
+      "_gram_device",
+      [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::uintptr_t b, std::int64_t b_rows,
+         std::int64_t b_ld, const std::string& dtype, std::uintptr_t out, const std::string& metric,
+         const std::string& sink, float jaccard_empty, float cosine_zero, int device, std::uintptr_t stream,
+         bool nonzero_as_one) {
+        sp::gram_request r = make_request(metric, sink, 1, 0, false, false, 0, {}, false, 0, 0, jaccard_empty, cosine_zero);
+        const sp::device_matrix da = device_matrix_of(a, rows, cols, ld, dtype);
+        sp::device_matrix db;
+        if (b != 0) db = device_matrix_of(b, b_rows, cols, b_ld, dtype);
+        nb::gil_scoped_release unlocked;
+        sp::gram_device_dense(da, b != 0 ? &db : nullptr, out, r, device, stream, nonzero_as_one);
+      },
+      "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a, "out"_a, "metric"_a, "sink"_a,
+      "jaccard_empty"_a, "cosine_zero"_a, "device"_a, "stream"_a, "nonzero_as_one"_a);
+
+  m.def(
+      "_pack_device_to_host",
+      [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, const std::string& dtype, int device,
+         std::uintptr_t stream, bool nonzero_as_one) {
+        const sp::device_matrix da = device_matrix_of(a, rows, cols, ld, dtype);
+        nb::gil_scoped_release unlocked;
+        return sp::pack_device_to_host(da, device, stream, nonzero_as_one);
+      },
+      "a"_a, "rows"_a, "cols"_a, "ld"_a, "dtype"_a, "device"_a, "stream"_a, "nonzero_as_one"_a);
+
+  m.def("_stream_wait", [](std::uintptr_t producer, std::uintptr_t consumer, int device) {
+    sp::stream_wait(producer, consumer, device);
+  });
+  m.def("_stream_synchronize", [](std::uintptr_t s, int device) {
+    nb::gil_scoped_release unlocked;
+    sp::stream_synchronize(s, device);
+  });
+  m.def("_pointer_device", &sp::pointer_device);
+
+  // What a DLPack producer (or capsule) describes: pointer, shape, strides (elements), dtype
+  // (kind code, bits), device type and id. Used for device arrays, whose memory nanobind does
+  // not touch; the caller keeps the producer alive.
+  m.def("_dlpack_info", [](const nb::ndarray<nb::ro>& a) {
+    nb::list shape, strides;
+    for (std::size_t i = 0; i < a.ndim(); ++i) {
+      shape.append(a.shape(i));
+      strides.append(a.stride(i));
+    }
+    return nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), shape, strides,
+                          static_cast<int>(a.dtype().code), static_cast<int>(a.dtype().bits), a.device_type(),
+                          a.device_id());
+  });
+}
