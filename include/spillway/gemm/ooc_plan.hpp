@@ -123,6 +123,7 @@ inline std::vector<index_t> ooc_sides(index_t extent, index_t lo, index_t cap) {
     if (v.empty() || v.back() != s) v.push_back(s);
     if (s <= ooc_granule) break;
   }
+  if (v.empty() || v.back() > lo) v.push_back(lo);  // the smallest side searched is always a candidate
   return v;
 }
 
@@ -321,9 +322,10 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     for (index_t q = 2;; q *= 2) {
       const index_t c = detail::ooc_r16(detail::ooc_ceil(r.k, q));
       if (c >= r.k) continue;
-      if (c < std::min(r.k, detail::ooc_min_side)) break;
+      if (c <= std::min(r.k, detail::ooc_min_side)) break;
       kcs.push_back(c);
     }
+    if (kcs.back() > detail::ooc_min_side) kcs.push_back(detail::ooc_min_side);
   }
   for (const index_t kc : kcs) {
     for (const index_t fl : floors) {
@@ -399,7 +401,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
       const detail::ooc_shape s{M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
       const detail::ooc_sizes z = detail::ooc_size_of(r, s);
       const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
-      const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, detail::ooc_ceil(M, bm) * kch));
+      const index_t rp_dev = detail::ooc_ceil(detail::ooc_ceil(M, bm), static_cast<index_t>(r.devices));
+      const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
       const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, detail::ooc_ceil(N, bn) * kch));
       const std::size_t v = detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
                                                             detail::ooc_mul(a_min, z.pa)),

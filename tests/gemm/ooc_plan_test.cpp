@@ -1,0 +1,263 @@
+// The out-of-core GEMM planner (host only): the bytes it says it moves against formulas computed
+// here from the plan's own shape, the block shapes it picks for the acceptance jobs, which operand
+// it keeps resident, when it splits k, the visiting order (square start, serpentine bands, every
+// block once, devices' shares), and the refusal of a budget below one block, whose stated minimum
+// must itself be enough.
+#include <spillway/gemm/ooc_plan.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace {
+
+using namespace spillway::gemm;
+using spillway::index_t;
+
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+ooc_plan_request square(index_t n, std::size_t in_bytes, std::size_t budget) {
+  ooc_plan_request r;
+  r.m = r.n = r.k = n;
+  r.in_bytes = in_bytes;
+  r.out_bytes = 4;
+  r.acc_bytes = 4;
+  r.budget_bytes = budget;
+  return r;
+}
+
+// Every block exactly once, devices' ranges cover the order.
+void expect_permutation(const ooc_plan& p) {
+  std::set<std::pair<index_t, index_t>> seen;
+  for (const auto& b : p.order) {
+    EXPECT_TRUE(b.i >= 0 && b.i < p.row_panels && b.j >= 0 && b.j < p.col_panels);
+    EXPECT_TRUE(seen.insert({b.i, b.j}).second) << "block (" << b.i << "," << b.j << ") twice";
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(p.row_panels * p.col_panels));
+  ASSERT_EQ(p.device_first.size(), p.devices + 1);
+  EXPECT_EQ(p.device_first.front(), 0u);
+  EXPECT_EQ(p.device_first.back(), p.order.size());
+}
+
+// A from one plan: rows x k elements once; B once per band, less the panels cached at each turn.
+std::size_t expected_h2d_single_device(const ooc_plan& p, std::size_t in_bytes) {
+  const auto k = static_cast<std::size_t>(p.k);
+  std::size_t h2d = static_cast<std::size_t>(p.m) * k * in_bytes;
+  const index_t bands = (p.row_panels + static_cast<index_t>(p.a_slots) - 1) / static_cast<index_t>(p.a_slots);
+  h2d += static_cast<std::size_t>(bands) * static_cast<std::size_t>(p.n) * k * in_bytes;
+  const index_t keep = std::min<index_t>(static_cast<index_t>(p.b_slots), p.col_panels);
+  for (index_t t = 1; t < bands; ++t) {
+    // After an ascending band (the first, then every other) the last `keep` columns are cached.
+    const bool after_ascending = (t % 2) == 1;
+    for (index_t q = 0; q < keep; ++q) {
+      const index_t j = after_ascending ? p.col_panels - 1 - q : q;
+      h2d -= static_cast<std::size_t>(p.block_cols({0, j})) * k * in_bytes;
+    }
+  }
+  return h2d;
+}
+
+TEST(OocPlan, AcceptanceFloat32768With8GiBMovesEachOperandOnce) {
+  const ooc_plan p = make_ooc_plan(square(32768, 4, 8 * GiB));
+  SCOPED_TRACE(p.describe());
+  // A (4 GiB) stays whole on the device: A and B are each read once, C written once.
+  EXPECT_EQ(p.h2d_bytes, 8 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  EXPECT_EQ(p.min_h2d_bytes, 8 * GiB);
+  EXPECT_EQ(p.min_d2h_bytes, 4 * GiB);
+  EXPECT_EQ(p.k_chunks, 1);
+  EXPECT_EQ(p.bm, 2048);
+  EXPECT_EQ(p.bn, 2048);
+  EXPECT_GE(p.a_slots * static_cast<std::size_t>(p.bm), 32768u);
+  EXPECT_LE(p.device_bytes, 8 * GiB);
+  // Floor: 8 GiB in at 55.4 GB/s = 155.05 ms dominates 4 GiB out and 12 GiB at 101 GB/s.
+  EXPECT_NEAR(p.floor_seconds, 8.0 * GiB / 55.4e9, 1e-9);
+  EXPECT_NEAR(p.copy_seconds, p.floor_seconds, 1e-9);
+  expect_permutation(p);
+}
+
+TEST(OocPlan, AcceptanceBf16MovesEachOperandOnceAndTheFloorIsBothWays) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_EQ(p.h2d_bytes, 4 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  // 4 GiB each way: both directions at once (101 GB/s) is the bound, 85.05 ms.
+  EXPECT_NEAR(p.floor_seconds, 8.0 * GiB / 101e9, 1e-9);
+  EXPECT_LE(p.device_bytes, 8 * GiB);
+}
+
+TEST(OocPlan, BetaNonzeroReadsCOnce) {
+  ooc_plan_request r = square(32768, 4, 8 * GiB);
+  r.read_c = true;
+  const ooc_plan p = make_ooc_plan(r);
+  EXPECT_EQ(p.h2d_bytes, 12 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  EXPECT_EQ(p.min_h2d_bytes, 12 * GiB);
+}
+
+TEST(OocPlan, BandsStreamBOncePerBandLessTheTurnReuse) {
+  for (std::size_t budget : {2 * GiB, GiB, GiB / 2}) {
+    const ooc_plan p = make_ooc_plan(square(32768, 4, budget));
+    SCOPED_TRACE(p.describe());
+    EXPECT_GT(static_cast<index_t>(p.a_slots), 0);
+    EXPECT_LT(static_cast<index_t>(p.a_slots), p.row_panels) << "expected several bands";
+    EXPECT_EQ(p.h2d_bytes, expected_h2d_single_device(p, 4));
+    EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+    EXPECT_LE(p.device_bytes, budget);
+    expect_permutation(p);
+  }
+}
+
+TEST(OocPlan, SerpentineBandsTurnOnTheCachedColumn) {
+  const ooc_plan p = make_ooc_plan(square(32768, 4, GiB));
+  const auto band = [&](const ooc_block& b) { return b.i / static_cast<index_t>(p.a_slots); };
+  int turns = 0;
+  for (std::size_t t = 1; t < p.order.size(); ++t) {
+    if (band(p.order[t]) != band(p.order[t - 1])) {
+      ++turns;
+      EXPECT_EQ(p.order[t].j, p.order[t - 1].j) << "band turn at task " << t;
+    }
+  }
+  EXPECT_GT(turns, 0);
+}
+
+TEST(OocPlan, FirstBandStartsAsAGrowingSquare) {
+  const ooc_plan p = make_ooc_plan(square(32768, 4, 8 * GiB));
+  ASSERT_GE(p.b_slots, 2u);
+  const std::vector<ooc_block> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}, {0, 2}, {1, 2}, {2, 2}};
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    EXPECT_EQ(p.order[t], want[t]) << "task " << t << " is (" << p.order[t].i << "," << p.order[t].j << ")";
+  }
+}
+
+TEST(OocPlan, KeepsTheOperandResidentThatMovesFewerBytes) {
+  // A 2 GiB, B 1 GiB, budget 1.5 GiB, blocks at most 1024 wide: B (16 panels of 64 MiB) fits whole
+  // beside two streamed A panels, so keeping B resident reads each operand once (3 GiB); keeping A
+  // resident needs two bands of A and reads B twice, less the panels cached at the turn.
+  ooc_plan_request r;
+  r.m = 32768;
+  r.n = 16384;
+  r.k = 16384;
+  r.max_block = 1024;
+  r.budget_bytes = GiB + GiB / 2;
+  const ooc_plan p = make_ooc_plan(r);
+  r.allow_transpose = false;
+  const ooc_plan q = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe() + "\n" + q.describe());
+  EXPECT_TRUE(p.transposed);
+  EXPECT_FALSE(q.transposed);
+  EXPECT_EQ(p.h2d_bytes, 3 * GiB);
+  EXPECT_LT(p.h2d_bytes, q.h2d_bytes);
+  EXPECT_EQ(p.m, 16384);  // executed frame: Cᵀ = Bᵀ·Aᵀ
+  EXPECT_EQ(p.n, 32768);
+  EXPECT_LE(p.device_bytes, r.budget_bytes);
+}
+
+TEST(OocPlan, SplitsKOnlyWhenAFullKPanelCannotFit) {
+  ooc_plan_request r;
+  r.m = 1000;
+  r.n = 900;
+  r.k = 700;
+  // Full-k 128-wide panels: A 128 x 704 x 4 = 360,448 B; two B slots 720,896 B; 3 C blocks of
+  // 128 x 128 x 4 = 196,608 B: 1,277,952 B in all.
+  r.budget_bytes = 1277952;
+  const ooc_plan full = make_ooc_plan(r);
+  EXPECT_EQ(full.k_chunks, 1) << full.describe();
+  r.budget_bytes = 1277952 - 1;
+  const ooc_plan split = make_ooc_plan(r);
+  EXPECT_GT(split.k_chunks, 1) << split.describe();
+  EXPECT_LE(split.device_bytes, r.budget_bytes);
+  expect_permutation(split);
+}
+
+TEST(OocPlan, SmallBudgetForcesAtLeastNineBlocks) {
+  ooc_plan_request r;
+  r.m = 700;
+  r.n = 650;
+  r.k = 300;
+  r.budget_bytes = 1 << 20;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_GE(p.tasks(), 9u);
+  EXPECT_LE(p.device_bytes, r.budget_bytes);
+  expect_permutation(p);
+  std::size_t h2d = 0, d2h = 0;
+  spillway::gemm::detail::ooc_simulate(p, 0, p.order.size(), false, 4, 4, h2d, d2h);
+  EXPECT_EQ(h2d, p.h2d_bytes);
+  EXPECT_EQ(d2h, 700u * 650u * 4u);
+}
+
+TEST(OocPlan, MaxBlockCapsTheSides) {
+  ooc_plan_request r = square(1000, 4, GiB);
+  r.max_block = 300;
+  const ooc_plan p = make_ooc_plan(r);
+  EXPECT_LE(p.bm, 300);
+  EXPECT_LE(p.bn, 300);
+  EXPECT_GE(p.tasks(), 16u);
+  expect_permutation(p);
+}
+
+TEST(OocPlan, TwoDevicesShareRowsAndEachReadsAllOfB) {
+  ooc_plan_request r = square(32768, 4, 8 * GiB);
+  r.devices = 2;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  expect_permutation(p);
+  // Each device: half of A (2 GiB) and all of B (4 GiB) in, half of C out.
+  EXPECT_EQ(p.h2d_bytes, 12 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  std::set<index_t> rows0, rows1;
+  for (std::size_t t = p.device_first[0]; t < p.device_first[1]; ++t) rows0.insert(p.order[t].i);
+  for (std::size_t t = p.device_first[1]; t < p.device_first[2]; ++t) rows1.insert(p.order[t].i);
+  EXPECT_FALSE(rows0.empty());
+  EXPECT_FALSE(rows1.empty());
+  for (index_t i : rows0) EXPECT_EQ(rows1.count(i), 0u);
+  EXPECT_NEAR(p.copy_seconds, 6.0 * GiB / 55.4e9, 1e-9);
+}
+
+TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {
+  ooc_plan_request r;
+  r.m = 1000;
+  r.n = 900;
+  r.k = 700;
+  r.budget_bytes = 1000;
+  std::string msg;
+  try {
+    (void)make_ooc_plan(r);
+    FAIL() << "a 1000-byte budget was accepted";
+  } catch (const spillway::logic_error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("below the minimum of"), std::string::npos) << msg;
+  const auto at = msg.find("minimum of ") + 11;
+  const std::size_t minimum = std::stoull(msg.substr(at));
+  // 128 x 128 block, 128-wide k chunks: A 2 x 64 KiB, B 2 x 64 KiB, 3 C blocks of 64 KiB.
+  EXPECT_EQ(minimum, 7u * 65536u) << msg;
+  r.budget_bytes = minimum;
+  EXPECT_NO_THROW((void)make_ooc_plan(r));
+  r.budget_bytes = minimum - 1;
+  EXPECT_THROW((void)make_ooc_plan(r), spillway::logic_error);
+}
+
+TEST(OocPlan, EmptyAndDegenerateShapes) {
+  ooc_plan_request r;
+  r.m = 0;
+  r.n = 5;
+  r.k = 5;
+  r.budget_bytes = 1 << 20;
+  EXPECT_EQ(make_ooc_plan(r).tasks(), 0u);
+  r.m = 300;
+  r.k = 0;  // C = β·C only: no panels
+  const ooc_plan p = make_ooc_plan(r);
+  EXPECT_GE(p.tasks(), 1u);
+  EXPECT_EQ(p.a_panel_bytes, 0u);
+  r.k = 5;
+  r.m = -1;
+  EXPECT_THROW((void)make_ooc_plan(r), spillway::logic_error);
+}
+
+}  // namespace
