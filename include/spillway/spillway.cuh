@@ -10,3 +10,4 @@
 #include <spillway/gemm.cuh>
 #include <spillway/map.cuh>
 #include <spillway/io/npy.hpp>
+#include <spillway/io/raw.hpp>

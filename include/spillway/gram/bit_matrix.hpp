@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -89,13 +90,23 @@ class bit_matrix {
       : rows_(rows), cols_(cols), mem_(mem == host_memory::detect ? host_memory::pageable : mem) {
     if (rows < 0) throw logic_error("bit_matrix: rows must be >= 0, got " + std::to_string(rows));
     ld_ = padded_words(cols);
+    if (rows > 0 && rows > std::numeric_limits<std::int64_t>::max() / 4 / ld_) {
+      throw logic_error("bit_matrix: " + std::to_string(rows) + " rows x " + std::to_string(ld_) +
+                        " words overflow 64-bit byte counts");
+    }
     const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(ld_);
     if (n == 0) return;
     if (mem_ == host_memory::pinned) {
       pinned_ = pinned_buffer<std::uint32_t>(n);
       data_ = pinned_.data();
     } else {
-      heap_.reset(static_cast<std::uint32_t*>(::operator new(n * 4u, std::align_val_t(128))));
+      void* p = ::operator new(n * 4u, std::align_val_t(128), std::nothrow);
+      if (p == nullptr) {
+        throw out_of_memory("bit_matrix: cannot allocate " + std::to_string(n * 4u) + " bytes of host memory for " +
+                                std::to_string(rows) + " x " + std::to_string(cols) + " bits",
+                            n * 4u, 0);
+      }
+      heap_.reset(static_cast<std::uint32_t*>(p));
       data_ = heap_.get();
     }
     std::memset(data_, 0, n * 4u);

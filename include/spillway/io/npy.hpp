@@ -214,15 +214,65 @@ inline npy_header parse_npy_dict(const std::string& h, const std::string& path) 
       if (q < e && h[q] == 'L') ++q;
     }
   }
-  // Element count and bytes must fit.
-  std::int64_t n = 1;
-  for (auto d : r.shape) {
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d / 8) {
-      throw logic_error(npy_where(path) + ": shape overflows 64-bit sizes: " + h);
+  // Element count and bytes must fit in 64 bits (a zero extent makes any shape empty).
+  bool empty = false;
+  for (auto d : r.shape) empty = empty || d == 0;
+  if (!empty) {
+    const auto item = static_cast<std::int64_t>(npy_itemsize(r.dtype));
+    std::int64_t n = 1;
+    for (auto d : r.shape) {
+      if (n > std::numeric_limits<std::int64_t>::max() / item / d) {
+        throw logic_error(npy_where(path) + ": shape overflows 64-bit byte counts: " + h);
+      }
+      n *= d;
     }
-    n *= d;
   }
   return r;
+}
+
+/// Header prefix (magic, version, header length) and dict from the first `size` bytes at `p`.
+inline npy_header parse_npy_header_bytes(const unsigned char* p, std::size_t size, const std::string& path) {
+  if (size < 8 || std::memcmp(p, npy_magic, 6) != 0) {
+    throw logic_error(npy_where(path) + ": not a .npy file (missing \\x93NUMPY magic)");
+  }
+  const int major = p[6];
+  std::size_t hlen = 0;
+  std::size_t prefix = 0;
+  if (major == 1) {
+    prefix = 10;
+    if (size < prefix) throw logic_error(npy_where(path) + ": truncated header");
+    hlen = static_cast<std::size_t>(p[8]) | (static_cast<std::size_t>(p[9]) << 8);
+  } else if (major == 2 || major == 3) {
+    prefix = 12;
+    if (size < prefix) throw logic_error(npy_where(path) + ": truncated header");
+    hlen = static_cast<std::size_t>(p[8]) | (static_cast<std::size_t>(p[9]) << 8) |
+           (static_cast<std::size_t>(p[10]) << 16) | (static_cast<std::size_t>(p[11]) << 24);
+  } else {
+    throw logic_error(npy_where(path) + ": unsupported .npy format version " + std::to_string(major) + "." +
+                      std::to_string(static_cast<unsigned>(p[7])) + " (supported: 1.0, 2.0, 3.0)");
+  }
+  if (hlen > (std::size_t{1} << 24)) {
+    throw logic_error(npy_where(path) + ": header length " + std::to_string(hlen) + " is implausible");
+  }
+  if (size - prefix < hlen) {
+    throw logic_error(npy_where(path) + ": truncated header: it claims " + std::to_string(hlen) + " bytes, " +
+                      std::to_string(size - prefix) + " follow");
+  }
+  npy_header r = parse_npy_dict(std::string(reinterpret_cast<const char*>(p) + prefix, hlen), path);
+  r.data_offset = prefix + hlen;
+  r.major_version = major;
+  return r;
+}
+
+/// Throws unless `available` bytes (the file's size) hold the data the header promises; checked
+/// before anything is allocated, so a lying header costs nothing.
+inline void npy_check_size(const npy_header& h, std::size_t available, const std::string& who, const std::string& path) {
+  const std::size_t need = h.data_bytes();
+  if (available < h.data_offset || available - h.data_offset < need) {
+    const std::size_t have = available < h.data_offset ? 0 : available - h.data_offset;
+    throw logic_error(who + ": " + npy_where(path) + " is truncated: the header promises " + std::to_string(need) +
+                      " data bytes, the file holds " + std::to_string(have));
+  }
 }
 
 }  // namespace detail
@@ -230,38 +280,27 @@ inline npy_header parse_npy_dict(const std::string& h, const std::string& path) 
 /// Reads and checks a .npy header from `in` (positioned at the file's start). Leaves `in` at the
 /// first element. `path` only names the file in messages.
 inline npy_header read_npy_header(std::istream& in, const std::string& path = "") {
-  char pre[8];
-  in.read(pre, 8);
+  unsigned char pre[12] = {};
+  in.read(reinterpret_cast<char*>(pre), 8);
   if (!in || std::memcmp(pre, detail::npy_magic, 6) != 0) {
     throw logic_error(detail::npy_where(path) + ": not a .npy file (missing \\x93NUMPY magic)");
   }
-  const int major = static_cast<unsigned char>(pre[6]);
+  const std::size_t prefix = pre[6] == 1 ? 10 : (pre[6] == 2 || pre[6] == 3) ? 12 : 8;
+  if (prefix > 8) in.read(reinterpret_cast<char*>(pre) + 8, static_cast<std::streamsize>(prefix - 8));
+  if (!in) throw logic_error(detail::npy_where(path) + ": truncated header");
+  // Parse the prefix alone first (it checks the version and bounds the header's length).
   std::size_t hlen = 0;
-  std::size_t prefix = 0;
-  if (major == 1) {
-    unsigned char b[2];
-    in.read(reinterpret_cast<char*>(b), 2);
-    hlen = static_cast<std::size_t>(b[0]) | (static_cast<std::size_t>(b[1]) << 8);
-    prefix = 10;
-  } else if (major == 2 || major == 3) {
-    unsigned char b[4];
-    in.read(reinterpret_cast<char*>(b), 4);
-    hlen = static_cast<std::size_t>(b[0]) | (static_cast<std::size_t>(b[1]) << 8) |
-           (static_cast<std::size_t>(b[2]) << 16) | (static_cast<std::size_t>(b[3]) << 24);
-    prefix = 12;
-  } else {
-    throw logic_error(detail::npy_where(path) + ": unsupported .npy format version " + std::to_string(major) + "." +
-                      std::to_string(static_cast<unsigned char>(pre[7])) + " (supported: 1.0, 2.0, 3.0)");
+  if (prefix == 10) hlen = static_cast<std::size_t>(pre[8]) | (static_cast<std::size_t>(pre[9]) << 8);
+  if (prefix == 12) {
+    hlen = static_cast<std::size_t>(pre[8]) | (static_cast<std::size_t>(pre[9]) << 8) |
+           (static_cast<std::size_t>(pre[10]) << 16) | (static_cast<std::size_t>(pre[11]) << 24);
   }
+  if (prefix == 8 || hlen > (std::size_t{1} << 24)) return detail::parse_npy_header_bytes(pre, prefix, path);  // throws
+  std::string whole(reinterpret_cast<const char*>(pre), prefix);
+  whole.resize(prefix + hlen);
+  in.read(whole.data() + prefix, static_cast<std::streamsize>(hlen));
   if (!in) throw logic_error(detail::npy_where(path) + ": truncated header");
-  if (hlen > (std::size_t{1} << 24)) throw logic_error(detail::npy_where(path) + ": header length " + std::to_string(hlen) + " is implausible");
-  std::string h(hlen, '\0');
-  in.read(h.data(), static_cast<std::streamsize>(hlen));
-  if (!in) throw logic_error(detail::npy_where(path) + ": truncated header");
-  npy_header r = detail::parse_npy_dict(h, path);
-  r.data_offset = prefix + hlen;
-  r.major_version = major;
-  return r;
+  return detail::parse_npy_header_bytes(reinterpret_cast<const unsigned char*>(whole.data()), whole.size(), path);
 }
 
 namespace detail {
@@ -297,12 +336,18 @@ inline std::vector<unsigned char> npy_fortran_to_c(const std::vector<unsigned ch
 }  // namespace detail
 
 /// Reads a whole .npy file; a Fortran-order file comes back in C order (header.fortran_order
-/// says what the file held).
+/// says what the file held). A header that promises more data than the file holds is refused
+/// before anything is allocated.
 inline npy_array read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw logic_error("read_npy: cannot open '" + path + "'");
+  in.seekg(0, std::ios::end);
+  const auto end = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (end < 0) throw logic_error("read_npy: cannot find the size of '" + path + "'");
   npy_array a;
   a.header = read_npy_header(in, path);
+  detail::npy_check_size(a.header, static_cast<std::size_t>(end), "read_npy", path);
   const std::size_t n = a.header.data_bytes();
   a.bytes.resize(n);
   if (n > 0) in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n));
@@ -310,6 +355,21 @@ inline npy_array read_npy(const std::string& path) {
     throw logic_error("read_npy: '" + path + "' is truncated: the header promises " + std::to_string(n) +
                       " data bytes");
   }
+  if (a.header.fortran_order) a.bytes = detail::npy_fortran_to_c(a.bytes, a.header.shape, npy_itemsize(a.header.dtype));
+  return a;
+}
+
+/// Reads a .npy file that is already in memory (`size` bytes at `data`: a file's contents, a
+/// member of an archive, a network message); the same checks and result as read_npy. `name` only
+/// names the source in messages.
+inline npy_array read_npy_bytes(const void* data, std::size_t size, const std::string& name = "") {
+  if (data == nullptr && size > 0) throw logic_error("read_npy_bytes: data is null for " + std::to_string(size) + " bytes");
+  const auto* p = static_cast<const unsigned char*>(data);
+  npy_array a;
+  a.header = detail::parse_npy_header_bytes(p, p == nullptr ? 0 : size, name);
+  detail::npy_check_size(a.header, size, "read_npy_bytes", name);
+  const std::size_t n = a.header.data_bytes();
+  a.bytes.assign(p + a.header.data_offset, p + a.header.data_offset + n);
   if (a.header.fortran_order) a.bytes = detail::npy_fortran_to_c(a.bytes, a.header.shape, npy_itemsize(a.header.dtype));
   return a;
 }
@@ -336,10 +396,11 @@ class npy_mapping {
       throw logic_error("map_npy: cannot stat '" + path + "'");
     }
     size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ < header_.data_offset + header_.data_bytes()) {
+    try {
+      detail::npy_check_size(header_, size_, "map_npy", path);
+    } catch (...) {
       ::close(fd);
-      throw logic_error("map_npy: '" + path + "' is truncated: the header promises " +
-                        std::to_string(header_.data_bytes()) + " data bytes");
+      throw;
     }
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -378,6 +439,8 @@ class npy_mapping {
     }
     return reinterpret_cast<const T*>(base_ + header_.data_offset);
   }
+  /// The elements' bytes, whatever the dtype (header().data_bytes() of them).
+  [[nodiscard]] const unsigned char* bytes() const noexcept { return base_ == nullptr ? nullptr : base_ + header_.data_offset; }
 
  private:
   npy_header header_;

@@ -11,6 +11,7 @@
 #include <spillway/map/ndview.hpp>
 
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,18 @@ inline std::vector<index_t> broadcast_shapes(const std::vector<std::vector<index
                           " (from the right) has size " + std::to_string(e) + " vs " + std::to_string(out[d]));
       }
     }
+  }
+  // The element count must fit in index_t (an absurd shape is refused here, not by an overflow
+  // in some later product).
+  index_t count = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (out[d] == 0) return out;
+  }
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (count > std::numeric_limits<index_t>::max() / out[d]) {
+      throw logic_error(who + ": the broadcast shape " + detail::shape_string(out) + " has more than 2^63 elements");
+    }
+    count *= out[d];
   }
   return out;
 }

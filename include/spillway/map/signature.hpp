@@ -144,6 +144,10 @@ inline gufunc_binding bind_signature(const gufunc_signature& sig, const std::vec
     for (std::size_t k = 0; k < core.size(); ++k) {
       const index_t e = shape[nloop + k];
       const core_dim& d = core[k];
+      if (e < 0) {
+        throw logic_error(who + ": " + arg + " has negative extent " + std::to_string(e) + " in core dimension " +
+                          std::to_string(k));
+      }
       if (d.name.empty()) {
         if (e != d.fixed) {
           throw logic_error(who + ": " + arg + " core dimension " + std::to_string(k) + " must be " +
