@@ -8,10 +8,9 @@
 // pageable chunks into its own pinned staging on several host threads and lets the copy engines
 // DMA from there asynchronously.
 //
-// Extension point: an operand is described, not just pointed at. Today every operand is a
-// contiguous array with one element per output element; a broadcast operand (a stride-0 or shaped
-// view, NumPy rules) becomes another kind of descriptor whose chunk [begin, end) of the output maps
-// to the source elements it needs (see docs/pipeline.md).
+// These are the flat map's operands (one element per output element). Broadcast operands are the
+// ndview overload's (map/streamed.cuh); arrays with several elements per unit, scratch and
+// resident tables are streamed_job's (streamed_job.hpp).
 #pragma once
 
 #include <spillway/core/error.hpp>
