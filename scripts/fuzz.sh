@@ -53,7 +53,9 @@ case "$mode" in
     fi
     log="$FUZZ_DIR/${target}.log"
     set +e
-    "$FUZZ_DIR/${target}_fuzz" "${fuzz_args[@]}" -max_total_time="$secs" "$corpus" tests/fuzz/regressions/"$target" >"$log" 2>&1
+    regress=()
+    [[ -d tests/fuzz/regressions/$target ]] && regress=(tests/fuzz/regressions/"$target")
+    "$FUZZ_DIR/${target}_fuzz" "${fuzz_args[@]}" -max_total_time="$secs" "$corpus" "${regress[@]}" >"$log" 2>&1
     rc=$?
     set -e
     grep -E "^#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|_fuzz: |ERROR|SUMMARY" "$log" || true
@@ -62,6 +64,7 @@ case "$mode" in
     ;;
   replay)
     build "$FUZZ_DIR/${target}_fuzz" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+    shopt -s nullglob
     "$FUZZ_DIR/${target}_fuzz" "${fuzz_args[@]}" tests/fuzz/corpus/"$target"/* tests/fuzz/regressions/"$target"/* 2>&1 | tail -n 2
     ;;
   coverage)
@@ -70,7 +73,7 @@ case "$mode" in
     "$FUZZ_DIR/${target}_fuzz" "${fuzz_args[@]}" -max_total_time="$secs" "$corpus" >/dev/null 2>&1
     cov_bin="$FUZZ_DIR/${target}_fuzz_cov"
     "$CXX" -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping "${flags[@]}" "$src" -o "$cov_bin"
-    LLVM_PROFILE_FILE="$FUZZ_DIR/${target}.profraw" "$cov_bin" -runs=0 "$corpus" tests/fuzz/regressions/"$target" >/dev/null 2>&1
+    LLVM_PROFILE_FILE="$FUZZ_DIR/${target}.profraw" "$cov_bin" -runs=0 "$corpus" >/dev/null 2>&1
     profdata=$(command -v llvm-profdata-14 || command -v llvm-profdata)
     llvmcov=$(command -v llvm-cov-14 || command -v llvm-cov)
     "$profdata" merge -sparse "$FUZZ_DIR/${target}.profraw" -o "$FUZZ_DIR/${target}.profdata"
