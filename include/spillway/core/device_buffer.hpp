@@ -1,6 +1,7 @@
 // spillway/core/device_buffer.hpp — typed, uninitialized, stream-ordered device memory.
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_pool.hpp>
@@ -35,12 +36,17 @@ inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
   if (bytes == 0) return nullptr;
   cudaMemPool_t pool = device_pool(device);
   void* p = nullptr;
-  cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
+#if defined(SPILLWAY_FAULT_INJECTION)
+  const int injected = ::spillway::fault::detail::device_allocation_fault(device);  // tries to fail (tests only)
+#else
+  constexpr int injected = 0;
+#endif
+  cudaError_t e = injected >= 1 ? cudaErrorMemoryAllocation : cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     (void)cudaStreamSynchronize(s.value());
     (void)cudaMemPoolTrimTo(pool, 0);
-    e = cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
+    e = injected >= 2 ? cudaErrorMemoryAllocation : cudaMallocFromPoolAsync(&p, bytes, pool, s.value());
   }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();

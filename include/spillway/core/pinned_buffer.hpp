@@ -1,6 +1,7 @@
 // spillway/core/pinned_buffer.hpp — page-locked host memory.
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 
@@ -28,7 +29,14 @@ class pinned_buffer {
     const std::size_t bytes = detail::checked_bytes(n, sizeof(T), "pinned_buffer");
     if (bytes == 0) return;
     void* p = nullptr;
+#if defined(SPILLWAY_FAULT_INJECTION)
+    const cudaError_t e = ::spillway::fault::detail::pinned_allocation_fault()
+                              ? cudaErrorMemoryAllocation
+                              : cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaSuccess) ::spillway::fault::detail::pinned_allocated(bytes);
+#else
     const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+#endif
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       throw out_of_memory("pinned_buffer: cannot pin " + detail::format_bytes(bytes) + " of host memory",
@@ -70,6 +78,9 @@ class pinned_buffer {
   void release() noexcept {
     if (data_ != nullptr) {
       (void)cudaFreeHost(data_);
+#if defined(SPILLWAY_FAULT_INJECTION)
+      ::spillway::fault::detail::pinned_freed(size_ * sizeof(T));
+#endif
       data_ = nullptr;
       size_ = 0;
     }

@@ -23,6 +23,7 @@
 // and a pipeline_error names the failed task and which tasks completed.
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
@@ -260,6 +261,13 @@ class task_runner {
     const std::size_t t = s.task_;
     try {
       events_[i].synchronize();
+#if defined(SPILLWAY_FAULT_INJECTION)
+      if (const cudaError_t fe = ::spillway::fault::detail::task_fault(::spillway::fault::task_point::complete, t, device_);
+          fe != cudaSuccess) {
+        detail::throw_cuda_error(fe, "cudaEventSynchronize (the task's copies and kernels; injected fault)", __FILE__,
+                                 __LINE__);
+      }
+#endif
     } catch (...) {
       st_.fail(std::current_exception(), t, device_, "completing");
       return false;
@@ -297,6 +305,12 @@ class task_runner {
       s.bytes_ = 0;
       try {
         enq_(t, s, s.stream());
+#if defined(SPILLWAY_FAULT_INJECTION)
+        if (const cudaError_t fe = ::spillway::fault::detail::task_fault(::spillway::fault::task_point::enqueue, t, device_);
+            fe != cudaSuccess) {
+          detail::throw_cuda_error(fe, "a copy or kernel launch of the task (injected fault)", __FILE__, __LINE__);
+        }
+#endif
         events_[i].record(s.stream());
       } catch (...) {
         st_.fail(std::current_exception(), t, device_, "enqueueing");
@@ -448,14 +462,22 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
     {
       std::unique_lock<std::mutex> l(st.mutex);
       std::size_t reported = static_cast<std::size_t>(-1);
+#if defined(SPILLWAY_FAULT_INJECTION)
+      const bool watch = static_cast<bool>(opts.progress) || ::spillway::fault::detail::watches_progress();
+#else
+      const bool watch = static_cast<bool>(opts.progress);
+#endif
       for (;;) {
-        if (opts.progress && st.done != reported && !cancelled) {
+        if (watch && st.done != reported && !cancelled) {
           reported = st.done;
           const progress_info p{st.done, st.total, st.bytes, elapsed()};
           l.unlock();
           bool keep_going = true;
           try {
-            keep_going = opts.progress(p);
+            if (opts.progress) keep_going = opts.progress(p);
+#if defined(SPILLWAY_FAULT_INJECTION)
+            if (keep_going) keep_going = ::spillway::fault::detail::progress_fault(p.tasks_done);
+#endif
           } catch (...) {
             st.fail(std::current_exception(), pipeline_error::no_task, -1, "progress callback during");
           }

@@ -7,6 +7,7 @@
 // jobs, like device memory in spillway's pool.
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/error.hpp>
 
 #include <cuda_runtime_api.h>
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -46,34 +48,60 @@ class host_workers {
   [[nodiscard]] std::size_t size() const noexcept { return threads_.size(); }
 
   /// Runs fn(i) for i in [0, parts): part 0 on the calling thread, the rest on the pool; returns
-  /// when all are done. fn must not throw.
+  /// when all are done. If parts throw, every part still finishes (they share the caller's
+  /// frame) and then the first exception is rethrown on the calling thread, so a failing copy stops
+  /// the job that asked for it instead of terminating the process from a pool thread.
   template <class Fn>
   void run_parts(std::size_t parts, const Fn& fn) {
     if (parts == 0) return;
+#if defined(SPILLWAY_FAULT_INJECTION)
+    const bool injected = ::spillway::fault::detail::staging_call_fault();  // the last part throws (tests only)
+    auto part = [&fn, parts, injected](std::size_t i) {
+      if (injected && i == parts - 1) ::spillway::fault::detail::throw_staging_fault();
+      fn(i);
+    };
+#else
+    const Fn& part = fn;
+#endif
     if (parts == 1 || threads_.empty()) {
-      for (std::size_t i = 0; i < parts; ++i) fn(i);
+      for (std::size_t i = 0; i < parts; ++i) part(i);
       return;
     }
     struct latch_t {
       std::mutex m;
       std::condition_variable cv;
       std::size_t left;
+      std::exception_ptr error;
     } latch;
     latch.left = parts - 1;
     {
       std::lock_guard<std::mutex> l(mutex_);
       for (std::size_t i = 1; i < parts; ++i) {
-        queue_.emplace_back([&fn, &latch, i] {
-          fn(i);
+        queue_.emplace_back([&part, &latch, i] {
+          std::exception_ptr e;
+          try {
+            part(i);
+          } catch (...) {
+            e = std::current_exception();
+          }
           std::lock_guard<std::mutex> g(latch.m);
+          if (e && !latch.error) latch.error = e;
           if (--latch.left == 0) latch.cv.notify_one();
         });
       }
     }
     cv_.notify_all();
-    fn(0);
+    std::exception_ptr first;
+    try {
+      part(0);
+    } catch (...) {
+      first = std::current_exception();
+    }
     std::unique_lock<std::mutex> g(latch.m);
     latch.cv.wait(g, [&] { return latch.left == 0; });
+    if (!first) first = latch.error;
+    g.unlock();
+    if (first) std::rethrow_exception(first);
   }
 
  private:
@@ -114,6 +142,9 @@ inline void parallel_copy(void* dst, const void* src, std::size_t bytes, std::si
   std::size_t parts = bytes / min_piece;
   if (parts > max_parts) parts = max_parts;
   if (parts <= 1) {
+#if defined(SPILLWAY_FAULT_INJECTION)
+    if (::spillway::fault::detail::staging_call_fault()) ::spillway::fault::detail::throw_staging_fault();
+#endif
     if (bytes != 0) std::memcpy(dst, src, bytes);
     return;
   }
@@ -154,11 +185,11 @@ class pinned_cache {
       }
     }
     void* p = nullptr;
-    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    cudaError_t e = host_alloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       trim();
-      e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+      e = host_alloc(&p, bytes);
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -179,7 +210,7 @@ class pinned_cache {
         return;
       }
     }
-    (void)cudaFreeHost(p);
+    host_free(p, bytes);
   }
 
   /// Frees every cached block.
@@ -190,7 +221,7 @@ class pinned_cache {
       v.swap(free_);
       cached_ = 0;
     }
-    for (auto& b : v) (void)cudaFreeHost(b.first);
+    for (auto& b : v) host_free(b.first, b.second);
   }
 
   [[nodiscard]] std::size_t cached_bytes() {
@@ -199,6 +230,23 @@ class pinned_cache {
   }
 
  private:
+  static cudaError_t host_alloc(void** p, std::size_t bytes) {
+#if defined(SPILLWAY_FAULT_INJECTION)
+    if (::spillway::fault::detail::pinned_allocation_fault()) return cudaErrorMemoryAllocation;  // tests only
+    const cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+    if (e == cudaSuccess) ::spillway::fault::detail::pinned_allocated(bytes);
+    return e;
+#else
+    return cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+#endif
+  }
+  static void host_free(void* p, [[maybe_unused]] std::size_t bytes) noexcept {
+    (void)cudaFreeHost(p);
+#if defined(SPILLWAY_FAULT_INJECTION)
+    ::spillway::fault::detail::pinned_freed(bytes);
+#endif
+  }
+
   std::mutex mutex_;
   std::vector<std::pair<void*, std::size_t>> free_;
   std::size_t cached_ = 0;
