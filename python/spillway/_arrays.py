@@ -162,16 +162,23 @@ def empty_like_framework(d: DeviceArray, shape: tuple, dtype: str):
     fw = d.framework
     if fw in ("dlpack", "cai"):
         fw = _first_available("cupy", "torch", "numba")
+    # The framework's allocator is told the stream spillway writes on, so its pool does not hand
+    # the memory to other work before that stream is done with it.
     if fw == "cupy":
         import cupy
 
         with cupy.cuda.Device(d.device):
-            out = cupy.empty(shape, dtype=dtype)
+            s = cupy.cuda.ExternalStream(d.stream) if d.stream else cupy.cuda.Stream.null
+            with s:
+                out = cupy.empty(shape, dtype=dtype)
         return out, int(out.data.ptr)
     if fw == "torch":
         import torch
 
-        out = torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{d.device}")
+        dev = torch.device("cuda", d.device)
+        s = torch.cuda.ExternalStream(d.stream, device=dev) if d.stream else torch.cuda.default_stream(dev)
+        with torch.cuda.stream(s):
+            out = torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
         return out, int(out.data_ptr())
     from numba import cuda
 

@@ -18,7 +18,7 @@ MAX_TOP_K = 64
 
 # Rows are packed in blocks of about this many input bytes: an mmap'd file is read once, in
 # order, and each block's pages are released after packing (see _release_pages).
-_PACK_BLOCK_BYTES = 64 << 20
+_PACK_BLOCK_BYTES = 32 << 20
 
 
 def _gpu() -> bool:

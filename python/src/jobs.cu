@@ -90,8 +90,8 @@ struct host_job {
   void blocks(Body&& body) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t total = static_cast<std::size_t>((n + block - 1) / block);
-    p.total = total;
     std::size_t done = 0;
+    p.update(0, total);
     out.summary.completed.assign(total, false);
     for (std::int64_t i0 = 0; i0 < n; i0 += block) {
       if (p.cancel.load()) {
@@ -100,7 +100,7 @@ struct host_job {
       }
       body(i0, std::min(n, i0 + block));
       out.summary.completed[done] = true;
-      p.done = ++done;
+      p.update(++done, total);
     }
     out.summary.on_host = true;
     out.summary.tasks_total = total;
@@ -229,8 +229,7 @@ gram_result run_gram_on_gpu(const gram::bit_matrix_view& a, const gram::bit_matr
   o.devices = r.devices;
   o.max_panel_rows = r.max_panel_rows;
   o.progress = [&p](const progress_info& i) {
-    p.total = i.tasks_total;
-    p.done = i.tasks_done;
+    p.update(i.tasks_done, i.tasks_total);
     return !p.cancel.load();
   };
   gram_result out;

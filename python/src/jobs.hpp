@@ -42,6 +42,14 @@ struct job_progress {
   std::atomic<std::size_t> done{0};
   std::atomic<std::size_t> total{0};
   std::atomic<bool> cancel{false};
+  /// Wakes the waiting thread (set by it before the job starts).
+  std::function<void()> changed;
+
+  void update(std::size_t d, std::size_t t) {
+    total = t;
+    done = d;
+    if (changed) changed();
+  }
 };
 
 struct gram_request {

@@ -78,17 +78,23 @@ nb::dict summary_dict(const sp::job_summary& s) {
 
 // ---- a job on a worker thread, the caller polling signals and progress --------------------------
 
-/// Runs `job` on a new thread with the GIL released. Every 50 ms (and whenever the progress
-/// count changes) the calling thread takes the GIL, checks for signals and calls
-/// `progress(done, total)`. Ctrl-C (or an exception from `progress`) asks the job to cancel:
-/// spillway stops handing out tasks and drains those in flight. Returns true when a signal
-/// interrupted the job (the caller raises KeyboardInterrupt with the partial report).
+/// Runs `job` on a new thread with the GIL released. Every 50 ms, and at once when the job
+/// reports progress, the calling thread takes the GIL, checks for signals and calls
+/// `progress(done, total)` (first with 0 done, as the job starts). Ctrl-C (or an exception from
+/// `progress`) asks the job to cancel: spillway stops handing out tasks and drains those in
+/// flight. Returns true when a signal interrupted the job (the caller raises KeyboardInterrupt
+/// with the partial report).
 bool run_polled(const std::function<void()>& job, sp::job_progress& p, const nb::object& progress) {
   std::exception_ptr failure;
   std::mutex m;
   std::condition_variable cv;
-  bool finished = false, interrupted = false;
+  bool finished = false, interrupted = false, changed = false;
   std::optional<nb::python_error> callback_error;
+  p.changed = [&] {
+    std::lock_guard<std::mutex> l(m);
+    changed = true;
+    cv.notify_all();
+  };
   {
     nb::gil_scoped_release unlocked;
     std::thread worker([&] {
@@ -105,8 +111,9 @@ bool run_polled(const std::function<void()>& job, sp::job_progress& p, const nb:
     for (;;) {
       {
         std::unique_lock<std::mutex> l(m);
-        cv.wait_for(l, std::chrono::milliseconds(50), [&] { return finished; });
+        cv.wait_for(l, std::chrono::milliseconds(50), [&] { return finished || changed; });
         if (finished) break;
+        changed = false;
       }
       nb::gil_scoped_acquire locked;
       if (!interrupted && PyErr_CheckSignals() != 0) {
@@ -120,16 +127,31 @@ bool run_polled(const std::function<void()>& job, sp::job_progress& p, const nb:
         try {
           progress(done, p.total.load());
         } catch (nb::python_error& e) {
-          callback_error.emplace(std::move(e));
+          // Ctrl-C that lands while the callback's Python code runs is raised there: the same
+          // cancel as one seen by PyErr_CheckSignals.
+          if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
+          else callback_error.emplace(std::move(e));
           p.cancel = true;
         }
       }
     }
     worker.join();
   }
+  p.changed = nullptr;
   if (failure) std::rethrow_exception(failure);
   if (callback_error) throw std::move(*callback_error);
-  if (!progress.is_none() && !interrupted) progress(p.done.load(), p.total.load());
+  if (!progress.is_none() && !interrupted && !p.cancel.load()) {
+    try {
+      progress(p.done.load(), p.total.load());
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_KeyboardInterrupt)) throw;
+      interrupted = true;  // Ctrl-C as the job finished: the report is whole
+    }
+  }
+  if (!interrupted && PyErr_CheckSignals() != 0) {
+    PyErr_Clear();
+    interrupted = true;
+  }
   return interrupted;
 }
 
@@ -172,6 +194,22 @@ template <class T>
 void pack_block(sg::bit_matrix& dst, const void* src, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                 std::int64_t first_row, bool nonzero_as_one) {
   const T* data = static_cast<const T*>(src);
+  if constexpr (sizeof(T) == 1) {
+    // Bytes pack straight into the destination rows (pack_bits's own row packer): no temporary,
+    // so packing a file block by block holds only the bits and the block being read.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(data);
+    const std::int64_t ldw = dst.ld_words();
+    std::int64_t first_bad = rows;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) reduction(min : first_bad)
+#endif
+    for (std::int64_t r = 0; r < rows; ++r) {
+      if (sg::detail::pack_row(bytes + r * ld, cols, dst.row(first_row + r), ldw, nonzero_as_one) != 0 && r < first_bad)
+        first_bad = r;
+    }
+    if (first_bad < rows) throw_first_bad(data + first_bad * ld, rows - first_bad, cols, ld, first_row + first_bad);
+    return;
+  }
   sg::bit_matrix part;
   try {
     sg::pack_options o;

@@ -1,0 +1,95 @@
+"""Shared fixtures: printed seeds, and the GPU gate.
+
+GPU tests call the ``gpu`` fixture: it skips with the reason where no GPU is usable and fails
+instead under SPILLWAY_REQUIRE_GPU=1 (the GPU machine, where a skip would hide a broken set-up).
+Tests needing CuPy / PyTorch / Numba / two GPUs go through ``need(...)`` with the same rule.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+import spillway
+
+REQUIRE_GPU = os.environ.get("SPILLWAY_REQUIRE_GPU", "") == "1"
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skips (or, under SPILLWAY_REQUIRE_GPU=1, fails) unless `condition`."""
+    if condition:
+        return
+    if REQUIRE_GPU:
+        pytest.fail(f"SPILLWAY_REQUIRE_GPU=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def gpu():
+    need(spillway.gpu_available(), f"no GPU: {spillway.no_gpu_reason()}")
+
+
+@pytest.fixture
+def rng(request):
+    """A NumPy generator from a printed seed (SPILLWAY_TEST_SEED fixes it)."""
+    env = os.environ.get("SPILLWAY_TEST_SEED")
+    seed = int(env) if env else random.SystemRandom().randrange(1 << 31)
+    print(f"[seed] {request.node.nodeid}: SPILLWAY_TEST_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+def random01(rng, rows, cols, density=0.3, dtype=np.uint8):
+    return (rng.random((rows, cols)) < density).astype(dtype)
+
+
+def reference(a, b, metric):
+    """The Gram matrix in float64/int64 NumPy: counts, jaccard, cosine or hamming."""
+    a64 = a.astype(np.int64)
+    b64 = a64 if b is None else b.astype(np.int64)
+    c = a64 @ b64.T
+    na = a64.sum(axis=1)[:, None]
+    nb = b64.sum(axis=1)[None, :]
+    if metric == "counts":
+        return c.astype(np.int32)
+    if metric == "hamming":
+        return (na + nb - 2 * c).astype(np.int32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if metric == "jaccard":
+            u = na + nb - c
+            return np.where(u == 0, 1.0, c / np.where(u == 0, 1, u)).astype(np.float32)
+        d = np.sqrt((na * nb).astype(np.float64))
+        return np.where((na == 0) | (nb == 0), 0.0, c / np.where(d == 0, 1, d)).astype(np.float32)
+
+
+def reference_topk(full, k, larger, exclude_diagonal):
+    """Per-row top-k of a dense matrix: best value first, ties by the smaller column; -1 pads."""
+    n, m = full.shape
+    vals = np.zeros((n, k), dtype=full.dtype)
+    idx = np.full((n, k), -1, dtype=np.int64)
+    for i in range(n):
+        cols = np.arange(m)
+        v = full[i]
+        if exclude_diagonal:
+            keep = cols != i
+            cols, v = cols[keep], v[keep]
+        key = -v.astype(np.float64) if larger else v.astype(np.float64)
+        order = np.lexsort((cols, key))[:k]
+        vals[i, : len(order)] = v[order]
+        idx[i, : len(order)] = cols[order]
+    return vals, idx
+
+
+def reference_threshold(full, t, larger, symmetric, both_halves, include_diagonal):
+    n, m = full.shape
+    keep = full >= t if larger else full <= t
+    if symmetric:
+        i, j = np.indices((n, m))
+        if not both_halves:
+            keep &= j >= i
+        if not include_diagonal:
+            keep &= i != j
+    r, c = np.nonzero(keep)  # row-major order: sorted by row, then column
+    return r, c, full[r, c]

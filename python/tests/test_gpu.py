@@ -1,0 +1,262 @@
+"""GPU tests: skip with the reason where no GPU is usable, fail instead under
+SPILLWAY_REQUIRE_GPU=1 (scripts/gpu-check.sh python). Device inputs come from CuPy, PyTorch and
+Numba; each is checked to be read where it lies (pointer equality), never copied."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import spillway
+from spillway import _arrays
+from conftest import need, random01, reference, reference_threshold, reference_topk
+
+METRICS = ["counts", "jaccard", "cosine", "hamming"]
+
+
+def framework(name):
+    need(importlib.util.find_spec(name) is not None, f"{name} is not installed")
+    mod = pytest.importorskip(name)
+    if name == "numba":
+        from numba import cuda
+
+        need(cuda.is_available(), "numba.cuda sees no GPU")
+        return cuda
+    return mod
+
+
+def g(*args, **kw):
+    kw.setdefault("progress", False)
+    return spillway.gram(*args, **kw)
+
+
+# ---- host input on the GPU ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("n, cols", [(1, 3), (129, 1025), (700, 3000)])
+def test_dense_on_gpu_matches_numpy(gpu, rng, metric, n, cols):
+    a = random01(rng, n, cols, float(rng.uniform(0.05, 0.5)))
+    ref = reference(a, None, metric)
+    rep = {}
+    # max_panel_rows=128: several strips, so the out-of-core path (not one tile) is what runs.
+    full = g(a, metric=metric, max_panel_rows=128, report=rep)
+    assert not rep["on_host"] and rep["devices"]
+    np.testing.assert_array_equal(full, ref)  # bit-identical: same double formula, one rounding
+    np.testing.assert_array_equal(g(a, metric=metric, sink="triangle", max_panel_rows=96), ref[np.triu_indices(n)])
+    np.testing.assert_array_equal(g(a, metric=metric, sink="condensed", budget="64MiB"), ref[np.triu_indices(n, 1)])
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_topk_and_threshold_on_gpu(gpu, rng, metric):
+    a = random01(rng, 500, 333, 0.2)
+    ref = reference(a, None, metric)
+    larger = metric != "hamming"
+    vals, idx = g(a, metric=metric, sink="topk", k=32, max_panel_rows=64)
+    rv, ri = reference_topk(ref, 32, larger, True)
+    np.testing.assert_array_equal(idx, ri)
+    np.testing.assert_array_equal(vals, rv)
+    t = {"counts": 30, "jaccard": 0.2, "cosine": 0.35, "hamming": 110}[metric]
+    m = g(a, metric=metric, sink="threshold", threshold=t, both_halves=True, max_panel_rows=64)
+    r, c, v = reference_threshold(ref, t, larger, True, True, False)
+    np.testing.assert_array_equal(m.row, r)
+    np.testing.assert_array_equal(m.col, c)
+    np.testing.assert_array_equal(m.data, v)
+
+
+def test_a_times_b_on_gpu(gpu, rng):
+    a = random01(rng, 300, 2000)
+    b = random01(rng, 170, 2000, 0.5)
+    np.testing.assert_array_equal(g(a, b, metric="jaccard", max_panel_rows=64), reference(a, b, "jaccard"))
+    vals, idx = g(a, b, sink="topk", k=8)
+    rv, ri = reference_topk(reference(a, b, "counts"), 8, True, False)
+    np.testing.assert_array_equal(idx, ri)
+    np.testing.assert_array_equal(vals, rv)
+
+
+def test_bits_are_pinned_where_a_gpu_is(gpu, rng):
+    assert spillway.pack_bits(random01(rng, 10, 10)).pinned
+
+
+def test_two_gpus(gpu, rng):
+    need(spillway.device_count() >= int(os.environ.get("SPILLWAY_REQUIRE_GPUS", "2")),
+         f"needs 2 GPUs; {spillway.device_count()} visible")
+    a = random01(rng, 2000, 1500)
+    rep = {}
+    full = g(a, devices=[0, 1], max_panel_rows=128, report=rep)
+    assert sorted(rep["devices"]) == [0, 1]
+    np.testing.assert_array_equal(full, reference(a, None, "counts"))
+
+
+def test_budget_too_small_is_a_value_error(gpu, rng):
+    with pytest.raises(ValueError, match="budget"):
+        g(random01(rng, 5000, 5000), budget=4096)
+
+
+def test_ctrl_c_cancels_a_gpu_job(gpu, rng):
+    import _thread
+
+    def interrupt(done, total):
+        if total > 0:  # as the job starts: spillway's first progress report (0 done)
+            _thread.interrupt_main()
+
+    a = random01(rng, 20000, 4096)
+    with pytest.raises(spillway.Cancelled) as info:
+        g(a, sink="triangle", progress=interrupt, max_panel_rows=64)
+    rep = info.value.report
+    # Cancelled at the first report: only the strips already in flight (3 slots per GPU) finish.
+    assert rep["cancelled"] and rep["tasks_completed"] < rep["tasks_total"] == 313
+    # The drained job left the GPU usable.
+    np.testing.assert_array_equal(g(a[:50]), reference(a[:50], None, "counts"))
+
+
+def test_mmap_larger_than_the_budget_and_the_rss_cap(gpu, tmp_path):
+    """A 2 GiB .npy, 10x the 192 MiB budget and 2.7x the 768 MiB RSS cap: packed block by block into
+    256 MiB of pinned bits (themselves more than the budget, so the column operand is streamed),
+    top-32 per row out of core."""
+    rows, cols = 16384, 131072
+    path = tmp_path / "big.npy"
+    writer = textwrap.dedent(
+        f"""
+        import numpy as np
+        m = np.lib.format.open_memmap({str(path)!r}, mode="w+", dtype=np.uint8, shape=({rows}, {cols}))
+        rng = np.random.default_rng(7)
+        pattern = (rng.random((64, {cols})) < 0.05).astype(np.uint8)
+        for r in range(0, {rows}, 64):
+            m[r:r + 64] = pattern
+        m.flush()
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer], check=True)
+    reader = textwrap.dedent(
+        f"""
+        import resource, numpy as np, spillway
+        m = np.load({str(path)!r}, mmap_mode="r")
+        rep = {{}}
+        vals, idx = spillway.gram(m, sink="topk", k=32, budget="192MiB", progress=False, report=rep)
+        # Row r equals every row r + 64 t: its best partners are those copies (count = its popcount).
+        pc = (np.load({str(path)!r}, mmap_mode="r")[:64].astype(np.int64)).sum(axis=1)
+        assert (vals[:, 0] == pc[np.arange({rows}) % 64]).all(), "wrong top-1"
+        assert ((idx[:, 0] % 64) == (np.arange({rows}) % 64)).all(), "wrong partner"
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rep["tasks_total"])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    peak, tasks = (int(x) for x in out.stdout.split())
+    cap = 768 << 20
+    print(f"file {path.stat().st_size >> 20} MiB, peak RSS {peak >> 20} MiB (cap {cap >> 20}), {tasks} strips")
+    assert peak < cap and tasks > 1
+
+
+# ---- device input: CuPy, PyTorch (DLPack), Numba (__cuda_array_interface__) -----------------------
+
+
+def _check_device_result(out, host_ref, to_numpy):
+    np.testing.assert_array_equal(to_numpy(out), host_ref)
+
+
+@pytest.mark.parametrize("metric, sink", [("counts", "full"), ("jaccard", "triangle"), ("hamming", "condensed")])
+def test_cupy_input_zero_copy(gpu, rng, metric, sink):
+    cp = framework("cupy")
+    a = random01(rng, 300, 1000)
+    x = cp.asarray(a)
+    s = cp.cuda.Stream(non_blocking=True)
+    d = _arrays.device_array(x, s)
+    assert d.ptr == x.data.ptr and d.framework == "cupy"  # read where it lies
+    out = g(x, metric=metric, sink=sink, stream=s)
+    assert isinstance(out, cp.ndarray)
+    s.synchronize()
+    ref = reference(a, None, metric)
+    want = ref if sink == "full" else ref[np.triu_indices(300, 0 if sink == "triangle" else 1)]
+    _check_device_result(out, want, cp.asnumpy)
+
+
+def test_cupy_a_times_b_and_topk(gpu, rng):
+    cp = framework("cupy")
+    a, b = random01(rng, 200, 700), random01(rng, 90, 700)
+    xa, xb = cp.asarray(a), cp.asarray(b)
+    out = g(xa, xb, metric="cosine")
+    np.testing.assert_array_equal(cp.asnumpy(out), reference(a, b, "cosine"))
+    vals, idx = g(xa, sink="topk", k=5)
+    assert isinstance(vals, cp.ndarray)
+    rv, ri = reference_topk(reference(a, None, "counts"), 5, True, True)
+    np.testing.assert_array_equal(cp.asnumpy(idx), ri)
+    np.testing.assert_array_equal(cp.asnumpy(vals), rv)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "bool"])
+def test_torch_input_zero_copy(gpu, rng, dtype):
+    torch = framework("torch")
+    need(torch.cuda.is_available(), "torch.cuda sees no GPU")
+    a = random01(rng, 257, 1100)
+    x = torch.from_numpy(a).to("cuda").to(getattr(torch, dtype))
+    s = torch.cuda.Stream()
+    d = _arrays.device_array(x, s)
+    assert d.ptr == x.data_ptr() and d.framework == "torch" and d.dtype == dtype
+    with torch.cuda.stream(s):
+        out = g(x, metric="jaccard", stream=s)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    s.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), reference(a, None, "jaccard"))
+
+
+def test_numba_input_zero_copy_through_cai(gpu, rng):
+    cuda = framework("numba")
+    a = random01(rng, 150, 999)
+    x = cuda.to_device(a)
+    assert not hasattr(x, "__dlpack__") or True  # whichever: numba arrays take the CAI path
+    d = _arrays.device_array(x)
+    assert d.ptr == x.__cuda_array_interface__["data"][0] and d.framework == "numba"
+    out = g(x, metric="counts")
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), reference(a, None, "counts"))
+
+
+def test_cai_stream_is_waited_on(gpu, rng):
+    """A __cuda_array_interface__ v3 producer with a stream: spillway's stream waits on it."""
+    cp = framework("cupy")
+    a = random01(rng, 64, 256)
+    x = cp.asarray(a)
+    s = cp.cuda.Stream(non_blocking=True)
+
+    class Producer:  # CAI only, with its stream
+        def __init__(self, arr, stream):
+            self._a, self._s = arr, stream
+
+        @property
+        def __cuda_array_interface__(self):
+            d = dict(self._a.__cuda_array_interface__)
+            d["version"] = 3
+            d["stream"] = self._s.ptr
+            return d
+
+    with s:
+        x[:] = cp.asarray(a)  # the producer's pending write
+    p = Producer(x, s)
+    d = _arrays.device_array(p)
+    assert d.ptr == x.data.ptr and d.stream == s.ptr
+    out = g(p)  # the result is a CuPy array (CuPy is installed): see empty_like_framework
+    cp.cuda.Device().synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(out), reference(a, None, "counts"))
+
+
+def test_device_refusals(gpu, rng):
+    cp = framework("cupy")
+    x = cp.asarray(random01(rng, 10, 64))
+    with pytest.raises(ValueError, match="both be device arrays or both host"):
+        g(x, random01(rng, 10, 64))
+    with pytest.raises(ValueError, match="contiguous"):
+        g(x[:, ::2])
+    with pytest.raises(ValueError, match="bool, uint8 or int8"):
+        g(x.astype(cp.float32))
+    bad = x.copy()
+    bad[3, 5] = 7
+    with pytest.raises(ValueError, match=r"value 7 at \(row 3, column 5\)"):
+        g(bad)

@@ -1,0 +1,455 @@
+"""Host tests: everything that runs without a GPU (CI has none). On a GPU machine the same calls
+run on the GPU unless a test forces the host path, so these also check the GPU path there."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import spillway
+from conftest import random01, reference, reference_threshold, reference_topk
+
+ROOT = Path(__file__).resolve().parents[2]
+METRICS = ["counts", "jaccard", "cosine", "hamming"]
+
+
+def quiet_gram(*args, **kw):
+    kw.setdefault("progress", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        return spillway.gram(*args, **kw)
+
+
+# ---- the package --------------------------------------------------------------------------------
+
+
+def test_version_is_the_cpp_version():
+    text = (ROOT / "include/spillway/version.hpp").read_text()
+    want = re.search(r'#define SPILLWAY_VERSION_STRING "([^"]+)"', text).group(1)
+    assert spillway.__version__ == want
+
+
+def test_gpu_query_says_why():
+    n = spillway.device_count()
+    assert spillway.gpu_available() == (n > 0)
+    if n == 0:
+        assert spillway.no_gpu_reason() != ""
+    else:
+        assert spillway.no_gpu_reason() == ""
+
+
+def no_gpu_env():
+    """The environment of a child process that sees no GPU (the no-GPU behaviour on any machine)."""
+    env = dict(os.environ)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def test_host_fallback_is_announced_once():
+    code = textwrap.dedent(
+        """
+        import warnings, numpy as np, spillway
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            spillway.gram(np.eye(3, dtype=np.uint8), progress=False)
+            spillway.gram(np.eye(3, dtype=np.uint8), progress=False)
+        hits = [x for x in w if issubclass(x.category, spillway.HostFallbackWarning)]
+        print(len(hits), str(hits[0].message))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=no_gpu_env()).stdout
+    count, message = out.split(" ", 1)
+    assert count == "1"
+    assert "no usable GPU" in message and "host implementation" in message
+
+
+def test_no_gpu_without_fallback_is_a_runtime_error():
+    code = textwrap.dedent(
+        """
+        import numpy as np, spillway
+        assert not spillway.gpu_available() and spillway.no_gpu_reason()
+        try:
+            spillway.gram(np.eye(4, dtype=np.uint8), host_fallback=False, progress=False)
+        except RuntimeError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=no_gpu_env()).stdout
+    assert "needs a GPU, and there is none" in out and "host_fallback" in out
+
+
+# ---- pack_bits ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cols", [0, 1, 31, 32, 33, 1023, 1024, 1025, 3001])
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int64, np.uint16])
+def test_pack_bits_round_trips(rng, cols, dtype):
+    rows = int(rng.integers(0, 40))
+    a = random01(rng, rows, cols, 0.4, dtype)
+    bm = spillway.pack_bits(a, pinned=False)
+    assert bm.shape == (rows, cols)
+    assert bm.ld_words % 32 == 0 and bm.ld_words * 32 >= cols
+    np.testing.assert_array_equal(bm.unpack(), a.astype(np.uint8))
+    np.testing.assert_array_equal(bm.row_popcounts(), a.astype(np.int64).sum(axis=1))
+    # The layout: column c is bit c % 32 of word c // 32, np.packbits' little bit order, padding zero.
+    if rows and cols:
+        raw = bm.words.view(np.uint8).reshape(rows, -1)
+        want = np.packbits(a.astype(np.uint8), axis=1, bitorder="little")
+        np.testing.assert_array_equal(raw[:, : want.shape[1]], want)
+        assert not raw[:, want.shape[1]:].any()
+
+
+def test_pack_bits_reads_strided_rows_and_read_only_arrays(rng):
+    big = random01(rng, 30, 200)
+    view = big[::3, 5:150]  # row stride 600 bytes, columns contiguous
+    np.testing.assert_array_equal(spillway.pack_bits(view).unpack(), view)
+    ro = big.copy()
+    ro.setflags(write=False)
+    np.testing.assert_array_equal(spillway.pack_bits(ro).unpack(), ro)
+
+
+def test_pack_bits_names_the_bad_value(rng):
+    a = random01(rng, 300, 77)
+    a[211, 40] = 2
+    with pytest.raises(ValueError, match=r"value 2 at \(row 211, column 40\) is not 0 or 1"):
+        spillway.pack_bits(a)
+    np.testing.assert_array_equal(spillway.pack_bits(a, nonzero_as_one=True).unpack(), (a != 0).astype(np.uint8))
+
+
+def test_pack_bits_names_the_bad_value_past_the_first_block(rng, monkeypatch):
+    from spillway import _gram
+
+    monkeypatch.setattr(_gram, "_PACK_BLOCK_BYTES", 1000)  # many row blocks
+    a = random01(rng, 500, 100, dtype=np.int32)
+    a[377, 3] = -1
+    with pytest.raises(ValueError, match=r"value -1 at \(row 377, column 3\)"):
+        spillway.pack_bits(a)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros(10, np.uint8), "must be 2-D"),
+        (np.zeros((3, 4, 5), np.uint8), "must be 2-D"),
+        (np.zeros((4, 4), np.float32), "dtype float32"),
+        (np.zeros((4, 8), np.uint8)[:, ::2], "contiguous"),
+        (np.zeros((4, 8), np.uint8).T, "contiguous"),
+    ],
+)
+def test_pack_bits_refuses_clearly(bad, message):
+    with pytest.raises(ValueError, match=message):
+        spillway.pack_bits(bad)
+
+
+def test_from_packed_bytes_both_orders(rng):
+    a = random01(rng, 17, 45)
+    for order in ("big", "little"):
+        packed = np.packbits(a, axis=1, bitorder=order)
+        np.testing.assert_array_equal(spillway.from_packed_bytes(packed, 45, bitorder=order).unpack(), a)
+    with pytest.raises(ValueError, match="bitorder"):
+        spillway.from_packed_bytes(np.packbits(a, axis=1), 45, bitorder="middle")
+
+
+def test_pack_bits_of_a_memory_mapped_file(rng, tmp_path, monkeypatch):
+    from spillway import _gram
+
+    monkeypatch.setattr(_gram, "_PACK_BLOCK_BYTES", 4096 * 3 + 100)  # blocks that straddle pages
+    a = random01(rng, 700, 1000, dtype=np.bool_)
+    np.save(tmp_path / "a.npy", a)
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert not m.flags.writeable
+    np.testing.assert_array_equal(spillway.pack_bits(m).unpack(), a)
+
+
+def test_mmap_larger_than_the_rss_cap_is_streamed(tmp_path):
+    """A 1.5 GiB .npy packs with peak RSS under 384 MiB (a quarter of the file; the bits alone are
+    an eighth): rows are read in 64 MiB blocks and each block's pages are released after packing."""
+    rows, cols = 12288, 131072  # 1.5 GiB of uint8
+    path = tmp_path / "big.npy"
+    writer = textwrap.dedent(
+        f"""
+        import numpy as np
+        m = np.lib.format.open_memmap({str(path)!r}, mode="w+", dtype=np.uint8, shape=({rows}, {cols}))
+        block = (np.arange({cols}) % 7 == 0).astype(np.uint8)
+        for r in range(0, {rows}, 256):
+            m[r:r + 256] = block
+            m[r:r + 256, r % {cols}] = 1
+        m.flush()
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer], check=True)
+    reader = textwrap.dedent(
+        f"""
+        import resource, numpy as np, spillway
+        m = np.load({str(path)!r}, mmap_mode="r")
+        bm = spillway.pack_bits(m, pinned=False)
+        pc = bm.row_popcounts()
+        want = (np.arange({cols}) % 7 == 0).sum()
+        col = np.arange({rows}) // 256 * 256 % {cols}
+        extra = (col % 7 != 0).astype(np.int64)
+        assert (pc == want + extra).all(), "wrong popcounts"
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    peak = int(out.stdout.strip())
+    cap = 384 << 20
+    print(f"file {path.stat().st_size / 2**20:.0f} MiB, peak RSS {peak / 2**20:.0f} MiB, cap {cap / 2**20:.0f} MiB")
+    assert path.stat().st_size > 3 * cap
+    assert peak < cap
+
+
+# ---- gram against NumPy -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("shape", [(1, 5), (2, 1), (37, 65), (130, 1500), (64, 0)])
+def test_dense_layouts(rng, metric, shape):
+    a = random01(rng, *shape, density=float(rng.uniform(0.05, 0.6)))
+    if shape[0] > 2:
+        a[1] = 0  # an empty row: jaccard 0/0 and cosine with a zero norm
+    ref = reference(a, None, metric)
+    n = shape[0]
+    # Floating metrics are bit-identical: both sides compute c/u or c/sqrt(na*nb) in float64 with
+    # IEEE division and sqrt, then round once to float32.
+    full = quiet_gram(a, metric=metric, _host_block_rows=7)
+    assert full.dtype == ref.dtype and full.shape == (n, n)
+    np.testing.assert_array_equal(full, ref)
+    iu = np.triu_indices(n)
+    np.testing.assert_array_equal(quiet_gram(a, metric=metric, sink="triangle", _host_block_rows=5), ref[iu])
+    iu1 = np.triu_indices(n, 1)
+    np.testing.assert_array_equal(quiet_gram(a, metric=metric, sink="condensed"), ref[iu1])
+
+
+def test_condensed_matches_scipy_pdist(rng):
+    from scipy.spatial.distance import pdist
+
+    a = random01(rng, 60, 333).astype(bool)
+    d = quiet_gram(a, metric="jaccard", sink="condensed")
+    np.testing.assert_allclose(1.0 - d, pdist(a, "jaccard"), rtol=0, atol=1e-6)  # float32 rounding of c/u
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_a_times_b_transposed(rng, metric):
+    a = random01(rng, 45, 700)
+    b = random01(rng, 81, 700, 0.5)
+    np.testing.assert_array_equal(quiet_gram(a, b, metric=metric, _host_block_rows=8), reference(a, b, metric))
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("k, include_diagonal", [(1, False), (5, True), (16, False), (64, False), (64, True)])
+def test_topk(rng, metric, k, include_diagonal):
+    n = 90
+    a = random01(rng, n, 40, 0.2)  # few columns: many ties, broken by the smaller index
+    vals, idx = quiet_gram(a, metric=metric, sink="topk", k=k, include_diagonal=include_diagonal, _host_block_rows=13)
+    rv, ri = reference_topk(reference(a, None, metric), k, metric != "hamming", not include_diagonal)
+    assert vals.shape == (n, k) and idx.shape == (n, k) and idx.dtype == np.int64
+    np.testing.assert_array_equal(idx, ri)
+    np.testing.assert_array_equal(vals, rv)
+
+
+def test_topk_of_a_times_b_and_short_rows(rng):
+    a = random01(rng, 20, 100)
+    b = random01(rng, 6, 100)
+    vals, idx = quiet_gram(a, b, metric="cosine", sink="topk", k=10)
+    rv, ri = reference_topk(reference(a, b, "cosine"), 10, True, False)
+    np.testing.assert_array_equal(idx, ri)
+    np.testing.assert_array_equal(vals, rv)
+    assert (idx[:, 6:] == -1).all()
+
+
+@pytest.mark.parametrize("metric, t", [("counts", 12), ("jaccard", 0.25), ("cosine", 0.4), ("hamming", 40)])
+@pytest.mark.parametrize("both_halves, include_diagonal", [(False, False), (True, False), (True, True), (False, True)])
+def test_threshold(rng, metric, t, both_halves, include_diagonal):
+    a = random01(rng, 70, 90)
+    m = quiet_gram(a, metric=metric, sink="threshold", threshold=t, both_halves=both_halves,
+                   include_diagonal=include_diagonal, _host_block_rows=9)
+    from scipy.sparse import coo_array
+
+    assert isinstance(m, coo_array) and m.shape == (70, 70)
+    r, c, v = reference_threshold(reference(a, None, metric), t, metric != "hamming", True, both_halves,
+                                  include_diagonal)
+    np.testing.assert_array_equal(m.row, r)
+    np.testing.assert_array_equal(m.col, c)
+    np.testing.assert_array_equal(m.data, v)
+
+
+def test_threshold_of_a_times_b(rng):
+    a = random01(rng, 33, 64)
+    b = random01(rng, 12, 64)
+    m = quiet_gram(a, b, sink="threshold", threshold=6)
+    r, c, v = reference_threshold(reference(a, b, "counts"), 6, True, False, False, False)
+    assert m.shape == (33, 12)
+    np.testing.assert_array_equal(m.row, r)
+    np.testing.assert_array_equal(m.col, c)
+    np.testing.assert_array_equal(m.data, v)
+
+
+def test_bitmatrix_input_and_score_options(rng):
+    a = random01(rng, 10, 50)
+    a[3] = 0
+    bm = spillway.pack_bits(a)
+    j = quiet_gram(bm, metric="jaccard", jaccard_empty=0.5)
+    assert j[3, 3] == np.float32(0.5)
+    c = quiet_gram(bm, metric="cosine", cosine_zero=-1.0)
+    assert (c[3] == -1.0).all()
+
+
+def test_report_is_filled(rng):
+    rep = {}
+    quiet_gram(random01(rng, 50, 50), report=rep, _host_block_rows=10)
+    assert rep["tasks_completed"] == rep["tasks_total"] > 0
+    assert rep["on_host"] == (not spillway.gpu_available())
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(metric="dice"), "metric must be one of"),
+        (dict(sink="dense"), "sink must be one of"),
+        (dict(sink="topk"), "needs k"),
+        (dict(sink="topk", k=0), r"k must be an integer in \[1, 64\]"),
+        (dict(sink="topk", k=65), r"k must be an integer in \[1, 64\]"),
+        (dict(k=3), "k is for sink='topk'"),
+        (dict(sink="threshold"), "needs threshold"),
+        (dict(threshold=0.5), "threshold is for sink='threshold'"),
+        (dict(budget="eight gigs"), "is not a byte size"),
+        (dict(budget=0), "positive byte count"),
+        (dict(stream=5), "stream= orders device input"),
+    ],
+)
+def test_bad_arguments_are_value_errors(kw, message):
+    with pytest.raises(ValueError, match=message):
+        quiet_gram(np.eye(4, dtype=np.uint8), **kw)
+
+
+def test_bad_shapes_are_value_errors():
+    with pytest.raises(ValueError, match="equal column counts"):
+        quiet_gram(np.eye(4, dtype=np.uint8), np.eye(5, dtype=np.uint8))
+    with pytest.raises(ValueError, match="layout of the symmetric"):
+        quiet_gram(np.eye(4, dtype=np.uint8), np.eye(4, dtype=np.uint8), sink="triangle")
+    with pytest.raises(TypeError, match="budget must be"):
+        quiet_gram(np.eye(4, dtype=np.uint8), budget=1.5)
+
+
+# ---- progress, Ctrl-C, the GIL ------------------------------------------------------------------
+
+
+def test_progress_callable_sees_every_task(rng):
+    seen = []
+    quiet_gram(random01(rng, 100, 200), progress=lambda d, t: seen.append((d, t)), _host_block_rows=10,
+               max_panel_rows=32)
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 0
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_tqdm_bar_when_installed(rng):
+    pytest.importorskip("tqdm", reason="tqdm is optional; without it progress=True shows nothing")
+    g = quiet_gram(random01(rng, 40, 40), progress=True, _host_block_rows=4)
+    assert g.shape == (40, 40)
+
+
+# The host implementation's Ctrl-C, checked in a child process that sees no GPU (so on every
+# machine); the GPU form is in test_gpu.py.
+CTRL_C_CHILD = textwrap.dedent(
+    """
+    import os, signal, threading, _thread, warnings, numpy as np, spillway
+    warnings.simplefilter("ignore")
+    assert not spillway.gpu_available()
+    a = (np.random.default_rng(int(os.environ["SEED"])).random((4000, 3000)) < 0.3).astype(np.uint8)
+    how = os.environ["HOW"]
+    started = threading.Event()
+
+    def progress(done, total):
+        if total > 0 and how == "callback":
+            _thread.interrupt_main()  # a SIGINT seen while the callback runs
+        if done >= 1:
+            started.set()
+
+    def kill():  # a real SIGINT from another thread while the main thread waits in C++
+        if started.wait(60):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    if how == "signal":
+        threading.Thread(target=kill, daemon=True).start()
+    try:
+        spillway.gram(a, sink="condensed", progress=progress, _host_block_rows=8)
+        print("not interrupted")
+    except spillway.Cancelled as e:
+        r = e.report
+        assert isinstance(e, KeyboardInterrupt)
+        assert r["cancelled"] and r["tasks_completed"] < r["tasks_total"], r
+        assert len(r["completed_tasks"]) == r["tasks_completed"] and e.partial is not None
+        print("cancelled", r["tasks_completed"], "of", r["tasks_total"])
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["callback", "signal"])
+def test_ctrl_c_cancels_and_reports(rng, how):
+    """Ctrl-C stops the job: spillway.Cancelled, a KeyboardInterrupt, with the partial report."""
+    env = no_gpu_env()
+    env["HOW"] = how
+    env["SEED"] = str(int(rng.integers(1 << 30)))
+    out = subprocess.run([sys.executable, "-c", CTRL_C_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("cancelled"), out.stdout
+    print(out.stdout)
+
+
+def test_progress_exception_cancels_and_propagates(rng):
+    def boom(done, total):
+        if done >= 1:
+            raise ZeroDivisionError("from the callback")
+
+    with pytest.raises(ZeroDivisionError, match="from the callback"):
+        quiet_gram(random01(rng, 400, 300), progress=boom, _host_block_rows=8, max_panel_rows=64)
+
+
+def test_gil_is_released_while_the_job_runs(rng):
+    a = random01(rng, 1500, 4000)
+    ticks = 0
+    stop = threading.Event()
+
+    def ticker():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        quiet_gram(a, sink="condensed")
+    finally:
+        stop.set()
+        t.join()
+    assert ticks > 100
+
+
+# ---- the README's example -----------------------------------------------------------------------
+
+
+def test_readme_python_example_runs():
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, "README.md has no ```python block"
+    env = dict(os.environ)
+    env["PYTHONWARNINGS"] = "ignore::UserWarning"
+    for code in blocks:
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+
