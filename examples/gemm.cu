@@ -5,15 +5,21 @@
 //   spillway-gemm --type bf16 --m 8192 --n 8192 --k 8192     # bf16 in, float out (wgmma on H100/H200)
 //   spillway-gemm --type tf32 --path mma_sync --m 64 --n 8192 --k 8192
 //   spillway-gemm --a A.npy --b B.npy --type double --out C.npy
+//   spillway-gemm --type bf16 --m 32768 --n 32768 --k 32768 --budget 8GiB   # host matrices, out of core
 //
 // A is m x k and B is k x n, both row-major (C order, as NumPy writes them). Inputs: .npy files of
 // float32/float64 (converted to the chosen type; int8 reads int8 or int32; cfloat reads float32 of
 // shape (rows, cols, 2) = NumPy complex64 viewed as float32), or random from --seed. C goes to --out
 // as float32 (float, tf32, half, bf16), float64, int32, or float32 (m, n, 2) for cfloat. With no
 // GPU it runs host_gemm (and says so). Exits non-zero when a sampled entry is outside the bound.
+// With --budget the matrices stay in host memory (page-locked for the run unless --pageable) and
+// gemm_out_of_core multiplies them block by block on every visible GPU within that much device
+// memory each; it prints the plan (blocks, bytes moved, the copy-time floor) and the job's time.
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/event_timer.hpp>
+#include <spillway/core/host_registration.hpp>
+#include <spillway/core/memory_budget.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm.cuh>
 #include <spillway/io/npy.hpp>
@@ -24,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +47,8 @@ struct args {
   std::uint64_t seed = 42;
   int samples = 1000, reps = 5;
   bool shape_given = false;
+  std::size_t budget = 0;  // > 0: out of core within this many bytes of device memory per GPU
+  bool pageable = false;
 };
 
 void print_usage(std::FILE* f) {
@@ -47,7 +56,7 @@ void print_usage(std::FILE* f) {
       f,
       "usage: spillway-gemm [--m M] [--n N] [--k K] [--type float|tf32|double|half|bf16|int8|cfloat]\n"
       "                     [--path automatic|simt|mma_sync|wgmma] [--a A.npy] [--b B.npy] [--out C.npy]\n"
-      "                     [--seed S] [--samples N] [--reps R] [--help]\n"
+      "                     [--seed S] [--samples N] [--reps R] [--budget SIZE [--pageable]] [--help]\n"
       "  C = A * B with A m x k and B k x n (row-major). Defaults: --m 4096 --n 4096 --k 4096 --type float\n"
       "  --path automatic --seed 42 --samples 1000 (entries checked against the host) --reps 5 (timed runs,\n"
       "  median reported, after 2 warm-ups). --a/--b replace the random inputs (and set m, k, n). With no "
@@ -56,7 +65,12 @@ void print_usage(std::FILE* f) {
       "  float is exact FP32 on the CUDA cores; tf32 runs float on the TF32 tensor cores (operands "
       "truncated\n"
       "  to 10 mantissa bits); half/bf16 accumulate in float; int8 in int32; cfloat is complex<float>.\n"
-      "example: spillway-gemm --type bf16 --m 8192 --n 8192 --k 8192 --path wgmma\n");
+      "  --budget SIZE (e.g. 8GiB, 512MiB, 1.5GiB, 8000000000): keep A, B and C in host memory and run\n"
+      "  gemm_out_of_core on every visible GPU with SIZE of device memory each (prints the plan, the bytes\n"
+      "  moved and the copy-time floor; times whole jobs, host to host). The host matrices are page-locked\n"
+      "  for the run (cudaHostRegister, not timed); --pageable leaves them pageable (staged copies).\n"
+      "example: spillway-gemm --type bf16 --m 8192 --n 8192 --k 8192 --path wgmma\n"
+      "         spillway-gemm --type tf32 --m 32768 --n 32768 --k 32768 --budget 8GiB --reps 3\n");
 }
 
 [[noreturn]] void usage(const std::string& why) {
@@ -95,6 +109,14 @@ args parse(int argc, char** argv) {
       a.samples = std::atoi(val().c_str());
     else if (key == "--reps")
       a.reps = std::atoi(val().c_str());
+    else if (key == "--budget") {
+      try {
+        a.budget = spillway::parse_byte_size(val());
+      } catch (const std::exception& e) {
+        usage(std::string("--budget: ") + e.what());
+      }
+    } else if (key == "--pageable")
+      a.pageable = true;
     else if (key == "--help" || key == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -226,7 +248,41 @@ int run(args a, bool gpu) {
       (complex ? 8.0 : 2.0) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   bool tf32 = false;
 
-  if (gpu) {
+  if (gpu && a.budget > 0) {
+    const g::gemm_path path = g::resolve_path<T>(o, spillway::current_device());
+    tf32 = a.type == "tf32" && path != g::gemm_path::simt;
+    g::ooc_options oo;
+    oo.budget = spillway::memory_budget(a.budget);
+    std::unique_ptr<spillway::host_registration> ra, rb, rc;
+    if (!a.pageable) {
+      ra = std::make_unique<spillway::host_registration>(ha.data(), ha.size() * sizeof(T));
+      rb = std::make_unique<spillway::host_registration>(hb.data(), hb.size() * sizeof(T));
+      rc = std::make_unique<spillway::host_registration>(hc.data(), hc.size() * sizeof(TC));
+    }
+    auto job = [&] {
+      return g::gemm_out_of_core(accumulator_one<T>(), g::row_major<const T>(ha.data(), m, k),
+                                 g::row_major<const T>(hb.data(), k, n), accumulator_zero<T>(),
+                                 g::row_major(hc.data(), m, n), o, oo);
+    };
+    g::ooc_report rep = job();  // warm-up: pools, pinned staging, kernel set-up
+    std::printf("out of core on %zu GPU(s), budget %s each, path %s%s, %s memory\nplan: %s\n",
+                rep.job.devices.size(), spillway::detail::format_bytes(a.budget).c_str(), g::to_string(path),
+                tf32 ? " (TF32)" : "", rep.a_page_locked ? "page-locked" : "pageable", rep.plan.describe().c_str());
+    std::vector<double> secs;
+    for (int r = 0; r < a.reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();  // a synchronous job: host to host
+      rep = job();
+      secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(secs.begin(), secs.end());
+    const double med = secs[secs.size() / 2];
+    std::printf("%ld x %ld x %ld %s out of core: median %.3f ms of %d jobs, %.2f TFLOP/s; moved %.3f GB "
+                "(%.1f GB/s); copy floor %.3f ms (%.2f x)\n",
+                static_cast<long>(m), static_cast<long>(n), static_cast<long>(k), a.type.c_str(), med * 1e3, a.reps,
+                flops / med / 1e12, static_cast<double>(rep.job.bytes_moved) / 1e9,
+                static_cast<double>(rep.job.bytes_moved) / med / 1e9, rep.plan.floor_seconds * 1e3,
+                med / rep.plan.floor_seconds);
+  } else if (gpu) {
     const int dev = spillway::current_device();
     const g::gemm_path path = g::resolve_path<T>(o, dev);  // a refused forced path throws here, named
     tf32 = a.type == "tf32" && path != g::gemm_path::simt;

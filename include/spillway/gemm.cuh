@@ -2,11 +2,14 @@
 // TF32 tensor cores), double (FP64 tensor cores), half / bf16 (float accumulation), int8 (int32
 // accumulation) and complex<float>, any layouts, strided batches, epilogues; the kernel family
 // chosen by type and architecture (wgmma, mma_sync, SIMT) or forced; a host implementation of the
-// same function. See docs/gemm.md.
+// same function; gemm_out_of_core for host matrices larger than the device (blocks streamed through
+// the pipeline's scheduler, one or several GPUs). See docs/gemm.md.
 #pragma once
 
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/gemm/gemm.cuh>
 #include <spillway/gemm/host_gemm.hpp>
 #include <spillway/gemm/matrix_view.hpp>
+#include <spillway/gemm/ooc_plan.hpp>
 #include <spillway/gemm/options.hpp>
+#include <spillway/gemm/out_of_core.cuh>

@@ -1,0 +1,376 @@
+// The out-of-core GEMM on the device: host A, B, C in every layout, pageable and page-locked, with
+// budgets small enough to force at least 9 blocks (and, in one suite, chunks of k), β = 0 over
+// NaN-poisoned C and β ≠ 0, every element type once, against the double-precision host reference
+// with the bound of gemm_check.hpp and against the in-core GEMM of the same product; cancellation
+// (the blocks written are exact, the rest untouched), a failing progress callback (the report of
+// what was written), a budget below one block (refused, the minimum stated), k = 0, two GPUs.
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/host_registration.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm.cuh>
+
+#include <support/gpu_test.hpp>
+
+#include "gemm_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace spillway::gemm;
+using namespace spillway::gemm::test;
+using spillway::index_t;
+
+template <class T>
+constexpr bool is_int_v = std::is_same_v<T, std::int8_t>;
+
+struct ooc_case {
+  index_t m = 700, n = 650, k = 300;
+  layout la = layout::row_major, lb = layout::col_major, lc = layout::row_major;
+  bool beta_zero = true;
+  bool pinned = false;   // page-lock A, B and C (host_registration) so they are copied by DMA
+  int min_blocks = 9;    // the budget is chosen so the plan has at least this many blocks
+  bool split_k = false;  // the budget is small enough that k is cut into chunks
+  bool bands = false;    // the budget is small enough that A's panels do not all fit (B re-streamed)
+  std::vector<int> devices;
+};
+
+std::string describe(const ooc_case& c, const gemm_options& o) {
+  auto l = [](layout x) { return x == layout::row_major ? "row" : "col"; };
+  return std::string(to_string(o.path)) + (o.math == math_mode::tf32 ? "/tf32" : "") + " " + std::to_string(c.m) +
+         "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " A " + l(c.la) + " B " + l(c.lb) + " C " + l(c.lc) +
+         (c.beta_zero ? " beta=0 over NaN" : " beta!=0") + (c.pinned ? " page-locked" : " pageable") +
+         (c.split_k ? " k chunks" : "") + (c.bands ? " A in bands" : "");
+}
+
+/// The largest budget (from the operands' size down by 3/4 steps) whose plan has at least
+/// `min_blocks` blocks — or, with `split`, chunks of k — as gemm_out_of_core will plan it.
+template <class T, class TC>
+std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
+  using Acc = accumulator_t<T>;
+  ooc_plan_request r;
+  r.m = c.m;
+  r.n = c.n;
+  r.k = c.k;
+  r.in_bytes = sizeof(T);
+  r.out_bytes = sizeof(TC);
+  r.acc_bytes = sizeof(Acc);
+  r.c_is_acc = std::is_same_v<TC, Acc>;
+  r.read_c = !c.beta_zero;
+  r.devices = c.devices.empty() ? 1 : c.devices.size();
+  r.stage_a = stage_a;
+  r.stage_b = stage_b;
+  std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) + static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
+  for (;; b = b * 3 / 4) {
+    r.budget_bytes = b;
+    const ooc_plan p = make_ooc_plan(r);  // throws (failing the test) below the minimum
+    const auto rows_per_device = static_cast<std::size_t>((p.row_panels + static_cast<index_t>(r.devices) - 1) /
+                                                          static_cast<index_t>(r.devices));
+    if (static_cast<int>(p.tasks()) >= c.min_blocks && (!c.split_k || p.k_chunks > 1) &&
+        (!c.bands || p.a_slots < rows_per_device))
+      return b;
+  }
+}
+
+/// One gemm_out_of_core checked element by element against the host reference (and, if given,
+/// compared with the in-core result of the same inputs).
+template <class T, class TC>
+::testing::AssertionResult run_ooc(const ooc_case& cs, gemm_options o, std::uint64_t seed, ooc_report* out = nullptr) {
+  std::mt19937_64 g(seed);
+  const double alpha = is_int_v<T> ? 2.0 : 1.5, beta = cs.beta_zero ? 0.0 : (is_int_v<T> ? -3.0 : -0.75);
+  auto a = make_matrix<T>(cs.m, cs.k, {cs.la, false, 0, 0}, 1, 0, g);
+  auto b = make_matrix<T>(cs.k, cs.n, {cs.lb, false, 0, 0}, 1, 0, g);
+  auto c = make_output<TC>(cs.m, cs.n, {cs.lc, false, 2, 0}, 1, 0, !cs.beta_zero, g);  // ld padded
+  if constexpr (is_int_v<T>) {
+    if (!cs.beta_zero)
+      for (auto& x : c.buf) x = static_cast<TC>(random_value<std::int8_t>(g));
+  }
+  const std::vector<TC> c0 = c.buf;
+  std::unique_ptr<spillway::host_registration> ra, rb, rc;
+  if (cs.pinned) {
+    ra = std::make_unique<spillway::host_registration>(a.buf.data(), a.buf.size() * sizeof(T));
+    rb = std::make_unique<spillway::host_registration>(b.buf.data(), b.buf.size() * sizeof(T));
+    rc = std::make_unique<spillway::host_registration>(c.buf.data(), c.buf.size() * sizeof(TC));
+  }
+  const gemm_path path = resolve_path<T>(o, spillway::current_device());
+  const bool tensor = path != gemm_path::simt;
+  ooc_options oo;
+  oo.budget = spillway::memory_budget(budget_for<T, TC>(cs, tensor && cs.la == layout::col_major,
+                                                         tensor && cs.lb == layout::row_major));
+  oo.devices = cs.devices;
+  using S = accumulator_t<T>;
+  const ooc_report rep = gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
+  if (out != nullptr) *out = rep;
+  const std::string what = describe(cs, o) + " [" + rep.plan.describe() + "]";
+  if (!rep.job.complete()) return ::testing::AssertionFailure() << what << ": job incomplete";
+  if (static_cast<int>(rep.plan.tasks()) < cs.min_blocks)
+    return ::testing::AssertionFailure() << what << ": only " << rep.plan.tasks() << " blocks";
+  if (cs.split_k && rep.plan.k_chunks < 2) return ::testing::AssertionFailure() << what << ": k was not split";
+  if (rep.job.bytes_moved != rep.plan.h2d_bytes + rep.plan.d2h_bytes && rep.job.devices.size() < 2)
+    return ::testing::AssertionFailure() << what << ": moved " << rep.job.bytes_moved << " bytes, the plan said "
+                                         << rep.plan.h2d_bytes + rep.plan.d2h_bytes;
+  if (rep.a_page_locked != cs.pinned || rep.c_page_locked != cs.pinned)
+    return ::testing::AssertionFailure() << what << ": host memory detected wrongly";
+  const arithmetic ar = arithmetic_for<T, TC>(std::is_same_v<T, float> && tensor);
+  // Chunks of k accumulate in C itself when C is the accumulator type: k/kc more roundings of the
+  // partial sums, inside the k·ε·S term already.
+  const matrix_view<const TC> cref{c0.data() + (c.view.data - c.buf.data()), c.view.rows, c.view.cols, c.view.ld,
+                                   c.view.order, 0};
+  const auto ref = compute_reference_fast<T, T, TC>(alpha, a.cview(), b.cview(), beta, cref, 1, identity{}, ar);
+  return check_output<TC>(c.buf, c0, c.view, 1, ref, what + " [ran " + to_string(path) + "]");
+}
+
+/// The in-core GEMM of the same product on the device, for the comparison.
+template <class T, class TC>
+::testing::AssertionResult compare_in_core(const ooc_case& cs, gemm_options o, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  const double alpha = 1.5;
+  auto a = make_matrix<T>(cs.m, cs.k, {cs.la, false, 0, 0}, 1, 0, g);
+  auto b = make_matrix<T>(cs.k, cs.n, {cs.lb, false, 0, 0}, 1, 0, g);
+  auto c = make_output<TC>(cs.m, cs.n, {cs.lc, false, 0, 0}, 1, 0, false, g);
+  std::vector<TC> in_core(c.buf.size());
+  {
+    spillway::stream s;
+    auto da = spillway::device_buffer<T>::from_host(cuda::std::span<const T>(a.buf.data(), a.buf.size()), s.view());
+    auto db = spillway::device_buffer<T>::from_host(cuda::std::span<const T>(b.buf.data(), b.buf.size()), s.view());
+    auto dc = spillway::device_buffer<TC>::from_host(cuda::std::span<const TC>(c.buf.data(), c.buf.size()), s.view());
+    matrix_view<const T> av = a.cview(), bv = b.cview();
+    av.data = da.data();
+    bv.data = db.data();
+    matrix_view<TC> cv = c.view;
+    cv.data = dc.data();
+    gemm_async(s.view(), static_cast<float>(alpha), av, bv, 0.0f, cv, o);
+    dc.copy_to_host_async(cuda::std::span<TC>(in_core.data(), in_core.size()), s.view());
+    s.synchronize();
+  }
+  ooc_options oo;
+  oo.budget = spillway::memory_budget(budget_for<T, TC>(cs, false, false));
+  const ooc_report rep = gemm_out_of_core(static_cast<float>(alpha), a.cview(), b.cview(), 0.0f, c.view, o, oo);
+  if (rep.plan.tasks() < 9) return ::testing::AssertionFailure() << "only " << rep.plan.tasks() << " blocks";
+  // Each block runs the same kernel over the same k as the whole product (full-k panels, no split):
+  // the sums are formed in the same order, so the two agree to the last bit.
+  long bad = 0;
+  for (index_t i = 0; i < cs.m; ++i)
+    for (index_t j = 0; j < cs.n; ++j) {
+      const std::size_t e = static_cast<std::size_t>(&c.view(i, j) - c.buf.data());
+      if (std::memcmp(&c.buf[e], &in_core[e], sizeof(TC)) != 0 && bad++ < 5) {
+        std::cout << "  C(" << i << "," << j << ") out of core " << to_wide(c.buf[e]) << " in core "
+                  << to_wide(in_core[e]) << "\n";
+      }
+    }
+  if (bad != 0) return ::testing::AssertionFailure() << bad << " elements differ from the in-core GEMM [" << rep.plan.describe() << "]";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(OutOfCoreGemmGpu, FloatEveryLayoutPageableAndPinned) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-float-layouts");
+  int n = 0;
+  for (bool pinned : {false, true})
+    for (layout la : {layout::row_major, layout::col_major})
+      for (layout lb : {layout::row_major, layout::col_major})
+        for (layout lc : {layout::row_major, layout::col_major}) {
+          ooc_case cs;
+          cs.la = la;
+          cs.lb = lb;
+          cs.lc = lc;
+          cs.pinned = pinned;
+          cs.bands = ((n / 2) % 2) == 1;
+          cs.beta_zero = (n++ % 2) == 0;
+          ASSERT_TRUE((run_ooc<float, float>(cs, gemm_options{}, seed + static_cast<std::uint64_t>(n))));
+        }
+}
+
+TEST(OutOfCoreGemmGpu, FloatMatchesInCoreBitForBit) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-float-in-core");
+  ooc_case cs;
+  cs.m = 1100;
+  cs.n = 900;
+  cs.k = 500;
+  gemm_options o;
+  o.split_k = 1;  // the in-core run must not split k either
+  ASSERT_TRUE((compare_in_core<float, float>(cs, o, seed)));
+  cs.la = layout::col_major;
+  cs.lc = layout::col_major;
+  ASSERT_TRUE((compare_in_core<float, float>(cs, o, seed + 1)));
+}
+
+template <class T, class TC>
+void every_type_once(const std::string& label, gemm_options o = {}) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-type-" + label);
+  ooc_case cs;
+  cs.m = 523;
+  cs.n = 611;
+  cs.k = 257;
+  ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed)));
+  cs.beta_zero = false;
+  cs.pinned = true;
+  cs.la = layout::col_major;  // the tensor-core paths stage MN-major panels
+  cs.lb = layout::row_major;
+  cs.lc = layout::col_major;
+  ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + 1)));
+}
+
+gemm_options tf32() {
+  gemm_options o;
+  o.math = math_mode::tf32;
+  return o;
+}
+
+TEST(OutOfCoreGemmGpu, Tf32) { every_type_once<float, float>("tf32", tf32()); }
+TEST(OutOfCoreGemmGpu, Bf16ToFloat) { every_type_once<__nv_bfloat16, float>("bf16-float"); }
+TEST(OutOfCoreGemmGpu, Bf16ToBf16) { every_type_once<__nv_bfloat16, __nv_bfloat16>("bf16-bf16"); }
+TEST(OutOfCoreGemmGpu, HalfToHalf) { every_type_once<__half, __half>("half-half"); }
+TEST(OutOfCoreGemmGpu, FloatToHalf) { every_type_once<float, __half>("float-half"); }
+TEST(OutOfCoreGemmGpu, Double) { every_type_once<double, double>("double"); }
+TEST(OutOfCoreGemmGpu, Int8ToInt32Exact) { every_type_once<std::int8_t, std::int32_t>("int8-int32"); }
+TEST(OutOfCoreGemmGpu, Int8ToFloat) { every_type_once<std::int8_t, float>("int8-float"); }
+TEST(OutOfCoreGemmGpu, ComplexFloat) { every_type_once<cfloat, cfloat>("cfloat"); }
+
+/// Budgets too small for full-k panels: k in chunks, accumulated in C (C the accumulator type) or
+/// in an accumulator block then combined with β·C (narrower C, int8 into float).
+template <class T, class TC>
+void k_chunks(const std::string& label, gemm_options o = {}) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-kchunks-" + label);
+  ooc_case cs;
+  cs.m = 300;
+  cs.n = 280;
+  cs.k = 2100;
+  cs.min_blocks = 1;
+  cs.split_k = true;
+  for (bool beta_zero : {true, false}) {
+    cs.beta_zero = beta_zero;
+    ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + (beta_zero ? 0 : 1))));
+  }
+}
+
+TEST(OutOfCoreGemmGpu, KChunksFloat) { k_chunks<float, float>("float"); }
+TEST(OutOfCoreGemmGpu, KChunksBf16ToBf16) { k_chunks<__nv_bfloat16, __nv_bfloat16>("bf16"); }
+TEST(OutOfCoreGemmGpu, KChunksInt8ToFloat) { k_chunks<std::int8_t, float>("int8-float"); }
+TEST(OutOfCoreGemmGpu, KChunksInt8ToInt32Exact) { k_chunks<std::int8_t, std::int32_t>("int8-int32"); }
+
+TEST(OutOfCoreGemmGpu, KZeroScalesC) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  std::vector<float> c(40 * 30, 2.0f);
+  ooc_options oo;
+  oo.budget = spillway::memory_budget(1 << 20);
+  const auto rep = gemm_out_of_core(1.0f, row_major<const float>(nullptr, 40, 0), row_major<const float>(nullptr, 0, 30),
+                                    -0.5f, row_major(c.data(), 40, 30), {}, oo);
+  EXPECT_TRUE(rep.job.complete());
+  for (float x : c) ASSERT_EQ(x, -1.0f);
+}
+
+TEST(OutOfCoreGemmGpu, CancelLeavesUnwrittenBlocksUntouched) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-cancel");
+  std::mt19937_64 g(seed);
+  const index_t m = 900, n = 800, k = 200;
+  auto a = make_matrix<float>(m, k, {layout::row_major, false, 0, 0}, 1, 0, g);
+  auto b = make_matrix<float>(k, n, {layout::col_major, false, 0, 0}, 1, 0, g);
+  auto c = make_output<float>(m, n, {layout::row_major, false, 0, 0}, 1, 0, false, g);
+  const std::vector<float> c0 = c.buf;
+  ooc_options oo;
+  oo.max_block = 128;  // 8 x 7 blocks
+  oo.slots_per_device = 2;
+  oo.budget = spillway::memory_budget(std::size_t{64} << 20);
+  std::atomic<int> calls{0};
+  oo.progress = [&](const spillway::progress_info& p) {
+    ++calls;
+    return p.tasks_done < 3;  // cancel once three blocks are complete
+  };
+  const ooc_report rep = gemm_out_of_core(1.0f, a.cview(), b.cview(), 0.0f, c.view, {}, oo);
+  ASSERT_TRUE(rep.job.cancelled);
+  ASSERT_FALSE(rep.job.complete());
+  const auto written = rep.written();
+  ASSERT_GE(written.size(), 3u);
+  ASSERT_LT(written.size(), rep.plan.tasks());
+  const auto ref = compute_reference_fast<float, float, float>(1.0, a.cview(), b.cview(), 0.0,
+                                                               matrix_view<const float>(c.view), 1, identity{},
+                                                               arithmetic_for<float, float>(false));
+  std::vector<char> in_written(c.buf.size(), 0);
+  for (const c_block& w : written)
+    for (index_t i = w.row0; i < w.row0 + w.rows; ++i)
+      for (index_t j = w.col0; j < w.col0 + w.cols; ++j) {
+        const std::size_t e = static_cast<std::size_t>(i * n + j);
+        in_written[e] = 1;
+        ASSERT_LE(std::fabs(c.buf[e] - ref.value[e]), ref.tol[e]) << "written block element (" << i << "," << j << ")";
+      }
+  for (std::size_t e = 0; e < c.buf.size(); ++e)
+    if (!in_written[e]) ASSERT_TRUE(std::isnan(c.buf[e])) << "element " << e << " outside the written blocks changed";
+}
+
+TEST(OutOfCoreGemmGpu, FailingCallbackReportsWhatWasWritten) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  std::vector<float> a(600 * 100, 1.0f), b(100 * 500, 0.5f), c(600 * 500, std::nanf(""));
+  ooc_options oo;
+  oo.max_block = 128;
+  oo.budget = spillway::memory_budget(std::size_t{64} << 20);
+  oo.progress = [](const spillway::progress_info& p) -> bool {
+    if (p.tasks_done >= 2) throw std::runtime_error("stop here");
+    return true;
+  };
+  ooc_report rep;
+  oo.report_on_error = &rep;
+  try {
+    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 600, 100), row_major<const float>(b.data(), 100, 500),
+                           0.0f, row_major(c.data(), 600, 500), {}, oo);
+    FAIL() << "the callback's exception did not stop the job";
+  } catch (const spillway::pipeline_error& e) {
+    EXPECT_NE(std::string(e.what()).find("stop here"), std::string::npos) << e.what();
+  }
+  const auto written = rep.written();
+  ASSERT_GE(written.size(), 2u);
+  for (const c_block& w : written)
+    for (index_t i = w.row0; i < w.row0 + w.rows; ++i)
+      for (index_t j = w.col0; j < w.col0 + w.cols; ++j) ASSERT_EQ(c[static_cast<std::size_t>(i * 500 + j)], 50.0f);
+}
+
+TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  std::vector<float> a(1000 * 700, 1.0f), b(700 * 900, 1.0f), c(1000 * 900, std::nanf(""));
+  ooc_options oo;
+  oo.budget = spillway::memory_budget(1000);
+  try {
+    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 1000, 700), row_major<const float>(b.data(), 700, 900),
+                           0.0f, row_major(c.data(), 1000, 900), {}, oo);
+    FAIL() << "a 1000-byte budget was accepted";
+  } catch (const spillway::logic_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("below the minimum of 458752 bytes"), std::string::npos) << msg;
+  }
+  for (float x : c) ASSERT_TRUE(std::isnan(x)) << "C was touched by a refused job";
+}
+
+TEST(OutOfCoreGemmGpu, TwoGpus) {
+  SPILLWAY_GPUS_TEST_OR_SKIP(2);
+  const auto seed = spillway::test::seed("ooc-two-gpus");
+  ooc_case cs;
+  cs.m = 1500;
+  cs.n = 700;
+  cs.k = 400;
+  cs.devices = {0, 1};
+  cs.min_blocks = 12;
+  cs.bands = true;
+  ooc_report rep;
+  ASSERT_TRUE((run_ooc<float, float>(cs, gemm_options{}, seed, &rep)));
+  ASSERT_EQ(rep.job.devices.size(), 2u);
+  EXPECT_GT(rep.job.tasks_per_device[0], 0u);
+  EXPECT_GT(rep.job.tasks_per_device[1], 0u);
+  cs.beta_zero = false;
+  cs.pinned = true;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, gemm_options{}, seed + 1, &rep)));
+}
+
+}  // namespace
