@@ -1,0 +1,429 @@
+// Out-of-core GEMM benchmarks: C = A·B with A, B, C in pinned host memory (n x n, default 32768:
+// 4 GiB each in float) within a device memory budget (default 8 GiB), against the baselines a user
+// has, all in this one process on the same matrices:
+//
+//   gemm_ooc/copy_rates            pinned H2D, D2H and both at once (1 GiB each way), measured here:
+//                                  the copy floor of every row below is stated at these rates
+//   gemm_ooc/float/cublasXt        cublasXtSgemm, block 8192, the same pinned matrices, GPU 0
+//   gemm_ooc/float/in_core         spillway's in-core gemm of the same product (operands on the GPU)
+//   gemm_ooc/float/out_of_core     gemm_out_of_core, exact FP32 (the SIMT kernel), GPU 0
+//   gemm_ooc/float/out_of_core_2gpu  the same on GPUs 0 and 1 (skipped with one GPU)
+//   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
+//   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
+//
+// Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
+// vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
+// measured rates), vs_bound (ours / max(floor, in-core)), plan_h2d_GB / plan_d2h_GB (what the plan
+// moves). Every timed product first runs on a NaN-poisoned C and 64 sampled entries are checked
+// against a double-precision host sum (bound as in docs/gemm.md) before timing.
+//
+// Smaller runs: --ooc_n=8192 --ooc_budget=512MiB (or SPILLWAY_OOC_N / SPILLWAY_OOC_BUDGET), e.g.
+//   spillway_gemm_ooc_bench --ooc_n=8192 --ooc_budget=512MiB --benchmark_filter='gemm_ooc/(copy|tf32)'
+// Layout: A row-major, B column-major (both K-major), C row-major; cublasXt computes the same
+// product as the column-major Cᵀ = Bᵀ·Aᵀ (op T on B's buffer, op N on A's).
+#include <spillway/core.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/core/pinned_buffer.hpp>
+#include <spillway/gemm.cuh>
+
+#include "bench_common.cuh"
+
+#include <benchmark/benchmark.h>
+#include <cublasXt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace g = spillway::gemm;
+using spillway::index_t;
+
+index_t g_n = 32768;
+std::size_t g_budget = std::size_t{8} << 30;
+constexpr std::uint64_t kSeed = 20261123;
+
+#define OOC_BENCH_CUBLAS(call)                                                                  \
+  do {                                                                                         \
+    const cublasStatus_t st_ = (call);                                                         \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      throw std::runtime_error(std::string(#call) + " failed: status " + std::to_string(st_)); \
+  } while (0)
+
+// Deterministic uniform values in [-1, 1] from the element index (parallel fill, no RNG state).
+inline float value_at(std::uint64_t i, std::uint64_t salt) {
+  std::uint64_t z = (i + salt * 0x9E3779B97F4A7C15ULL) + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+template <class T, class F>
+void fill(T* p, std::size_t count, F f) {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static)
+#endif
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i) p[i] = f(static_cast<std::uint64_t>(i));
+}
+
+/// The shared pinned host matrices (allocated on first use, kept for every row).
+struct host_set {
+  spillway::pinned_buffer<float> a, b, c;
+  spillway::pinned_buffer<__nv_bfloat16> a16, b16;
+  explicit host_set(index_t n) {
+    const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+    std::printf("gemm_ooc: n = %ld, budget %s, seed %llu; filling %zu MiB of pinned host memory\n",
+                static_cast<long>(n), spillway::detail::format_bytes(g_budget).c_str(),
+                static_cast<unsigned long long>(kSeed), count * 16 >> 20);
+    a = spillway::pinned_buffer<float>(count);
+    b = spillway::pinned_buffer<float>(count);
+    c = spillway::pinned_buffer<float>(count);
+    fill(a.data(), count, [](std::uint64_t i) { return value_at(i, kSeed); });
+    fill(b.data(), count, [](std::uint64_t i) { return value_at(i, kSeed + 1); });
+    a16 = spillway::pinned_buffer<__nv_bfloat16>(count);
+    b16 = spillway::pinned_buffer<__nv_bfloat16>(count);
+    const float* pa = a.data();
+    const float* pb = b.data();
+    fill(a16.data(), count, [pa](std::uint64_t i) { return __float2bfloat16_rn(pa[i]); });
+    fill(b16.data(), count, [pb](std::uint64_t i) { return __float2bfloat16_rn(pb[i]); });
+  }
+};
+
+std::unique_ptr<host_set>& host_slot() {
+  static std::unique_ptr<host_set> h;
+  return h;
+}
+host_set& host() {
+  auto& h = host_slot();
+  if (!h) h = std::make_unique<host_set>(g_n);
+  return *h;
+}
+
+/// Results shared between rows (ratios): medians in seconds, the measured rates.
+std::map<std::string, double>& results() {
+  static std::map<std::string, double> r;
+  return r;
+}
+g::copy_rates& measured_rates() {
+  static g::copy_rates r;  // the H200 defaults until copy_rates has run
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void poison(float* c, std::size_t count) {
+  fill(c, count, [](std::uint64_t) { return std::nanf(""); });
+}
+
+/// 64 sampled entries of C = A·B (A row-major n x n, B column-major) against double sums; the
+/// bound 1.25((k + 2)ε + 2u_op)S + 16εS with ε = 2^-23, u_op = 2^-10 for TF32, S = Σ|a·b|.
+template <class T>
+std::string check_sample(const T* a, const T* b, const float* c, index_t n, bool tf32, double& worst) {
+  const double eps = std::ldexp(1.0, -23), uop = tf32 ? std::ldexp(1.0, -10) : 0.0;
+  worst = 0;
+  for (int t = 0; t < 64; ++t) {
+    const auto i = static_cast<index_t>((static_cast<std::uint64_t>(t) * 2654435761u + 17) % static_cast<std::uint64_t>(n));
+    const auto j = t == 0 ? n - 1 : static_cast<index_t>((static_cast<std::uint64_t>(t) * 40503u + 5) % static_cast<std::uint64_t>(n));
+    double s = 0, sabs = 0;
+    for (index_t x = 0; x < n; ++x) {
+      const double p = static_cast<double>(g::detail::load_output<float>(a[i * n + x])) *
+                       static_cast<double>(g::detail::load_output<float>(b[j * n + x]));
+      s += p;
+      sabs += std::fabs(p);
+    }
+    const double got = c[i * n + j];
+    const double err = std::fabs(got - s);
+    const double bound = 1.25 * ((static_cast<double>(n) + 2) * eps + 2 * uop) * sabs + 16 * eps * sabs;
+    worst = std::max(worst, err / bound);
+    if (!(err <= bound)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "C(%ld,%ld) = %.9g, want %.9g (|err| %.3g > bound %.3g)", static_cast<long>(i),
+                    static_cast<long>(j), got, s, err, bound);
+      return buf;
+    }
+  }
+  return {};
+}
+
+double flops() { return 2.0 * static_cast<double>(g_n) * static_cast<double>(g_n) * static_cast<double>(g_n); }
+
+// ---- copy rates ------------------------------------------------------------------------------
+
+void bm_copy_rates(benchmark::State& state) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  try {
+    const std::size_t bytes = std::size_t{1} << 30;
+    spillway::pinned_buffer<unsigned char> h1(bytes), h2(bytes);
+    std::memset(h1.data(), 1, bytes);
+    spillway::stream s1, s2;
+    spillway::device_buffer<unsigned char> d1(bytes, s1.view()), d2(bytes, s1.view());
+    s1.synchronize();
+    std::vector<double> up, down, both;
+    auto timed = [](auto&& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    for (auto _ : state) {
+      up.push_back(timed([&] {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(d1.data(), h1.data(), bytes, cudaMemcpyHostToDevice, s1.value()));
+        s1.synchronize();
+      }));
+      down.push_back(timed([&] {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h2.data(), d2.data(), bytes, cudaMemcpyDeviceToHost, s2.value()));
+        s2.synchronize();
+      }));
+      both.push_back(timed([&] {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(d1.data(), h1.data(), bytes, cudaMemcpyHostToDevice, s1.value()));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h2.data(), d2.data(), bytes, cudaMemcpyDeviceToHost, s2.value()));
+        s1.synchronize();
+        s2.synchronize();
+      }));
+      state.SetIterationTime(up.back() + down.back() + both.back());
+    }
+    g::copy_rates& r = measured_rates();
+    r.h2d = static_cast<double>(bytes) / median(up);
+    r.d2h = static_cast<double>(bytes) / median(down);
+    r.both = 2.0 * static_cast<double>(bytes) / median(both);
+    state.counters["h2d_GB/s"] = r.h2d / 1e9;
+    state.counters["d2h_GB/s"] = r.d2h / 1e9;
+    state.counters["both_GB/s"] = r.both / 1e9;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// ---- cublasXt ----------------------------------------------------------------------------------
+
+void bm_cublasxt(benchmark::State& state) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  cublasXtHandle_t xt = nullptr;
+  try {
+    host_set& h = host();
+    const int n = static_cast<int>(g_n);
+    OOC_BENCH_CUBLAS(cublasXtCreate(&xt));
+    int dev[1] = {0};
+    OOC_BENCH_CUBLAS(cublasXtDeviceSelect(xt, 1, dev));
+    OOC_BENCH_CUBLAS(cublasXtSetBlockDim(xt, 8192));
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major Cᵀ (n x n, ld n) = op_T(B's buffer: k x n, ld k) · op_N(A's buffer: k x m, ld k).
+    auto run = [&] {
+      OOC_BENCH_CUBLAS(cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, h.b.data(), n, h.a.data(), n, &zero,
+                                     h.c.data(), n));
+    };
+    poison(h.c.data(), h.c.size());
+    run();
+    double worst = 0;
+    const std::string bad = check_sample(h.a.data(), h.b.data(), h.c.data(), g_n, false, worst);
+    if (!bad.empty()) throw std::runtime_error("cublasXt check: " + bad);
+    std::vector<double> secs;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      state.SetIterationTime(secs.back());
+    }
+    const double med = median(secs);
+    results()["float/cublasXt"] = med;
+    state.counters["seconds"] = med;
+    state.counters["TFLOP/s"] = flops() / med / 1e12;
+    char lab[96];
+    std::snprintf(lab, sizeof lab, "block 8192, pinned; check: 64 entries, worst err/bound %.2g", worst);
+    state.SetLabel(lab);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  if (xt != nullptr) cublasXtDestroy(xt);
+}
+
+// ---- spillway in core and out of core -----------------------------------------------------------
+
+enum class kind { f32, tf32, bf16 };
+const char* kind_name(kind k) { return k == kind::f32 ? "float" : k == kind::tf32 ? "tf32" : "bf16"; }
+
+g::gemm_options options_for(kind k) {
+  g::gemm_options o;
+  if (k == kind::tf32) o.math = g::math_mode::tf32;
+  return o;
+}
+
+template <class T>
+void in_core(benchmark::State& state, kind kd, const T* ha, const T* hb) {
+  host_set& h = host();
+  const index_t n = g_n;
+  const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  spillway::stream s;
+  spillway::device_buffer<T> da(count, s.view()), db(count, s.view());
+  spillway::device_buffer<float> dc(count, s.view());
+  da.copy_from_host_async(cuda::std::span<const T>(ha, count), s.view());
+  db.copy_from_host_async(cuda::std::span<const T>(hb, count), s.view());
+  dc.fill_bytes_async(0xFF, s.view());
+  const g::gemm_options o = options_for(kd);
+  auto work = [&](spillway::stream_view st) {
+    g::gemm_async(st, 1.0f, g::row_major<const T>(da.data(), n, n), g::col_major<const T>(db.data(), n, n), 0.0f,
+                  g::row_major(dc.data(), n, n), o);
+  };
+  work(s.view());
+  dc.copy_to_host_async(cuda::std::span<float>(h.c.data(), count), s.view());
+  s.synchronize();
+  double worst = 0;
+  const std::string bad = check_sample(ha, hb, h.c.data(), n, kd == kind::tf32, worst);
+  if (!bad.empty()) throw std::runtime_error(std::string(kind_name(kd)) + " in-core check: " + bad);
+  const std::vector<double> ms = spillway::bench::run_timed(state, s.view(), work);
+  const double med = median(ms) * 1e-3;
+  results()[std::string(kind_name(kd)) + "/in_core"] = med;
+  state.counters["seconds"] = med;
+  state.counters["TFLOP/s"] = flops() / med / 1e12;
+  char lab[96];
+  std::snprintf(lab, sizeof lab, "path %s; check: 64 entries, worst err/bound %.2g",
+                g::to_string(g::resolve_path<T>(o, 0)), worst);
+  state.SetLabel(lab);
+}
+
+template <class T>
+void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices) {
+  host_set& h = host();
+  const index_t n = g_n;
+  const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  g::ooc_options oo;
+  oo.budget = spillway::memory_budget(g_budget);
+  oo.devices = devices;
+  oo.rates = measured_rates();
+  const g::gemm_options o = options_for(kd);
+  g::ooc_report rep;
+  auto run = [&] {
+    rep = g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), g::col_major<const T>(hb, n, n), 0.0f,
+                              g::row_major(h.c.data(), n, n), o, oo);
+  };
+  poison(h.c.data(), count);
+  run();
+  if (!rep.a_page_locked || !rep.c_page_locked) throw std::runtime_error("host matrices not detected as pinned");
+  double worst = 0;
+  const std::string bad = check_sample(ha, hb, h.c.data(), n, kd == kind::tf32, worst);
+  if (!bad.empty()) throw std::runtime_error(std::string(kind_name(kd)) + " out-of-core check: " + bad);
+  std::vector<double> secs;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();  // a synchronous job: host to host
+    run();
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    state.SetIterationTime(secs.back());
+  }
+  const double med = median(secs);
+  const std::string key = std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu" : "/out_of_core");
+  results()[key] = med;
+  const double floor = rep.plan.floor_seconds;
+  state.counters["seconds"] = med;
+  state.counters["TFLOP/s"] = flops() / med / 1e12;
+  state.counters["floor_ms"] = floor * 1e3;
+  state.counters["plan_h2d_GB"] = static_cast<double>(rep.plan.h2d_bytes) / 1e9;
+  state.counters["plan_d2h_GB"] = static_cast<double>(rep.plan.d2h_bytes) / 1e9;
+  state.counters["moved_GB"] = static_cast<double>(rep.job.bytes_moved) / 1e9;
+  const auto ic = results().find(std::string(kind_name(kd)) + "/in_core");
+  if (ic != results().end()) {
+    state.counters["vs_in_core"] = med / ic->second;
+    state.counters["vs_bound"] = med / std::max(floor, ic->second);
+  }
+  if (kd == kind::f32) {
+    const auto xt = results().find("float/cublasXt");
+    if (xt != results().end()) state.counters["vs_cublasXt"] = xt->second / med;
+    const auto one = results().find("float/out_of_core");
+    if (devices.size() > 1 && one != results().end()) state.counters["speedup_vs_1gpu"] = one->second / med;
+  }
+  state.SetLabel(rep.plan.describe() + "; check: 64 entries, worst err/bound " + std::to_string(worst));
+}
+
+void bm_in_core(benchmark::State& state, kind kd) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  try {
+    host_set& h = host();
+    if (kd == kind::bf16) in_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data());
+    else in_core<float>(state, kd, h.a.data(), h.b.data());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  if (spillway::device_count() < gpus) {
+    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(spillway::device_count()) +
+                         " visible (run on nvidia-h200-x2)").c_str());
+    return;
+  }
+  try {
+    host_set& h = host();
+    std::vector<int> devices;
+    for (int d = 0; d < gpus; ++d) devices.push_back(d);
+    if (kd == kind::bf16) out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices);
+    else out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void register_rows() {
+  benchmark::RegisterBenchmark("gemm_ooc/copy_rates", bm_copy_rates)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_ooc/float/cublasXt", bm_cublasxt)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+  const int reps_float = 3, reps_fast = 5;
+  for (kind kd : {kind::f32, kind::tf32, kind::bf16}) {
+    const std::string base = std::string("gemm_ooc/") + kind_name(kd);
+    const int reps = kd == kind::f32 ? reps_float : reps_fast;
+    benchmark::RegisterBenchmark((base + "/in_core").c_str(), [kd](benchmark::State& st) { bm_in_core(st, kd); })
+        ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((base + "/out_of_core").c_str(), [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1); })
+        ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
+    if (kd == kind::f32) {
+      benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),
+                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 2); })
+          ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+/// Takes --ooc_n=N and --ooc_budget=SIZE out of argv (Google Benchmark refuses flags it does not
+/// know); SPILLWAY_OOC_N / SPILLWAY_OOC_BUDGET are read first.
+void parse_own_flags(int& argc, char** argv) {
+  if (const char* v = std::getenv("SPILLWAY_OOC_N")) g_n = std::atoll(v);
+  if (const char* v = std::getenv("SPILLWAY_OOC_BUDGET")) g_budget = spillway::parse_byte_size(v);
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--ooc_n=", 0) == 0) g_n = std::atoll(a.c_str() + 8);
+    else if (a.rfind("--ooc_budget=", 0) == 0) g_budget = spillway::parse_byte_size(a.substr(13));
+    else argv[out++] = argv[i];
+  }
+  argc = out;
+  if (g_n < 1) throw spillway::logic_error("--ooc_n must be >= 1");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    parse_own_flags(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_rows();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  host_slot().reset();  // pinned memory goes while the runtime still exists
+  return 0;
+}
