@@ -57,7 +57,8 @@ struct plan {
   int allocation_device = -1;
   /// Fail only the first try of that allocation: the pool's trim-and-retry path then succeeds.
   bool allocation_retry_succeeds = false;
-  /// The k-th cudaHostAlloc made by spillway (pinned_buffer, pipeline staging) fails.
+  /// The k-th page-locked allocation by spillway (a pinned_buffer, or a staging block the pipeline's
+  /// cache has to pin anew) fails with cudaErrorMemoryAllocation, the cache's retry after trimming too.
   std::size_t pinned_allocation = never;
   /// This task's check at `task_at` reports `task_error` (any_task: the first task checked).
   std::size_t task = never;

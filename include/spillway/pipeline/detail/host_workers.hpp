@@ -64,7 +64,15 @@ class host_workers {
     const Fn& part = fn;
 #endif
     if (parts == 1 || threads_.empty()) {
-      for (std::size_t i = 0; i < parts; ++i) part(i);
+      std::exception_ptr first;
+      for (std::size_t i = 0; i < parts; ++i) {
+        try {
+          part(i);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
       return;
     }
     struct latch_t {
@@ -185,11 +193,16 @@ class pinned_cache {
       }
     }
     void* p = nullptr;
-    cudaError_t e = host_alloc(&p, bytes);
+#if defined(SPILLWAY_FAULT_INJECTION)
+    const bool injected = ::spillway::fault::detail::pinned_allocation_fault();  // both tries fail (tests only)
+#else
+    constexpr bool injected = false;
+#endif
+    cudaError_t e = injected ? cudaErrorMemoryAllocation : host_alloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       trim();
-      e = host_alloc(&p, bytes);
+      e = injected ? cudaErrorMemoryAllocation : host_alloc(&p, bytes);
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -232,7 +245,6 @@ class pinned_cache {
  private:
   static cudaError_t host_alloc(void** p, std::size_t bytes) {
 #if defined(SPILLWAY_FAULT_INJECTION)
-    if (::spillway::fault::detail::pinned_allocation_fault()) return cudaErrorMemoryAllocation;  // tests only
     const cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
     if (e == cudaSuccess) ::spillway::fault::detail::pinned_allocated(bytes);
     return e;
