@@ -9,6 +9,9 @@
 #                                              tests, racecheck over the modules with shared-memory kernels
 #   scripts/gpu-check.sh bench [name...]        (GPU machine) benchmarks, medians of repetitions, JSON to
 #                                              $OUT (or gpubin/results), a short table last
+#   scripts/gpu-check.sh python                 (GPU machine) build the Python package (python/) for sm_90a
+#                                              with that machine's python3 into /tmp/spillway-site, then
+#                                              pytest python/tests with SPILLWAY_REQUIRE_GPU=1 (a skip fails)
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #
 # Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
@@ -171,6 +174,29 @@ run_bench() {
   python3 scripts/bench_table.py "$RESULTS"/*.json || true
 }
 
+# The Python package: built there (a wheel is not carried), into a directory of its own so the
+# image's Python stays as it is; its tests then run with every skip counted as a failure.
+run_python() {
+  local py=${SPILLWAY_PYTHON:-python3} site=${PY_SITE:-/tmp/spillway-site}
+  export SPILLWAY_REQUIRE_GPU=1
+  SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+  export SPILLWAY_REQUIRE_GPUS
+  local t0=$SECONDS
+  if ! "$py" -m pip install -q --no-build-isolation --no-deps --no-compile --upgrade --target "$site" \
+    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a ./python >"$RESULTS/python_build.log" 2>&1; then
+    status=1
+    tail -30 "$RESULTS/python_build.log"
+    summary+=("python package: build FAILED (log: $RESULTS/python_build.log)")
+    return
+  fi
+  summary+=("$(printf '%-34s built for sm_90a in %ss' "python package" "$((SECONDS - t0))")")
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout "${PYTEST_TIMEOUT:-420}" "$py" -m pytest -q -rs -p no:cacheprovider \
+    python/tests >"$RESULTS/python_tests.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-34s rc=%-3s %s' "python/tests" "$rc" "$(tail -1 "$RESULTS/python_tests.log")")")
+  [[ $rc -ne 0 ]] && { status=1; grep -E '^(FAILED|ERROR|SKIPPED)|Error' "$RESULTS/python_tests.log" | head -30; }
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -189,13 +215,14 @@ case $mode in
   tests) run_tests "$@" ;;
   sanitizer) run_sanitizer "$@" ;;
   bench) run_bench "$@" ;;
+  python) run_python ;;
   all)
     run_tests
     run_sanitizer
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|all [...]" >&2
     exit 2
     ;;
 esac

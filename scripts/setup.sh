@@ -42,12 +42,17 @@ fi
 nvcc_version=$("$nvcc_path" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 echo "setup: nvcc $nvcc_path (CUDA ${nvcc_version:-unknown}; $nvcc_why)"
 
-# Python venv with NumPy for the .npy interoperability tests.
+# Python venv with NumPy for the .npy interoperability tests, and what the Python package
+# (python/) needs to build and test: nanobind, scikit-build-core, pytest, SciPy, tqdm.
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy" 2>/dev/null; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check numpy
+py_need=()
+for m in numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest scipy:scipy tqdm:tqdm; do
+  .venv/bin/python -c "import ${m%%:*}" 2>/dev/null || py_need+=("${m#*:}")
+done
+if ((${#py_need[@]})); then
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${py_need[@]}"
 fi
 echo "setup: ok ($(.venv/bin/python -c 'import numpy; print("numpy", numpy.__version__)'))"

@@ -73,7 +73,7 @@ def pack_bits(
 
     ``a``: a NumPy array (bool or any integer dtype; uint8/int8/bool are packed straight from
     memory), including a read-only ``np.load(path, mmap_mode="r")`` array, which is read in row
-    blocks of ~64 MiB and released block by block, so a file larger than RAM packs with one
+    blocks of ~32 MiB and released block by block, so a file larger than RAM packs with one
     block resident; or a CuPy/PyTorch/Numba device array (packed on its GPU, the bits then
     copied to host memory). Rows must be contiguous (column stride 1). A value other than 0 or
     1 raises ValueError naming its row and column, unless ``nonzero_as_one``.

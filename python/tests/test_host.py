@@ -173,18 +173,19 @@ def test_pack_bits_of_a_memory_mapped_file(rng, tmp_path, monkeypatch):
 
 
 def test_mmap_larger_than_the_rss_cap_is_streamed(tmp_path):
-    """A 1.5 GiB .npy packs with peak RSS under 384 MiB (a quarter of the file; the bits alone are
-    an eighth): rows are read in 64 MiB blocks and each block's pages are released after packing."""
-    rows, cols = 12288, 131072  # 1.5 GiB of uint8
+    """A 1 GiB .npy packs with peak RSS under 256 MiB (a quarter of the file; the bits alone are
+    an eighth): rows are read in 32 MiB blocks and each block's pages are released after packing."""
+    rows, cols = 8192, 131072  # 1 GiB of uint8
     path = tmp_path / "big.npy"
+    # open_memmap makes a sparse file: only the rows given ones are written; the reader still maps
+    # (and, unless released, keeps) every page it reads, holes included.
     writer = textwrap.dedent(
         f"""
         import numpy as np
         m = np.lib.format.open_memmap({str(path)!r}, mode="w+", dtype=np.uint8, shape=({rows}, {cols}))
-        block = (np.arange({cols}) % 7 == 0).astype(np.uint8)
-        for r in range(0, {rows}, 256):
-            m[r:r + 256] = block
-            m[r:r + 256, r % {cols}] = 1
+        for r in range(0, {rows}, 97):
+            m[r, (r * 31) % {cols}] = 1
+            m[r, -1] = 1
         m.flush()
         """
     )
@@ -195,19 +196,18 @@ def test_mmap_larger_than_the_rss_cap_is_streamed(tmp_path):
         m = np.load({str(path)!r}, mmap_mode="r")
         bm = spillway.pack_bits(m, pinned=False)
         pc = bm.row_popcounts()
-        want = (np.arange({cols}) % 7 == 0).sum()
-        col = np.arange({rows}) // 256 * 256 % {cols}
-        extra = (col % 7 != 0).astype(np.int64)
-        assert (pc == want + extra).all(), "wrong popcounts"
+        want = np.zeros({rows}, np.int64)
+        want[::97] = 2
+        assert (pc == want).all(), "wrong popcounts"
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         """
     )
     out = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     peak = int(out.stdout.strip())
-    cap = 384 << 20
+    cap = 256 << 20
     print(f"file {path.stat().st_size / 2**20:.0f} MiB, peak RSS {peak / 2**20:.0f} MiB, cap {cap / 2**20:.0f} MiB")
-    assert path.stat().st_size > 3 * cap
+    assert path.stat().st_size >= 4 * cap
     assert peak < cap
 
 
@@ -354,7 +354,9 @@ def test_progress_callable_sees_every_task(rng):
     seen = []
     quiet_gram(random01(rng, 100, 200), progress=lambda d, t: seen.append((d, t)), _host_block_rows=10,
                max_panel_rows=32)
-    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 0
+    # Reports are coalesced (the caller's thread shows the latest count when it wakes), so only
+    # the order and the final call are certain.
+    assert seen[-1][0] == seen[-1][1] > 0
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
