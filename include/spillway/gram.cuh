@@ -56,11 +56,21 @@ void check_job_inputs(const bit_matrix_view& a, const bit_matrix_view* b, const 
 template <class V>
 gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt, sink_kind sink) {
   gram_job<V> job;
-  job.a = a;
-  if (b != nullptr) job.b = *b;
+  job.prod.a = a;
+  if (b != nullptr) job.prod.b = *b;
+  job.prod.symmetric = b == nullptr;
+  job.prod.m = opt.epilogue;
+  job.prod.sc = scorer{opt.epilogue, opt.scores.jaccard_empty, opt.scores.cosine_zero};
+  job.prod.path = opt.path;
   job.symmetric = b == nullptr;
-  job.opt = opt;
   job.sink = sink;
+  job.who = "gram";
+  job.opt.budget = opt.budget;
+  job.opt.devices = opt.devices;
+  job.opt.max_panel_rows = opt.max_panel_rows;
+  job.opt.slots_per_device = opt.slots_per_device;
+  job.opt.progress = opt.progress;
+  job.opt.report = opt.report;
   return job;
 }
 /// The host fallback of gram_strips: strips of 1024 rows of A against all of B (first_col 0).
@@ -154,7 +164,7 @@ job_report gram_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_
                                               "host_gram_dense per strip")) {
     return detail::host_strips<V>(a, a, on_strip, opt);
   }
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::dense_full);
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::strips);
   job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
   detail::run_gram_job(job);
   return job.report;
@@ -192,7 +202,7 @@ job_report gram_device_strips(const bit_matrix_view& a, OnStrip&& on_strip, cons
   detail::check_job_inputs<V>(a, nullptr, opt, "gram_device_strips");
   if (a.rows == 0) return {};
   detail::require_devices_for_device_strips(opt);
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::dense_full);
+  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::strips);
   job.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
   detail::run_gram_job(job);
   return job.report;
@@ -238,12 +248,7 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, con
   detail::static_check_sparse_value<V>();
   detail::check_job_inputs<V>(a, &b, opt, "gram_topk");
   detail::check_topk(k, "gram_topk");
-  if (a.rows == 0 || b.rows == 0) {
-    topk_result<V> r{a.rows, k.k, {}, {}};
-    r.values.assign(static_cast<std::size_t>(a.rows * k.k), V{});
-    r.indices.assign(static_cast<std::size_t>(a.rows * k.k), -1);
-    return r;
-  }
+  if (a.rows == 0 || b.rows == 0) return ::spillway::pairwise::detail::empty_topk<V>(a.rows, k.k);
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_topk", "gram_options::host_fallback",
                                               "host_gram_topk")) {
     return host_gram_topk<V>(a, b, k, opt.epilogue, opt.scores);
@@ -310,10 +315,10 @@ void gram_async(const bit_matrix_view& a, OutT* out, triangle_layout layout, str
   g.ld_words = a.ld_words;
   g.upper_only = true;
   if (layout == triangle_layout::full) {
-    detail::bit_gemm_async(g, detail::full_strip_epilogue<OutT>{out, nullptr, 0, n, n, n, pop.data(), sc}, path, s);
+    detail::bit_gemm_async(g, detail::full_strip_epilogue<OutT>{{out, nullptr, 0, n, n, n}, pop.data(), sc}, path, s);
   } else {
     const bool wd = layout == triangle_layout::upper_packed;
-    detail::bit_gemm_async(g, detail::packed_strip_epilogue<OutT>{out, n, 0, wd, pop.data(), sc}, path, s);
+    detail::bit_gemm_async(g, detail::packed_strip_epilogue<OutT>{{out, n, 0, wd}, pop.data(), sc}, path, s);
   }
 }
 
@@ -343,7 +348,7 @@ void gram_async(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, s
   g.b = b.words;
   g.b_rows = b.rows;
   g.ld_words = a.ld_words;
-  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{out, 0, ldc, pa.data(), pb.data(), sc}, path, s);
+  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{{out, 0, ldc}, pa.data(), pb.data(), sc}, path, s);
 }
 
 /// The same for device_bit_matrix operands (their view()).

@@ -6,6 +6,7 @@
 #include <spillway/core/error.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/gram/epilogue.hpp>
+#include <spillway/pairwise/sinks.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,61 +18,19 @@
 
 namespace spillway::gram {
 
-// ---- sink options and results (shared with the GPU API) -----------------------------------------
+// ---- sink options and results: the pairwise layer's (shared with float similarity) ---------------
 
-/// Largest k the top-k sink accepts.
-inline constexpr int max_top_k = 64;
-
-/// Per-row top-k: the k "most alike" columns of each row — largest counts, Jaccard or cosine,
-/// smallest Hamming distance — ties broken by the smaller column index.
-struct topk_options {
-  int k = 8;                      ///< 1 ≤ k ≤ 64
-  bool include_diagonal = false;  ///< A·Aᵀ only: whether row i may list itself
-};
-
-/// Per-row top-k lists, row-major rows x k. A row with fewer than k candidates (e.g. k ≥ n with
-/// the diagonal excluded) ends with index −1 and value 0 in the unused places.
-template <class V>
-struct topk_result {
-  std::int64_t rows = 0;
-  int k = 0;
-  std::vector<V> values;              ///< rows * k
-  std::vector<std::int64_t> indices;  ///< rows * k, column index or −1
-  [[nodiscard]] V value(std::int64_t r, int t) const { return values[static_cast<std::size_t>(r * k + t)]; }
-  [[nodiscard]] std::int64_t index(std::int64_t r, int t) const { return indices[static_cast<std::size_t>(r * k + t)]; }
-};
-
-/// Threshold → sparse: keeps entries with value ≥ threshold (counts, Jaccard, cosine) or
-/// ≤ threshold (Hamming distance).
-struct threshold_options {
-  double threshold = 0.0;
-  bool both_halves = false;       ///< A·Aᵀ: also emit (j, i) for every kept (i, j), i < j
-  bool include_diagonal = false;  ///< A·Aᵀ: whether (i, i) may be kept
-};
-
-/// A sparse result in coordinate form, sorted by row, then column.
-template <class V>
-struct coo_result {
-  std::vector<std::int64_t> row;
-  std::vector<std::int64_t> col;
-  std::vector<V> value;
-  [[nodiscard]] std::size_t size() const noexcept { return row.size(); }
-};
+using ::spillway::pairwise::coo_result;
+using ::spillway::pairwise::max_top_k;
+using ::spillway::pairwise::threshold_options;
+using ::spillway::pairwise::topk_options;
+using ::spillway::pairwise::topk_result;
 
 namespace detail {
 
-template <class V>
-inline bool topk_better(bool larger, V av, std::int64_t ac, V bv, std::int64_t bc) {
-  if (av != bv) return larger ? av > bv : av < bv;
-  return ac < bc;
-}
-
-inline void check_topk(const topk_options& o, const char* who) {
-  if (o.k < 1 || o.k > max_top_k) {
-    throw logic_error(std::string(who) + ": k must be in [1, " + std::to_string(max_top_k) + "], got " +
-                      std::to_string(o.k));
-  }
-}
+using ::spillway::pairwise::detail::check_topk;
+using ::spillway::pairwise::detail::passes;
+using ::spillway::pairwise::detail::topk_better;
 
 inline void check_same_cols(const bit_matrix_view& a, const bit_matrix_view& b, const char* who) {
   if (a.cols != b.cols) {
@@ -181,41 +140,11 @@ topk_result<V> host_topk_impl(const bit_matrix_view& a, const bit_matrix_view& b
   const std::vector<std::int32_t> pa = row_popcounts(a);
   const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
   const scorer sc{m, so.jaccard_empty, so.cosine_zero};
-  const bool larger = is_similarity(m);
-  topk_result<V> r;
-  r.rows = a.rows;
-  r.k = o.k;
-  r.values.assign(static_cast<std::size_t>(a.rows * o.k), V{});
-  r.indices.assign(static_cast<std::size_t>(a.rows * o.k), -1);
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-  {
-    std::vector<std::pair<V, std::int64_t>> cand;
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 16)
-#endif
-    for (std::int64_t i = 0; i < a.rows; ++i) {
-      cand.clear();
-      for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
-        if (symmetric && j == i && !o.include_diagonal) return;
-        cand.emplace_back(sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]), j);
-      });
-      const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(o.k), cand.size());
-      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kk), cand.end(),
-                        [&](const auto& x, const auto& y) { return topk_better(larger, x.first, x.second, y.first, y.second); });
-      for (std::size_t t = 0; t < kk; ++t) {
-        r.values[static_cast<std::size_t>(i * o.k) + t] = cand[t].first;
-        r.indices[static_cast<std::size_t>(i * o.k) + t] = cand[t].second;
-      }
-    }
-  }
-  return r;
-}
-
-template <class V>
-inline bool passes(bool larger, V v, double threshold) {
-  return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
+  return ::spillway::pairwise::detail::host_topk<V>(a.rows, symmetric, o, is_similarity(m), [&](std::int64_t i, auto&& emit) {
+    for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
+      emit(j, sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]));
+    });
+  });
 }
 }  // namespace detail
 
@@ -245,35 +174,12 @@ coo_result<V> host_threshold_impl(const bit_matrix_view& a, const bit_matrix_vie
   const std::vector<std::int32_t> pa = row_popcounts(a);
   const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
   const scorer sc{m, so.jaccard_empty, so.cosine_zero};
-  const bool larger = is_similarity(m);
-  // Per row: the kept (col, value) pairs, columns ascending; rows computed in parallel.
-  std::vector<std::vector<std::pair<std::int64_t, V>>> rows(static_cast<std::size_t>(a.rows));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 16)
-#endif
-  for (std::int64_t i = 0; i < a.rows; ++i) {
-    auto& out = rows[static_cast<std::size_t>(i)];
-    const std::int64_t j0 = symmetric ? (o.both_halves ? 0 : i) : 0;
-    for_row_scores(a, b, i, j0, b.rows, [&](std::int64_t j, std::int32_t c) {
-      if (symmetric && j == i && !o.include_diagonal) return;
-      const V v = sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]);
-      if (passes(larger, v, o.threshold)) out.emplace_back(j, v);
-    });
-  }
-  coo_result<V> r;
-  std::size_t total = 0;
-  for (const auto& v : rows) total += v.size();
-  r.row.reserve(total);
-  r.col.reserve(total);
-  r.value.reserve(total);
-  for (std::int64_t i = 0; i < a.rows; ++i) {
-    for (const auto& e : rows[static_cast<std::size_t>(i)]) {
-      r.row.push_back(i);
-      r.col.push_back(e.first);
-      r.value.push_back(e.second);
-    }
-  }
-  return r;
+  return ::spillway::pairwise::detail::host_threshold<V>(
+      a.rows, symmetric, o, is_similarity(m), [&](std::int64_t i, std::int64_t j0, auto&& emit) {
+        for_row_scores(a, b, i, j0, b.rows, [&](std::int64_t j, std::int32_t c) {
+          emit(j, sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]));
+        });
+      });
 }
 }  // namespace detail
 

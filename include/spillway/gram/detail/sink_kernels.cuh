@@ -1,9 +1,10 @@
-// spillway/gram/detail/sink_kernels.cuh — device packing, row popcounts, the epilogue functors
-// handed to bit_gemm_async, and the kernels behind the shrinking sinks (per-row top-k merged on
-// the device; threshold compaction).
+// spillway/gram/detail/sink_kernels.cuh — device packing, row popcounts, and the epilogue functors
+// handed to bit_gemm_async (a scorer feeding a pairwise writer). The sink kernels themselves (top-k,
+// threshold) are the pairwise layer's: spillway/pairwise/detail/sink_kernels.cuh.
 #pragma once
 
 #include <spillway/gram/epilogue.hpp>
+#include <spillway/pairwise/detail/sink_kernels.cuh>
 
 #include <cuda_runtime_api.h>
 
@@ -63,361 +64,66 @@ __global__ void row_popcount_kernel(const std::uint32_t* __restrict__ m, std::in
   }
 }
 
-inline unsigned warp_grid(std::int64_t warps, int threads = 256) {
-  const std::int64_t blocks = (warps * 32 + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
-}
-
 // ---- epilogues ---------------------------------------------------------------------------------
 // Each is called by bit_gemm_async as epi(i, j, count) with GLOBAL indices, exactly once per
 // element of every computed tile. With upper_only the kernel may also deliver (i > j) inside
-// tiles that cross the diagonal; the symmetric epilogues ignore those.
+// tiles that cross the diagonal; the symmetric writers do not want those. Each epilogue is a
+// pairwise writer (where the value goes) fed by the scorer (what the count becomes), so the
+// layouts are written once for bits and floats alike.
 
-/// A·Aᵀ into a strip of the packed upper triangle (with the diagonal) or SciPy's condensed layout
-/// (without): the strip starts at element `base` of the whole layout.
+/// A·Aᵀ into a strip of the packed upper triangle or the condensed layout (pairwise::packed_writer).
 template <class OutT>
 struct packed_strip_epilogue {
-  OutT* out;
-  std::int64_t n, base;
-  bool with_diagonal;
+  ::spillway::pairwise::detail::packed_writer<OutT> w;
   const std::int32_t* pop;
   scorer sc;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (with_diagonal ? i > j : i >= j) return;
-    const std::int64_t idx = with_diagonal ? packed_row_offset(n, i) + (j - i) : condensed_row_offset(n, i) + (j - i - 1);
-    out[idx - base] = sc.template operator()<OutT>(c, pop[i], pop[j]);
+    if (!w.wants(i, j)) return;
+    w.put(i, j, sc.template operator()<OutT>(c, pop[i], pop[j]));
   }
 };
 
-/// A·Aᵀ into a full matrix, strip rows [i0, i1): `u` holds rows i0.. x columns i0..n-1 (ld w =
-/// n − i0; the diagonal block complete, mirrored inside), `t` the mirrored column strip: rows
-/// i1..n-1 x columns i0..i1-1 (ld p = i1 − i0).
+/// A·Aᵀ into full rows plus the mirrored column strip (pairwise::full_writer).
 template <class OutT>
 struct full_strip_epilogue {
-  OutT* u;
-  OutT* t;
-  std::int64_t i0, i1, w, p;
+  ::spillway::pairwise::detail::full_writer<OutT> w;
   const std::int32_t* pop;
   scorer sc;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (i > j) return;
-    const OutT v = sc.template operator()<OutT>(c, pop[i], pop[j]);
-    u[(i - i0) * w + (j - i0)] = v;
-    if (j < i1) {
-      if (j != i) u[(j - i0) * w + (i - i0)] = v;
-    } else {
-      t[(j - i1) * p + (i - i0)] = v;
-    }
+    if (!w.wants(i, j)) return;
+    w.put(i, j, sc.template operator()<OutT>(c, pop[i], pop[j]));
   }
 };
 
-/// A·Bᵀ rows [i0, ..) into a dense strip with `ld` between rows; columns are B's global rows.
+/// A·Bᵀ rows into a dense strip (pairwise::rect_writer).
 template <class OutT>
 struct rect_strip_epilogue {
-  OutT* u;
-  std::int64_t i0, ld;
+  ::spillway::pairwise::detail::rect_writer<OutT> w;
   const std::int32_t* pop_a;
   const std::int32_t* pop_b;
   scorer sc;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    u[(i - i0) * ld + j] = sc.template operator()<OutT>(c, pop_a[i], pop_b[j]);
+    w.put(i, j, sc.template operator()<OutT>(c, pop_a[i], pop_b[j]));
   }
 };
 
-/// Scores of a strip kept on the device for top-k / threshold: s[(i − i0) * w + (j − col0)].
-/// Symmetric: col0 = i0, the diagonal block is completed by mirroring (columns ≥ i0 only).
+/// Scores of a strip kept on the device for top-k / threshold / device strips (pairwise::score_writer).
 template <class V>
 struct score_strip_epilogue {
-  V* s;
-  std::int64_t i0, i1, w, col0;
-  bool symmetric;
+  ::spillway::pairwise::detail::score_writer<V> w;
   const std::int32_t* pop_a;
   const std::int32_t* pop_b;
   scorer sc;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (symmetric && i > j) return;
-    const V v = sc.template operator()<V>(c, pop_a[i], pop_b[j]);
-    s[(i - i0) * w + (j - col0)] = v;
-    if (symmetric && j < i1 && j != i) s[(j - i0) * w + (i - i0)] = v;
+    if (!w.wants(i, j)) return;
+    w.put(i, j, sc.template operator()<V>(c, pop_a[i], pop_b[j]));
   }
 };
 
-// ---- per-row top-k, merged on the device ------------------------------------------------------
-
-/// One entry of a row's running top-k list on the device (column −1 on the host = empty).
-template <class V>
-struct topk_entry {
-  V v;
-  std::int32_t c;
-};
-
-template <class V, bool Larger>
-__host__ __device__ inline V topk_worst_value() {
-  if constexpr (std::is_floating_point_v<V>) return Larger ? -FLT_MAX : FLT_MAX;
-  else return Larger ? static_cast<V>(INT_MIN) : static_cast<V>(INT_MAX);
-}
-
-template <class V, bool Larger>
-__device__ __forceinline__ bool topk_better_dev(V av, std::int32_t ac, V bv, std::int32_t bc) {
-  return (Larger ? av > bv : av < bv) || (av == bv && ac < bc);
-}
-
-/// A warp's sorted list of up to 64 entries: lane l holds places l and l + 32. A candidate that
-/// beats the k-th place is inserted by counting the places that beat it (two ballots) and
-/// shifting the rest down one place with shuffles; the lists stay sorted best first, ties by
-/// the smaller column.
-template <class V, bool Larger>
-struct warp_topk {
-  V v0, v1, wv;
-  std::int32_t c0, c1, wc;
-  int k;
-  int lane;
-
-  __device__ void load(const topk_entry<V>* st, int k_) {
-    k = k_;
-    lane = static_cast<int>(threadIdx.x & 31u);
-    const V worst = topk_worst_value<V, Larger>();
-    v0 = lane < k ? st[lane].v : worst;
-    c0 = lane < k ? st[lane].c : INT_MAX;
-    v1 = lane + 32 < k ? st[lane + 32].v : worst;
-    c1 = lane + 32 < k ? st[lane + 32].c : INT_MAX;
-    refresh();
-  }
-  __device__ void store(topk_entry<V>* st) const {
-    if (lane < k) st[lane] = topk_entry<V>{v0, c0};
-    if (lane + 32 < k) st[lane + 32] = topk_entry<V>{v1, c1};
-  }
-  __device__ void refresh() {
-    const int s = k - 1;
-    const V a = s < 32 ? v0 : v1;
-    const std::int32_t b = s < 32 ? c0 : c1;
-    wv = __shfl_sync(0xFFFFFFFFu, a, s & 31);
-    wc = __shfl_sync(0xFFFFFFFFu, b, s & 31);
-  }
-  /// Every lane offers (v, c) when `valid`; all 32 lanes must call.
-  __device__ void offer(bool valid, V v, std::int32_t c) {
-    unsigned m = __ballot_sync(0xFFFFFFFFu, valid && topk_better_dev<V, Larger>(v, c, wv, wc));
-    while (m != 0u) {
-      const int src = __ffs(static_cast<int>(m)) - 1;
-      m &= m - 1u;
-      const V bv = __shfl_sync(0xFFFFFFFFu, v, src);
-      const std::int32_t bc = __shfl_sync(0xFFFFFFFFu, c, src);
-      if (!topk_better_dev<V, Larger>(bv, bc, wv, wc)) continue;  // the bar rose meanwhile
-      const int pos = __popc(__ballot_sync(0xFFFFFFFFu, topk_better_dev<V, Larger>(v0, c0, bv, bc))) +
-                      __popc(__ballot_sync(0xFFFFFFFFu, topk_better_dev<V, Larger>(v1, c1, bv, bc)));
-      const V u0 = __shfl_up_sync(0xFFFFFFFFu, v0, 1);
-      const std::int32_t uc0 = __shfl_up_sync(0xFFFFFFFFu, c0, 1);
-      V u1 = __shfl_up_sync(0xFFFFFFFFu, v1, 1);
-      std::int32_t uc1 = __shfl_up_sync(0xFFFFFFFFu, c1, 1);
-      const V t = __shfl_sync(0xFFFFFFFFu, v0, 31);
-      const std::int32_t tc = __shfl_sync(0xFFFFFFFFu, c0, 31);
-      if (lane == 0) {
-        u1 = t;
-        uc1 = tc;
-      }
-      if (lane > pos) {
-        v0 = u0;
-        c0 = uc0;
-      } else if (lane == pos) {
-        v0 = bv;
-        c0 = bc;
-      }
-      if (lane + 32 > pos) {
-        v1 = u1;
-        c1 = uc1;
-      } else if (lane + 32 == pos) {
-        v1 = bv;
-        c1 = bc;
-      }
-      refresh();
-    }
-  }
-};
-
-template <class V, bool Larger>
-__global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    st[i] = topk_entry<V>{topk_worst_value<V, Larger>(), INT_MAX};
-  }
-}
-
-/// Rows of a score strip: row r (global row0 + r) takes candidates s[r * w + x] with global column
-/// col0 + x, x ≥ x_begin; the diagonal is skipped unless asked for. One warp per row.
-template <class V, bool Larger>
-__global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
-                                 std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k) {
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  for (std::int64_t r = warp; r < rows; r += nwarps) {
-    warp_topk<V, Larger> t;
-    topk_entry<V>* st = state + (row0 + r) * k;
-    t.load(st, k);
-    const V* row = s + r * w;
-    // Four loads in flight per lane before the (rarely taken) inserts.
-    for (std::int64_t x0 = 0; x0 < w; x0 += 128) {
-      V v[4];
-      bool in[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const std::int64_t x = x0 + 32 * u + lane;
-        in[u] = x < w;
-        v[u] = in[u] ? row[x] : V{};
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const std::int64_t col = col0 + x0 + 32 * u + lane;
-        t.offer(in[u] && !(skip_diagonal && col == row0 + r), v[u], static_cast<std::int32_t>(col));
-      }
-    }
-    t.store(st);
-  }
-}
-
-/// Columns of a symmetric score strip, mirrored: global row j = i0 + x for x in [x_begin, w)
-/// takes candidates s[r * w + x] (global column i0 + r) for r < rows. A block of 32 warps stages
-/// 128 x 32 tiles through shared memory so the column reads stay coalesced.
-template <class V, bool Larger>
-__global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
-                                                         std::int64_t i0, std::int64_t x_begin,
-                                                         topk_entry<V>* __restrict__ state, int k) {
-  __shared__ V tile[128][33];
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  const int wid = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t groups = (w - x_begin + 31) / 32;
-  for (std::int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-    const std::int64_t xb = x_begin + g * 32;
-    const std::int64_t my_x = xb + wid;
-    const bool col_ok = my_x < w;
-    warp_topk<V, Larger> t;
-    topk_entry<V>* st = state + (i0 + (col_ok ? my_x : 0)) * k;
-    if (col_ok) t.load(st, k);
-    else t.load(state, k);  // a valid list to keep the warp uniform; never stored
-    for (std::int64_t r0 = 0; r0 < rows; r0 += 128) {
-      const std::int64_t lx = xb + lane;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const std::int64_t lr = r0 + wid + 32 * u;
-        tile[wid + 32 * u][lane] = (lr < rows && lx < w) ? s[lr * w + lx] : V{};
-      }
-      __syncthreads();
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const V v = tile[lane + 32 * u][wid];
-        const bool in = col_ok && (r0 + 32 * u + lane) < rows;
-        t.offer(in, v, static_cast<std::int32_t>(i0 + r0 + 32 * u + lane));
-      }
-      __syncthreads();
-    }
-    if (col_ok) t.store(st);
-  }
-}
-
-/// Merges the per-slot lists of each row (slots lists of n x k, `stride` entries apart) into the
-/// first one. One warp per row.
-template <class V, bool Larger>
-__global__ void topk_merge_kernel(topk_entry<V>* __restrict__ state, std::int64_t n, int k, int slots,
-                                  std::int64_t stride) {
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  for (std::int64_t r = warp; r < n; r += nwarps) {
-    warp_topk<V, Larger> t;
-    t.load(state + r * k, k);
-    for (int q = 1; q < slots; ++q) {
-      const topk_entry<V>* o = state + q * stride + r * k;
-      for (int b = 0; b < k; b += 32) {
-        const bool in = b + lane < k;
-        const topk_entry<V> e = in ? o[b + lane] : topk_entry<V>{V{}, INT_MAX};
-        t.offer(in && e.c != INT_MAX, e.v, e.c);
-      }
-    }
-    t.store(state + r * k);
-  }
-}
-
-// ---- threshold → sparse -------------------------------------------------------------------------
-
-template <class V>
-__device__ __forceinline__ bool keeps(bool larger, V v, double threshold) {
-  return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
-}
-
-/// Per row r of a score strip: how many x in [x_begin(r), w) pass. x_begin(r) = r + diag_shift for
-/// the symmetric upper triangle (−1 for rectangles: from 0).
-template <class V>
-__global__ void threshold_count_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, int diag_shift,
-                                       bool larger, double threshold, std::int64_t* __restrict__ counts) {
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  for (std::int64_t r = warp; r < rows; r += nwarps) {
-    const std::int64_t xb = diag_shift < 0 ? 0 : r + diag_shift;
-    std::int64_t n = 0;
-    for (std::int64_t x0 = xb; x0 < w; x0 += 32) {
-      const std::int64_t x = x0 + lane;
-      const bool p = x < w && keeps(larger, s[r * w + x], threshold);
-      n += __popc(__ballot_sync(0xFFFFFFFFu, p));
-    }
-    if (lane == 0) counts[r] = n;
-  }
-}
-
-/// Exclusive scan of counts[0..n) in place into offsets[0..n], offsets[n] = total. One block.
-template <int Unused = 0>
-__global__ void exclusive_scan_kernel(std::int64_t* __restrict__ v, std::int64_t n) {
-  __shared__ std::int64_t part[1024];
-  const std::int64_t per = (n + blockDim.x - 1) / blockDim.x;
-  const std::int64_t b = threadIdx.x * per, e = b + per < n ? b + per : n;
-  std::int64_t s = 0;
-  for (std::int64_t i = b; i < e; ++i) s += v[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    std::int64_t run = 0;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      const std::int64_t x = part[t];
-      part[t] = run;
-      run += x;
-    }
-    v[n] = run;
-  }
-  __syncthreads();
-  std::int64_t run = part[threadIdx.x];
-  for (std::int64_t i = b; i < e; ++i) {
-    const std::int64_t x = v[i];
-    v[i] = run;
-    run += x;
-  }
-}
-
-/// Writes the passing entries of each row at its offset, in column order: global column
-/// col0 + x and the value.
-template <class V>
-__global__ void threshold_write_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, int diag_shift,
-                                       bool larger, double threshold, std::int64_t col0,
-                                       const std::int64_t* __restrict__ offsets, std::int32_t* __restrict__ cols,
-                                       V* __restrict__ vals) {
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  for (std::int64_t r = warp; r < rows; r += nwarps) {
-    const std::int64_t xb = diag_shift < 0 ? 0 : r + diag_shift;
-    std::int64_t at = offsets[r];
-    for (std::int64_t x0 = xb; x0 < w; x0 += 32) {
-      const std::int64_t x = x0 + lane;
-      const V v = x < w ? s[r * w + x] : V{};
-      const bool p = x < w && keeps(larger, v, threshold);
-      const unsigned m = __ballot_sync(0xFFFFFFFFu, p);
-      if (p) {
-        const std::int64_t o = at + __popc(m & ((1u << lane) - 1u));
-        cols[o] = static_cast<std::int32_t>(col0 + x);
-        vals[o] = v;
-      }
-      at += __popc(m);
-    }
-  }
-}
+// The sink kernels moved to the pairwise layer; their old names stay valid here.
+using ::spillway::pairwise::detail::topk_entry;
+using ::spillway::pairwise::detail::topk_worst_value;
+using ::spillway::pairwise::detail::warp_grid;
+using ::spillway::pairwise::detail::warp_topk;
 
 }  // namespace spillway::gram::detail

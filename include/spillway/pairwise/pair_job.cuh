@@ -1,0 +1,667 @@
+// spillway/pairwise/pair_job.cuh — the out-of-core all-pairs job: row strips of the output as
+// tasks of spillway's scheduler (run_tasks), the column operand resident on each device (or
+// streamed panel by panel when it does not fit), and the sinks, which copy only what they keep.
+// What the rows are (bits, floats) and how a panel pair becomes scores (a b1 tile kernel with its
+// epilogue, a GEMM) is a Producer's business; everything here reads only strips of scores.
+//
+// Per strip I (rows [I0, I1) of A), on one slot's stream:
+//   operand   A·Aᵀ: the panels I.. of A are copied once per device (the first strip that needs
+//             one copies it, computes its rows' auxiliary values — popcounts, norms — and records
+//             an event; later strips wait on it); strips run from the last to the first, so the
+//             first strips need the fewest panels and the device→host copies start early. A·Bᵀ:
+//             the strip's A panel, B resident. Streamed mode: the strip's panel, then each column
+//             panel in turn. Operands already in device memory are used where they are.
+//   compute   the Producer delivers each (i, j ≥ i for A·Aᵀ) to a writer: the strip's output
+//             layout directly (packed triangle, full rows + mirrored column strip, dense scores).
+//   sink      dense: straight device→host copies into the caller's matrix (cudaMemcpy2DAsync
+//             where rows are strided) while the next strip computes on another slot; top-k: the
+//             strip's rows and (mirrored) columns merged into per-row lists on the device;
+//             threshold: compacted on the device, only the kept entries copied; strips: handed
+//             to a callback (host staging, or the device buffer itself).
+//
+// A Producer P provides (see gram's bit_producer and gemm's similarity producer):
+//   using aux_type;                                   per-row value beside each operand row
+//   std::int64_t rows(bool b) const;                  rows of A (false) or B (true; A when symmetric)
+//   std::size_t row_bytes() const;                    bytes of one copied operand row on the device
+//   std::size_t device_row_bytes(bool b) const;       the same for an operand already in device memory
+//   bool larger() const;                              similarity (true) or distance (false)
+//   const std::byte* device_rows(bool b) const;       the operand in device memory, or null (host)
+//   std::size_t upload(bool b, r0, count, std::byte* dst, stream_view) const;   host rows → device
+//   void aux_async(bool b, const std::byte* rows, count, aux_type* out, stream_view) const;
+//   std::vector<aux_type> host_aux(bool b) const;    every row's aux (streamed operand)
+//   bool score_scratch() const;                       needs a dense strip to scatter from
+//   template <class W> void compute(const panel_pair<aux_type>&, const W& writer, V* scratch, stream_view) const;
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/layout.hpp>
+#include <spillway/pairwise/plan.hpp>
+#include <spillway/pairwise/sinks.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::pairwise {
+
+/// What a pair job did (filled when the job's options ask for it).
+struct pair_report {
+  job_report job;
+  pair_plan plan;
+  std::size_t budget_bytes = 0;
+};
+
+/// One finished strip of an all-pairs result, handed to a per-strip callback: rows
+/// [first_row, first_row + rows) and columns [first_col, first_col + cols), row-major with `cols`
+/// values per row, in host memory that is valid only during the callback (copy what you keep).
+/// For A·Aᵀ a strip holds the columns from its own first row on (first_col == first_row: the
+/// upper triangle and the diagonal block, complete); by symmetry the rest of those rows is in
+/// earlier strips' columns. For A·Bᵀ first_col is 0 and cols is all of them.
+template <class V>
+struct host_strip {
+  std::int64_t first_row = 0;
+  std::int64_t rows = 0;
+  std::int64_t first_col = 0;
+  std::int64_t cols = 0;
+  const V* values = nullptr;
+  /// Entry (i, j) in the matrix's own indices (first_row <= i < first_row + rows, likewise j).
+  [[nodiscard]] V at(std::int64_t i, std::int64_t j) const noexcept {
+    return values[(i - first_row) * cols + (j - first_col)];
+  }
+};
+
+/// The same strip in DEVICE memory of `device`, before any device→host copy, handed over on the
+/// strip's `stream`. Work the callback enqueues on `stream` sees the finished strip; the buffer is
+/// reused for a later strip only after everything enqueued on `stream` before the callback
+/// returned has completed, so a kernel or a copy the callback enqueues there needs no
+/// synchronization.
+template <class V>
+struct device_strip {
+  std::int64_t first_row = 0;
+  std::int64_t rows = 0;
+  std::int64_t first_col = 0;
+  std::int64_t cols = 0;
+  const V* values = nullptr;
+  int device = 0;
+  stream_view stream;
+  /// Address of entry (i, j) (global indices) in device memory: dereference it on the device only.
+  [[nodiscard]] const V* at(std::int64_t i, std::int64_t j) const noexcept {
+    return values + (i - first_row) * cols + (j - first_col);
+  }
+};
+
+/// A panel pair for a Producer: A rows [a_row0, a_row0 + a_rows) at `a`, B rows [b_row0, ..) at
+/// `b` (device memory, row_bytes apart), and each operand's aux values indexed by GLOBAL row.
+template <class Aux>
+struct panel_pair {
+  const std::byte* a = nullptr;
+  std::int64_t a_rows = 0, a_row0 = 0;
+  const std::byte* b = nullptr;
+  std::int64_t b_rows = 0, b_row0 = 0;
+  const Aux* aux_a = nullptr;
+  const Aux* aux_b = nullptr;
+  /// A·Aᵀ: only pairs with i ≤ j are needed (tiles wholly below the diagonal may be skipped).
+  bool upper_only = false;
+};
+
+/// The scheduling options every pair job shares.
+struct pair_job_options {
+  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
+  std::optional<memory_budget> budget;
+  /// Devices to use. Empty: every visible device.
+  std::vector<int> devices;
+  /// Cap on rows per strip (0: automatic). Tests use it to force many strips.
+  std::int64_t max_panel_rows = 0;
+  /// Strips in flight per device (one stream each): copy-in, compute and copy-out overlap.
+  std::size_t slots_per_device = 3;
+  /// Called as strips complete; return false to cancel (see job_report::cancelled).
+  progress_callback progress;
+  /// If set, receives the plan and the scheduler's report.
+  pair_report* report = nullptr;
+};
+
+namespace detail {
+
+template <class Aux>
+struct pair_device_ctx {
+  int device = 0;
+  std::unique_ptr<stream> setup;
+  device_buffer<std::byte> resident;           // the column operand's rows, when copied
+  const std::byte* resident_rows = nullptr;    // resident.data(), or the caller's device rows
+  device_buffer<Aux> aux_a, aux_b;             // aux_b unused for A·Aᵀ
+  std::vector<char> uploaded;
+  std::vector<event> ready;
+  std::mutex m;
+  device_buffer<std::byte> topk_state;  // slots x rows_a x k entries
+};
+
+template <class V>
+struct strip_sparse {
+  std::vector<std::int64_t> offsets;  // rows + 1
+  std::vector<std::int32_t> cols;
+  std::vector<V> vals;
+};
+
+/// Everything a job's tasks need; the sink-specific parts are set by the entry point.
+template <class V, class Producer>
+struct pair_job {
+  using aux_type = typename Producer::aux_type;
+  Producer prod;
+  bool symmetric = true;
+  sink_kind sink = sink_kind::dense_packed;
+  pair_job_options opt;
+  const char* who = "pairwise";
+  // dense sinks
+  V* out = nullptr;
+  std::int64_t ldc = 0;
+  bool with_diagonal = true;  // dense_packed: upper_packed (true) or condensed (false)
+  // per-strip callbacks (sink strips for A·Aᵀ or dense_rect for A·Bᵀ): the host form through the
+  // slot's pinned staging, the device form inside the strip's enqueue with the device buffer
+  std::function<void(const host_strip<V>&)> on_strip;
+  std::function<void(const device_strip<V>&)> on_device_strip;
+  // top-k / threshold
+  topk_options topk{};
+  threshold_options thr{};
+  // results
+  pair_plan plan;
+  std::vector<std::unique_ptr<pair_device_ctx<aux_type>>> ctx;
+  std::vector<strip_sparse<V>> strips;
+  job_report report;
+};
+
+inline std::size_t round8(std::size_t x) { return (x + 7) / 8 * 8; }
+
+template <class F>
+void with_larger(bool larger, F&& f) {
+  if (larger) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+template <class V, class P>
+bool on_device(const pair_job<V, P>& job) {
+  return job.prod.device_rows(false) != nullptr;
+}
+
+template <class V, class P>
+void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
+  using Aux = typename P::aux_type;
+  const pair_plan& p = job.plan;
+  const std::int64_t rows_a = job.prod.rows(false);
+  const std::int64_t rows_b = job.symmetric ? rows_a : job.prod.rows(true);
+  const bool col_b = !job.symmetric;
+  const bool dev = on_device(job);
+  for (int d : devices) {
+    auto c = std::make_unique<pair_device_ctx<Aux>>();
+    c->device = d;
+    device_guard g(d);
+    c->setup = std::make_unique<stream>(d);
+    const stream_view s = c->setup->view();
+    c->aux_a = device_buffer<Aux>(static_cast<std::size_t>(rows_a), s);
+    if (col_b) c->aux_b = device_buffer<Aux>(static_cast<std::size_t>(rows_b), s);
+    Aux* col_aux = col_b ? c->aux_b.data() : c->aux_a.data();
+    if (dev) {
+      // In core: the rows are where the caller put them; their aux values are computed once here.
+      c->resident_rows = job.prod.device_rows(col_b);
+      job.prod.aux_async(col_b, c->resident_rows, rows_b, col_aux, s);
+      if (col_b) job.prod.aux_async(false, job.prod.device_rows(false), rows_a, c->aux_a.data(), s);
+      c->uploaded.assign(static_cast<std::size_t>(p.b_panels), 1);
+      c->ready.resize(static_cast<std::size_t>(p.b_panels));
+      for (auto& e : c->ready) e.record(s);
+    } else if (p.resident) {
+      c->resident = device_buffer<std::byte>(static_cast<std::size_t>(rows_b) * job.prod.row_bytes(), s);
+      c->resident_rows = c->resident.data();
+      c->uploaded.assign(static_cast<std::size_t>(p.b_panels), 0);
+      c->ready.resize(static_cast<std::size_t>(p.b_panels));
+    } else {
+      // Streamed: the column operand's aux values are computed once on the host and copied.
+      const std::vector<Aux> h = job.prod.host_aux(col_b);
+      if (!h.empty()) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(col_aux, h.data(), h.size() * sizeof(Aux), cudaMemcpyHostToDevice, s.value()));
+      }
+      s.synchronize();
+    }
+    if (job.sink == sink_kind::topk) {
+      const std::size_t n = p.slots * static_cast<std::size_t>(rows_a) * static_cast<std::size_t>(job.topk.k);
+      c->topk_state = device_buffer<std::byte>(n * sizeof(topk_entry<V>), s);
+      if (n > 0) {
+        with_larger(job.prod.larger(), [&](auto L) {
+          topk_init_kernel<V, decltype(L)::value><<<warp_grid(static_cast<std::int64_t>(n) / 8 + 1), 256, 0, s.value()>>>(
+              reinterpret_cast<topk_entry<V>*>(c->topk_state.data()), static_cast<std::int64_t>(n));
+        });
+        SPILLWAY_CUDA_TRY(cudaGetLastError());
+      }
+    }
+    s.synchronize();
+    job.ctx.push_back(std::move(c));
+  }
+}
+
+/// Makes panels [first, last) of the resident operand available on `s` (copying those this
+/// device does not have yet, highest first, with their aux values).
+template <class V, class P>
+void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c, std::int64_t first, std::int64_t last,
+                   stream_view s) {
+  const bool col_b = !job.symmetric;
+  const std::int64_t rows = job.prod.rows(col_b);
+  const std::int64_t P_ = job.plan.panel_rows;
+  const std::size_t rb = job.prod.row_bytes();
+  auto* aux = col_b ? c.aux_b.data() : c.aux_a.data();
+  std::lock_guard<std::mutex> l(c.m);
+  for (std::int64_t J = last - 1; J >= first; --J) {
+    const auto j = static_cast<std::size_t>(J);
+    if (c.uploaded[j]) {
+      s.wait(c.ready[j]);
+      continue;
+    }
+    const std::int64_t r0 = J * P_, r1 = std::min(r0 + P_, rows);
+    std::byte* dst = c.resident.data() + static_cast<std::size_t>(r0) * rb;
+    (void)job.prod.upload(col_b, r0, r1 - r0, dst, s);
+    job.prod.aux_async(col_b, dst, r1 - r0, aux + r0, s);
+    c.ready[j].record(s);
+    c.uploaded[j] = 1;
+  }
+}
+
+template <class V, class P>
+void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_view s) {
+  using Aux = typename P::aux_type;
+  const pair_plan& p = job.plan;
+  pair_device_ctx<Aux>* cp = nullptr;
+  for (auto& c : job.ctx)
+    if (c->device == slot.device()) cp = c.get();
+  pair_device_ctx<Aux>& c = *cp;
+  const bool sym = job.symmetric;
+  const bool dev = on_device(job);
+  const std::int64_t n = job.prod.rows(false);
+  const std::int64_t rows_b = sym ? n : job.prod.rows(true);
+  const std::size_t rb = job.prod.row_bytes();
+  const std::int64_t P_ = p.panel_rows;
+  const std::int64_t I = sym ? p.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
+  const std::int64_t I0 = I * P_, I1 = std::min(I0 + P_, n), PI = I1 - I0;
+  const std::int64_t W = sym ? n - I0 : rows_b;
+  const std::int64_t col0 = sym ? I0 : 0;
+
+  const Aux* aux_a = c.aux_a.data();
+  const Aux* aux_b = sym ? c.aux_a.data() : c.aux_b.data();
+  V* scratch = p.buf_scratch != pair_plan::none ? slot.device<V>(p.buf_scratch) : nullptr;
+
+  // The strip's rows of A.
+  const std::byte* a_dev = nullptr;
+  std::size_t moved = 0;
+  if (dev) {
+    a_dev = job.prod.device_rows(false) + static_cast<std::size_t>(I0) * job.prod.device_row_bytes(false);
+  } else if (!sym) {
+    auto* dst = slot.device<std::byte>(p.buf_a);
+    moved += job.prod.upload(false, I0, PI, dst, s);
+    job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
+    a_dev = dst;
+    if (p.resident) ensure_panels(job, c, 0, p.b_panels, s);
+  } else if (p.resident) {
+    ensure_panels(job, c, I, p.strips, s);
+    a_dev = c.resident_rows + static_cast<std::size_t>(I0) * rb;
+  } else {
+    auto* dst = slot.device<std::byte>(p.buf_own);
+    moved += job.prod.upload(false, I0, PI, dst, s);
+    a_dev = dst;
+  }
+
+  auto compute = [&](const auto& writer) {
+    if (dev || p.resident) {
+      panel_pair<Aux> g;
+      g.a = a_dev;
+      g.a_rows = PI;
+      g.a_row0 = I0;
+      g.b = c.resident_rows + static_cast<std::size_t>(col0) * (dev ? job.prod.device_row_bytes(!sym) : rb);
+      g.b_rows = W;
+      g.b_row0 = col0;
+      g.aux_a = aux_a;
+      g.aux_b = aux_b;
+      g.upper_only = sym;
+      job.prod.compute(g, writer, scratch, s);
+      return;
+    }
+    for (std::int64_t J = sym ? I : 0; J < p.b_panels; ++J) {
+      const std::int64_t J0 = J * P_, J1 = std::min(J0 + P_, rows_b);
+      const std::byte* bj = a_dev;
+      if (!(sym && J == I)) {
+        auto* dst = slot.device<std::byte>(p.buf_stream);
+        moved += job.prod.upload(!sym, J0, J1 - J0, dst, s);
+        bj = dst;
+      }
+      panel_pair<Aux> g;
+      g.a = a_dev;
+      g.a_rows = PI;
+      g.a_row0 = I0;
+      g.b = bj;
+      g.b_rows = J1 - J0;
+      g.b_row0 = J0;
+      g.aux_a = aux_a;
+      g.aux_b = aux_b;
+      g.upper_only = sym;
+      job.prod.compute(g, writer, scratch, s);
+    }
+  };
+
+  const std::size_t vb = sizeof(V);
+  switch (job.sink) {
+    case sink_kind::dense_packed: {
+      V* u = slot.device<V>(0);
+      const bool wd = job.with_diagonal;
+      const std::int64_t base = wd ? packed_row_offset(n, I0) : condensed_row_offset(n, I0);
+      const std::int64_t end = I1 == n ? layout_size(wd ? triangle_layout::upper_packed : triangle_layout::condensed, n)
+                                       : (wd ? packed_row_offset(n, I1) : condensed_row_offset(n, I1));
+      compute(packed_writer<V>{u, n, base, wd});
+      if (end > base) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(job.out + base, u, static_cast<std::size_t>(end - base) * vb,
+                                          cudaMemcpyDeviceToHost, s.value()));
+        moved += static_cast<std::size_t>(end - base) * vb;
+      }
+      break;
+    }
+    case sink_kind::dense_full: {
+      V* u = slot.device<V>(0);
+      V* tt = slot.device<V>(p.buf_mirror);
+      compute(full_writer<V>{u, tt, I0, I1, W, PI});
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * n + I0, static_cast<std::size_t>(n) * vb, u,
+                                          static_cast<std::size_t>(W) * vb, static_cast<std::size_t>(W) * vb,
+                                          static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
+      if (n - I1 > 0) {
+        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I1 * n + I0, static_cast<std::size_t>(n) * vb, tt,
+                                            static_cast<std::size_t>(PI) * vb, static_cast<std::size_t>(PI) * vb,
+                                            static_cast<std::size_t>(n - I1), cudaMemcpyDeviceToHost, s.value()));
+      }
+      moved += static_cast<std::size_t>(PI * W + (n - I1) * PI) * vb;
+      break;
+    }
+    case sink_kind::strips: {
+      V* u = slot.device<V>(0);
+      compute(score_writer<V>{u, I0, I1, W, I0, true});
+      if (job.on_device_strip) {
+        job.on_device_strip(device_strip<V>{I0, PI, I0, W, u, slot.device(), s});
+        break;
+      }
+      // rows I0..I1, columns I0..n, to the slot's staging for on_complete
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * W) * vb,
+                                        cudaMemcpyDeviceToHost, s.value()));
+      moved += static_cast<std::size_t>(PI * W) * vb;
+      break;
+    }
+    case sink_kind::dense_rect: {
+      V* u = slot.device<V>(0);
+      compute(rect_writer<V>{u, I0, rows_b});
+      if (job.on_device_strip) {
+        job.on_device_strip(device_strip<V>{I0, PI, 0, rows_b, u, slot.device(), s});
+        break;
+      }
+      if (job.on_strip) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * rows_b) * vb,
+                                          cudaMemcpyDeviceToHost, s.value()));
+        moved += static_cast<std::size_t>(PI * rows_b) * vb;
+        break;
+      }
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * job.ldc, static_cast<std::size_t>(job.ldc) * vb, u,
+                                          static_cast<std::size_t>(rows_b) * vb, static_cast<std::size_t>(rows_b) * vb,
+                                          static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
+      moved += static_cast<std::size_t>(PI * rows_b) * vb;
+      break;
+    }
+    case sink_kind::topk: {
+      V* sc_buf = slot.device<V>(0);
+      compute(score_writer<V>{sc_buf, I0, I1, W, col0, sym});
+      auto* st = reinterpret_cast<topk_entry<V>*>(c.topk_state.data()) +
+                 slot.index() * static_cast<std::size_t>(n) * static_cast<std::size_t>(job.topk.k);
+      const bool skip_diag = sym && !job.topk.include_diagonal;
+      with_larger(job.prod.larger(), [&](auto L) {
+        constexpr bool larger = decltype(L)::value;
+        topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
+                                                                          job.topk.k);
+        SPILLWAY_CUDA_TRY(cudaGetLastError());
+        if (sym && W > PI) {
+          const std::int64_t groups = (W - PI + 31) / 32;
+          topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 65535)), 1024, 0, s.value()>>>(
+              sc_buf, PI, W, I0, PI, st, job.topk.k);
+          SPILLWAY_CUDA_TRY(cudaGetLastError());
+        }
+      });
+      break;
+    }
+    case sink_kind::threshold: {
+      V* sc_buf = slot.device<V>(0);
+      compute(score_writer<V>{sc_buf, I0, I1, W, col0, sym});
+      std::byte* comp = slot.device<std::byte>(p.buf_compact);
+      auto* offs = reinterpret_cast<std::int64_t*>(comp);
+      auto* cols = reinterpret_cast<std::int32_t*>(comp + round8(static_cast<std::size_t>(P_ + 1) * 8u));
+      auto* vals = reinterpret_cast<V*>(comp + round8(static_cast<std::size_t>(P_ + 1) * 8u) +
+                                        round8(static_cast<std::size_t>(PI * W) * 4u));
+      const int shift = sym ? (job.thr.include_diagonal ? 0 : 1) : -1;
+      const bool larger = job.prod.larger();
+      threshold_count_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold, offs);
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      exclusive_scan_kernel<<<1, 1024, 0, s.value()>>>(offs, PI);
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      threshold_write_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold,
+                                                                      col0, offs, cols, vals);
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      strip_sparse<V>& out = job.strips[static_cast<std::size_t>(I)];
+      out.offsets.resize(static_cast<std::size_t>(PI + 1));
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.offsets.data(), offs, out.offsets.size() * 8u, cudaMemcpyDeviceToHost, s.value()));
+      s.synchronize();  // the kept count sizes the copies below
+      const auto total = static_cast<std::size_t>(out.offsets.back());
+      out.cols.resize(total);
+      out.vals.resize(total);
+      if (total > 0) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.cols.data(), cols, total * 4u, cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.vals.data(), vals, total * vb, cudaMemcpyDeviceToHost, s.value()));
+      }
+      s.synchronize();
+      moved += out.offsets.size() * 8u + total * (4u + vb);
+      break;
+    }
+  }
+  slot.add_bytes_moved(moved);
+}
+
+/// Plans and runs a job through the scheduler. `devices` empty: the job's own (or all visible).
+template <class V, class P>
+void run_pair_job(pair_job<V, P>& job) {
+  const std::vector<int> devices = ::spillway::detail::resolve_devices(job.opt.devices, job.who);
+  if (on_device(job) && devices.size() != 1) {
+    throw logic_error(std::string(job.who) + ": rows in device memory are used on their own device only; pass "
+                      "exactly that device (the entry points do), got " + std::to_string(devices.size()));
+  }
+  const memory_budget budget = job.opt.budget ? *job.opt.budget : memory_budget::default_for_all(devices);
+  pair_plan_request r;
+  r.rows_a = job.prod.rows(false);
+  r.rows_b = job.symmetric ? r.rows_a : job.prod.rows(true);
+  r.row_bytes = job.prod.row_bytes();
+  r.symmetric = job.symmetric;
+  r.sink = job.sink;
+  r.out_bytes = sizeof(V);
+  r.k = job.topk.k;
+  r.budget_bytes = budget.bytes();
+  r.slots = job.opt.slots_per_device;
+  r.max_panel_rows = job.opt.max_panel_rows;
+  r.aux_bytes = sizeof(typename P::aux_type);
+  r.score_scratch = job.prod.score_scratch();
+  r.operands_on_device = on_device(job);
+  job.plan = make_pair_plan(r, job.who);
+  if (job.sink == sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
+  setup_devices(job, devices);
+
+  task_job_options to;
+  to.devices = devices;
+  to.slots_per_device = job.plan.slots;
+  to.device_buffer_bytes = job.plan.slot_buffers;
+  to.budget = memory_budget(std::max<std::size_t>(1, budget.bytes() - std::min(budget.bytes(), job.plan.shared_bytes)));
+  to.progress = job.opt.progress;
+  if (job.on_strip) {
+    // Pinned staging per slot for one strip (the same bytes as its device output buffer).
+    to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
+    const std::int64_t n = r.rows_a, P_ = job.plan.panel_rows, strips = job.plan.strips;
+    const std::int64_t rows_b = r.rows_b;
+    job.report = run_tasks(
+        static_cast<std::size_t>(strips), to,
+        [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); },
+        [&job, n, P_, strips, rows_b](std::size_t t, task_slot& slot) {
+          const std::int64_t I = job.symmetric ? strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
+          host_strip<V> st;
+          st.first_row = I * P_;
+          st.rows = std::min(st.first_row + P_, n) - st.first_row;
+          st.first_col = job.symmetric ? st.first_row : 0;
+          st.cols = job.symmetric ? n - st.first_row : rows_b;
+          st.values = slot.pinned<V>(0);
+          job.on_strip(st);
+        });
+  } else {
+    job.report = run_tasks(static_cast<std::size_t>(job.plan.strips), to,
+                           [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); });
+  }
+  if (job.opt.report != nullptr) {
+    job.opt.report->job = job.report;
+    job.opt.report->plan = job.plan;
+    job.opt.report->budget_bytes = budget.bytes();
+  }
+}
+
+template <class V, class P>
+topk_result<V> collect_topk(pair_job<V, P>& job) {
+  const std::int64_t n = job.prod.rows(false);
+  const int k = job.topk.k;
+  const bool larger = job.prod.larger();
+  // Each device merges its slots' lists on the device; only one n x k list per device comes back.
+  const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  std::vector<std::vector<topk_entry<V>>> lists;
+  for (auto& c : job.ctx) {
+    device_guard g(c->device);
+    const stream_view s = c->setup->view();
+    auto* st = reinterpret_cast<topk_entry<V>*>(c->topk_state.data());
+    const int slots = static_cast<int>(c->topk_state.size() / sizeof(topk_entry<V>) / per_slot);
+    if (slots > 1) {
+      with_larger(larger, [&](auto L) {
+        topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, slots,
+                                                                                        static_cast<std::int64_t>(per_slot));
+      });
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+    }
+    std::vector<topk_entry<V>> h(per_slot);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data(), st, per_slot * sizeof(topk_entry<V>), cudaMemcpyDeviceToHost, s.value()));
+    s.synchronize();
+    lists.push_back(std::move(h));
+  }
+  topk_result<V> r = empty_topk<V>(n, k);
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+  {
+    std::vector<topk_entry<V>> cand;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (std::int64_t i = 0; i < n; ++i) {
+      cand.clear();
+      for (const auto& h : lists)
+        for (int t = 0; t < k; ++t) {
+          const topk_entry<V>& e = h[static_cast<std::size_t>(i * k + t)];
+          if (e.c != INT_MAX) cand.push_back(e);
+        }
+      const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), cand.size());
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kk), cand.end(),
+                        [&](const topk_entry<V>& x, const topk_entry<V>& y) {
+                          return topk_better(larger, x.v, static_cast<std::int64_t>(x.c), y.v, static_cast<std::int64_t>(y.c));
+                        });
+      for (std::size_t t = 0; t < kk; ++t) {
+        r.values[static_cast<std::size_t>(i * k) + t] = cand[t].v;
+        r.indices[static_cast<std::size_t>(i * k) + t] = cand[t].c;
+      }
+    }
+  }
+  return r;
+}
+
+template <class V, class P>
+coo_result<V> collect_threshold(pair_job<V, P>& job) {
+  coo_result<V> r;
+  const std::int64_t P_ = job.plan.panel_rows;
+  const std::int64_t n = job.prod.rows(false);
+  std::size_t total = 0;
+  for (const auto& s : job.strips) total += s.cols.size();
+  if (!(job.symmetric && job.thr.both_halves)) {
+    r.row.reserve(total);
+    r.col.reserve(total);
+    r.value.reserve(total);
+    for (std::size_t I = 0; I < job.strips.size(); ++I) {
+      const auto& s = job.strips[I];
+      for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q)
+        for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
+          r.row.push_back(static_cast<std::int64_t>(I) * P_ + static_cast<std::int64_t>(q));
+          r.col.push_back(s.cols[static_cast<std::size_t>(e)]);
+          r.value.push_back(s.vals[static_cast<std::size_t>(e)]);
+        }
+    }
+    return r;
+  }
+  // Both halves: row i holds the mirrored (j < i) entries, then its own (j ≥ i), each ascending.
+  std::vector<std::int64_t> lower(static_cast<std::size_t>(n) + 1, 0), upper(static_cast<std::size_t>(n), 0);
+  for (std::size_t I = 0; I < job.strips.size(); ++I) {
+    const auto& s = job.strips[I];
+    for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
+      const std::int64_t i = static_cast<std::int64_t>(I) * P_ + static_cast<std::int64_t>(q);
+      upper[static_cast<std::size_t>(i)] = s.offsets[q + 1] - s.offsets[q];
+      for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
+        const std::int64_t j = s.cols[static_cast<std::size_t>(e)];
+        if (j != i) ++lower[static_cast<std::size_t>(j)];
+      }
+    }
+  }
+  std::vector<std::int64_t> start(static_cast<std::size_t>(n) + 1, 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    start[static_cast<std::size_t>(i) + 1] =
+        start[static_cast<std::size_t>(i)] + lower[static_cast<std::size_t>(i)] + upper[static_cast<std::size_t>(i)];
+  const auto all = static_cast<std::size_t>(start[static_cast<std::size_t>(n)]);
+  r.row.resize(all);
+  r.col.resize(all);
+  r.value.resize(all);
+  std::vector<std::int64_t> fill_lo(start.begin(), start.end() - 1);
+  for (std::size_t I = 0; I < job.strips.size(); ++I) {
+    const auto& s = job.strips[I];
+    for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
+      const std::int64_t i = static_cast<std::int64_t>(I) * P_ + static_cast<std::int64_t>(q);
+      std::int64_t at = start[static_cast<std::size_t>(i)] + lower[static_cast<std::size_t>(i)];
+      for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
+        const std::int64_t j = s.cols[static_cast<std::size_t>(e)];
+        const V v = s.vals[static_cast<std::size_t>(e)];
+        r.row[static_cast<std::size_t>(at)] = i;
+        r.col[static_cast<std::size_t>(at)] = j;
+        r.value[static_cast<std::size_t>(at)] = v;
+        ++at;
+        if (j != i) {
+          const auto m = static_cast<std::size_t>(fill_lo[static_cast<std::size_t>(j)]++);
+          r.row[m] = j;
+          r.col[m] = i;
+          r.value[m] = v;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace detail
+}  // namespace spillway::pairwise

@@ -1,0 +1,163 @@
+// spillway/pairwise/plan.hpp — how an out-of-core all-pairs job is cut to fit a device memory
+// budget (pure host logic, testable without a GPU). One planner for every pair job: bit Gram and
+// float similarity differ only in the bytes of an operand row, of a score and of a row's
+// auxiliary value (a popcount, a norm).
+//
+// The job is a list of row strips of the output: strip I holds rows [I·P, I·P + P) of A against
+// every column it needs (for A·Aᵀ the columns ≥ I·P only — the upper triangle). Each strip is one
+// task of the scheduler (spillway::run_tasks); a slot holds one strip's device output (and, when
+// the column operand does not fit, the two panels it multiplies). Where the operand that every
+// strip reads (A for A·Aᵀ, B for A·Bᵀ) fits beside the slots it stays resident on each device and
+// is copied once; otherwise it is streamed panel by panel inside each task.
+#pragma once
+
+#include <spillway/core/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spillway::pairwise {
+
+/// What a job leaves on the device per strip.
+enum class sink_kind {
+  dense_full,       ///< A·Aᵀ n x n: strip rows plus the mirrored column strip
+  dense_packed,     ///< A·Aᵀ packed upper triangle (with or without the diagonal)
+  dense_rect,       ///< A·Bᵀ rows_a x rows_b
+  topk,             ///< per-row top-k (state on the device)
+  threshold,        ///< threshold → sparse (compacted on the device)
+  strips            ///< A·Aᵀ strips handed to a callback: the strip rows only (no mirror)
+};
+
+struct pair_plan_request {
+  std::int64_t rows_a = 0, rows_b = 0;  ///< rows_b == rows_a for A·Aᵀ
+  std::size_t row_bytes = 128;          ///< bytes of one operand row on the device
+  bool symmetric = true;
+  sink_kind sink = sink_kind::dense_packed;
+  std::size_t out_bytes = 4;  ///< bytes per output (or score) element
+  int k = 0;                  ///< top-k only
+  std::size_t budget_bytes = 0;
+  std::size_t slots = 3;
+  std::int64_t max_panel_rows = 0;  ///< 0: automatic (2048)
+  std::size_t aux_bytes = 4;        ///< per operand row: its popcount, its norm
+  /// The scores are produced as a dense P x W strip that a kernel then scatters into the sink's
+  /// layout (a GEMM cannot write a packed triangle): one more strip buffer per slot for the dense
+  /// sinks dense_full and dense_packed.
+  bool score_scratch = false;
+  /// The operands are already in device memory (in core): nothing resident to copy, no A panel.
+  bool operands_on_device = false;
+};
+
+struct pair_plan {
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::int64_t panel_rows = 0;  ///< P: rows per strip and per streamed panel
+  std::int64_t strips = 0;      ///< tasks
+  std::int64_t b_panels = 0;    ///< panels of the column operand
+  bool resident = true;         ///< the column operand stays on each device
+  std::size_t slots = 0;
+  /// Per slot, in order: output/score buffer, [mirror buffer (dense_full)], [compaction (threshold)],
+  /// [A panel (A·Bᵀ, or streamed)], [B panel (streamed)], [score scratch]. The buf_* members give
+  /// each one's index (none when absent).
+  std::vector<std::size_t> slot_buffers;
+  std::size_t buf_mirror = none, buf_compact = none, buf_a = none, buf_own = none, buf_stream = none,
+              buf_scratch = none;
+  std::size_t shared_bytes = 0;  ///< per device, outside the slots (resident operand, aux values, top-k state)
+  std::size_t resident_bytes = 0;
+  std::size_t topk_state_bytes = 0;  ///< per slot's state (inside shared_bytes, times slots)
+
+  [[nodiscard]] std::size_t slot_bytes() const {
+    std::size_t s = 0;
+    for (auto b : slot_buffers) s += (b + 255) / 256 * 256;
+    return s;
+  }
+  [[nodiscard]] std::size_t total_bytes() const { return shared_bytes + slots * slot_bytes(); }
+};
+
+namespace detail {
+
+/// Bytes of one device top-k entry {V value; int32 column} (8 for 4-byte scores, 16 for double).
+inline std::size_t topk_entry_size(std::size_t out_bytes) {
+  return out_bytes <= 4 ? 8u : (out_bytes + 4 + out_bytes - 1) / out_bytes * out_bytes;
+}
+
+inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resident) {
+  pair_plan g;
+  g.panel_rows = p;
+  g.resident = resident;
+  g.strips = (r.rows_a + p - 1) / p;
+  g.b_panels = (r.rows_b + p - 1) / p;
+  g.slots = std::min<std::size_t>(r.slots, static_cast<std::size_t>(std::max<std::int64_t>(g.strips, 1)));
+  const auto P = static_cast<std::size_t>(p);
+  const auto W = static_cast<std::size_t>(r.rows_b);  // widest strip
+  auto add = [&g](std::size_t bytes) {
+    g.slot_buffers.push_back(bytes);
+    return g.slot_buffers.size() - 1;
+  };
+  switch (r.sink) {
+    case sink_kind::dense_full:
+      add(P * W * r.out_bytes);
+      g.buf_mirror = add(W * P * r.out_bytes);
+      break;
+    case sink_kind::dense_packed:
+    case sink_kind::dense_rect:
+    case sink_kind::strips:
+    case sink_kind::topk:
+      add(P * W * r.out_bytes);
+      break;
+    case sink_kind::threshold:
+      // scores, then per-row counts/offsets (P + 1, int64) and the compacted (col int32, value).
+      add(P * W * r.out_bytes);
+      g.buf_compact = add((P + 1) * 8u + P * W * (4u + r.out_bytes) + 16u);
+      break;
+  }
+  if (!r.symmetric && !r.operands_on_device) g.buf_a = add(P * r.row_bytes);  // this strip's A panel
+  if (!resident) {
+    if (r.symmetric) g.buf_own = add(P * r.row_bytes);  // the strip's own panel
+    g.buf_stream = add(P * r.row_bytes);                // the streamed panel
+  }
+  if (r.score_scratch && (r.sink == sink_kind::dense_full || r.sink == sink_kind::dense_packed)) {
+    g.buf_scratch = add(P * W * r.out_bytes);
+  }
+  g.resident_bytes = resident && !r.operands_on_device ? static_cast<std::size_t>(r.rows_b) * r.row_bytes : 0;
+  g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
+                                                       topk_entry_size(r.out_bytes)
+                                                 : 0;
+  g.shared_bytes = g.resident_bytes + static_cast<std::size_t>(r.rows_a + r.rows_b) * r.aux_bytes + 512u +
+                   g.slots * g.topk_state_bytes;
+  return g;
+}
+
+}  // namespace detail
+
+/// The largest strip height (≤ 2048 or max_panel_rows, halving from there) that fits the budget,
+/// with the column operand resident when that fits and streamed otherwise. Throws logic_error
+/// (starting with `who`) naming the minimum budget when even 32-row strips do not fit.
+inline pair_plan make_pair_plan(const pair_plan_request& r, const char* who = "pairwise") {
+  const std::string w(who);
+  if (r.rows_a < 0 || r.rows_b < 0) throw logic_error(w + ": make_pair_plan: negative row count");
+  if (r.budget_bytes == 0) throw logic_error(w + ": make_pair_plan: budget_bytes must be > 0");
+  if (r.max_panel_rows < 0) {
+    throw logic_error(w + ": make_pair_plan: max_panel_rows must be >= 0, got " + std::to_string(r.max_panel_rows));
+  }
+  if (r.slots == 0) throw logic_error(w + ": make_pair_plan: slots must be >= 1");
+  const std::int64_t cap0 = r.max_panel_rows > 0 ? r.max_panel_rows : 2048;
+  const std::int64_t cap = std::max<std::int64_t>(1, std::min<std::int64_t>(cap0, std::max<std::int64_t>(r.rows_a, 1)));
+  const std::int64_t floor_rows = std::min<std::int64_t>(cap, 32);
+  for (bool resident : {true, false}) {
+    if (!resident && r.operands_on_device) break;  // they are resident where they are
+    for (std::int64_t p = cap; p >= floor_rows; p = (p == floor_rows ? 0 : std::max(floor_rows, p / 2))) {
+      pair_plan g = detail::plan_for(r, p, resident);
+      if (g.total_bytes() <= r.budget_bytes) return g;
+      if (p == floor_rows) break;
+    }
+  }
+  const pair_plan smallest = detail::plan_for(r, floor_rows, r.operands_on_device);
+  throw logic_error(w + ": memory budget of " + std::to_string(r.budget_bytes) +
+                    " bytes is too small for this job; the minimum is " + std::to_string(smallest.total_bytes()) +
+                    " bytes (" + std::to_string(floor_rows) + "-row strips" +
+                    (r.operands_on_device ? ", operands in device memory" : ", operand streamed") + ")");
+}
+
+}  // namespace spillway::pairwise
