@@ -10,13 +10,14 @@
 //   std::puts(r.plan.describe().c_str());   // blocks, cached panels, bytes moved, the copy floor
 //
 // How a job runs (the executed frame of ooc_plan.hpp: panels of "A" resident, "B" streamed): each
-// task is one C block. On its slot's stream it makes the A row panel and the B column panel it
-// needs present in the device's two panel caches (a panel already cached is waited for through the
-// event recorded after its copy; a slot of a cache is refilled only after every stream that read its
-// previous panel has passed the event recorded after that read), copies the C block in when β ≠ 0,
-// runs the in-core gemm_async over the panels, and copies the block out. Slots are separate
-// streams, so the next panel's host→device copy runs during the current block's GEMM and the
-// previous block's device→host copy. Page-locked host memory is copied by DMA directly (2-D copies
+// task is one C block. Panels are copied into the device's two panel caches on a loader stream of
+// the device's own, in the order the blocks need them and as far ahead of the running blocks as the
+// caches allow (up to ooc_lookahead blocks): a cache slot is refilled once no block before the one
+// that needs the new panel still needs the old one, and only after every stream that read the old
+// panel has passed the event recorded after that read. On its slot's stream a task waits for its
+// panels' copy events, copies the C block in when β ≠ 0, runs the in-core gemm_async over the
+// panels, and copies the block out. So panel copies run back to back during the GEMMs, and the
+// device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied by DMA directly (2-D copies
 // of the sub-matrices); pageable memory goes through pinned staging filled by the pipeline's host
 // threads (double-buffered per device for panels, one block per slot for C).
 #pragma once
@@ -184,12 +185,27 @@ struct ooc_cache {
   }
 };
 
+/// Blocks ahead of the one being enqueued whose panels the loader may already copy.
+inline constexpr std::size_t ooc_lookahead = 64;
+
 struct ooc_device_ctx {
   int device = 0;
   std::unique_ptr<stream> setup;
+  std::unique_ptr<stream> loader;  // every panel copy of this device, in the order they are needed
+  std::size_t first = 0, last = 0;  // the device's own range of the plan's order
+  std::size_t cursor = 0;           // blocks of its range before this have their panels requested
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
+  ooc_device_ctx() = default;
+  ooc_device_ctx(const ooc_device_ctx&) = delete;
+  ooc_device_ctx& operator=(const ooc_device_ctx&) = delete;
+  // Copies the loader issued ahead for blocks that never ran (cancelled, failed, or taken by
+  // another device) finish before the caches and the staging they use are freed.
+  ~ooc_device_ctx() {
+    if (loader) (void)cudaStreamSynchronize(loader->value());
+    (void)cudaGetLastError();
+  }
 };
 
 /// Which block each device takes next: its own range of the plan's order from the front; when
@@ -260,6 +276,10 @@ struct ooc_job {
       auto c = std::make_unique<ooc_device_ctx>();
       c->device = d;
       c->setup = std::make_unique<stream>(d);
+      c->loader = std::make_unique<stream>(d);
+      c->first = plan.device_first[ctx.size()];
+      c->last = plan.device_first[ctx.size() + 1];
+      c->cursor = c->first;
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes, b_bytes = plan.b_slots * plan.b_panel_bytes;
       c->memory = device_buffer<std::byte>(a_bytes + b_bytes, c->setup->view());
       c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
@@ -275,25 +295,28 @@ struct ooc_job {
     }
   }
 
-  /// Makes panel `key` of a cache present for stream s; returns its device address.
-  const T* ensure(ooc_cache& cache, ooc_staging& stage, bool pinned, index_t key, const ooc_rect<T>& src, index_t dld,
-                  const task_slot& slot, stream_view s, std::size_t& moved) {
+  /// Copies panel `key` into its cache slot on the device's loader stream (after every stream that
+  /// read the slot's previous panel is past that read); the copy's end is the slot's ready event.
+  void load(ooc_device_ctx& dc, bool is_a, index_t key, std::size_t& moved) {
+    ooc_cache& cache = is_a ? dc.a : dc.b;
+    ooc_staging& stage = is_a ? dc.a_stage : dc.b_stage;
+    const bool pinned = is_a ? a_pinned : b_pinned;
+    const stream_view ls = dc.loader->view();
     const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
     T* dst = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
-    if (cache.tag[cs] == key) {
-      s.wait(cache.ready[cs]);
-      return dst;
-    }
-    // Refill only after every stream that read the slot's previous panel is past that read.
-    for (std::size_t x = 0; x < cache.used[cs].size(); ++x)
-      if (x != slot.index()) s.wait(cache.used[cs][x]);
+    for (auto& e : cache.used[cs]) ls.wait(e);
+    const index_t panel = key / plan.k_chunks, q = key % plan.k_chunks;
+    const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
+    const ooc_rect<T> src = is_a ? ooc_sub<T>(a, panel * plan.bm, std::min(plan.bm, plan.m - panel * plan.bm), k0, kq)
+                                 : ooc_sub<T>(b, k0, kq, panel * plan.bn, std::min(plan.bn, plan.n - panel * plan.bn));
+    const index_t dld = is_a ? a_ld_dev() : b_ld_dev();
     const std::size_t es = sizeof(T);
     const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
     if (lines > 0 && len > 0) {
       if (pinned) {
         SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dld) * es, src.first,
                                             static_cast<std::size_t>(src.ld) * es, len * es, lines,
-                                            cudaMemcpyHostToDevice, s.value()));
+                                            cudaMemcpyHostToDevice, ls.value()));
       } else {
         const int f = stage.next;
         stage.next ^= 1;
@@ -301,14 +324,61 @@ struct ooc_job {
         ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, src.first,
                        static_cast<std::size_t>(src.ld) * es, len * es, lines);
         SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, stage.buf[f].data(), ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
-                                          cudaMemcpyHostToDevice, s.value()));
-        stage.done[f].record(s);
+                                          cudaMemcpyHostToDevice, ls.value()));
+        stage.done[f].record(ls);
       }
       moved += lines * len * es;
     }
-    cache.ready[cs].record(s);
+    cache.ready[cs].record(ls);
     cache.tag[cs] = key;
-    return dst;
+  }
+
+  /// Panel `key` present for stream s (copied now if it is not cached); its device address.
+  const T* ensure(ooc_device_ctx& dc, bool is_a, index_t key, stream_view s, std::size_t& moved) {
+    ooc_cache& cache = is_a ? dc.a : dc.b;
+    const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
+    if (cache.tag[cs] != key) load(dc, is_a, key, moved);
+    s.wait(cache.ready[cs]);
+    return reinterpret_cast<const T*>(cache.base + cs * cache.panel_bytes);
+  }
+
+  /// Whether block `b` reads panel `key` of the A (is_a) or B cache.
+  [[nodiscard]] bool reads(const ooc_block& b, bool is_a, index_t key) const {
+    const index_t panel = key / plan.k_chunks;
+    return is_a ? b.i == panel : b.j == panel;
+  }
+
+  /// Requests the panels of the blocks after `idx` in the device's range, in order, while each
+  /// one's cache slot holds a panel that no block between idx and it still needs.
+  void prefetch(ooc_device_ctx& dc, std::size_t idx, std::size_t& moved) {
+    if (idx < dc.first || idx >= dc.last || plan.k == 0) return;  // a block taken from another device
+    if (dc.cursor <= idx) dc.cursor = idx + 1;
+    while (dc.cursor < dc.last && dc.cursor - idx <= ooc_lookahead) {
+      const ooc_block nb = plan.order[dc.cursor];
+      bool ok = true;
+      for (int side = 0; side < 2 && ok; ++side) {
+        const bool is_a = side == 0;
+        const ooc_cache& cache = is_a ? dc.a : dc.b;
+        for (index_t q = 0; q < plan.k_chunks && ok; ++q) {
+          const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
+          const index_t held = cache.tag[static_cast<std::size_t>(key) % cache.tag.size()];
+          if (held == key || held < 0) continue;
+          if (reads(nb, is_a, held)) ok = false;  // two chunks of this block share the slot
+          for (std::size_t x = idx + 1; x < dc.cursor && ok; ++x)
+            if (reads(plan.order[x], is_a, held)) ok = false;
+        }
+      }
+      if (!ok) return;
+      for (int side = 0; side < 2; ++side) {
+        const bool is_a = side == 0;
+        ooc_cache& cache = is_a ? dc.a : dc.b;
+        for (index_t q = 0; q < plan.k_chunks; ++q) {
+          const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
+          if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) load(dc, is_a, key, moved);
+        }
+      }
+      ++dc.cursor;
+    }
   }
 
   void enqueue(std::size_t t, task_slot& slot, stream_view s) {
@@ -350,11 +420,9 @@ struct ooc_job {
                  matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
     }
     for (index_t q = 0; q < (plan.k == 0 ? 0 : plan.k_chunks); ++q) {
-      const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
-      const T* ap = ensure(dc.a, dc.a_stage, a_pinned, blk.i * plan.k_chunks + q, ooc_sub<T>(a, r0, rows, k0, kq),
-                           a_ld_dev(), slot, s, moved);
-      const T* bp = ensure(dc.b, dc.b_stage, b_pinned, blk.j * plan.k_chunks + q, ooc_sub<T>(b, k0, kq, c0, cols),
-                           b_ld_dev(), slot, s, moved);
+      const index_t kq = plan.chunk_k(q);
+      const T* ap = ensure(dc, true, blk.i * plan.k_chunks + q, s, moved);
+      const T* bp = ensure(dc, false, blk.j * plan.k_chunks + q, s, moved);
       const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a.order, 0};
       const matrix_view<const T> bv{bp, kq, cols, b_ld_dev(), b.order, 0};
       if (use_work) {
@@ -379,6 +447,7 @@ struct ooc_job {
       SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value()));
     }
     moved += cb;
+    prefetch(dc, idx, moved);
     slot.add_bytes_moved(moved);
   }
 
