@@ -194,6 +194,7 @@ struct ooc_device_ctx {
   std::unique_ptr<stream> loader;  // every panel copy of this device, in the order they are needed
   std::size_t first = 0, last = 0;  // the device's own range of the plan's order
   std::size_t cursor = 0;           // blocks of its range before this have their panels requested
+  std::vector<int> need_a, need_b;  // prefetch's scratch: readers of each panel in its window
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
@@ -280,6 +281,8 @@ struct ooc_job {
       c->first = plan.device_first[ctx.size()];
       c->last = plan.device_first[ctx.size() + 1];
       c->cursor = c->first;
+      c->need_a.assign(static_cast<std::size_t>(plan.row_panels), 0);
+      c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes, b_bytes = plan.b_slots * plan.b_panel_bytes;
       c->memory = device_buffer<std::byte>(a_bytes + b_bytes, c->setup->view());
       c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
@@ -342,33 +345,38 @@ struct ooc_job {
     return reinterpret_cast<const T*>(cache.base + cs * cache.panel_bytes);
   }
 
-  /// Whether block `b` reads panel `key` of the A (is_a) or B cache.
-  [[nodiscard]] bool reads(const ooc_block& b, bool is_a, index_t key) const {
-    const index_t panel = key / plan.k_chunks;
-    return is_a ? b.i == panel : b.j == panel;
-  }
-
   /// Requests the panels of the blocks after `idx` in the device's range, in order, while each
   /// one's cache slot holds a panel that no block between idx and it still needs.
   void prefetch(ooc_device_ctx& dc, std::size_t idx, std::size_t& moved) {
     if (idx < dc.first || idx >= dc.last || plan.k == 0) return;  // a block taken from another device
     if (dc.cursor <= idx) dc.cursor = idx + 1;
+    // need_a[i] / need_b[j]: how many blocks in (idx, cursor) read A row panel i / B column panel j.
+    auto window = [&](int d) {
+      for (std::size_t x = idx + 1; x < dc.cursor; ++x) {
+        dc.need_a[static_cast<std::size_t>(plan.order[x].i)] += d;
+        dc.need_b[static_cast<std::size_t>(plan.order[x].j)] += d;
+      }
+    };
+    window(1);
     while (dc.cursor < dc.last && dc.cursor - idx <= ooc_lookahead) {
       const ooc_block nb = plan.order[dc.cursor];
       bool ok = true;
       for (int side = 0; side < 2 && ok; ++side) {
         const bool is_a = side == 0;
         const ooc_cache& cache = is_a ? dc.a : dc.b;
+        const index_t own = is_a ? nb.i : nb.j;
+        const std::vector<int>& need = is_a ? dc.need_a : dc.need_b;
         for (index_t q = 0; q < plan.k_chunks && ok; ++q) {
-          const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
+          const index_t key = own * plan.k_chunks + q;
           const index_t held = cache.tag[static_cast<std::size_t>(key) % cache.tag.size()];
           if (held == key || held < 0) continue;
-          if (reads(nb, is_a, held)) ok = false;  // two chunks of this block share the slot
-          for (std::size_t x = idx + 1; x < dc.cursor && ok; ++x)
-            if (reads(plan.order[x], is_a, held)) ok = false;
+          const index_t held_panel = held / plan.k_chunks;
+          // Not while a block before this one still reads the held panel, nor when two chunks of
+          // this block's own panel share the slot (the block then copies them in turn itself).
+          if (held_panel == own || need[static_cast<std::size_t>(held_panel)] > 0) ok = false;
         }
       }
-      if (!ok) return;
+      if (!ok) break;
       for (int side = 0; side < 2; ++side) {
         const bool is_a = side == 0;
         ooc_cache& cache = is_a ? dc.a : dc.b;
@@ -377,8 +385,11 @@ struct ooc_job {
           if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) load(dc, is_a, key, moved);
         }
       }
+      ++dc.need_a[static_cast<std::size_t>(nb.i)];
+      ++dc.need_b[static_cast<std::size_t>(nb.j)];
       ++dc.cursor;
     }
+    window(-1);
   }
 
   void enqueue(std::size_t t, task_slot& slot, stream_view s) {
@@ -414,7 +425,6 @@ struct ooc_job {
     o.batch_count = 1;
     Acc* work = use_work ? slot.device<Acc>(1) : nullptr;
     const matrix_view<Acc> wblock{work, rows, cols, ldc, c.order, 0};
-    std::vector<std::pair<ooc_cache*, std::size_t>> touched;
     if (plan.k == 0) {
       gemm_async(s, alpha, matrix_view<const T>{nullptr, rows, 0, 1, layout::row_major, 0},
                  matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
