@@ -11,9 +11,19 @@
 // stage are padded by 16 bytes: the transposing store of K-major tiles hits distinct banks.
 //
 // A warp is 4 x 8 lanes; a lane owns hm x hn sub-blocks of rm x rn outputs, the sub-blocks 4*rm
-// rows and 8*rn columns apart, so each 16-byte shared load of a quarter-warp covers 128
-// contiguous bytes (conflict-free) and a k step costs (hm + hn) LDS.128 for tm*tn multiply-adds
-// (float: 8x8 outputs, 4 LDS.128 per 64 FFMA; complex: 8x4 outputs, 6 LDS.128 per 128 FFMA).
+// rows and 8*rn columns apart, so the warp's 16-byte shared loads of one k step cover 64 (A) and
+// 128 (B) contiguous bytes, conflict-free, and a k step costs (hm + hn) LDS.128 for tm*tn
+// multiply-adds (float: 8x8 outputs, 4 LDS.128 per 64 FFMA; complex: 8x4 outputs, 6 per 128).
+// Shared memory returns 128 bytes per cycle, so an LDS.128 takes 4 cycles of it unless pairs of
+// lanes (i and i ^ 1, or i and i ^ 2) read one address, when it takes 2. The lanes are placed so
+// that both operands pair: a lane's row group comes from lane bits 1-2 (lanes i, i ^ 1 share A)
+// and its column group from bits 0, 3-4 (lanes i, i ^ 2 share B). Row-major placement (ly =
+// lane / 8) paired A only: 12 of those cycles per 64 FFMA per warp, 48 per 64 FFMA cycles of an
+// SM's four schedulers, about 94% of the shared-memory pipe with the stores and global loads of
+// the 128x128 tile; paired, 8 per warp (ncu, 4096^3: L1 throughput 71% -> 56%).
+// H200, float TN, same run as cuBLAS SGEMM (51.1 TFLOP/s): 8192^3 45.6 -> 46.8 TFLOP/s (0.892 ->
+// 0.915); 64 x 8192 x 8192 (narrow tile, 8 slices + reduce) 32.2 -> 34.9 (0.814 -> 0.882 of 39.5);
+// complex 8192^3 48.7 -> 49.0 (0.897 -> 0.902 of CGEMM 54.3).
 //
 // Operand loads pick one of four modes per launch (uniform branch): K-major or M-major, each either
 // vectorised (up to 16 bytes, when pointer, leading dimension and batch stride allow it) or one
@@ -106,6 +116,13 @@ struct simt_config {
 // 32 with 3 stages 40.1 (spills), against 45.6 here; 4096^3 42.7 vs 44.9; 8192x8192x256 37.7 vs
 // 41.2. Its 64x128 forms (k-tile 16 or 32, 3 or 4 stages) peaked at 29.0 over 4-32 slices of
 // 64 x 8192 x 8192, against 32.7 for the narrow tile at its planned 8 slices.
+// With the paired lanes (H200, same run, 8192^3, 46.8 here): a load order giving each warp's
+// 16-byte loads 16 rows x 32 bytes (transposing stores then conflict-free) 43.7; shifting k rows
+// 8-15 of a stage by 32 bytes (conflict-free stores, same loads) 46.8, no gain; the large tile
+// without split staging 46.6. For 64 x 8192 x 8192 a reduce pass with 16-byte loads and 8 slices
+// in flight saved 0.8 us of the ~7 between the slices' kernel and C; in a run whose operands had a
+// leading dimension of 1024 (a smaller footprint in L2), 16 slices ran 34.3 against 35.6 at 8 and
+// a 64x256 tile 33.4.
 using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
@@ -458,7 +475,11 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
   const int mode_b = FixedB >= 0 ? FixedB : modes.b;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
-  const int ly = lane / 8, lx = lane % 8;
+  // The lane's place in the warp's 4 x 8 grid, "paired" (see the file comment): ly from lane bits
+  // 1 and 2, lx from bits 0, 3 and 4, so lanes 2i and 2i + 1 read one A fragment and lanes i and
+  // i ^ 2 one B fragment.
+  const int ly = ((lane >> 1) & 1) | ((lane >> 1) & 2);
+  const int lx = (lane & 1) | ((lane >> 2) & 6);
   const int row_l = (warp / Cfg::warps_n) * Cfg::wm + ly * RM;  // first row of the lane in the tile
   const int col_l = (warp % Cfg::warps_n) * Cfg::wn + lx * RN;  // first column
 
