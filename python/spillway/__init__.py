@@ -8,6 +8,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
   condensed, per-row top-k or threshold -> ``scipy.sparse.coo_array`` results.
 - ``spillway.pack_bits(a)`` / ``spillway.BitMatrix`` -- 0/1 data packed 32 columns per word (an
   ``np.load(..., mmap_mode="r")`` file is read in row blocks, never copied whole).
+- ``spillway.stream(fn, inputs, outputs, budget=...)`` -- host arrays larger than the card through
+  your own GPU code (CuPy, PyTorch or Numba) chunk by chunk, copies overlapped with compute.
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
 
@@ -21,12 +23,14 @@ from . import _core
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._gram import from_packed_bytes, gram, pack_bits
+from ._stream import Chunk, stream
 
 __version__: str = _core.__version__
 
 __all__ = [
     "BitMatrix",
     "Cancelled",
+    "Chunk",
     "HostFallbackWarning",
     "__version__",
     "device_count",
@@ -35,6 +39,7 @@ __all__ = [
     "gram",
     "no_gpu_reason",
     "pack_bits",
+    "stream",
 ]
 
 

@@ -8,6 +8,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/streamed_job.hpp>
 #include <spillway/version.hpp>
 
 #include <nanobind/nanobind.h>
@@ -360,6 +361,61 @@ sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::i
   return m;
 }
 
+// ---- spillway.stream: a Python callable per chunk ------------------------------------------------
+
+using any_host_array = nb::ndarray<nb::ro, nb::device::cpu>;
+using any_host_output = nb::ndarray<nb::device::cpu>;
+
+/// Runs a streamed_job over the first axis of C-contiguous host arrays (the Python side checks
+/// shapes and contiguity): each chunk's slices are copied to a device slot, then
+/// `fn(index, begin, count, device, stream, pointers)` runs under the GIL on the device's worker
+/// thread (one per device) with the slices' device pointers (inputs, then outputs) and enqueues
+/// its own GPU work on `stream`; the outputs' slices are copied back after it. Returns
+/// {"report", "interrupted"}.
+nb::dict stream_job(std::size_t units, const std::vector<any_host_array>& inputs, const std::vector<any_host_output>& outputs,
+                    const nb::object& fn, std::size_t budget, const std::vector<int>& devices, std::size_t slots,
+                    std::size_t max_chunk_bytes, const nb::object& progress) {
+  spillway::streamed_job job(units);
+  std::vector<spillway::job_array<const std::byte>> ins;
+  std::vector<spillway::job_array<std::byte>> outs;
+  for (const auto& a : inputs) ins.push_back(job.input(static_cast<const std::byte*>(a.data()), a.nbytes() / units));
+  for (auto& a : outputs) outs.push_back(job.output(static_cast<std::byte*>(a.data()), a.nbytes() / units));
+  spillway::streamed_job_options o;
+  o.devices = devices;
+  if (budget > 0) o.budget = spillway::memory_budget(budget);
+  if (slots > 0) o.slots_per_device = slots;
+  if (max_chunk_bytes > 0) o.max_chunk_bytes = max_chunk_bytes;
+  sp::job_progress p;
+  o.progress = [&p](const spillway::progress_info& i) {
+    p.update(i.tasks_done, i.tasks_total);
+    return !p.cancel.load();
+  };
+  spillway::job_report rep;
+  const bool interrupted = run_polled(
+      [&] {
+        rep = job.run(o, [&](const spillway::job_chunk& c) {
+          nb::gil_scoped_acquire locked;
+          nb::list ptrs;
+          for (const auto& a : ins) ptrs.append(reinterpret_cast<std::uintptr_t>(c.data(a)));
+          for (const auto& a : outs) ptrs.append(reinterpret_cast<std::uintptr_t>(c.data(a)));
+          fn(c.index(), c.begin(), c.count(), c.device(), reinterpret_cast<std::uintptr_t>(c.stream().value()), ptrs);
+        });
+      },
+      p, progress);
+  sp::job_summary sum;
+  sum.cancelled = rep.cancelled;
+  sum.tasks_total = rep.tasks_total;
+  sum.tasks_completed = rep.tasks_completed;
+  sum.completed = rep.completed;
+  sum.devices = rep.devices;
+  sum.elapsed_seconds = rep.elapsed_seconds;
+  sum.bytes_moved = rep.bytes_moved;
+  nb::dict d;
+  d["report"] = summary_dict(sum);
+  d["interrupted"] = interrupted;
+  return d;
+}
+
 // ---- exceptions ---------------------------------------------------------------------------------
 
 void set_error(PyObject* type, const std::exception& e) { PyErr_SetString(type, e.what()); }
@@ -392,6 +448,16 @@ NB_MODULE(_core, m) {
     try {
       std::rethrow_exception(p);
     } catch (const spillway::pipeline_error& e) {
+      // A Python callable (spillway.stream's fn) that raised: its own exception, unchanged.
+      if (e.cause()) {
+        try {
+          std::rethrow_exception(e.cause());
+        } catch (nb::python_error& pe) {
+          pe.restore();
+          return;
+        } catch (...) {
+        }
+      }
       set_error(python_type_of(std::current_exception()), e);
     } catch (const spillway::logic_error& e) {
       set_error(PyExc_ValueError, e);
@@ -520,6 +586,9 @@ NB_MODULE(_core, m) {
         return sp::pack_device_to_host(da, device, stream, nonzero_as_one);
       },
       "a"_a, "rows"_a, "cols"_a, "ld"_a, "dtype"_a, "device"_a, "stream"_a, "nonzero_as_one"_a);
+
+  m.def("_stream_job", &stream_job, "units"_a, "inputs"_a, "outputs"_a, "fn"_a, "budget"_a, "devices"_a, "slots"_a,
+        "max_chunk_bytes"_a, "progress"_a.none());
 
   m.def("_stream_wait", [](std::uintptr_t producer, std::uintptr_t consumer, int device) {
     sp::stream_wait(producer, consumer, device);

@@ -455,3 +455,52 @@ def test_readme_python_example_runs():
     for code in blocks:
         subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
 
+
+
+# ---- spillway.stream: argument checks (the GPU runs are in test_gpu.py) ---------------------------
+
+
+def _noop(c):
+    pass
+
+
+@pytest.mark.parametrize(
+    "ins, outs, kw, err, message",
+    [
+        ([np.zeros((10, 3))[:, ::2]], [], {}, ValueError, "not C-contiguous"),
+        ([np.zeros((10, 3))], [np.zeros((9, 3))], {}, ValueError, "share their first axis"),
+        ([np.zeros(())], [], {}, ValueError, "0-d"),
+        ([[1, 2, 3]], [], {}, TypeError, "must be a NumPy array"),
+        ([np.zeros(4, dtype=object)], [], {}, ValueError, "dtype object"),
+        ([np.zeros(4, dtype=">f8")], [], {}, ValueError, "native-endian"),
+        ([np.zeros(4)], [], dict(arrays="jax"), ValueError, "arrays must be one of"),
+        ([np.zeros(4)], [], dict(chunk=0), ValueError, "chunk must be a positive row count"),
+        ([np.zeros(4)], [], dict(slots=0), ValueError, "slots must be a positive integer"),
+        ([], [], {}, ValueError, "at least one input or output"),
+    ],
+)
+def test_stream_refuses_clearly(ins, outs, kw, err, message):
+    with pytest.raises(err, match=message):
+        spillway.stream(_noop, ins, outs, progress=False, **kw)
+
+
+def test_stream_read_only_output_refused():
+    out = np.zeros(4)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        spillway.stream(_noop, [np.zeros(4)], [out], progress=False)
+
+
+def test_stream_without_a_gpu_says_so():
+    code = textwrap.dedent(
+        """
+        import numpy as np, spillway
+        try:
+            spillway.stream(lambda c: None, [np.zeros(100)], [np.zeros(100)], progress=False)
+        except RuntimeError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=no_gpu_env()).stdout
+    assert "needs a GPU, and there is none" in out
