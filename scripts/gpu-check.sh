@@ -12,6 +12,8 @@
 #   scripts/gpu-check.sh python                 (GPU machine) build the Python package (python/) for sm_90a
 #                                              with that machine's python3 into /tmp/spillway-site, then
 #                                              pytest python/tests with SPILLWAY_REQUIRE_GPU=1 (a skip fails)
+#   scripts/gpu-check.sh python-bench           (GPU machine) the same build, then python/benchmarks/
+#                                              gram_topk_bench.py: Python vs C++ vs torch._int_mm top-32
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #
 # Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
@@ -177,7 +179,7 @@ run_bench() {
 # The Python package: built there (a wheel is not carried), into a directory of its own so the
 # image's Python stays as it is; its tests then run with every skip counted as a failure.
 run_python() {
-  local py=${SPILLWAY_PYTHON:-python3} site=${PY_SITE:-/tmp/spillway-site}
+  local what=${1:-tests} py=${SPILLWAY_PYTHON:-python3} site=${PY_SITE:-/tmp/spillway-site}
   export SPILLWAY_REQUIRE_GPU=1
   SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
   export SPILLWAY_REQUIRE_GPUS
@@ -190,6 +192,12 @@ run_python() {
     return
   fi
   summary+=("$(printf '%-34s built for sm_90a in %ss' "python package" "$((SECONDS - t0))")")
+  if [[ $what == bench ]]; then
+    PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-400}" "$py" \
+      python/benchmarks/gram_topk_bench.py --json "$RESULTS/python_bench.json" 2>&1 | tee "$RESULTS/python_bench.txt"
+    [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+    return
+  fi
   PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout "${PYTEST_TIMEOUT:-420}" "$py" -m pytest -q -rs -p no:cacheprovider \
     python/tests >"$RESULTS/python_tests.log" 2>&1
   local rc=$?
@@ -215,14 +223,15 @@ case $mode in
   tests) run_tests "$@" ;;
   sanitizer) run_sanitizer "$@" ;;
   bench) run_bench "$@" ;;
-  python) run_python ;;
+  python) run_python tests ;;
+  python-bench) run_python bench ;;
   all)
     run_tests
     run_sanitizer
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|all [...]" >&2
     exit 2
     ;;
 esac

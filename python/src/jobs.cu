@@ -363,6 +363,21 @@ int pointer_device(std::uintptr_t ptr) {
   return (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) ? at.device : -1;
 }
 
+std::vector<double> bench_cpp_topk(const gram::bit_matrix_view& a, int k, std::size_t budget, int device, int reps) {
+  gram::gram_options o;
+  o.budget = memory_budget(budget);
+  o.devices = {device};
+  const gram::topk_options t{k, false};
+  std::vector<double> secs;
+  for (int r = -1; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto res = gram::gram_topk<std::int32_t>(a, t, o);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 0) secs.push_back(dt);  // r = -1: the warm-up
+  }
+  return secs;
+}
+
 int device_count() { return ::spillway::device_count(); }
 std::string no_gpu_reason() { return ::spillway::no_gpu_reason(); }
 

@@ -112,6 +112,11 @@ int pointer_device(std::uintptr_t ptr);
 /// Pinned (page-locked) host memory, or pageable when pinning fails (no GPU).
 gram::bit_matrix make_bit_matrix(std::int64_t rows, std::int64_t cols, bool pinned);
 
+/// The C++ side of the binding-overhead benchmark: gram_topk<int32> (counts, diagonal excluded)
+/// of `a` on `device` under `budget`, called straight from C++ `reps` times after one warm-up;
+/// the wall seconds of each call (the job is synchronous: it returns with the lists on the host).
+std::vector<double> bench_cpp_topk(const gram::bit_matrix_view& a, int k, std::size_t budget, int device, int reps);
+
 int device_count();
 std::string no_gpu_reason();
 

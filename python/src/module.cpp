@@ -590,6 +590,14 @@ NB_MODULE(_core, m) {
   m.def("_stream_job", &stream_job, "units"_a, "inputs"_a, "outputs"_a, "fn"_a, "budget"_a, "devices"_a, "slots"_a,
         "max_chunk_bytes"_a, "progress"_a.none());
 
+  m.def(
+      "_bench_cpp_topk",
+      [](const sg::bit_matrix& a, int k, std::size_t budget, int device, int reps) {
+        nb::gil_scoped_release unlocked;
+        return sp::bench_cpp_topk(a.view(), k, budget, device, reps);
+      },
+      "a"_a, "k"_a, "budget"_a, "device"_a, "reps"_a);
+
   m.def("_stream_wait", [](std::uintptr_t producer, std::uintptr_t consumer, int device) {
     sp::stream_wait(producer, consumer, device);
   });
