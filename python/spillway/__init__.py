@@ -10,6 +10,7 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
   ``np.load(..., mmap_mode="r")`` file is read in row blocks, never copied whole).
 - ``spillway.stream(fn, inputs, outputs, budget=...)`` -- host arrays larger than the card through
   your own GPU code (CuPy, PyTorch or Numba) chunk by chunk, copies overlapped with compute.
+- ``spillway.rk4.lorenz_ensemble`` / ``spillway.rk4.mean_field`` -- RK4 with the state on the device.
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
 
@@ -19,7 +20,7 @@ Ctrl-C during a long job cancels it cleanly (the tasks in flight drain) and rais
 
 from __future__ import annotations
 
-from . import _core
+from . import _core, rk4
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._gram import from_packed_bytes, gram, pack_bits
@@ -39,6 +40,7 @@ __all__ = [
     "gram",
     "no_gpu_reason",
     "pack_bits",
+    "rk4",
     "stream",
 ]
 

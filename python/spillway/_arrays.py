@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from . import _core
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -100,11 +102,8 @@ def _dtype_name(code: int, bits: int) -> str:
         return "int8"
     if bits == 8 and code == _DL_BOOL:
         return "bool"
-    kind = {_DL_INT: "int", _DL_UINT: "uint", 2: "float", _DL_BOOL: "bool"}.get(code, f"code{code}_")
+    kind = {_DL_INT: "int", _DL_UINT: "uint", 2: "float", _DL_BOOL: "bool", 5: "complex"}.get(code, f"code{code}_")
     return f"{kind}{bits}"
-
-
-_CAI_TYPES = {"|u1": "uint8", "<u1": "uint8", "|i1": "int8", "<i1": "int8", "|b1": "bool", "<b1": "bool"}
 
 
 def device_array(x, stream=None) -> DeviceArray:
@@ -126,7 +125,10 @@ def device_array(x, stream=None) -> DeviceArray:
     ptr = int(cai["data"][0])
     shape = tuple(int(v) for v in cai["shape"])
     typestr = cai["typestr"]
-    dtype = _CAI_TYPES.get(typestr, typestr)
+    try:
+        dtype = np.dtype(typestr).name
+    except TypeError:
+        dtype = typestr
     itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 1
     if cai.get("strides") is None:
         strides = tuple(int(v) for v in _c_strides(shape))

@@ -112,6 +112,33 @@ int pointer_device(std::uintptr_t ptr);
 /// Pinned (page-locked) host memory, or pageable when pinning fails (no GPU).
 gram::bit_matrix make_bit_matrix(std::int64_t rows, std::int64_t cols, bool pinned);
 
+// ---- RK4 (jobs_ode.cu) -------------------------------------------------------------------------
+
+/// The Lorenz ensemble: n systems, sigma and beta fixed, rho spread over [rho_lo, rho_hi].
+struct lorenz_request {
+  std::uint64_t n = 0, steps = 0, save_every = 0;
+  double t0 = 0, dt = 0, sigma = 10, beta = 8.0 / 3.0, rho_lo = 20, rho_hi = 30;
+  bool dbl = true;  ///< float64 (else float32) state
+};
+
+/// In place on device memory (`state`: 3 x n structure of arrays; `saved`: 0 or
+/// (steps / save_every) x 3 x n), enqueued on `stream` (0: the legacy default stream).
+void lorenz_device(const lorenz_request& r, std::uintptr_t state, std::uintptr_t saved, int device, std::uintptr_t stream);
+/// Host arrays: copied to `device` and back (pinned staging is the caller's business), or the
+/// host implementation when `on_host`.
+void lorenz_host(const lorenz_request& r, void* state, void* saved, bool on_host, int device);
+
+/// The mean-field two-field system (complex64 F and G of n elements), delta <- scale * sum(F)
+/// after every step; `trajectory` receives steps + 1 complex64 deltas.
+struct mean_field_request {
+  std::uint64_t n = 0, steps = 0;
+  double t0 = 0, dt = 0, scale = 1;
+  float delta_re = 1, delta_im = 0;
+};
+void mean_field_device(const mean_field_request& r, std::uintptr_t f, std::uintptr_t g, std::uintptr_t trajectory,
+                       int device, std::uintptr_t stream);
+void mean_field_host(const mean_field_request& r, void* f, void* g, void* trajectory, bool on_host, int device);
+
 /// The C++ side of the binding-overhead benchmark: gram_topk<int32> (counts, diagonal excluded)
 /// of `a` on `device` under `budget`, called straight from C++ `reps` times after one warm-up;
 /// the wall seconds of each call (the job is synchronous: it returns with the lists on the host).

@@ -598,6 +598,43 @@ NB_MODULE(_core, m) {
       },
       "a"_a, "k"_a, "budget"_a, "device"_a, "reps"_a);
 
+  m.def(
+      "_lorenz",
+      [](std::uint64_t n, double t0, double dt, std::uint64_t steps, std::uint64_t save_every, double sigma, double beta,
+         double rho_lo, double rho_hi, bool dbl, std::uintptr_t state, std::uintptr_t saved, bool on_device,
+         bool on_host, int device, std::uintptr_t stream) {
+        sp::lorenz_request r;
+        r.n = n;
+        r.t0 = t0;
+        r.dt = dt;
+        r.steps = steps;
+        r.save_every = save_every;
+        r.sigma = sigma;
+        r.beta = beta;
+        r.rho_lo = rho_lo;
+        r.rho_hi = rho_hi;
+        r.dbl = dbl;
+        nb::gil_scoped_release unlocked;
+        if (on_device) sp::lorenz_device(r, state, saved, device, stream);
+        else sp::lorenz_host(r, reinterpret_cast<void*>(state), reinterpret_cast<void*>(saved), on_host, device);
+      });
+  m.def("_mean_field", [](std::uint64_t n, double t0, double dt, std::uint64_t steps, double scale, float dre, float dim,
+                          std::uintptr_t f, std::uintptr_t g, std::uintptr_t traj, bool on_device, bool on_host, int device,
+                          std::uintptr_t stream) {
+    sp::mean_field_request r;
+    r.n = n;
+    r.t0 = t0;
+    r.dt = dt;
+    r.steps = steps;
+    r.scale = scale;
+    r.delta_re = dre;
+    r.delta_im = dim;
+    nb::gil_scoped_release unlocked;
+    if (on_device) sp::mean_field_device(r, f, g, traj, device, stream);
+    else sp::mean_field_host(r, reinterpret_cast<void*>(f), reinterpret_cast<void*>(g), reinterpret_cast<void*>(traj),
+                             on_host, device);
+  });
+
   m.def("_stream_wait", [](std::uintptr_t producer, std::uintptr_t consumer, int device) {
     sp::stream_wait(producer, consumer, device);
   });

@@ -359,3 +359,54 @@ def test_stream_ctrl_c(gpu, rng):
     rep = info.value.report
     assert rep["cancelled"] and rep["tasks_completed"] < rep["tasks_total"] == 2000
     del cp
+
+
+# ---- spillway.rk4 on the device -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch", "numba"])
+def test_lorenz_ensemble_in_place_on_device(gpu, rng, kind):
+    from test_host import lorenz_reference
+
+    mod = framework(kind)
+    n = 10_000
+    s0 = rng.standard_normal((3, n)) * 5 + np.array([[1.0], [1.0], [20.0]])
+    if kind == "cupy":
+        x = mod.asarray(s0)
+        ptr, back = x.data.ptr, mod.asnumpy
+    elif kind == "torch":
+        x = mod.from_numpy(s0).to("cuda")
+        ptr, back = x.data_ptr(), lambda t: t.cpu().numpy()
+    else:
+        x = mod.to_device(s0)
+        ptr, back = x.__cuda_array_interface__["data"][0], lambda a: a.copy_to_host()
+    y, saved = spillway.rk4.lorenz_ensemble(x, steps=300, dt=1e-3, save_every=100, rho=(20.0, 30.0))
+    assert y is x and _arrays.device_array(y).ptr == ptr  # advanced where it lies
+    if kind == "numba":
+        mod.synchronize()  # numba's copy_to_host runs on its default stream; the kernel on 0 too
+    ref = lorenz_reference(s0, 20.0, 30.0, 300, 1e-3)
+    np.testing.assert_allclose(back(y), ref, rtol=1e-11, atol=1e-10)  # float64 bound as in test_host
+    np.testing.assert_array_equal(back(saved)[-1], back(y))
+
+
+def test_lorenz_numpy_on_gpu_matches_host(gpu, rng):
+    from test_host import lorenz_reference
+
+    s0 = (rng.standard_normal((3, 1000)) * 5 + np.array([[1.0], [1.0], [20.0]])).astype(np.float32)
+    y, _ = spillway.rk4.lorenz_ensemble(s0, steps=200, dt=1e-3)
+    np.testing.assert_allclose(y, lorenz_reference(s0, 20.0, 30.0, 200, 1e-3), rtol=2e-4, atol=2e-3)
+
+
+def test_mean_field_on_device(gpu, rng):
+    cp = framework("cupy")
+    n, steps = 1 << 16, 100
+    F = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    G = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    f_host, g_host, d_host = spillway.rk4.mean_field(F, G, steps=steps, dt=1e-3)  # NumPy in: GPU too
+    xf, xg = cp.asarray(F), cp.asarray(G)
+    f, g, delta = spillway.rk4.mean_field(xf, xg, steps=steps, dt=1e-3)
+    assert f is xf and g is xg and isinstance(delta, cp.ndarray)
+    # Same kernels, same order of summation: bitwise reproducible (docs/ode.md).
+    np.testing.assert_array_equal(cp.asnumpy(delta), d_host)
+    np.testing.assert_array_equal(cp.asnumpy(f), f_host)
+    np.testing.assert_allclose(cp.asnumpy(g).imag, G.imag, rtol=0, atol=1e-5)  # Im(G) invariant

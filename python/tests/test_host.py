@@ -504,3 +504,93 @@ def test_stream_without_a_gpu_says_so():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=no_gpu_env()).stdout
     assert "needs a GPU, and there is none" in out
+
+
+# ---- spillway.rk4 (host implementation here; the GPU form in test_gpu.py) -------------------------
+
+
+def rk4_reference(f, y, t0, dt, steps):
+    t = t0
+    for _ in range(steps):
+        k1 = f(t, y)
+        k2 = f(t + dt / 2, y + dt / 2 * k1)
+        k3 = f(t + dt / 2, y + dt / 2 * k2)
+        k4 = f(t + dt, y + dt * k3)
+        y = y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        t += dt
+    return y
+
+
+def lorenz_reference(state, rho_lo, rho_hi, steps, dt, sigma=10.0, beta=8.0 / 3.0):
+    n = state.shape[1]
+    rho = rho_lo + (rho_hi - rho_lo) * (np.arange(n) / (n - 1) if n > 1 else np.zeros(n))
+
+    def f(t, s):
+        x, y, z = s
+        return np.stack([sigma * (y - x), x * (rho - z) - y, x * y - beta * z])
+
+    return rk4_reference(f, state.astype(np.float64), 0.0, dt, steps)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+def test_lorenz_ensemble(rng, dtype, rtol):
+    # Bounds: 200 steps to t = 0.2, where nearby Lorenz trajectories separate by ~e^(0.9 * 0.2);
+    # float64 rounding (~1e-16 per operation, ~50 per step) stays far below 1e-11, float32's
+    # (~6e-8 per operation) below 2e-4.
+    n = 257
+    s0 = (rng.standard_normal((3, n)) * 5 + np.array([[1.0], [1.0], [20.0]])).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        y, saved = spillway.rk4.lorenz_ensemble(s0, steps=200, dt=1e-3, save_every=50, rho=(20.0, 30.0))
+    assert y.dtype == dtype and y.shape == (3, n) and saved.shape == (4, 3, n)
+    ref = lorenz_reference(s0, 20.0, 30.0, 200, 1e-3)
+    np.testing.assert_allclose(y, ref, rtol=rtol, atol=rtol * 10)
+    np.testing.assert_array_equal(saved[-1], y)
+    np.testing.assert_allclose(saved[0], lorenz_reference(s0, 20.0, 30.0, 50, 1e-3), rtol=rtol, atol=rtol * 10)
+    assert not np.shares_memory(y, s0)
+
+
+def test_mean_field_coupled(rng):
+    n, steps, dt = 64, 40, 1e-3
+    F = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    G = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        f1, g1, delta = spillway.rk4.mean_field(F, G, steps=steps, dt=dt, delta0=0.5 + 0.25j, coupling="mean")
+    assert delta.shape == (steps + 1,) and delta.dtype == np.complex64 and delta[0] == np.complex64(0.5 + 0.25j)
+    # Reference in complex128 with delta held fixed within a step; float32 state: rtol 1e-4.
+    f, g, d = F.astype(np.complex128), G.astype(np.complex128), 0.5 + 0.25j
+    ds = [d]
+    for s in range(steps):
+        def rhs(t, y, d=d):
+            ff, gg = y
+            return np.stack([-2j * ff - 1j * d * (2 * gg - 1), -1j * (np.conj(d) * ff - d * np.conj(ff))])
+
+        f, g = rk4_reference(rhs, np.stack([f, g]), s * dt, dt, 1)
+        d = f.mean()
+        ds.append(d)
+    np.testing.assert_allclose(f1, f, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(g1, g, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(delta, np.array(ds), rtol=1e-4, atol=1e-5)
+    # Im(G) is invariant (dG/dt is real).
+    np.testing.assert_allclose(g1.imag, G.imag, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: spillway.rk4.lorenz_ensemble(np.zeros((2, 5)), steps=1, dt=0.1), r"shape \(3, n\)"),
+        (lambda: spillway.rk4.lorenz_ensemble(np.zeros((3, 5), np.int32), steps=1, dt=0.1), "float32 or float64"),
+        (lambda: spillway.rk4.lorenz_ensemble(np.zeros((3, 5)), steps=-1, dt=0.1), "steps must be"),
+        (lambda: spillway.rk4.lorenz_ensemble(np.zeros((3, 5)), steps=1, dt=float("nan")), "finite"),
+        (lambda: spillway.rk4.mean_field(np.zeros(4, np.complex128), np.zeros(4, np.complex128), steps=1, dt=0.1),
+         "complex64"),
+        (lambda: spillway.rk4.mean_field(np.zeros(4, np.complex64), np.zeros(5, np.complex64), steps=1, dt=0.1),
+         "shape"),
+        (lambda: spillway.rk4.mean_field(np.zeros(4, np.complex64), np.zeros(4, np.complex64), steps=1, dt=0.1,
+                                         coupling="median"), "coupling must be"),
+    ],
+)
+def test_rk4_refusals(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
