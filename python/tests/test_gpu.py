@@ -410,3 +410,36 @@ def test_mean_field_on_device(gpu, rng):
     np.testing.assert_array_equal(cp.asnumpy(delta), d_host)
     np.testing.assert_array_equal(cp.asnumpy(f), f_host)
     np.testing.assert_allclose(cp.asnumpy(g).imag, G.imag, rtol=0, atol=1e-5)  # Im(G) invariant
+
+
+# ---- the examples on the GPU ----------------------------------------------------------------------
+
+
+def _example(script, *args):
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "python/examples" / script), *args], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    print(out.stdout)
+    return out.stdout
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_stream_transform_example(gpu, kind):
+    framework(kind)
+    text = _example("stream_transform.py", "--rows", "5000000", "--budget", "64MiB", "--arrays", kind)
+    assert "check: max relative error" in text and "ok" in text
+
+
+def test_rk4_ensemble_example_plots(gpu, tmp_path):
+    framework("cupy")
+    need(importlib.util.find_spec("matplotlib") is not None, "matplotlib is not installed")
+    text = _example("rk4_ensemble.py", "--systems", "20000", "--steps", "5000", "--png", str(tmp_path / "l.png"))
+    assert "(GPU)" in text and (tmp_path / "l.png").stat().st_size > 10_000
+
+
+def test_cooccurrence_example_on_gpu(gpu):
+    text = _example("cooccurrence.py", "--rows", "10000", "--cols", "20000", "--budget", "256MiB")
+    assert "devices" in text and "check: ok" in text

@@ -594,3 +594,33 @@ def test_mean_field_coupled(rng):
 def test_rk4_refusals(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ---- the examples (python/examples/) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("cooccurrence.py", ["--rows", "400", "--cols", "700", "--k", "5"]),
+        ("rk4_ensemble.py", ["--systems", "50", "--steps", "500", "--png", "{tmp}/lorenz.png"]),
+        ("stream_transform.py", ["--rows", "100000", "--budget", "8MiB"]),  # GPU: test_gpu.py checks it ran
+    ],
+)
+def test_examples_run(tmp_path, script, args):
+    env = dict(os.environ)
+    env["PYTHONWARNINGS"] = "ignore"
+    cmd = [sys.executable, str(ROOT / "python/examples" / script)] + [a.format(tmp=tmp_path) for a in args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    print(out.stdout)
+
+
+def test_cooccurrence_example_reads_a_npy(tmp_path, rng):
+    np.save(tmp_path / "a.npy", random01(rng, 300, 400, dtype=np.bool_))
+    env = dict(os.environ)
+    env["PYTHONWARNINGS"] = "ignore"
+    out = subprocess.run([sys.executable, str(ROOT / "python/examples/cooccurrence.py"), str(tmp_path / "a.npy")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "memory-mapped" in out.stdout and "check: ok" in out.stdout
