@@ -1,0 +1,296 @@
+// spillway-knn — all-pairs k nearest neighbours of embedding rows: reads an n x d .npy of float32,
+// float16, or bf16 (stored as uint16, with --bf16), computes every row's top-k by cosine, inner
+// product or Euclidean distance out of core on the GPU under a memory budget (A·Aᵀ, symmetric
+// half only), writes the indices (int64) and scores (float32) as .npy, and checks sampled rows
+// against the host in double. Exit status 1 when a sampled row is wrong.
+//
+//   spillway-knn --input emb.npy --k 32 --metric cosine --budget 8GiB --output nn
+//   spillway-knn --rows 20000 --dim 768 --bf16 --k 32                # random rows, no files
+#include <spillway/core/host_registration.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/gemm/similarity.cuh>
+#include <spillway/io/npy.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace g = spillway::gemm;
+
+struct args {
+  std::string input, output;
+  bool bf16 = false;
+  std::int64_t rows = 0, dim = 0;  // random input when no --input
+  int k = 32;
+  std::string metric = "cosine";
+  std::size_t budget = 0;  // 0: default
+  std::int64_t check = 16;
+  bool tf32 = false;
+  bool host = false;
+  std::int64_t max_panel_rows = 0;
+  std::uint64_t seed = 42;
+};
+
+void print_usage(std::FILE* f) {
+  std::fprintf(f,
+      "spillway-knn: every row's k nearest rows of an embedding matrix (A·Aᵀ, symmetric half only),\n"
+      "out of core on the GPU under a memory budget, written as .npy and checked on sampled rows\n"
+      "against the host in double. With no GPU (or --host) the host implementation runs.\n\n"
+      "usage: spillway-knn [options]\n"
+      "  --input E.npy          n x d rows: float32 ('<f4'), float16 ('<f2'), or bf16 stored as uint16\n"
+      "                         ('<u2', with --bf16)\n"
+      "  --bf16                 the uint16 input holds bf16 bit patterns (and random rows are bf16)\n"
+      "  --rows N --dim D       no --input: N random normal rows of D values (float32, or bf16 with --bf16)\n"
+      "  --k K                  neighbours per row, 1..64 (default 32); the row itself is excluded\n"
+      "  --metric M             cosine | ip | euclidean (default cosine; a zero row scores 0 under cosine)\n"
+      "  --budget SIZE          device memory per GPU, e.g. 4GiB, 512MiB (default 80%% of free memory)\n"
+      "  --tf32                 float32 rows on the TF32 tensor cores (default exact FP32)\n"
+      "  --max-panel-rows P     cap on rows per strip (default automatic, 2048)\n"
+      "  --check S              rows sampled for the host check (default 16; 0: none)\n"
+      "  --seed S               random rows and the sample (default 42)\n"
+      "  --host                 run on the host implementation\n"
+      "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and PREFIX.scores.npy (float32 n x k)\n"
+      "  -h, --help             this text\n\n"
+      "example:\n"
+      "  spillway-knn --rows 20000 --dim 768 --bf16 --k 32 --budget 4GiB --output nn\n");
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr, "spillway-knn: %s\n\n", why);
+  print_usage(stderr);
+  std::exit(2);
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
+      return argv[++i];
+    };
+    if (k == "--input") a.input = val();
+    else if (k == "--output") a.output = val();
+    else if (k == "--bf16") a.bf16 = true;
+    else if (k == "--rows") a.rows = std::atoll(val().c_str());
+    else if (k == "--dim") a.dim = std::atoll(val().c_str());
+    else if (k == "--k") a.k = std::atoi(val().c_str());
+    else if (k == "--metric") a.metric = val();
+    else if (k == "--budget") {
+      try {
+        a.budget = spillway::parse_byte_size(val());
+      } catch (const std::exception& e) {
+        usage((std::string("--budget: ") + e.what()).c_str());
+      }
+    } else if (k == "--tf32") a.tf32 = true;
+    else if (k == "--max-panel-rows") a.max_panel_rows = std::atoll(val().c_str());
+    else if (k == "--check") a.check = std::atoll(val().c_str());
+    else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
+    else if (k == "--host") a.host = true;
+    else if (k == "--help" || k == "-h") {
+      print_usage(stdout);
+      std::exit(0);
+    } else usage(("unknown argument " + k).c_str());
+  }
+  if (a.input.empty() && (a.rows < 2 || a.dim < 1)) usage("give --input, or --rows (>= 2) and --dim (>= 1)");
+  if (a.k < 1 || a.k > 64) usage("--k must be in 1..64");
+  return a;
+}
+
+g::similarity_metric parse_metric(const std::string& s) {
+  if (s == "cosine") return g::similarity_metric::cosine;
+  if (s == "ip" || s == "inner_product") return g::similarity_metric::inner_product;
+  if (s == "euclidean") return g::similarity_metric::euclidean;
+  usage(("unknown --metric " + s).c_str());
+}
+
+/// The rows as read, in one of three element types.
+struct rows_t {
+  enum class kind { f32, f16, bf16 } type = kind::f32;
+  std::int64_t n = 0, d = 0;
+  std::vector<unsigned char> bytes;  // n * d elements, C order
+};
+
+rows_t load(const args& a) {
+  rows_t r;
+  if (!a.input.empty()) {
+    std::ifstream in(a.input, std::ios::binary);
+    if (!in) usage(("cannot open " + a.input).c_str());
+    std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // float16 has the same 2-byte layout as uint16: the reader, which knows no '<f2', reads it as
+    // '<u2' (the descr is patched in the header only) and the bits are taken as half.
+    bool half = false;
+    const std::size_t head = std::min<std::size_t>(file.size(), 256);
+    for (std::size_t i = 0; i + 4 < head; ++i) {
+      if (std::memcmp(&file[i], "'<f2'", 5) == 0) {
+        file[i + 2] = 'u';
+        half = true;
+        break;
+      }
+    }
+    spillway::io::npy_array arr = spillway::io::read_npy_bytes(file.data(), file.size(), a.input);
+    if (arr.header.shape.size() != 2) usage("--input must be a 2-D array (rows x dim)");
+    r.n = arr.header.shape[0];
+    r.d = arr.header.shape[1];
+    if (arr.header.dtype == spillway::io::npy_dtype::f4) r.type = rows_t::kind::f32;
+    else if (arr.header.dtype == spillway::io::npy_dtype::u2 && half) r.type = rows_t::kind::f16;
+    else if (arr.header.dtype == spillway::io::npy_dtype::u2 && a.bf16) r.type = rows_t::kind::bf16;
+    else if (arr.header.dtype == spillway::io::npy_dtype::u2) usage("a uint16 --input needs --bf16 (bf16 bit patterns)");
+    else usage("--input must hold float32, float16, or bf16 as uint16");
+    r.bytes = std::move(arr.bytes);
+    std::printf("input: %s, %lld x %lld %s\n", a.input.c_str(), static_cast<long long>(r.n), static_cast<long long>(r.d),
+                r.type == rows_t::kind::f32 ? "float32" : (r.type == rows_t::kind::f16 ? "float16" : "bf16"));
+    return r;
+  }
+  r.n = a.rows;
+  r.d = a.dim;
+  r.type = a.bf16 ? rows_t::kind::bf16 : rows_t::kind::f32;
+  const std::size_t es = a.bf16 ? 2 : 4;
+  r.bytes.resize(static_cast<std::size_t>(r.n * r.d) * es);
+  std::mt19937_64 gen(a.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::int64_t q = 0; q < r.n * r.d; ++q) {
+    const float x = nd(gen);
+    if (a.bf16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(x);
+      std::memcpy(&r.bytes[static_cast<std::size_t>(q) * 2], &b, 2);
+    } else {
+      std::memcpy(&r.bytes[static_cast<std::size_t>(q) * 4], &x, 4);
+    }
+  }
+  std::printf("input: random %lld x %lld %s, seed %llu\n", static_cast<long long>(r.n), static_cast<long long>(r.d),
+              a.bf16 ? "bf16" : "float32", static_cast<unsigned long long>(a.seed));
+  return r;
+}
+
+/// Runs the job on rows of type T and checks `check` sampled rows; returns the number of bad rows.
+template <class T>
+int run(const args& a, const rows_t& r) {
+  const auto* data = reinterpret_cast<const T*>(r.bytes.data());
+  const auto view = g::row_major(data, r.n, r.d);
+  g::similarity_options o;
+  o.metric = parse_metric(a.metric);
+  if (a.tf32) o.gemm.math = g::math_mode::tf32;
+  if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
+  o.max_panel_rows = a.max_panel_rows;
+  o.host_fallback = true;  // no GPU: the host implementation
+  g::pair_report rep;
+  o.report = &rep;
+  // Page-locking the rows lets their copies run at the link's rate while strips compute.
+  spillway::host_registration pin;
+  if (!a.host && spillway::device_count() > 0) {
+    pin = spillway::host_registration(const_cast<unsigned char*>(r.bytes.data()), r.bytes.size());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const g::topk_result<float> nn = a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double pairs = 0.5 * static_cast<double>(r.n) * static_cast<double>(r.n + 1);
+  std::printf("top-%d %s of %lld rows in %.3f s (%.1f TFLOP/s of symmetric-half work)", a.k, a.metric.c_str(),
+              static_cast<long long>(r.n), secs, 2.0 * pairs * static_cast<double>(r.d) / secs / 1e12);
+  if (!a.host && !rep.job.devices.empty()) {
+    std::printf("; %lld strips of %lld rows, operand %s, %zu GPU(s)", static_cast<long long>(rep.plan.strips),
+                static_cast<long long>(rep.plan.panel_rows), rep.plan.resident ? "resident" : "streamed",
+                rep.job.devices.size());
+  }
+  std::printf("\n");
+
+  if (!a.output.empty()) {
+    spillway::io::write_npy(a.output + ".indices.npy", nn.indices, {r.n, a.k});
+    spillway::io::write_npy(a.output + ".scores.npy", nn.values, {r.n, a.k});
+    std::printf("wrote %s.indices.npy and %s.scores.npy\n", a.output.c_str(), a.output.c_str());
+  }
+
+  // The check: each listed j's host score (double) is within eps of the listed value and within
+  // 2 eps of the host's k-th best (eps: the float-accumulation bound 4(d + 8)·2^-24 on cosine, plus
+  // 2·2^-10 under TF32; times |a||b| for inner products; √(eps·(|a|² + |b|²)) for distances).
+  const double u = std::ldexp(1.0, -24);
+  const double e_cos = 4.0 * static_cast<double>(r.d + 8) * u + (a.tf32 ? 2.0 * std::ldexp(1.0, -10) : 0.0);
+  const bool larger = g::is_similarity(o.metric);
+  std::mt19937_64 pick(a.seed ^ 0x5eedULL);
+  int bad = 0;
+  const std::int64_t samples = std::min(a.check, r.n);
+  for (std::int64_t s = 0; s < samples; ++s) {
+    const std::int64_t i = s == 0 ? 0 : static_cast<std::int64_t>(pick() % static_cast<std::uint64_t>(r.n));
+    std::vector<double> host(static_cast<std::size_t>(r.n)), eps(static_cast<std::size_t>(r.n));
+    const double ni = g::host_similarity_score(view, view, i, i, g::similarity_metric::inner_product);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (std::int64_t j = 0; j < r.n; ++j) {
+      host[static_cast<std::size_t>(j)] = g::host_similarity_score(view, view, i, j, o.metric);
+      const double nj = g::host_similarity_score(view, view, j, j, g::similarity_metric::inner_product);
+      eps[static_cast<std::size_t>(j)] = o.metric == g::similarity_metric::cosine ? e_cos
+                                         : o.metric == g::similarity_metric::inner_product ? e_cos * std::sqrt(ni * nj)
+                                                                                           : std::sqrt(e_cos * (ni + nj));
+    }
+    std::vector<double> others;
+    for (std::int64_t j = 0; j < r.n; ++j)
+      if (j != i) others.push_back(host[static_cast<std::size_t>(j)]);
+    const int kk = static_cast<int>(std::min<std::int64_t>(a.k, r.n - 1));
+    std::nth_element(others.begin(), others.begin() + (kk - 1), others.end(),
+                     [&](double x, double y) { return larger ? x > y : x < y; });
+    const double kth = others[static_cast<std::size_t>(kk - 1)];
+    const double row_eps = *std::max_element(eps.begin(), eps.end());
+    bool ok = true;
+    for (int t = 0; t < kk && ok; ++t) {
+      const std::int64_t j = nn.index(i, t);
+      if (j < 0 || j >= r.n || j == i) {
+        ok = false;
+        break;
+      }
+      const double h = host[static_cast<std::size_t>(j)];
+      ok = std::fabs(static_cast<double>(nn.value(i, t)) - h) <= eps[static_cast<std::size_t>(j)] &&
+           (larger ? h >= kth - 2 * row_eps : h <= kth + 2 * row_eps);
+    }
+    if (!ok) {
+      ++bad;
+      std::printf("row %lld: WRONG (first listed %lld, value %.6f)\n", static_cast<long long>(i),
+                  static_cast<long long>(nn.index(i, 0)), static_cast<double>(nn.value(i, 0)));
+    }
+  }
+  if (samples > 0) {
+    std::printf("check: %lld sampled rows against the host in double: %s (eps %.2e on cosine)\n",
+                static_cast<long long>(samples), bad == 0 ? "all correct" : "WRONG", e_cos);
+  }
+  if (r.n > 0) {
+    std::printf("row 0's nearest: %lld (%.4f)", static_cast<long long>(nn.index(0, 0)), static_cast<double>(nn.value(0, 0)));
+    if (a.k > 1) std::printf(", %lld (%.4f)", static_cast<long long>(nn.index(0, 1)), static_cast<double>(nn.value(0, 1)));
+    std::printf("\n");
+  }
+  return bad;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a = parse(argc, argv);
+  try {
+    const rows_t r = load(a);
+    if (r.n < 2) usage("need at least 2 rows");
+    if (!a.host && spillway::device_count() == 0) std::printf("no GPU: running the host implementation\n");
+    int bad = 0;
+    switch (r.type) {
+      case rows_t::kind::f32: bad = run<float>(a, r); break;
+      case rows_t::kind::f16: bad = run<__half>(a, r); break;
+      case rows_t::kind::bf16: bad = run<__nv_bfloat16>(a, r); break;
+    }
+    return bad == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spillway-knn: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,247 @@
+// The pairwise layer on the host (no GPU, plain C++): the one planner of pair jobs, the host sinks
+// every module's host implementation uses (top-k with ties, threshold), the triangle layouts, and
+// the float similarity host reference against a brute-force computation (printed seeds).
+#include <spillway/gemm/host_similarity.hpp>
+#include <spillway/gram/host_gram.hpp>
+#include <spillway/gram/plan.hpp>
+#include <spillway/pairwise/layout.hpp>
+#include <spillway/pairwise/plan.hpp>
+#include <spillway/pairwise/sinks.hpp>
+
+#include <support/gpu_test.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace pw = spillway::pairwise;
+namespace g = spillway::gemm;
+
+TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
+  pw::pair_plan_request r;
+  r.rows_a = r.rows_b = 10000;
+  r.row_bytes = 768 * 2;
+  r.sink = pw::sink_kind::topk;
+  r.k = 32;
+  r.budget_bytes = std::size_t{1} << 30;
+  const pw::pair_plan p = pw::make_pair_plan(r, "test");
+  EXPECT_TRUE(p.resident);
+  EXPECT_EQ(p.panel_rows, 2048);
+  EXPECT_EQ(p.resident_bytes, 10000u * 768u * 2u);
+  EXPECT_EQ(p.topk_state_bytes, 10000u * 32u * 8u);
+  EXPECT_EQ(p.buf_a, pw::pair_plan::none);
+  EXPECT_EQ(p.buf_scratch, pw::pair_plan::none) << "top-k scores are written in place: no scratch";
+  EXPECT_LE(p.total_bytes(), r.budget_bytes);
+  // Below the resident operand: streamed, two panel buffers per slot, still within the budget.
+  r.budget_bytes = 12u << 20;
+  const pw::pair_plan s = pw::make_pair_plan(r, "test");
+  EXPECT_FALSE(s.resident);
+  EXPECT_NE(s.buf_own, pw::pair_plan::none);
+  EXPECT_NE(s.buf_stream, pw::pair_plan::none);
+  EXPECT_LE(s.total_bytes(), r.budget_bytes);
+  // Operands already on the device: never streamed, nothing resident to count, no A panel.
+  r.operands_on_device = true;
+  r.symmetric = false;
+  r.budget_bytes = std::size_t{1} << 30;
+  const pw::pair_plan d = pw::make_pair_plan(r, "test");
+  EXPECT_TRUE(d.resident);
+  EXPECT_EQ(d.resident_bytes, 0u);
+  EXPECT_EQ(d.buf_a, pw::pair_plan::none);
+  // Dense triangle from a GEMM: one more P x W strip for the scatter.
+  r.operands_on_device = false;
+  r.symmetric = true;
+  r.sink = pw::sink_kind::dense_packed;
+  r.score_scratch = true;
+  const pw::pair_plan t = pw::make_pair_plan(r, "test");
+  ASSERT_NE(t.buf_scratch, pw::pair_plan::none);
+  EXPECT_EQ(t.slot_buffers[t.buf_scratch], t.slot_buffers[0]);
+  // Scores of 8 bytes: 8-byte score strips and 16-byte top-k entries.
+  r.sink = pw::sink_kind::topk;
+  r.score_scratch = false;
+  r.out_bytes = 8;
+  const pw::pair_plan e = pw::make_pair_plan(r, "test");
+  EXPECT_EQ(e.slot_buffers[0], static_cast<std::size_t>(e.panel_rows) * 10000u * 8u);
+  EXPECT_EQ(e.topk_state_bytes, 10000u * 32u * 16u);
+  // Too small: the message starts with the job's name and states the minimum.
+  r.budget_bytes = 1000;
+  try {
+    (void)pw::make_pair_plan(r, "similarity_topk");
+    FAIL();
+  } catch (const spillway::logic_error& ex) {
+    const std::string w = ex.what();
+    EXPECT_EQ(w.rfind("similarity_topk: ", 0), 0u) << w;
+    EXPECT_NE(w.find("minimum"), std::string::npos) << w;
+  }
+}
+
+TEST(PairwisePlan, GramPlanIsThePairPlan) {
+  spillway::gram::gram_plan_request r;
+  r.rows_a = r.rows_b = 5000;
+  r.ld_words = 64;
+  r.sink = spillway::gram::sink_kind::threshold;
+  r.budget_bytes = std::size_t{256} << 20;
+  const spillway::gram::gram_plan g1 = spillway::gram::make_gram_plan(r);
+  pw::pair_plan_request q;
+  q.rows_a = q.rows_b = 5000;
+  q.row_bytes = 64 * 4;
+  q.sink = pw::sink_kind::threshold;
+  q.budget_bytes = r.budget_bytes;
+  const pw::pair_plan g2 = pw::make_pair_plan(q, "gram");
+  EXPECT_EQ(g1.panel_rows, g2.panel_rows);
+  EXPECT_EQ(g1.slot_buffers, g2.slot_buffers);
+  EXPECT_EQ(g1.shared_bytes, g2.shared_bytes);
+  EXPECT_NE(g1.buf_compact, pw::pair_plan::none);
+}
+
+TEST(PairwiseHostSinks, TopKTiesAndDiagonalAgainstBruteForce) {
+  const auto seed = spillway::test::seed("PairwiseHostSinks.TopK");
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int> val(0, 5);  // few values: many ties
+  const std::int64_t n = 57, m = 41;
+  std::vector<int> s(static_cast<std::size_t>(n * m));
+  for (auto& x : s) x = val(gen);
+  for (bool larger : {true, false})
+    for (bool sym : {false, true})
+      for (bool diag : {false, true})
+        for (int k : {1, 7, 64}) {
+          const std::int64_t cols = sym ? n : m;
+          std::vector<int> sq(static_cast<std::size_t>(n * cols));
+          for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t j = 0; j < cols; ++j) sq[static_cast<std::size_t>(i * cols + j)] = s[static_cast<std::size_t>((i * cols + j) % (n * m))];
+          const pw::topk_options o{k, diag};
+          const auto r = pw::detail::host_topk<int>(n, sym, o, larger, [&](std::int64_t i, auto&& emit) {
+            for (std::int64_t j = cols - 1; j >= 0; --j) emit(j, sq[static_cast<std::size_t>(i * cols + j)]);  // any order
+          });
+          for (std::int64_t i = 0; i < n; ++i) {
+            std::vector<std::pair<int, std::int64_t>> all;
+            for (std::int64_t j = 0; j < cols; ++j)
+              if (!(sym && !diag && j == i)) all.emplace_back(sq[static_cast<std::size_t>(i * cols + j)], j);
+            std::stable_sort(all.begin(), all.end(), [&](const auto& x, const auto& y) {
+              return larger ? x.first > y.first : x.first < y.first;  // stable: ties keep the smaller column first
+            });
+            for (int t = 0; t < k; ++t) {
+              if (t < static_cast<int>(all.size())) {
+                ASSERT_EQ(r.index(i, t), all[static_cast<std::size_t>(t)].second) << i << "," << t;
+                ASSERT_EQ(r.value(i, t), all[static_cast<std::size_t>(t)].first);
+              } else {
+                ASSERT_EQ(r.index(i, t), -1);
+                ASSERT_EQ(r.value(i, t), 0);
+              }
+            }
+          }
+        }
+}
+
+TEST(PairwiseHostSinks, ThresholdUpperBothHalvesAndDiagonal) {
+  const std::int64_t n = 9;
+  auto score = [](std::int64_t i, std::int64_t j) { return static_cast<double>((i * 7 + j * 7) % 10); };  // symmetric
+  for (bool both : {false, true})
+    for (bool diag : {false, true}) {
+      pw::threshold_options o;
+      o.threshold = 6;
+      o.both_halves = both;
+      o.include_diagonal = diag;
+      const auto r = pw::detail::host_threshold<double>(n, true, o, true, [&](std::int64_t i, std::int64_t j0, auto&& emit) {
+        for (std::int64_t j = j0; j < n; ++j) emit(j, score(i, j));
+      });
+      std::size_t q = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = both ? 0 : i; j < n; ++j) {
+          if (i == j && !diag) continue;
+          if (score(i, j) < 6) continue;
+          ASSERT_LT(q, r.size());
+          EXPECT_EQ(r.row[q], i);
+          EXPECT_EQ(r.col[q], j);
+          EXPECT_EQ(r.value[q], score(i, j));
+          ++q;
+        }
+      EXPECT_EQ(q, r.size());
+    }
+}
+
+TEST(PairwiseLayout, OffsetsMatchSciPyAndSquareform) {
+  for (std::int64_t n : {0, 1, 2, 5, 17}) {
+    std::vector<int> packed(static_cast<std::size_t>(pw::layout_size(pw::triangle_layout::upper_packed, n)));
+    std::vector<int> cond(static_cast<std::size_t>(pw::layout_size(pw::triangle_layout::condensed, n)));
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = i; j < n; ++j) {
+        packed[static_cast<std::size_t>(pw::packed_row_offset(n, i) + (j - i))] = static_cast<int>(100 * i + j);
+        if (j > i) {
+          const std::int64_t scipy = n * i - i * (i + 1) / 2 + (j - i - 1);
+          EXPECT_EQ(pw::condensed_row_offset(n, i) + (j - i - 1), scipy);
+          cond[static_cast<std::size_t>(scipy)] = static_cast<int>(100 * i + j);
+        }
+      }
+    const auto a = pw::triangle_to_square(packed.data(), n, pw::triangle_layout::upper_packed);
+    const auto b = pw::triangle_to_square(cond.data(), n, pw::triangle_layout::condensed, -1);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const int want = static_cast<int>(100 * std::min(i, j) + std::max(i, j));
+        EXPECT_EQ(a[static_cast<std::size_t>(i * n + j)], want);
+        EXPECT_EQ(b[static_cast<std::size_t>(i * n + j)], i == j ? -1 : want);
+      }
+  }
+  // Gram's names are the pairwise layer's.
+  static_assert(std::is_same_v<spillway::gram::triangle_layout, pw::triangle_layout>);
+  static_assert(std::is_same_v<spillway::gram::topk_result<float>, pw::topk_result<float>>);
+  static_assert(std::is_same_v<spillway::gram::coo_result<int>, pw::coo_result<int>>);
+}
+
+TEST(HostSimilarity, TopKDenseAndZeroRowsAgainstBruteForce) {
+  const auto seed = spillway::test::seed("HostSimilarity");
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::int64_t n = 40, d = 13;
+  std::vector<float> rows(static_cast<std::size_t>(n * d));
+  for (auto& x : rows) x = nd(gen);
+  for (std::int64_t c = 0; c < d; ++c) {
+    rows[static_cast<std::size_t>(2 * d + c)] = 0.0f;                                   // a zero row
+    rows[static_cast<std::size_t>(4 * d + c)] = rows[static_cast<std::size_t>(3 * d + c)];  // a duplicate
+  }
+  const auto a = g::row_major(static_cast<const float*>(rows.data()), n, d);
+  auto exact = [&](std::int64_t i, std::int64_t j, g::similarity_metric m) {
+    double dot = 0, na = 0, nb = 0;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const double x = rows[static_cast<std::size_t>(i * d + c)], y = rows[static_cast<std::size_t>(j * d + c)];
+      dot += x * y;
+      na += x * x;
+      nb += y * y;
+    }
+    if (m == g::similarity_metric::inner_product) return dot;
+    if (m == g::similarity_metric::cosine) return na == 0 || nb == 0 ? 0.0 : dot / std::sqrt(na * nb);
+    return std::sqrt(std::max(0.0, na + nb - 2 * dot));
+  };
+  for (auto m : {g::similarity_metric::inner_product, g::similarity_metric::cosine, g::similarity_metric::euclidean}) {
+    std::vector<float> full(static_cast<std::size_t>(n * n), -7.0f);
+    g::host_similarity_dense(a, full.data(), pw::triangle_layout::full, m);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(full[static_cast<std::size_t>(i * n + j)], static_cast<float>(exact(std::min(i, j), std::max(i, j), m)));
+    const auto r = g::host_similarity_topk(a, {5}, m);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int t = 1; t < 5; ++t) {
+        const bool ok = g::is_similarity(m) ? r.value(i, t - 1) >= r.value(i, t) : r.value(i, t - 1) <= r.value(i, t);
+        ASSERT_TRUE(ok) << i;
+      }
+  }
+  // Cosine: the zero row scores 0 with everyone; its list is all ties, smallest columns first.
+  const auto c = g::host_similarity_topk(a, {3}, g::similarity_metric::cosine);
+  EXPECT_EQ(c.index(2, 0), 0);
+  EXPECT_EQ(c.index(2, 1), 1);
+  EXPECT_EQ(c.index(2, 2), 3);
+  EXPECT_EQ(c.index(3, 0), 4);  // the duplicate
+  // NaN rows are found by index.
+  rows[static_cast<std::size_t>(11 * d + 3)] = std::nanf("");
+  EXPECT_EQ(g::detail::first_nonfinite_row(a), 11);
+  EXPECT_THROW(g::detail::refuse_nonfinite(11, "t", "A"), spillway::logic_error);
+}
+
+}  // namespace

@@ -1,0 +1,435 @@
+// Float similarity (spillway/gemm/similarity.cuh) through the pairwise sinks, on the GPU, against
+// the host reference in double on the same input values (printed seeds; outputs poisoned).
+//
+// Error bound used throughout (stated once): a float-accumulated dot product of d terms is within
+// γ_d·Σ|a_k b_k| ≤ d·u·|a|·|b| of the exact one (u = 2^-24; bf16 and half products are exact in
+// float, float products are covered by γ_d). Cosine divides by the two norms, each within about
+// (d/2 + 1)·u, and multiplies twice more, so |cos_gpu − cos_exact| ≤ (2d + 8)·u; we allow 4(d + 8)·u
+// for the tensor cores' partial-sum alignment, which is not IEEE. TF32 (float rows with
+// math_mode::tf32) truncates each operand to 10 mantissa bits: + 2·2^-10 + 2^-20. Inner product:
+// the same times |a|·|b|. Euclidean: |Δ(d²)| ≤ eps_cos·(|a|² + |b|²) and |√x − √y| ≤ √|x − y|.
+// A top-k entry j of row i is correct when host(i, j) is within 2·eps of the host's k-th score or
+// better (the GPU's value of j beat the GPU's value of the true k-th, each off by ≤ eps).
+#include <spillway/gemm/similarity.cuh>
+
+#include <support/gpu_test.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace spillway;
+namespace g = spillway::gemm;
+using g::similarity_metric;
+using spillway::pairwise::triangle_layout;
+
+template <class T>
+T from_float(float x) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
+  else return x;
+}
+
+/// n x d rows, normal(0, 1); row 2 all zero; rows 4 and 5 copies of row 3 (exact ties).
+template <class T>
+std::vector<T> random_rows(std::int64_t n, std::int64_t d, std::uint64_t seed, std::int64_t ld = -1) {
+  if (ld < 0) ld = d;
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<T> v(static_cast<std::size_t>(n * ld), from_float<T>(0.0f));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t c = 0; c < d; ++c) v[static_cast<std::size_t>(i * ld + c)] = from_float<T>(nd(gen));
+  if (n > 5) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      v[static_cast<std::size_t>(2 * ld + c)] = from_float<T>(0.0f);
+      v[static_cast<std::size_t>(4 * ld + c)] = v[static_cast<std::size_t>(3 * ld + c)];
+      v[static_cast<std::size_t>(5 * ld + c)] = v[static_cast<std::size_t>(3 * ld + c)];
+    }
+  }
+  return v;
+}
+
+double eps_cos(std::int64_t d, bool tf32) {
+  const double u = std::ldexp(1.0, -24);
+  return 4.0 * static_cast<double>(d + 8) * u + (tf32 ? 2.0 * std::ldexp(1.0, -10) + std::ldexp(1.0, -20) : 0.0);
+}
+
+/// The bound on |gpu − exact| for one pair (see the top of the file).
+template <class T>
+double pair_eps(const g::matrix_view<const T>& a, const g::matrix_view<const T>& b, std::int64_t i, std::int64_t j,
+                similarity_metric m, bool tf32) {
+  const double e = eps_cos(a.cols, tf32);
+  if (m == similarity_metric::cosine) return e;
+  const double na = g::host_similarity_score(a, a, i, i, similarity_metric::inner_product);
+  const double nb = g::host_similarity_score(b, b, j, j, similarity_metric::inner_product);
+  if (m == similarity_metric::inner_product) return e * std::sqrt(na * nb) + 1e-30;
+  return std::sqrt(e * (na + nb)) + 1e-30;
+}
+
+template <class T>
+void poison(std::vector<T>& v) {
+  std::memset(static_cast<void*>(v.data()), 0xFF, v.size() * sizeof(T));  // NaN for float
+}
+
+/// Checks a top-k result against the host reference by the rule stated at the top.
+template <class T>
+void check_topk(const g::topk_result<float>& r, const g::matrix_view<const T>& a, const g::matrix_view<const T>& b,
+                bool symmetric, int k, bool include_diagonal, similarity_metric m, bool tf32, const char* what) {
+  const bool larger = g::is_similarity(m);
+  const std::int64_t cand = symmetric && !include_diagonal ? b.rows - 1 : b.rows;
+  ASSERT_EQ(r.rows, a.rows);
+  ASSERT_EQ(r.k, k);
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    std::vector<double> host(static_cast<std::size_t>(b.rows));
+    double row_eps = 0.0;
+    for (std::int64_t j = 0; j < b.rows; ++j) {
+      host[static_cast<std::size_t>(j)] = g::host_similarity_score(a, b, i, j, m);
+      row_eps = std::max(row_eps, pair_eps(a, b, i, j, m, tf32));
+    }
+    std::vector<double> sorted;
+    for (std::int64_t j = 0; j < b.rows; ++j)
+      if (!(symmetric && j == i && !include_diagonal)) sorted.push_back(host[static_cast<std::size_t>(j)]);
+    std::sort(sorted.begin(), sorted.end(), [&](double x, double y) { return larger ? x > y : x < y; });
+    const int kk = static_cast<int>(std::min<std::int64_t>(k, cand));
+    const double kth = sorted[static_cast<std::size_t>(kk - 1)];
+    std::vector<std::int64_t> seen;
+    for (int t = 0; t < k; ++t) {
+      const std::int64_t j = r.index(i, t);
+      if (t >= kk) {
+        ASSERT_EQ(j, -1) << what << " row " << i << " place " << t;
+        continue;
+      }
+      ASSERT_GE(j, 0) << what << " row " << i << " place " << t;
+      ASSERT_LT(j, b.rows);
+      if (symmetric && !include_diagonal) ASSERT_NE(j, i) << what << ": the diagonal is excluded by default";
+      ASSERT_EQ(std::count(seen.begin(), seen.end(), j), 0) << what << " row " << i << " lists " << j << " twice";
+      seen.push_back(j);
+      const double h = host[static_cast<std::size_t>(j)];
+      const double e = pair_eps(a, b, i, j, m, tf32);
+      ASSERT_NEAR(r.value(i, t), h, e) << what << " row " << i << " place " << t << " column " << j;
+      if (larger) ASSERT_GE(h, kth - 2 * row_eps) << what << " row " << i << " column " << j << " is not in the top " << k;
+      else ASSERT_LE(h, kth + 2 * row_eps) << what << " row " << i << " column " << j << " is not in the top " << k;
+      if (t > 0) {
+        const float pv = r.value(i, t - 1), cv = r.value(i, t);
+        ASSERT_TRUE(larger ? pv >= cv : pv <= cv) << what << " row " << i << ": list not sorted at " << t;
+        if (pv == cv) ASSERT_LT(r.index(i, t - 1), j) << what << " row " << i << ": a tie goes to the smaller column";
+      }
+    }
+  }
+}
+
+template <class T>
+g::matrix_view<const T> view(const std::vector<T>& v, std::int64_t n, std::int64_t d, std::int64_t ld = -1) {
+  return g::row_major(v.data(), n, d, ld < 0 ? d : ld);
+}
+
+TEST(SimilarityGpu, DenseLayoutsEveryMetricFloatExact) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 301, d = 200;
+  const auto rows = random_rows<float>(n, d, test::seed("SimilarityGpu.Dense"));
+  const auto a = view(rows, n, d);
+  for (similarity_metric m : {similarity_metric::inner_product, similarity_metric::cosine, similarity_metric::euclidean}) {
+    for (triangle_layout l : {triangle_layout::full, triangle_layout::upper_packed, triangle_layout::condensed}) {
+      g::similarity_options o;
+      o.metric = m;
+      o.max_panel_rows = 64;  // 5 strips
+      std::vector<float> out(static_cast<std::size_t>(g::layout_size(l, n)));
+      poison(out);
+      const auto rep = g::similarity_dense(a, out.data(), l, o);
+      EXPECT_TRUE(rep.complete());
+      const auto sq = spillway::pairwise::triangle_to_square(out.data(), n, l, -1.0f);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          if (l == triangle_layout::condensed && i == j) continue;
+          const float v = sq[static_cast<std::size_t>(i * n + j)];
+          ASSERT_FALSE(std::isnan(v)) << to_string(m) << " " << to_string(l) << " (" << i << "," << j << ") never written";
+          ASSERT_NEAR(v, g::host_similarity_score(a, a, i, j, m), pair_eps(a, a, i, j, m, false))
+              << to_string(m) << " " << to_string(l) << " (" << i << "," << j << ")";
+          if (l == triangle_layout::full) ASSERT_EQ(v, out[static_cast<std::size_t>(j * n + i)]) << "full is mirrored exactly";
+        }
+      // Cosine of the zero row is cosine_zero (0) with every row, itself included.
+      if (m == similarity_metric::cosine) {
+        for (std::int64_t j = 0; j < n; ++j)
+          if (!(l == triangle_layout::condensed && j == 2)) ASSERT_EQ(sq[static_cast<std::size_t>(2 * n + j)], 0.0f) << j;
+      }
+    }
+  }
+}
+
+template <class T>
+void topk_bf16_half_case(const char* name) {
+  const std::int64_t n = 1000, d = 96;
+  const auto rows = random_rows<T>(n, d, test::seed(name));
+  const auto a = view(rows, n, d);
+  g::similarity_options o;
+  o.max_panel_rows = 128;  // 8 strips: rows and mirrored columns of every strip merged on the device
+  g::pair_report rep;
+  o.report = &rep;
+  for (int k : {1, 16, 64}) {
+    const auto r = g::similarity_topk(a, {k}, o);
+    EXPECT_GE(rep.plan.strips, 8);
+    check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, name);
+    if (k >= 3) {
+      // The duplicates: rows 4 and 5 are copies of row 3, so row 3's best two are 4 then 5 (equal
+      // scores, ties to the smaller column), and the zero row scores 0 with everyone.
+      EXPECT_EQ(r.index(3, 0), 4);
+      EXPECT_EQ(r.index(3, 1), 5);
+      EXPECT_EQ(r.value(3, 0), r.value(3, 1));
+      EXPECT_EQ(r.index(5, 0), 3);
+      EXPECT_EQ(r.index(5, 1), 4);
+      for (int t = 0; t < k; ++t) {
+        EXPECT_EQ(r.value(2, t), 0.0f);
+        EXPECT_EQ(r.index(2, t), t < 2 ? t : t + 1) << "zero row: all ties, smallest columns first, itself excluded";
+      }
+    }
+  }
+  // The diagonal when asked for.
+  const auto rd = g::similarity_topk(a, {8, true}, o);
+  check_topk(rd, a, a, true, 8, true, similarity_metric::cosine, false, name);
+}
+
+TEST(SimilarityGpu, TopKCosineBf16) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  topk_bf16_half_case<__nv_bfloat16>("SimilarityGpu.TopKBf16");
+}
+
+TEST(SimilarityGpu, TopKCosineHalf) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  topk_bf16_half_case<__half>("SimilarityGpu.TopKHalf");
+}
+
+TEST(SimilarityGpu, InCoreAndOutOfCoreStreamedManyStrips) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 1500, d = 250, ld = 257;  // odd leading dimension on the host
+  const auto rows = random_rows<__nv_bfloat16>(n, d, test::seed("SimilarityGpu.InOutOfCore"), ld);
+  const auto a = view(rows, n, d, ld);
+  // A budget below the resident operand at 32-row strips: the planner must stream A.
+  spillway::pairwise::pair_plan_request req;
+  req.rows_a = req.rows_b = n;
+  req.row_bytes = 256 * 2;  // d padded to 16 bytes
+  req.sink = spillway::pairwise::sink_kind::topk;
+  req.k = 10;
+  req.max_panel_rows = 32;
+  req.score_scratch = true;
+  const std::size_t budget = spillway::pairwise::detail::plan_for(req, 32, false).total_bytes() + 1024;
+  ASSERT_LT(budget, spillway::pairwise::detail::plan_for(req, 32, true).total_bytes());
+  g::similarity_options o;
+  o.budget = memory_budget(budget);
+  o.max_panel_rows = 32;
+  g::pair_report rep;
+  o.report = &rep;
+  const auto ooc = g::similarity_topk(a, {10}, o);
+  EXPECT_FALSE(rep.plan.resident);
+  EXPECT_GE(rep.plan.strips, 9);
+  check_topk(ooc, a, a, true, 10, false, similarity_metric::cosine, false, "out of core");
+
+  // In core: the same rows in device memory (with the same odd ld).
+  spillway::stream s;
+  device_buffer<__nv_bfloat16> dev(rows.size(), s.view());
+  dev.copy_from_host_async(cuda::std::span<const __nv_bfloat16>(rows.data(), rows.size()), s.view());
+  s.synchronize();
+  g::similarity_options oi;
+  oi.max_panel_rows = 256;
+  g::pair_report rep_in;
+  oi.report = &rep_in;
+  const auto inc = g::similarity_topk(g::row_major(static_cast<const __nv_bfloat16*>(dev.data()), n, d, ld), {10}, oi);
+  EXPECT_EQ(rep_in.job.bytes_moved, std::size_t{0}) << "in core copies no rows";
+  check_topk(inc, a, a, true, 10, false, similarity_metric::cosine, false, "in core");
+  // The two agree within the bound (2 eps between any two GPU values of one pair).
+  const double e = eps_cos(d, false);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int t = 0; t < 10; ++t) ASSERT_NEAR(inc.value(i, t), ooc.value(i, t), 2 * e) << i << "," << t;
+
+  // A·Bᵀ dense, in core and streamed, against the host.
+  const std::int64_t nb = 333;
+  const auto brows = random_rows<__nv_bfloat16>(nb, d, test::seed("SimilarityGpu.InOutOfCore.B"), ld);
+  const auto b = view(brows, nb, d, ld);
+  std::vector<float> out(static_cast<std::size_t>(n * nb));
+  poison(out);
+  g::similarity_options ob;
+  ob.metric = similarity_metric::inner_product;
+  ob.max_panel_rows = 100;  // 15 strips
+  ob.budget = memory_budget(std::size_t{4} << 20);
+  EXPECT_TRUE(g::similarity_dense(a, b, out.data(), nb, ob).complete());
+  for (std::int64_t i = 0; i < n; i += 7)
+    for (std::int64_t j = 0; j < nb; ++j)
+      ASSERT_NEAR(out[static_cast<std::size_t>(i * nb + j)], g::host_similarity_score(a, b, i, j, ob.metric),
+                  pair_eps(a, b, i, j, ob.metric, false))
+          << i << "," << j;
+  device_buffer<__nv_bfloat16> devb(brows.size(), s.view());
+  devb.copy_from_host_async(cuda::std::span<const __nv_bfloat16>(brows.data(), brows.size()), s.view());
+  s.synchronize();
+  std::vector<float> out_in(out.size());
+  poison(out_in);
+  g::similarity_options obi;
+  obi.metric = ob.metric;
+  EXPECT_TRUE(g::similarity_dense(g::row_major(static_cast<const __nv_bfloat16*>(dev.data()), n, d, ld),
+                                  g::row_major(static_cast<const __nv_bfloat16*>(devb.data()), nb, d, ld), out_in.data(), nb, obi)
+                  .complete());
+  for (std::size_t q = 0; q < out.size(); ++q) {
+    const std::int64_t i = static_cast<std::int64_t>(q) / nb, j = static_cast<std::int64_t>(q) % nb;
+    ASSERT_NEAR(out_in[q], out[q], 2 * pair_eps(a, b, i, j, ob.metric, false)) << i << "," << j;
+  }
+}
+
+TEST(SimilarityGpu, ABtTopKEuclideanFloatTf32) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t na = 517, nb = 1203, d = 131;
+  const auto ar = random_rows<float>(na, d, test::seed("SimilarityGpu.ABtEuclid.A"));
+  const auto br = random_rows<float>(nb, d, test::seed("SimilarityGpu.ABtEuclid.B"));
+  const auto a = view(ar, na, d);
+  const auto b = view(br, nb, d);
+  for (bool tf32 : {false, true}) {
+    g::similarity_options o;
+    o.metric = similarity_metric::euclidean;
+    o.gemm.math = tf32 ? g::math_mode::tf32 : g::math_mode::exact;
+    o.max_panel_rows = 128;
+    const auto r = g::similarity_topk(a, b, {32}, o);
+    check_topk(r, a, b, false, 32, false, similarity_metric::euclidean, tf32, tf32 ? "euclidean tf32" : "euclidean exact");
+  }
+}
+
+TEST(SimilarityGpu, ThresholdUpperBothHalvesAndABt) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 700, d = 48;
+  const auto rows = random_rows<__half>(n, d, test::seed("SimilarityGpu.Threshold"));
+  const auto a = view(rows, n, d);
+  const double e = eps_cos(d, false);
+  for (bool both : {false, true}) {
+    g::threshold_options t;
+    t.threshold = 0.3;
+    t.both_halves = both;
+    g::similarity_options o;
+    o.max_panel_rows = 96;
+    const auto r = g::similarity_threshold(a, t, o);
+    // Every pair clearly above the threshold is kept, none clearly below; values within eps; sorted.
+    std::vector<char> kept(static_cast<std::size_t>(n * n), 0);
+    for (std::size_t q = 0; q < r.size(); ++q) {
+      const std::int64_t i = r.row[q], j = r.col[q];
+      if (q > 0) ASSERT_TRUE(r.row[q - 1] < i || (r.row[q - 1] == i && r.col[q - 1] < j)) << "COO sorted at " << q;
+      ASSERT_NE(i, j) << "the diagonal is excluded by default";
+      if (!both) ASSERT_LT(i, j);
+      ASSERT_NEAR(r.value[q], g::host_similarity_score(a, a, i, j, similarity_metric::cosine), e);
+      kept[static_cast<std::size_t>(i * n + j)] = 1;
+    }
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = both ? 0 : i + 1; j < n; ++j) {
+        if (i == j) continue;
+        const double h = g::host_similarity_score(a, a, i, j, similarity_metric::cosine);
+        if (h > t.threshold + e) ASSERT_TRUE(kept[static_cast<std::size_t>(i * n + j)]) << i << "," << j << " " << h;
+        if (h < t.threshold - e) ASSERT_FALSE(kept[static_cast<std::size_t>(i * n + j)]) << i << "," << j << " " << h;
+      }
+  }
+  // A·Bᵀ, Euclidean keeps distances ≤ the threshold.
+  const auto br = random_rows<__half>(211, d, test::seed("SimilarityGpu.Threshold.B"));
+  const auto b = view(br, 211, d);
+  g::threshold_options t;
+  t.threshold = 8.0;
+  g::similarity_options o;
+  o.metric = similarity_metric::euclidean;
+  o.max_panel_rows = 64;
+  const auto r = g::similarity_threshold(a, b, t, o);
+  std::vector<char> kept(static_cast<std::size_t>(n * 211), 0);
+  for (std::size_t q = 0; q < r.size(); ++q) kept[static_cast<std::size_t>(r.row[q] * 211 + r.col[q])] = 1;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < 211; ++j) {
+      const double h = g::host_similarity_score(a, b, i, j, similarity_metric::euclidean);
+      const double pe = pair_eps(a, b, i, j, similarity_metric::euclidean, false);
+      if (h < t.threshold - pe) ASSERT_TRUE(kept[static_cast<std::size_t>(i * 211 + j)]) << i << "," << j;
+      if (h > t.threshold + pe) ASSERT_FALSE(kept[static_cast<std::size_t>(i * 211 + j)]) << i << "," << j;
+    }
+}
+
+TEST(SimilarityGpu, NonFiniteRowsAreRefusedByIndex) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 100, d = 33;
+  auto rows = random_rows<float>(n, d, test::seed("SimilarityGpu.NaN"));
+  rows[static_cast<std::size_t>(7 * d + 5)] = std::numeric_limits<float>::quiet_NaN();
+  rows[static_cast<std::size_t>(60 * d)] = std::numeric_limits<float>::infinity();
+  const auto a = view(rows, n, d);
+  std::vector<float> out(static_cast<std::size_t>(g::layout_size(triangle_layout::upper_packed, n)), 1.5f);
+  try {
+    (void)g::similarity_dense(a, out.data(), triangle_layout::upper_packed);
+    FAIL() << "a NaN row must be refused";
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 7 "), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 1.5f; })) << "output untouched";
+  // In core: the device scan names the same row.
+  spillway::stream s;
+  device_buffer<float> dev(rows.size(), s.view());
+  dev.copy_from_host_async(cuda::std::span<const float>(rows.data(), rows.size()), s.view());
+  s.synchronize();
+  try {
+    (void)g::similarity_topk(g::row_major(static_cast<const float*>(dev.data()), n, d), {4});
+    FAIL() << "a NaN row must be refused in core too";
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 7 "), std::string::npos) << e.what();
+  }
+  // Opting out computes anyway (scores of those rows are NaN; the others are fine).
+  g::similarity_options o;
+  o.check_finite = false;
+  EXPECT_NO_THROW((void)g::similarity_dense(a, out.data(), triangle_layout::upper_packed, o));
+  EXPECT_NEAR(out[static_cast<std::size_t>(spillway::pairwise::packed_row_offset(n, 0) + 1)],
+              g::host_similarity_score(a, a, 0, 1, similarity_metric::cosine), eps_cos(d, false));
+}
+
+TEST(SimilarityGpu, DeviceStripsEqualTheHostStrips) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 640, d = 64;
+  const auto rows = random_rows<__nv_bfloat16>(n, d, test::seed("SimilarityGpu.Strips"));
+  const auto a = view(rows, n, d);
+  g::similarity_options o;
+  o.max_panel_rows = 100;
+  std::vector<float> host_form(static_cast<std::size_t>(n * n));
+  poison(host_form);
+  std::mutex m;
+  (void)g::similarity_strips(a, [&](const g::similarity_strip& st) {
+    std::lock_guard<std::mutex> l(m);
+    for (std::int64_t i = st.first_row; i < st.first_row + st.rows; ++i)
+      for (std::int64_t j = st.first_col; j < st.first_col + st.cols; ++j) host_form[static_cast<std::size_t>(i * n + j)] = st.at(i, j);
+  }, o);
+  spillway::stream s;
+  device_buffer<float> dev(static_cast<std::size_t>(n * n), s.view());
+  dev.fill_bytes_async(0xFF, s.view());
+  s.synchronize();
+  (void)g::similarity_device_strips(a, [&](const g::similarity_device_strip& st) {
+    SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dev.data() + st.first_row * n + st.first_col, static_cast<std::size_t>(n) * 4, st.values,
+                                        static_cast<std::size_t>(st.cols) * 4, static_cast<std::size_t>(st.cols) * 4,
+                                        static_cast<std::size_t>(st.rows), cudaMemcpyDeviceToDevice, st.stream.value()));
+  }, o);
+  const auto got = dev.to_host(s.view());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = i; j < n; ++j) {
+      const auto q = static_cast<std::size_t>(i * n + j);
+      ASSERT_FALSE(std::isnan(got[q])) << i << "," << j;
+      ASSERT_EQ(std::memcmp(&got[q], &host_form[q], 4), 0) << i << "," << j << ": one GEMM, two deliveries";
+      ASSERT_NEAR(got[q], g::host_similarity_score(a, a, i, j, similarity_metric::cosine), eps_cos(d, false));
+    }
+}
+
+TEST(SimilarityNoGpu, HostFallbackAndRefusal) {
+  if (spillway::device_count() > 0) GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  const std::int64_t n = 50, d = 20;
+  const auto rows = random_rows<float>(n, d, test::seed("SimilarityNoGpu"));
+  const auto a = view(rows, n, d);
+  EXPECT_THROW((void)g::similarity_topk(a, {5}), spillway::no_gpu_error);
+  g::similarity_options o;
+  o.host_fallback = true;
+  const auto r = g::similarity_topk(a, {5}, o);
+  const auto h = g::host_similarity_topk(a, {5});
+  EXPECT_EQ(r.indices, h.indices);
+  EXPECT_EQ(r.values, h.values);
+}
+
+}  // namespace
