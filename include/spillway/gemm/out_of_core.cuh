@@ -187,6 +187,8 @@ struct ooc_cache {
 
 /// Blocks ahead of the one being enqueued whose panels the loader may already copy.
 inline constexpr std::size_t ooc_lookahead = 64;
+/// Pageable panels staged ahead per enqueued block (each is a host copy on the scheduler's thread).
+inline constexpr std::size_t ooc_staged_per_block = 2;
 
 struct ooc_device_ctx {
   int device = 0;
@@ -358,7 +360,10 @@ struct ooc_job {
       }
     };
     window(1);
-    while (dc.cursor < dc.last && dc.cursor - idx <= ooc_lookahead) {
+    // A pageable panel is staged by host threads inside this call: a few per block keep the
+    // scheduler's next enqueue (and so the GPU) from waiting behind a long run of host copies.
+    std::size_t staged = 0;
+    while (dc.cursor < dc.last && dc.cursor - idx <= ooc_lookahead && staged < ooc_staged_per_block) {
       const ooc_block nb = plan.order[dc.cursor];
       bool ok = true;
       for (int side = 0; side < 2 && ok; ++side) {
@@ -382,7 +387,10 @@ struct ooc_job {
         ooc_cache& cache = is_a ? dc.a : dc.b;
         for (index_t q = 0; q < plan.k_chunks; ++q) {
           const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
-          if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) load(dc, is_a, key, moved);
+          if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) {
+            load(dc, is_a, key, moved);
+            if (!(is_a ? a_pinned : b_pinned)) ++staged;
+          }
         }
       }
       ++dc.need_a[static_cast<std::size_t>(nb.i)];
