@@ -27,6 +27,19 @@ def need(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def need_gpus(k: int) -> None:
+    """For tests that need k GPUs: with fewer visible they skip ("needs k GPUs; m visible", as the
+    C++ suites do), and fail only where SPILLWAY_REQUIRE_GPUS (scripts/gpu-check.sh sets it to the
+    machine's GPU count) promises k or more."""
+    have = spillway.device_count()
+    if have >= k:
+        return
+    promised = int(os.environ.get("SPILLWAY_REQUIRE_GPUS", "0") or 0)
+    if promised >= k:
+        pytest.fail(f"SPILLWAY_REQUIRE_GPUS={promised} but {have} GPUs are visible; this test needs {k}")
+    pytest.skip(f"needs {k} GPUs; {have} visible")
+
+
 @pytest.fixture
 def gpu():
     need(spillway.gpu_available(), f"no GPU: {spillway.no_gpu_reason()}")

@@ -15,7 +15,7 @@ import pytest
 
 import spillway
 from spillway import _arrays
-from conftest import need, random01, reference, reference_threshold, reference_topk
+from conftest import need, need_gpus, random01, reference, reference_threshold, reference_topk
 
 METRICS = ["counts", "jaccard", "cosine", "hamming"]
 
@@ -85,8 +85,7 @@ def test_bits_are_pinned_where_a_gpu_is(gpu, rng):
 
 
 def test_two_gpus(gpu, rng):
-    need(spillway.device_count() >= int(os.environ.get("SPILLWAY_REQUIRE_GPUS", "2")),
-         f"needs 2 GPUs; {spillway.device_count()} visible")
+    need_gpus(2)
     a = random01(rng, 2000, 1500)
     rep = {}
     full = g(a, devices=[0, 1], max_panel_rows=128, report=rep)
@@ -313,8 +312,7 @@ def _make_numba_kernel(cuda):
 
 def test_stream_chunk_cap_and_two_gpus(gpu, rng):
     cp = framework("cupy")
-    need(spillway.device_count() >= int(os.environ.get("SPILLWAY_REQUIRE_GPUS", "2")),
-         f"needs 2 GPUs; {spillway.device_count()} visible")
+    need_gpus(2)
     n = 1_000_000
     a = rng.standard_normal(n).astype(np.float32)
     out = np.empty(n, np.float32)
