@@ -359,10 +359,13 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
               a_slots = std::min<std::size_t>(a_slots, static_cast<std::size_t>(rp_dev * kch));
             }
             rem -= detail::ooc_mul(a_slots, z.pa);
+            // B slots beyond two feed the square start (as many as half the columns: the GPU waits
+            // least while the first panels arrive) and the reuse at band turns.
             std::size_t b_slots = 1;
             if (z.pb > 0) {
               b_slots = rem / z.pb;
-              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, std::max<index_t>(8, 2 * kch))));
+              const index_t want = std::max<index_t>({8, 2 * kch, (np + 1) / 2});
+              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, want)));
             }
             a_slots = std::max<std::size_t>(a_slots, 1);
             b_slots = std::max<std::size_t>(b_slots, 1);
