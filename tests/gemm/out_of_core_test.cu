@@ -66,7 +66,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.acc_bytes = sizeof(Acc);
   r.c_is_acc = std::is_same_v<TC, Acc>;
   r.read_c = !c.beta_zero;
-  r.devices = c.devices.empty() ? 1 : c.devices.size();
+  // gemm_out_of_core's default is every visible device.
+  r.devices = c.devices.empty() ? static_cast<std::size_t>(std::max(1, spillway::test::visible_gpus())) : c.devices.size();
   r.stage_a = stage_a;
   r.stage_b = stage_b;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) + static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
