@@ -162,12 +162,12 @@ TEST(OocPlan, SplitsKOnlyWhenAFullKPanelCannotFit) {
   r.m = 1000;
   r.n = 900;
   r.k = 700;
-  // Full-k 128-wide panels: A 128 x 704 x 4 = 360,448 B; two B slots 720,896 B; 3 C blocks of
-  // 128 x 128 x 4 = 196,608 B: 1,277,952 B in all.
-  r.budget_bytes = 1277952;
+  // Full-k 128-wide panels: A 128 x 704 x 4 = 360,448 B; two B slots 720,896 B; 4 C blocks of
+  // 128 x 128 x 4 = 262,144 B: 1,343,488 B in all.
+  r.budget_bytes = 1343488;
   const ooc_plan full = make_ooc_plan(r);
   EXPECT_EQ(full.k_chunks, 1) << full.describe();
-  r.budget_bytes = 1277952 - 1;
+  r.budget_bytes = 1343488 - 1;
   const ooc_plan split = make_ooc_plan(r);
   EXPECT_GT(split.k_chunks, 1) << split.describe();
   EXPECT_LE(split.device_bytes, r.budget_bytes);
@@ -235,8 +235,8 @@ TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {
   EXPECT_NE(msg.find("below the minimum of"), std::string::npos) << msg;
   const auto at = msg.find("minimum of ") + 11;
   const std::size_t minimum = std::stoull(msg.substr(at));
-  // 128 x 128 block, 128-wide k chunks: A 2 x 64 KiB, B 2 x 64 KiB, 3 C blocks of 64 KiB.
-  EXPECT_EQ(minimum, 7u * 65536u) << msg;
+  // 128 x 128 block, 128-wide k chunks: A 2 x 64 KiB, B 2 x 64 KiB, 4 C blocks of 64 KiB.
+  EXPECT_EQ(minimum, 8u * 65536u) << msg;
   r.budget_bytes = minimum;
   EXPECT_NO_THROW((void)make_ooc_plan(r));
   r.budget_bytes = minimum - 1;

@@ -349,7 +349,7 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
     FAIL() << "a 1000-byte budget was accepted";
   } catch (const spillway::logic_error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("below the minimum of 458752 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("below the minimum of 524288 bytes"), std::string::npos) << msg;
   }
   for (float x : c) ASSERT_TRUE(std::isnan(x)) << "C was touched by a refused job";
 }

@@ -51,7 +51,7 @@ struct ooc_plan_request {
   bool c_is_acc = true;       ///< C's type is the accumulator type (k chunks accumulate in C itself)
   bool read_c = false;        ///< β ≠ 0: C blocks are copied in
   std::size_t budget_bytes = 0;  ///< device memory per device
-  std::size_t slots = 3;         ///< tasks in flight per device (C blocks)
+  std::size_t slots = 4;         ///< tasks in flight per device (C blocks)
   std::size_t devices = 1;
   bool stage_a = false;  ///< A is MN-major and the path is a tensor-core one: its panels are staged
   bool stage_b = false;

@@ -61,9 +61,11 @@ struct ooc_options {
   std::vector<int> devices;
   /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
   std::optional<memory_budget> budget;
-  /// Blocks in flight per device (one stream each): copy-in, GEMM and copy-out of different blocks
-  /// overlap. 3 is the least that keeps all three busy.
-  std::size_t slots_per_device = 3;
+  /// Blocks in flight per device (one stream each, one C block of device memory each). The
+  /// scheduler enqueues a block once the block `slots` before it has been copied out, so with 4 one
+  /// block copies out while one GEMM runs and two wait queued: the host has a whole block's time to
+  /// enqueue the next.
+  std::size_t slots_per_device = 4;
   /// How A, B and C are copied: `detect` asks the runtime for each; page_locked: DMA directly;
   /// pageable: through pinned staging.
   host_memory memory = host_memory::detect;
