@@ -122,7 +122,10 @@ struct simt_config {
 // without split staging 46.6. For 64 x 8192 x 8192 a reduce pass with 16-byte loads and 8 slices
 // in flight saved 0.8 us of the ~7 between the slices' kernel and C; in a run whose operands had a
 // leading dimension of 1024 (a smaller footprint in L2), 16 slices ran 34.3 against 35.6 at 8 and
-// a 64x256 tile 33.4.
+// a 64x256 tile 33.4. Split-K in one launch, the 8 slices of a tile as one thread-block cluster
+// summing their partial tiles through distributed shared memory in slice order (sm_90; no
+// workspace, no reduce pass) ran 64 x 8192 x 8192 at 33.8 and 34.5 TFLOP/s in two processes of
+// one H200 call against 34.4 for the workspace form: no gain, not kept.
 using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
