@@ -26,14 +26,22 @@ def _gpu() -> bool:
 
 
 def _file_mapping(a: np.ndarray) -> Optional[mmap.mmap]:
-    """The mmap.mmap under an np.memmap / np.load(mmap_mode=...) array, if there is one."""
+    """The shared file mapping under an np.memmap / np.load(mmap_mode=...) array whose pages may be
+    dropped after reading, if there is one.
+
+    Only shared mappings qualify: their pages are the file's (page cache), so dropping them loses
+    nothing. A copy-on-write mapping (``mmap_mode="c"``) is skipped: MADV_DONTNEED would throw away
+    the caller's in-memory edits and show the file's bytes again. A bare ``mmap.mmap`` (say under
+    ``np.frombuffer``) does not say whether it is shared, so only a read-only one (ACCESS_READ,
+    always shared) qualifies."""
     obj = a
     for _ in range(64):
         if isinstance(obj, mmap.mmap):
-            return obj
+            return obj if memoryview(obj).readonly else None
         nxt = getattr(obj, "_mmap", None)
         if isinstance(nxt, mmap.mmap):
-            return nxt
+            # np.memmap normalises its mode to "r", "r+", "w+" (all MAP_SHARED) or "c" (MAP_PRIVATE).
+            return nxt if getattr(obj, "mode", None) in ("r", "r+", "w+") else None
         obj = getattr(obj, "base", None)
         if obj is None:
             return None
@@ -43,9 +51,10 @@ def _file_mapping(a: np.ndarray) -> Optional[mmap.mmap]:
 def _release_pages(mm: mmap.mmap, base_addr: int, first: int, last: int) -> None:
     """Drops the pages of file bytes [first, last) (addresses) from this process's memory.
 
-    The mapping is a read-only view of a file, so MADV_DONTNEED only unmaps the pages (the page
-    cache keeps them; a later read maps them again): the resident set stays one block, however
-    large the file. Only whole pages inside the range are released."""
+    The mapping is a shared view of a file (see _file_mapping), so MADV_DONTNEED only unmaps the
+    pages (the page cache keeps them, tmpfs/shm included; a later read maps them again): the
+    resident set stays one block, however large the file. Only whole pages inside the range are
+    released."""
     if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
     page = mmap.PAGESIZE

@@ -83,10 +83,12 @@ def stream(
     chunks are cut along); pageable memory is staged through pinned buffers, copies overlap
     ``fn``'s work over a ring of ``slots`` device buffers per GPU, and chunks go to every GPU in
     ``devices`` (default: all). ``budget`` caps device memory per GPU ("4GiB", bytes, or None for
-    80% of free); ``chunk`` caps the rows per chunk. ``fn(c: Chunk)`` runs under the GIL on one
-    thread per GPU with ``c.inputs``/``c.outputs`` as ``arrays`` ("cupy", "torch" or "numba")
-    device arrays, zero-copy views of the slot's memory, and ``c.stream`` the chunk's stream (the
-    current stream while ``fn`` runs). The GIL is released while spillway waits and copies.
+    80% of free); ``chunk`` caps the rows per chunk (a chunk may be a few rows shorter: the
+    cap is taken as ``chunk`` rows' bytes per slot, and each device buffer starts on a 256-byte
+    boundary). ``fn(c: Chunk)`` runs under the GIL on one thread per GPU with
+    ``c.inputs``/``c.outputs`` as ``arrays`` ("cupy", "torch" or "numba") device arrays, zero-copy
+    views of the slot's memory, and ``c.stream`` the chunk's stream (the current stream while
+    ``fn`` runs). The GIL is released while spillway waits and copies.
 
     Returns the report (chunks, devices, seconds, bytes moved). Ctrl-C cancels cleanly
     (:class:`spillway.Cancelled`; the outputs' completed chunks are listed in its report); an

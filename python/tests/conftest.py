@@ -7,8 +7,12 @@ Tests needing CuPy / PyTorch / Numba / two GPUs go through ``need(...)`` with th
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -106,3 +110,44 @@ def reference_threshold(full, t, larger, symmetric, both_halves, include_diagona
             keep &= i != j
     r, c = np.nonzero(keep)  # row-major order: sorted by row, then column
     return r, c, full[r, c]
+
+
+_RSS_PRELUDE = """
+import json as _json, resource as _resource
+def _status_bytes(key):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+def _rss_now():
+    return _status_bytes("VmRSS")
+_result = {}
+"""
+
+_RSS_EPILOGUE = """
+_result["ru_maxrss"] = _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss * 1024
+_result["vm_hwm"] = _status_bytes("VmHWM")
+print(_json.dumps(_result))
+"""
+
+
+def run_measuring_rss(code: str, timeout: float = 900) -> dict:
+    """Runs `code` in a fresh Python and returns its ``_result`` dict plus its peak RSS in bytes:
+    ``ru_maxrss`` (getrusage) and ``vm_hwm`` (/proc/self/status VmHWM, where Linux has it).
+    `code` may call ``_rss_now()`` (current VmRSS) and fill ``_result``.
+
+    Why through /bin/sh: at exec, Linux folds the old address space's high-water mark into the
+    process's ru_maxrss (fs/exec.c, exec_mmap), and subprocess forks (or vforks) the pytest
+    process, so a child exec'd straight from pytest reports at least pytest's own peak RSS -- on
+    the GPU machine, with CuPy, PyTorch and CUDA contexts loaded, over 1 GiB, whatever the child
+    did. The shell forks the child from its own few-MiB process instead (the command is not the
+    shell's last, so it is not exec'd in place), and ru_maxrss is the child's own again."""
+    body = _RSS_PRELUDE + textwrap.dedent(code) + _RSS_EPILOGUE
+    out = subprocess.run(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, body], capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])

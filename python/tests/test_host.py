@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import spillway
-from conftest import random01, reference, reference_threshold, reference_topk
+from conftest import random01, reference, reference_threshold, reference_topk, run_measuring_rss
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ["counts", "jaccard", "cosine", "hamming"]
@@ -174,7 +174,8 @@ def test_pack_bits_of_a_memory_mapped_file(rng, tmp_path, monkeypatch):
 
 def test_mmap_larger_than_the_rss_cap_is_streamed(tmp_path):
     """A 1 GiB .npy packs with peak RSS under 256 MiB (a quarter of the file; the bits alone are
-    an eighth): rows are read in 32 MiB blocks and each block's pages are released after packing."""
+    128 MiB, an eighth): rows are read in 32 MiB blocks and each block's pages are released after
+    packing. The peak is the child's own (run_measuring_rss: not the pytest process's)."""
     rows, cols = 8192, 131072  # 1 GiB of uint8
     path = tmp_path / "big.npy"
     # open_memmap makes a sparse file: only the rows given ones are written; the reader still maps
@@ -190,25 +191,43 @@ def test_mmap_larger_than_the_rss_cap_is_streamed(tmp_path):
         """
     )
     subprocess.run([sys.executable, "-c", writer], check=True)
-    reader = textwrap.dedent(
+    res = run_measuring_rss(
         f"""
-        import resource, numpy as np, spillway
+        import numpy as np, spillway
         m = np.load({str(path)!r}, mmap_mode="r")
         bm = spillway.pack_bits(m, pinned=False)
         pc = bm.row_popcounts()
         want = np.zeros({rows}, np.int64)
         want[::97] = 2
         assert (pc == want).all(), "wrong popcounts"
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         """
     )
-    out = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    peak = int(out.stdout.strip())
+    peak = res["ru_maxrss"]
     cap = 256 << 20
-    print(f"file {path.stat().st_size / 2**20:.0f} MiB, peak RSS {peak / 2**20:.0f} MiB, cap {cap / 2**20:.0f} MiB")
+    hwm = "n/a" if res["vm_hwm"] is None else f"{res['vm_hwm'] / 2**20:.0f} MiB"
+    print(f"file {path.stat().st_size / 2**20:.0f} MiB, peak RSS {peak / 2**20:.0f} MiB (VmHWM {hwm}), "
+          f"cap {cap / 2**20:.0f} MiB")
     assert path.stat().st_size >= 4 * cap
     assert peak < cap
+    if res["vm_hwm"] is not None:
+        assert res["vm_hwm"] < cap
+
+
+def test_pack_bits_keeps_the_edits_of_a_copy_on_write_mapping(tmp_path, monkeypatch):
+    """mmap_mode="c" is MAP_PRIVATE: its edited pages exist only in this process, so pack_bits must
+    not release them (MADV_DONTNEED would bring back the file's bytes)."""
+    from spillway import _gram
+
+    monkeypatch.setattr(_gram, "_PACK_BLOCK_BYTES", 3 * 4096)  # several blocks, each of whole pages
+    np.save(tmp_path / "z.npy", np.zeros((64, 4096), np.uint8))
+    m = np.load(tmp_path / "z.npy", mmap_mode="c")
+    m[5, 7] = m[40, 4095] = 1
+    want = np.zeros((64, 4096), np.uint8)
+    want[5, 7] = want[40, 4095] = 1
+    np.testing.assert_array_equal(spillway.pack_bits(m, pinned=False).unpack(), want)
+    np.testing.assert_array_equal(m, want)  # still the edited array after packing
+    assert _gram._file_mapping(m) is None and _gram._file_mapping(np.asarray(m[3:9])) is None
+    assert _gram._file_mapping(np.load(tmp_path / "z.npy", mmap_mode="r")[3:9]) is not None
 
 
 # ---- gram against NumPy -------------------------------------------------------------------------
