@@ -53,7 +53,7 @@ index_t g_n = 32768;
 std::size_t g_budget = std::size_t{8} << 30;
 constexpr std::uint64_t kSeed = 20261123;
 
-#define OOC_BENCH_CUBLAS(call)                                                                  \
+#define OOC_BENCH_CUBLAS(call)                                                                 \
   do {                                                                                         \
     const cublasStatus_t st_ = (call);                                                         \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
@@ -136,8 +136,11 @@ std::string check_sample(const T* a, const T* b, const float* c, index_t n, bool
   const double eps = std::ldexp(1.0, -23), uop = tf32 ? std::ldexp(1.0, -10) : 0.0;
   worst = 0;
   for (int t = 0; t < 64; ++t) {
-    const auto i = static_cast<index_t>((static_cast<std::uint64_t>(t) * 2654435761u + 17) % static_cast<std::uint64_t>(n));
-    const auto j = t == 0 ? n - 1 : static_cast<index_t>((static_cast<std::uint64_t>(t) * 40503u + 5) % static_cast<std::uint64_t>(n));
+    const auto i = static_cast<index_t>((static_cast<std::uint64_t>(t) * 2654435761u + 17) %
+                                        static_cast<std::uint64_t>(n));
+    const auto j = t == 0 ? n - 1
+                          : static_cast<index_t>((static_cast<std::uint64_t>(t) * 40503u + 5) %
+                                                 static_cast<std::uint64_t>(n));
     double s = 0, sabs = 0;
     for (index_t x = 0; x < n; ++x) {
       const double p = static_cast<double>(g::detail::load_output<float>(a[i * n + x])) *
@@ -151,15 +154,17 @@ std::string check_sample(const T* a, const T* b, const float* c, index_t n, bool
     worst = std::max(worst, err / bound);
     if (!(err <= bound)) {
       char buf[160];
-      std::snprintf(buf, sizeof buf, "C(%ld,%ld) = %.9g, want %.9g (|err| %.3g > bound %.3g)", static_cast<long>(i),
-                    static_cast<long>(j), got, s, err, bound);
+      std::snprintf(buf, sizeof buf, "C(%ld,%ld) = %.9g, want %.9g (|err| %.3g > bound %.3g)",
+                    static_cast<long>(i), static_cast<long>(j), got, s, err, bound);
       return buf;
     }
   }
   return {};
 }
 
-double flops() { return 2.0 * static_cast<double>(g_n) * static_cast<double>(g_n) * static_cast<double>(g_n); }
+double flops() {
+  return 2.0 * static_cast<double>(g_n) * static_cast<double>(g_n) * static_cast<double>(g_n);
+}
 
 // ---- copy rates ------------------------------------------------------------------------------
 
@@ -222,8 +227,8 @@ void bm_cublasxt(benchmark::State& state) {
     const float one = 1.0f, zero = 0.0f;
     // Column-major Cᵀ (n x n, ld n) = op_T(B's buffer: k x n, ld k) · op_N(A's buffer: k x m, ld k).
     auto run = [&] {
-      OOC_BENCH_CUBLAS(cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, h.b.data(), n, h.a.data(), n, &zero,
-                                     h.c.data(), n));
+      OOC_BENCH_CUBLAS(cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, h.b.data(), n, h.a.data(),
+                                     n, &zero, h.c.data(), n));
     };
     poison(h.c.data(), h.c.size());
     run();
@@ -253,7 +258,9 @@ void bm_cublasxt(benchmark::State& state) {
 // ---- spillway in core and out of core -----------------------------------------------------------
 
 enum class kind { f32, tf32, bf16 };
-const char* kind_name(kind k) { return k == kind::f32 ? "float" : k == kind::tf32 ? "tf32" : "bf16"; }
+const char* kind_name(kind k) {
+  return k == kind::f32 ? "float" : k == kind::tf32 ? "tf32" : "bf16";
+}
 
 g::gemm_options options_for(kind k) {
   g::gemm_options o;
@@ -274,8 +281,8 @@ void in_core(benchmark::State& state, kind kd, const T* ha, const T* hb) {
   dc.fill_bytes_async(0xFF, s.view());
   const g::gemm_options o = options_for(kd);
   auto work = [&](spillway::stream_view st) {
-    g::gemm_async(st, 1.0f, g::row_major<const T>(da.data(), n, n), g::col_major<const T>(db.data(), n, n), 0.0f,
-                  g::row_major(dc.data(), n, n), o);
+    g::gemm_async(st, 1.0f, g::row_major<const T>(da.data(), n, n), g::col_major<const T>(db.data(), n, n),
+                  0.0f, g::row_major(dc.data(), n, n), o);
   };
   work(s.view());
   dc.copy_to_host_async(cuda::std::span<float>(h.c.data(), count), s.view());
@@ -311,7 +318,8 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   };
   poison(h.c.data(), count);
   run();
-  if (!rep.a_page_locked || !rep.c_page_locked) throw std::runtime_error("host matrices not detected as pinned");
+  if (!rep.a_page_locked || !rep.c_page_locked)
+    throw std::runtime_error("host matrices not detected as pinned");
   double worst = 0;
   const std::string bad = check_sample(ha, hb, h.c.data(), n, kd == kind::tf32, worst);
   if (!bad.empty()) throw std::runtime_error(std::string(kind_name(kd)) + " out-of-core check: " + bad);
@@ -323,7 +331,8 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     state.SetIterationTime(secs.back());
   }
   const double med = median(secs);
-  const std::string key = std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu" : "/out_of_core");
+  const std::string key =
+      std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu" : "/out_of_core");
   results()[key] = med;
   const double floor = rep.plan.floor_seconds;
   state.counters["seconds"] = med;
@@ -350,8 +359,10 @@ void bm_in_core(benchmark::State& state, kind kd) {
   if (spillway::bench::skip_without_gpu(state)) return;
   try {
     host_set& h = host();
-    if (kd == kind::bf16) in_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data());
-    else in_core<float>(state, kd, h.a.data(), h.b.data());
+    if (kd == kind::bf16)
+      in_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data());
+    else
+      in_core<float>(state, kd, h.a.data(), h.b.data());
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -360,36 +371,53 @@ void bm_in_core(benchmark::State& state, kind kd) {
 void bm_out_of_core(benchmark::State& state, kind kd, int gpus) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
-    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(spillway::device_count()) +
-                         " visible (run on nvidia-h200-x2)").c_str());
+    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
+                         std::to_string(spillway::device_count()) + " visible (run on nvidia-h200-x2)")
+                            .c_str());
     return;
   }
   try {
     host_set& h = host();
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
-    if (kd == kind::bf16) out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices);
-    else out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices);
+    if (kd == kind::bf16)
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices);
+    else
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
 
 void register_rows() {
-  benchmark::RegisterBenchmark("gemm_ooc/copy_rates", bm_copy_rates)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("gemm_ooc/float/cublasXt", bm_cublasxt)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_ooc/copy_rates", bm_copy_rates)
+      ->UseManualTime()
+      ->Iterations(5)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_ooc/float/cublasXt", bm_cublasxt)
+      ->UseManualTime()
+      ->Iterations(3)
+      ->Unit(benchmark::kMillisecond);
   const int reps_float = 3, reps_fast = 5;
   for (kind kd : {kind::f32, kind::tf32, kind::bf16}) {
     const std::string base = std::string("gemm_ooc/") + kind_name(kd);
     const int reps = kd == kind::f32 ? reps_float : reps_fast;
-    benchmark::RegisterBenchmark((base + "/in_core").c_str(), [kd](benchmark::State& st) { bm_in_core(st, kd); })
-        ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((base + "/out_of_core").c_str(), [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1); })
-        ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((base + "/in_core").c_str(),
+                                 [kd](benchmark::State& st) { bm_in_core(st, kd); })
+        ->UseManualTime()
+        ->Iterations(reps)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((base + "/out_of_core").c_str(),
+                                 [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1); })
+        ->UseManualTime()
+        ->Iterations(reps)
+        ->Unit(benchmark::kMillisecond);
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),
                                    [kd](benchmark::State& st) { bm_out_of_core(st, kd, 2); })
-          ->UseManualTime()->Iterations(reps)->Unit(benchmark::kMillisecond);
+          ->UseManualTime()
+          ->Iterations(reps)
+          ->Unit(benchmark::kMillisecond);
     }
   }
 }
@@ -402,9 +430,12 @@ void parse_own_flags(int& argc, char** argv) {
   int out = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--ooc_n=", 0) == 0) g_n = std::atoll(a.c_str() + 8);
-    else if (a.rfind("--ooc_budget=", 0) == 0) g_budget = spillway::parse_byte_size(a.substr(13));
-    else argv[out++] = argv[i];
+    if (a.rfind("--ooc_n=", 0) == 0)
+      g_n = std::atoll(a.c_str() + 8);
+    else if (a.rfind("--ooc_budget=", 0) == 0)
+      g_budget = spillway::parse_byte_size(a.substr(13));
+    else
+      argv[out++] = argv[i];
   }
   argc = out;
   if (g_n < 1) throw spillway::logic_error("--ooc_n must be >= 1");

@@ -46,7 +46,8 @@ void expect_permutation(const ooc_plan& p) {
 std::size_t expected_h2d_single_device(const ooc_plan& p, std::size_t in_bytes) {
   const auto k = static_cast<std::size_t>(p.k);
   std::size_t h2d = static_cast<std::size_t>(p.m) * k * in_bytes;
-  const index_t bands = (p.row_panels + static_cast<index_t>(p.a_slots) - 1) / static_cast<index_t>(p.a_slots);
+  const index_t bands =
+      (p.row_panels + static_cast<index_t>(p.a_slots) - 1) / static_cast<index_t>(p.a_slots);
   h2d += static_cast<std::size_t>(bands) * static_cast<std::size_t>(p.n) * k * in_bytes;
   const index_t keep = std::min<index_t>(static_cast<index_t>(p.b_slots), p.col_panels);
   for (index_t t = 1; t < bands; ++t) {
@@ -128,7 +129,8 @@ TEST(OocPlan, SerpentineBandsTurnOnTheCachedColumn) {
 TEST(OocPlan, FirstBandStartsAsAGrowingSquare) {
   const ooc_plan p = make_ooc_plan(square(32768, 4, 8 * GiB));
   ASSERT_GE(p.b_slots, 2u);
-  const std::vector<ooc_block> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}, {0, 2}, {1, 2}, {2, 2}};
+  const std::vector<ooc_block> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0},
+                                       {2, 1}, {0, 2}, {1, 2}, {2, 2}};
   for (std::size_t t = 0; t < want.size(); ++t) {
     EXPECT_EQ(p.order[t], want[t]) << "task " << t << " is (" << p.order[t].i << "," << p.order[t].j << ")";
   }

@@ -46,10 +46,11 @@ struct ooc_case {
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
   auto l = [](layout x) { return x == layout::row_major ? "row" : "col"; };
-  return std::string(to_string(o.path)) + (o.math == math_mode::tf32 ? "/tf32" : "") + " " + std::to_string(c.m) +
-         "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " A " + l(c.la) + " B " + l(c.lb) + " C " + l(c.lc) +
-         (c.beta_zero ? " beta=0 over NaN" : " beta!=0") + (c.pinned ? " page-locked" : " pageable") +
-         (c.split_k ? " k chunks" : "") + (c.bands ? " A in bands" : "");
+  return std::string(to_string(o.path)) + (o.math == math_mode::tf32 ? "/tf32" : "") + " " +
+         std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " A " + l(c.la) +
+         " B " + l(c.lb) + " C " + l(c.lc) + (c.beta_zero ? " beta=0 over NaN" : " beta!=0") +
+         (c.pinned ? " page-locked" : " pageable") + (c.split_k ? " k chunks" : "") +
+         (c.bands ? " A in bands" : "");
 }
 
 /// The largest budget (from the operands' size down by 3/4 steps) whose plan has at least
@@ -67,15 +68,17 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.c_is_acc = std::is_same_v<TC, Acc>;
   r.read_c = !c.beta_zero;
   // gemm_out_of_core's default is every visible device.
-  r.devices = c.devices.empty() ? static_cast<std::size_t>(std::max(1, spillway::test::visible_gpus())) : c.devices.size();
+  r.devices = c.devices.empty() ? static_cast<std::size_t>(std::max(1, spillway::test::visible_gpus()))
+                                : c.devices.size();
   r.stage_a = stage_a;
   r.stage_b = stage_b;
-  std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) + static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
+  std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
+                  static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {
     r.budget_bytes = b;
     const ooc_plan p = make_ooc_plan(r);  // throws (failing the test) below the minimum
-    const auto rows_per_device = static_cast<std::size_t>((p.row_panels + static_cast<index_t>(r.devices) - 1) /
-                                                          static_cast<index_t>(r.devices));
+    const auto rows_per_device = static_cast<std::size_t>(
+        (p.row_panels + static_cast<index_t>(r.devices) - 1) / static_cast<index_t>(r.devices));
     if (static_cast<int>(p.tasks()) >= c.min_blocks && (!c.split_k || p.k_chunks > 1) &&
         (!c.bands || p.a_slots < rows_per_device))
       return b;
@@ -85,7 +88,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
 /// One gemm_out_of_core checked element by element against the host reference (and, if given,
 /// compared with the in-core result of the same inputs).
 template <class T, class TC>
-::testing::AssertionResult run_ooc(const ooc_case& cs, gemm_options o, std::uint64_t seed, ooc_report* out = nullptr) {
+::testing::AssertionResult run_ooc(const ooc_case& cs, gemm_options o, std::uint64_t seed,
+                                   ooc_report* out = nullptr) {
   std::mt19937_64 g(seed);
   const double alpha = is_int_v<T> ? 2.0 : 1.5, beta = cs.beta_zero ? 0.0 : (is_int_v<T> ? -3.0 : -0.75);
   auto a = make_matrix<T>(cs.m, cs.k, {cs.la, false, 0, 0}, 1, 0, g);
@@ -105,28 +109,32 @@ template <class T, class TC>
   const gemm_path path = resolve_path<T>(o, spillway::current_device());
   const bool tensor = path != gemm_path::simt;
   ooc_options oo;
-  oo.budget = spillway::memory_budget(budget_for<T, TC>(cs, tensor && cs.la == layout::col_major,
-                                                         tensor && cs.lb == layout::row_major));
+  oo.budget = spillway::memory_budget(
+      budget_for<T, TC>(cs, tensor && cs.la == layout::col_major, tensor && cs.lb == layout::row_major));
   oo.devices = cs.devices;
   using S = accumulator_t<T>;
-  const ooc_report rep = gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
+  const ooc_report rep =
+      gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
   if (out != nullptr) *out = rep;
   const std::string what = describe(cs, o) + " [" + rep.plan.describe() + "]";
   if (!rep.job.complete()) return ::testing::AssertionFailure() << what << ": job incomplete";
   if (static_cast<int>(rep.plan.tasks()) < cs.min_blocks)
     return ::testing::AssertionFailure() << what << ": only " << rep.plan.tasks() << " blocks";
-  if (cs.split_k && rep.plan.k_chunks < 2) return ::testing::AssertionFailure() << what << ": k was not split";
+  if (cs.split_k && rep.plan.k_chunks < 2)
+    return ::testing::AssertionFailure() << what << ": k was not split";
   if (rep.job.bytes_moved != rep.plan.h2d_bytes + rep.plan.d2h_bytes && rep.job.devices.size() < 2)
-    return ::testing::AssertionFailure() << what << ": moved " << rep.job.bytes_moved << " bytes, the plan said "
-                                         << rep.plan.h2d_bytes + rep.plan.d2h_bytes;
+    return ::testing::AssertionFailure()
+           << what << ": moved " << rep.job.bytes_moved << " bytes, the plan said "
+           << rep.plan.h2d_bytes + rep.plan.d2h_bytes;
   if (rep.a_page_locked != cs.pinned || rep.c_page_locked != cs.pinned)
     return ::testing::AssertionFailure() << what << ": host memory detected wrongly";
   const arithmetic ar = arithmetic_for<T, TC>(std::is_same_v<T, float> && tensor);
   // Chunks of k accumulate in C itself when C is the accumulator type: k/kc more roundings of the
   // partial sums, inside the k·ε·S term already.
-  const matrix_view<const TC> cref{c0.data() + (c.view.data - c.buf.data()), c.view.rows, c.view.cols, c.view.ld,
-                                   c.view.order, 0};
-  const auto ref = compute_reference_fast<T, T, TC>(alpha, a.cview(), b.cview(), beta, cref, 1, identity{}, ar);
+  const matrix_view<const TC> cref{
+      c0.data() + (c.view.data - c.buf.data()), c.view.rows, c.view.cols, c.view.ld, c.view.order, 0};
+  const auto ref =
+      compute_reference_fast<T, T, TC>(alpha, a.cview(), b.cview(), beta, cref, 1, identity{}, ar);
   return check_output<TC>(c.buf, c0, c.view, 1, ref, what + " [ran " + to_string(path) + "]");
 }
 
@@ -141,9 +149,12 @@ template <class T, class TC>
   std::vector<TC> in_core(c.buf.size());
   {
     spillway::stream s;
-    auto da = spillway::device_buffer<T>::from_host(cuda::std::span<const T>(a.buf.data(), a.buf.size()), s.view());
-    auto db = spillway::device_buffer<T>::from_host(cuda::std::span<const T>(b.buf.data(), b.buf.size()), s.view());
-    auto dc = spillway::device_buffer<TC>::from_host(cuda::std::span<const TC>(c.buf.data(), c.buf.size()), s.view());
+    auto da =
+        spillway::device_buffer<T>::from_host(cuda::std::span<const T>(a.buf.data(), a.buf.size()), s.view());
+    auto db =
+        spillway::device_buffer<T>::from_host(cuda::std::span<const T>(b.buf.data(), b.buf.size()), s.view());
+    auto dc = spillway::device_buffer<TC>::from_host(cuda::std::span<const TC>(c.buf.data(), c.buf.size()),
+                                                     s.view());
     matrix_view<const T> av = a.cview(), bv = b.cview();
     av.data = da.data();
     bv.data = db.data();
@@ -155,7 +166,8 @@ template <class T, class TC>
   }
   ooc_options oo;
   oo.budget = spillway::memory_budget(budget_for<T, TC>(cs, false, false));
-  const ooc_report rep = gemm_out_of_core(static_cast<float>(alpha), a.cview(), b.cview(), 0.0f, c.view, o, oo);
+  const ooc_report rep =
+      gemm_out_of_core(static_cast<float>(alpha), a.cview(), b.cview(), 0.0f, c.view, o, oo);
   if (rep.plan.tasks() < 9) return ::testing::AssertionFailure() << "only " << rep.plan.tasks() << " blocks";
   // Each block runs the same kernel over the same k as the whole product (full-k panels, no split):
   // the sums are formed in the same order, so the two agree to the last bit.
@@ -168,7 +180,9 @@ template <class T, class TC>
                   << to_wide(in_core[e]) << "\n";
       }
     }
-  if (bad != 0) return ::testing::AssertionFailure() << bad << " elements differ from the in-core GEMM [" << rep.plan.describe() << "]";
+  if (bad != 0)
+    return ::testing::AssertionFailure()
+           << bad << " elements differ from the in-core GEMM [" << rep.plan.describe() << "]";
   return ::testing::AssertionSuccess();
 }
 
@@ -229,15 +243,33 @@ gemm_options tf32() {
   return o;
 }
 
-TEST(OutOfCoreGemmGpu, Tf32) { every_type_once<float, float>("tf32", tf32()); }
-TEST(OutOfCoreGemmGpu, Bf16ToFloat) { every_type_once<__nv_bfloat16, float>("bf16-float"); }
-TEST(OutOfCoreGemmGpu, Bf16ToBf16) { every_type_once<__nv_bfloat16, __nv_bfloat16>("bf16-bf16"); }
-TEST(OutOfCoreGemmGpu, HalfToHalf) { every_type_once<__half, __half>("half-half"); }
-TEST(OutOfCoreGemmGpu, FloatToHalf) { every_type_once<float, __half>("float-half"); }
-TEST(OutOfCoreGemmGpu, Double) { every_type_once<double, double>("double"); }
-TEST(OutOfCoreGemmGpu, Int8ToInt32Exact) { every_type_once<std::int8_t, std::int32_t>("int8-int32"); }
-TEST(OutOfCoreGemmGpu, Int8ToFloat) { every_type_once<std::int8_t, float>("int8-float"); }
-TEST(OutOfCoreGemmGpu, ComplexFloat) { every_type_once<cfloat, cfloat>("cfloat"); }
+TEST(OutOfCoreGemmGpu, Tf32) {
+  every_type_once<float, float>("tf32", tf32());
+}
+TEST(OutOfCoreGemmGpu, Bf16ToFloat) {
+  every_type_once<__nv_bfloat16, float>("bf16-float");
+}
+TEST(OutOfCoreGemmGpu, Bf16ToBf16) {
+  every_type_once<__nv_bfloat16, __nv_bfloat16>("bf16-bf16");
+}
+TEST(OutOfCoreGemmGpu, HalfToHalf) {
+  every_type_once<__half, __half>("half-half");
+}
+TEST(OutOfCoreGemmGpu, FloatToHalf) {
+  every_type_once<float, __half>("float-half");
+}
+TEST(OutOfCoreGemmGpu, Double) {
+  every_type_once<double, double>("double");
+}
+TEST(OutOfCoreGemmGpu, Int8ToInt32Exact) {
+  every_type_once<std::int8_t, std::int32_t>("int8-int32");
+}
+TEST(OutOfCoreGemmGpu, Int8ToFloat) {
+  every_type_once<std::int8_t, float>("int8-float");
+}
+TEST(OutOfCoreGemmGpu, ComplexFloat) {
+  every_type_once<cfloat, cfloat>("cfloat");
+}
 
 /// Budgets too small for full-k panels: k in chunks, accumulated in C (C the accumulator type) or
 /// in an accumulator block then combined with β·C (narrower C, int8 into float).
@@ -257,18 +289,27 @@ void k_chunks(const std::string& label, gemm_options o = {}) {
   }
 }
 
-TEST(OutOfCoreGemmGpu, KChunksFloat) { k_chunks<float, float>("float"); }
-TEST(OutOfCoreGemmGpu, KChunksBf16ToBf16) { k_chunks<__nv_bfloat16, __nv_bfloat16>("bf16"); }
-TEST(OutOfCoreGemmGpu, KChunksInt8ToFloat) { k_chunks<std::int8_t, float>("int8-float"); }
-TEST(OutOfCoreGemmGpu, KChunksInt8ToInt32Exact) { k_chunks<std::int8_t, std::int32_t>("int8-int32"); }
+TEST(OutOfCoreGemmGpu, KChunksFloat) {
+  k_chunks<float, float>("float");
+}
+TEST(OutOfCoreGemmGpu, KChunksBf16ToBf16) {
+  k_chunks<__nv_bfloat16, __nv_bfloat16>("bf16");
+}
+TEST(OutOfCoreGemmGpu, KChunksInt8ToFloat) {
+  k_chunks<std::int8_t, float>("int8-float");
+}
+TEST(OutOfCoreGemmGpu, KChunksInt8ToInt32Exact) {
+  k_chunks<std::int8_t, std::int32_t>("int8-int32");
+}
 
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   std::vector<float> c(40 * 30, 2.0f);
   ooc_options oo;
   oo.budget = spillway::memory_budget(1 << 20);
-  const auto rep = gemm_out_of_core(1.0f, row_major<const float>(nullptr, 40, 0), row_major<const float>(nullptr, 0, 30),
-                                    -0.5f, row_major(c.data(), 40, 30), {}, oo);
+  const auto rep =
+      gemm_out_of_core(1.0f, row_major<const float>(nullptr, 40, 0), row_major<const float>(nullptr, 0, 30),
+                       -0.5f, row_major(c.data(), 40, 30), {}, oo);
   EXPECT_TRUE(rep.job.complete());
   for (float x : c) ASSERT_EQ(x, -1.0f);
 }
@@ -297,19 +338,21 @@ TEST(OutOfCoreGemmGpu, CancelLeavesUnwrittenBlocksUntouched) {
   const auto written = rep.written();
   ASSERT_GE(written.size(), 3u);
   ASSERT_LT(written.size(), rep.plan.tasks());
-  const auto ref = compute_reference_fast<float, float, float>(1.0, a.cview(), b.cview(), 0.0,
-                                                               matrix_view<const float>(c.view), 1, identity{},
-                                                               arithmetic_for<float, float>(false));
+  const auto ref = compute_reference_fast<float, float, float>(
+      1.0, a.cview(), b.cview(), 0.0, matrix_view<const float>(c.view), 1, identity{},
+      arithmetic_for<float, float>(false));
   std::vector<char> in_written(c.buf.size(), 0);
   for (const c_block& w : written)
     for (index_t i = w.row0; i < w.row0 + w.rows; ++i)
       for (index_t j = w.col0; j < w.col0 + w.cols; ++j) {
         const std::size_t e = static_cast<std::size_t>(i * n + j);
         in_written[e] = 1;
-        ASSERT_LE(std::fabs(c.buf[e] - ref.value[e]), ref.tol[e]) << "written block element (" << i << "," << j << ")";
+        ASSERT_LE(std::fabs(c.buf[e] - ref.value[e]), ref.tol[e])
+            << "written block element (" << i << "," << j << ")";
       }
   for (std::size_t e = 0; e < c.buf.size(); ++e)
-    if (!in_written[e]) ASSERT_TRUE(std::isnan(c.buf[e])) << "element " << e << " outside the written blocks changed";
+    if (!in_written[e])
+      ASSERT_TRUE(std::isnan(c.buf[e])) << "element " << e << " outside the written blocks changed";
 }
 
 TEST(OutOfCoreGemmGpu, FailingCallbackReportsWhatWasWritten) {
@@ -325,8 +368,9 @@ TEST(OutOfCoreGemmGpu, FailingCallbackReportsWhatWasWritten) {
   ooc_report rep;
   oo.report_on_error = &rep;
   try {
-    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 600, 100), row_major<const float>(b.data(), 100, 500),
-                           0.0f, row_major(c.data(), 600, 500), {}, oo);
+    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 600, 100),
+                           row_major<const float>(b.data(), 100, 500), 0.0f, row_major(c.data(), 600, 500),
+                           {}, oo);
     FAIL() << "the callback's exception did not stop the job";
   } catch (const spillway::pipeline_error& e) {
     EXPECT_NE(std::string(e.what()).find("stop here"), std::string::npos) << e.what();
@@ -335,7 +379,8 @@ TEST(OutOfCoreGemmGpu, FailingCallbackReportsWhatWasWritten) {
   ASSERT_GE(written.size(), 2u);
   for (const c_block& w : written)
     for (index_t i = w.row0; i < w.row0 + w.rows; ++i)
-      for (index_t j = w.col0; j < w.col0 + w.cols; ++j) ASSERT_EQ(c[static_cast<std::size_t>(i * 500 + j)], 50.0f);
+      for (index_t j = w.col0; j < w.col0 + w.cols; ++j)
+        ASSERT_EQ(c[static_cast<std::size_t>(i * 500 + j)], 50.0f);
 }
 
 TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
@@ -344,8 +389,9 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
   ooc_options oo;
   oo.budget = spillway::memory_budget(1000);
   try {
-    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 1000, 700), row_major<const float>(b.data(), 700, 900),
-                           0.0f, row_major(c.data(), 1000, 900), {}, oo);
+    (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 1000, 700),
+                           row_major<const float>(b.data(), 700, 900), 0.0f, row_major(c.data(), 1000, 900),
+                           {}, oo);
     FAIL() << "a 1000-byte budget was accepted";
   } catch (const spillway::logic_error& e) {
     const std::string msg = e.what();

@@ -45,11 +45,11 @@ struct copy_rates {
 /// What an out-of-core GEMM plan is made from (sizes in the caller's frame).
 struct ooc_plan_request {
   index_t m = 0, n = 0, k = 0;
-  std::size_t in_bytes = 4;   ///< sizeof an A/B element
-  std::size_t out_bytes = 4;  ///< sizeof a C element
-  std::size_t acc_bytes = 4;  ///< sizeof the accumulator
-  bool c_is_acc = true;       ///< C's type is the accumulator type (k chunks accumulate in C itself)
-  bool read_c = false;        ///< β ≠ 0: C blocks are copied in
+  std::size_t in_bytes = 4;      ///< sizeof an A/B element
+  std::size_t out_bytes = 4;     ///< sizeof a C element
+  std::size_t acc_bytes = 4;     ///< sizeof the accumulator
+  bool c_is_acc = true;          ///< C's type is the accumulator type (k chunks accumulate in C itself)
+  bool read_c = false;           ///< β ≠ 0: C blocks are copied in
   std::size_t budget_bytes = 0;  ///< device memory per device
   std::size_t slots = 4;         ///< tasks in flight per device (C blocks)
   std::size_t devices = 1;
@@ -69,7 +69,7 @@ struct ooc_block {
 };
 
 struct ooc_plan {
-  bool transposed = false;  ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
+  bool transposed = false;      ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
   index_t m = 0, n = 0, k = 0;  ///< the executed frame
   index_t bm = 0, bn = 0, kc = 0;
   index_t row_panels = 0, col_panels = 0, k_chunks = 0;
@@ -80,10 +80,10 @@ struct ooc_plan {
   std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K, staging
   std::size_t device_bytes = 0;      ///< everything above on one device
   std::size_t devices = 1;
-  std::vector<ooc_block> order;             ///< every block once, in visiting order
-  std::vector<std::size_t> device_first;    ///< device d visits order[device_first[d], device_first[d+1])
-  std::size_t h2d_bytes = 0, d2h_bytes = 0;           ///< what this plan moves (all devices)
-  std::size_t min_h2d_bytes = 0, min_d2h_bytes = 0;   ///< what any plan must move: A, B (and C) in, C out
+  std::vector<ooc_block> order;              ///< every block once, in visiting order
+  std::vector<std::size_t> device_first;     ///< device d visits order[device_first[d], device_first[d+1])
+  std::size_t h2d_bytes = 0, d2h_bytes = 0;  ///< what this plan moves (all devices)
+  std::size_t min_h2d_bytes = 0, min_d2h_bytes = 0;  ///< what any plan must move: A, B (and C) in, C out
   double copy_seconds = 0;   ///< this plan's bytes at the rates (per device when devices > 1)
   double floor_seconds = 0;  ///< the independent floor: the minimum bytes at the rates
   [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
@@ -100,11 +100,18 @@ inline constexpr index_t ooc_granule = 16;    ///< panel sides are multiples of 
 inline constexpr index_t ooc_min_side = 128;  ///< the smallest block side / k chunk planned
 inline constexpr std::size_t ooc_align = 256;
 
-inline index_t ooc_ceil(index_t a, index_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
-inline index_t ooc_r16(index_t v) { return ooc_ceil(v, ooc_granule) * ooc_granule; }
-inline std::size_t ooc_aligned(std::size_t v) { return (v + ooc_align - 1) / ooc_align * ooc_align; }
+inline index_t ooc_ceil(index_t a, index_t b) {
+  return b == 0 ? 0 : (a + b - 1) / b;
+}
+inline index_t ooc_r16(index_t v) {
+  return ooc_ceil(v, ooc_granule) * ooc_granule;
+}
+inline std::size_t ooc_aligned(std::size_t v) {
+  return (v + ooc_align - 1) / ooc_align * ooc_align;
+}
 inline std::size_t ooc_mul(std::size_t a, std::size_t b) {
-  if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return std::numeric_limits<std::size_t>::max();
+  if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a)
+    return std::numeric_limits<std::size_t>::max();
   return a * b;
 }
 inline std::size_t ooc_add(std::size_t a, std::size_t b) {
@@ -134,7 +141,8 @@ struct ooc_shape {
 };
 
 inline std::size_t ooc_panel_bytes(index_t major, index_t minor, std::size_t elem) {
-  return ooc_aligned(ooc_mul(ooc_mul(static_cast<std::size_t>(ooc_r16(major)), static_cast<std::size_t>(ooc_r16(minor))), elem));
+  return ooc_aligned(ooc_mul(
+      ooc_mul(static_cast<std::size_t>(ooc_r16(major)), static_cast<std::size_t>(ooc_r16(minor))), elem));
 }
 
 struct ooc_sizes {
@@ -150,11 +158,14 @@ inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
   const index_t kchunks = s.k == 0 ? 1 : ooc_ceil(s.k, s.kc);
   std::size_t extra = 0;
   if (kchunks > 1 && !r.c_is_acc) extra = ooc_add(extra, ooc_aligned(ooc_mul(area, r.acc_bytes)));
-  if (r.split_k > 1) extra = ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
+  if (r.split_k > 1)
+    extra =
+        ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
   if (s.stage_a) extra = ooc_add(extra, z.pa);
   if (s.stage_b) extra = ooc_add(extra, z.pb);
   z.extra = extra;
-  const std::size_t tasks = ooc_mul(static_cast<std::size_t>(ooc_ceil(s.m, s.bm)), static_cast<std::size_t>(ooc_ceil(s.n, s.bn)));
+  const std::size_t tasks =
+      ooc_mul(static_cast<std::size_t>(ooc_ceil(s.m, s.bm)), static_cast<std::size_t>(ooc_ceil(s.n, s.bn)));
   z.slots = std::max<std::size_t>(1, std::min(r.slots, tasks));
   return z;
 }
@@ -193,13 +204,14 @@ inline void ooc_device_order(index_t r0, index_t r1, index_t ncols, std::size_t 
 
 /// Bytes one device moves for its part of the order, by simulating its two direct-mapped caches
 /// (panel p of A with k chunk q is key p·k_chunks + q, cached in slot key mod slots).
-inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c, std::size_t in_bytes,
-                         std::size_t out_bytes, std::size_t& h2d, std::size_t& d2h) {
+inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c,
+                         std::size_t in_bytes, std::size_t out_bytes, std::size_t& h2d, std::size_t& d2h) {
   std::vector<index_t> a_tag(p.a_slots, -1), b_tag(p.b_slots, -1);
   const index_t kch = p.k_chunks;
   for (std::size_t t = begin; t < end; ++t) {
     const ooc_block& b = p.order[t];
-    const auto rows = static_cast<std::size_t>(p.block_rows(b)), cols = static_cast<std::size_t>(p.block_cols(b));
+    const auto rows = static_cast<std::size_t>(p.block_rows(b)),
+               cols = static_cast<std::size_t>(p.block_cols(b));
     if (p.k > 0) {
       for (index_t q = 0; q < kch; ++q) {
         const auto kq = static_cast<std::size_t>(p.chunk_k(q));
@@ -222,8 +234,8 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
 }
 
 /// A quick estimate of a candidate's bytes (for ranking; the chosen plan is simulated exactly).
-inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::size_t a_slots, std::size_t b_slots,
-                           std::size_t devices) {
+inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::size_t a_slots,
+                           std::size_t b_slots, std::size_t devices) {
   const double in = static_cast<double>(r.in_bytes);
   const double A = static_cast<double>(s.m) * static_cast<double>(s.k) * in;
   const double B = static_cast<double>(s.k) * static_cast<double>(s.n) * in;
@@ -235,7 +247,8 @@ inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::s
   if (s.k == 0) return bytes;
   if (kch == 1) {
     const double bands = static_cast<double>(ooc_ceil(rp_dev, static_cast<index_t>(a_slots)));
-    const double reuse = static_cast<double>(std::min<index_t>(static_cast<index_t>(b_slots), np)) / static_cast<double>(np);
+    const double reuse =
+        static_cast<double>(std::min<index_t>(static_cast<index_t>(b_slots), np)) / static_cast<double>(np);
     const double used_devices = static_cast<double>(ooc_ceil(rp, rp_dev));
     bytes += A + used_devices * B * (bands - (bands - 1.0) * reuse);
   } else {
@@ -250,27 +263,31 @@ inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::s
 
 inline std::string ooc_plan::describe() const {
   auto gib = [](double b) { return std::to_string(b / 1073741824.0).substr(0, 6) + " GiB"; };
-  std::string s = std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") +
-                  "blocks " + std::to_string(bm) + " x " + std::to_string(bn) + " (" + std::to_string(row_panels) +
-                  " x " + std::to_string(col_panels) + "), k " +
-                  (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
-                                : std::string("whole (") + std::to_string(k) + ")") +
-                  "; cached panels A " + std::to_string(a_slots) + " x " + gib(static_cast<double>(a_panel_bytes)) +
-                  ", B " + std::to_string(b_slots) + " x " + gib(static_cast<double>(b_panel_bytes)) + "; " +
-                  std::to_string(slots) + " slots x " + gib(static_cast<double>(c_block_bytes + slot_extra_bytes)) +
-                  "; device " + gib(static_cast<double>(device_bytes)) + "; moves H2D " +
-                  gib(static_cast<double>(h2d_bytes)) + ", D2H " + gib(static_cast<double>(d2h_bytes)) +
-                  " (minimum " + gib(static_cast<double>(min_h2d_bytes)) + " / " +
-                  gib(static_cast<double>(min_d2h_bytes)) + "); copy time " +
-                  std::to_string(copy_seconds * 1e3) + " ms, floor " + std::to_string(floor_seconds * 1e3) + " ms";
+  std::string s =
+      std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") + "blocks " +
+      std::to_string(bm) + " x " + std::to_string(bn) + " (" + std::to_string(row_panels) + " x " +
+      std::to_string(col_panels) + "), k " +
+      (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
+                    : std::string("whole (") + std::to_string(k) + ")") +
+      "; cached panels A " + std::to_string(a_slots) + " x " + gib(static_cast<double>(a_panel_bytes)) +
+      ", B " + std::to_string(b_slots) + " x " + gib(static_cast<double>(b_panel_bytes)) + "; " +
+      std::to_string(slots) + " slots x " + gib(static_cast<double>(c_block_bytes + slot_extra_bytes)) +
+      "; device " + gib(static_cast<double>(device_bytes)) + "; moves H2D " +
+      gib(static_cast<double>(h2d_bytes)) + ", D2H " + gib(static_cast<double>(d2h_bytes)) + " (minimum " +
+      gib(static_cast<double>(min_h2d_bytes)) + " / " + gib(static_cast<double>(min_d2h_bytes)) +
+      "); copy time " + std::to_string(copy_seconds * 1e3) + " ms, floor " +
+      std::to_string(floor_seconds * 1e3) + " ms";
   return s;
 }
 
 /// The bytes any plan must move (A and B in, C in when β ≠ 0, C out) and their time at `rates`.
-inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, std::size_t& d2h, double& seconds) {
-  const auto m = static_cast<std::size_t>(r.m), n = static_cast<std::size_t>(r.n), k = static_cast<std::size_t>(r.k);
+inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, std::size_t& d2h,
+                                  double& seconds) {
+  const auto m = static_cast<std::size_t>(r.m), n = static_cast<std::size_t>(r.n),
+             k = static_cast<std::size_t>(r.k);
   const std::size_t c = detail::ooc_mul(detail::ooc_mul(m, n), r.out_bytes);
-  h2d = detail::ooc_add(detail::ooc_mul(detail::ooc_mul(m, k), r.in_bytes), detail::ooc_mul(detail::ooc_mul(k, n), r.in_bytes));
+  h2d = detail::ooc_add(detail::ooc_mul(detail::ooc_mul(m, k), r.in_bytes),
+                        detail::ooc_mul(detail::ooc_mul(k, n), r.in_bytes));
   if (r.read_c) h2d = detail::ooc_add(h2d, c);
   d2h = c;
   seconds = r.rates.seconds(static_cast<double>(h2d), static_cast<double>(d2h));
@@ -286,7 +303,8 @@ inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, s
 inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   auto fail = [](const std::string& m) { throw logic_error("gemm_out_of_core: " + m); };
   if (r.m < 0 || r.n < 0 || r.k < 0) {
-    fail("sizes must be >= 0, got m " + std::to_string(r.m) + ", n " + std::to_string(r.n) + ", k " + std::to_string(r.k));
+    fail("sizes must be >= 0, got m " + std::to_string(r.m) + ", n " + std::to_string(r.n) + ", k " +
+         std::to_string(r.k));
   }
   if (r.slots == 0) fail("slots_per_device must be at least 1, got 0");
   if (r.devices == 0) fail("no devices");
@@ -351,7 +369,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             std::size_t rem = r.budget_bytes - fixed;
             // At least two B slots (one loading while one is read) when there is more than one B panel.
             const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, np * kch));
-            const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
+            const std::size_t a_min =
+                static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
             if (detail::ooc_add(detail::ooc_mul(b_min, z.pb), detail::ooc_mul(a_min, z.pa)) > rem) continue;
             std::size_t a_slots = 1;
             if (z.pa > 0) {
@@ -365,7 +384,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             if (z.pb > 0) {
               b_slots = rem / z.pb;
               const index_t want = std::max<index_t>({8, 2 * kch, (np + 1) / 2});
-              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, want)));
+              b_slots =
+                  std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, want)));
             }
             a_slots = std::max<std::size_t>(a_slots, 1);
             b_slots = std::max<std::size_t>(b_slots, 1);
@@ -401,18 +421,21 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
       const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
       const index_t bm = std::min(M, detail::ooc_min_side), bn = std::min(N, detail::ooc_min_side);
       const index_t kc = r.k == 0 ? 0 : std::min(r.k, detail::ooc_min_side);
-      const detail::ooc_shape s{M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
+      const detail::ooc_shape s{
+          M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
       const detail::ooc_sizes z = detail::ooc_size_of(r, s);
       const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
       const index_t rp_dev = detail::ooc_ceil(detail::ooc_ceil(M, bm), static_cast<index_t>(r.devices));
       const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
       const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, detail::ooc_ceil(N, bn) * kch));
-      const std::size_t v = detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
-                                                            detail::ooc_mul(a_min, z.pa)),
-                                            detail::ooc_mul(b_min, z.pb));
+      const std::size_t v =
+          detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
+                                          detail::ooc_mul(a_min, z.pa)),
+                          detail::ooc_mul(b_min, z.pb));
       need = std::min(need, v);
     }
-    fail("memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " + std::to_string(need) +
+    fail("memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
+         std::to_string(need) +
          " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
          std::to_string(r.slots) + " slot(s))");
   }
@@ -434,7 +457,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   p.b_panel_bytes = pick.z.pb;
   p.c_block_bytes = pick.z.cblk;
   p.slot_extra_bytes = pick.z.extra;
-  p.device_bytes = p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes + p.slots * (p.c_block_bytes + p.slot_extra_bytes);
+  p.device_bytes = p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
+                   p.slots * (p.c_block_bytes + p.slot_extra_bytes);
   // Devices take contiguous ranges of row panels (each its own A share, all of B).
   const index_t per_dev = detail::ooc_ceil(p.row_panels, static_cast<index_t>(r.devices));
   p.device_first.push_back(0);
@@ -447,7 +471,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   double worst = 0;
   for (std::size_t d = 0; d < r.devices; ++d) {
     std::size_t h = 0, o = 0;
-    detail::ooc_simulate(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h, o);
+    detail::ooc_simulate(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h,
+                         o);
     p.h2d_bytes += h;
     p.d2h_bytes += o;
     worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));

@@ -17,9 +17,10 @@
 // panel has passed the event recorded after that read. On its slot's stream a task waits for its
 // panels' copy events, copies the C block in when β ≠ 0, runs the in-core gemm_async over the
 // panels, and copies the block out. So panel copies run back to back during the GEMMs, and the
-// device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied by DMA directly (2-D copies
-// of the sub-matrices); pageable memory goes through pinned staging filled by the pipeline's host
-// threads (double-buffered per device for panels, one block per slot for C).
+// device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied
+// by DMA directly (2-D copies of the sub-matrices); pageable memory goes through pinned staging
+// filled by the pipeline's host threads (double-buffered per device for panels, one block per slot
+// for C).
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -107,7 +108,8 @@ namespace detail {
 /// C = W + β·C (converted to C's type): the last step of a block whose k chunks accumulated in an
 /// accumulator-typed workspace because C is narrower (half/bf16 C of float sums, float C of int32).
 template <class TC, class Acc>
-__global__ void ooc_combine_kernel(const Acc* __restrict__ w, TC* __restrict__ c, index_t count, Acc beta, bool read_c) {
+__global__ void __launch_bounds__(256)
+    ooc_combine_kernel(const Acc* __restrict__ w, TC* __restrict__ c, index_t count, Acc beta, bool read_c) {
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<index_t>(gridDim.x) * blockDim.x) {
     Acc v = w[i];
@@ -118,13 +120,14 @@ __global__ void ooc_combine_kernel(const Acc* __restrict__ w, TC* __restrict__ c
 
 /// `lines` lines of `width` bytes from src (pitch spitch) to dst (pitch dpitch), split over the
 /// pipeline's host threads (pageable ⇄ pinned staging).
-inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
-                           std::size_t lines) {
+inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
+                           std::size_t width, std::size_t lines) {
   if (lines == 0 || width == 0) return;
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   const std::size_t total = width * lines;
-  std::size_t parts = std::min<std::size_t>(::spillway::detail::staging_workers().size() + 1, total / (std::size_t{2} << 20) + 1);
+  std::size_t parts = std::min<std::size_t>(::spillway::detail::staging_workers().size() + 1,
+                                            total / (std::size_t{2} << 20) + 1);
   parts = std::min(parts, lines);
   if (parts <= 1) {
     for (std::size_t l = 0; l < lines; ++l) std::memcpy(d + l * dpitch, s + l * spitch, width);
@@ -195,7 +198,7 @@ inline constexpr std::size_t ooc_staged_per_block = 2;
 struct ooc_device_ctx {
   int device = 0;
   std::unique_ptr<stream> setup;
-  std::unique_ptr<stream> loader;  // every panel copy of this device, in the order they are needed
+  std::unique_ptr<stream> loader;   // every panel copy of this device, in the order they are needed
   std::size_t first = 0, last = 0;  // the device's own range of the plan's order
   std::size_t cursor = 0;           // blocks of its range before this have their panels requested
   std::vector<int> need_a, need_b;  // prefetch's scratch: readers of each panel in its window
@@ -287,7 +290,8 @@ struct ooc_job {
       c->cursor = c->first;
       c->need_a.assign(static_cast<std::size_t>(plan.row_panels), 0);
       c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
-      const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes, b_bytes = plan.b_slots * plan.b_panel_bytes;
+      const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes,
+                        b_bytes = plan.b_slots * plan.b_panel_bytes;
       c->memory = device_buffer<std::byte>(a_bytes + b_bytes, c->setup->view());
       c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
       c->b.init(c->memory.data() + a_bytes, plan.b_slots, plan.b_panel_bytes, plan.slots);
@@ -314,8 +318,9 @@ struct ooc_job {
     for (auto& e : cache.used[cs]) ls.wait(e);
     const index_t panel = key / plan.k_chunks, q = key % plan.k_chunks;
     const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
-    const ooc_rect<T> src = is_a ? ooc_sub<T>(a, panel * plan.bm, std::min(plan.bm, plan.m - panel * plan.bm), k0, kq)
-                                 : ooc_sub<T>(b, k0, kq, panel * plan.bn, std::min(plan.bn, plan.n - panel * plan.bn));
+    const ooc_rect<T> src =
+        is_a ? ooc_sub<T>(a, panel * plan.bm, std::min(plan.bm, plan.m - panel * plan.bm), k0, kq)
+             : ooc_sub<T>(b, k0, kq, panel * plan.bn, std::min(plan.bn, plan.n - panel * plan.bn));
     const index_t dld = is_a ? a_ld_dev() : b_ld_dev();
     const std::size_t es = sizeof(T);
     const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
@@ -330,7 +335,8 @@ struct ooc_job {
         stage.done[f].synchronize();  // the previous copy out of this staging buffer has finished
         ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, src.first,
                        static_cast<std::size_t>(src.ld) * es, len * es, lines);
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, stage.buf[f].data(), ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, stage.buf[f].data(),
+                                          ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
                                           cudaMemcpyHostToDevice, ls.value()));
         stage.done[f].record(ls);
       }
@@ -420,9 +426,9 @@ struct ooc_job {
     const std::size_t c_pitch = static_cast<std::size_t>(ldc) * sizeof(TC);
     if (read_c) {
       if (c_pinned) {
-        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(cdev, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC),
-                                            c_line, static_cast<std::size_t>(csub.lines), cudaMemcpyHostToDevice,
-                                            s.value()));
+        SPILLWAY_CUDA_TRY(
+            cudaMemcpy2DAsync(cdev, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC), c_line,
+                              static_cast<std::size_t>(csub.lines), cudaMemcpyHostToDevice, s.value()));
       } else {
         TC* st = slot.pinned<TC>(0);
         ooc_copy_lines(st, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC), c_line,
@@ -450,8 +456,10 @@ struct ooc_job {
       } else {
         gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), cblock, o);
       }
-      dc.a.used[static_cast<std::size_t>(blk.i * plan.k_chunks + q) % dc.a.tag.size()][slot.index()].record(s);
-      dc.b.used[static_cast<std::size_t>(blk.j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(s);
+      dc.a.used[static_cast<std::size_t>(blk.i * plan.k_chunks + q) % dc.a.tag.size()][slot.index()].record(
+          s);
+      dc.b.used[static_cast<std::size_t>(blk.j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(
+          s);
     }
     if (use_work) {
       const index_t count = rows * cols;
@@ -460,9 +468,9 @@ struct ooc_job {
       SPILLWAY_CHECK_LAUNCH();
     }
     if (c_pinned) {
-      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC),
-                                          cdev, c_pitch, c_line, static_cast<std::size_t>(csub.lines),
-                                          cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(
+          const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), cdev, c_pitch, c_line,
+          static_cast<std::size_t>(csub.lines), cudaMemcpyDeviceToHost, s.value()));
     } else {
       SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value()));
     }
@@ -477,8 +485,8 @@ struct ooc_job {
     const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
     const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
     const ooc_rect<TC> csub = ooc_sub<TC>(matrix_view<const TC>(c), r0, rows, c0, cols);
-    ooc_copy_lines(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), slot.pinned<TC>(0),
-                   static_cast<std::size_t>(c_ld_dev(rows, cols)) * sizeof(TC),
+    ooc_copy_lines(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC),
+                   slot.pinned<TC>(0), static_cast<std::size_t>(c_ld_dev(rows, cols)) * sizeof(TC),
                    static_cast<std::size_t>(csub.len) * sizeof(TC), static_cast<std::size_t>(csub.lines));
   }
 
@@ -512,13 +520,14 @@ bool ooc_page_locked(host_memory mode, const matrix_view<const T>& v) {
 /// and a budget below the smallest plan (the message states that minimum); pipeline_error when a
 /// block fails (it names the task; ooc.report_on_error, if set, receives which blocks were written).
 template <class TA, class TB, class TC, class Scalar>
-ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta, matrix_view<TC> c,
-                            const gemm_options& opt = {}, const ooc_options& ooc = {}) {
+ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta,
+                            matrix_view<TC> c, const gemm_options& opt = {}, const ooc_options& ooc = {}) {
   detail::static_check_types<TA, TB, TC>();
   using T = std::remove_cv_t<TA>;
   using Acc = accumulator_t<T>;
   detail::check_gemm_args(a, b, c, opt, "gemm_out_of_core");
-  SPILLWAY_EXPECTS(opt.batch_count == 1, "gemm_out_of_core: batch_count is " + std::to_string(opt.batch_count) +
+  SPILLWAY_EXPECTS(opt.batch_count == 1, "gemm_out_of_core: batch_count is " +
+                                             std::to_string(opt.batch_count) +
                                              "; out-of-core GEMMs take one matrix each (batch_count 1)");
   const std::vector<int> devices = ::spillway::detail::resolve_devices(ooc.devices, "gemm_out_of_core");
   gemm_options o = opt;
@@ -595,11 +604,13 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   auto fill = [&](const job_report& jr) {
     rep.job = jr;
     rep.block_of_task.resize(job.task_block.size());
-    for (std::size_t t = 0; t < job.task_block.size(); ++t) rep.block_of_task[t] = job.caller_block(t, job.plan.transposed);
+    for (std::size_t t = 0; t < job.task_block.size(); ++t)
+      rep.block_of_task[t] = job.caller_block(t, job.plan.transposed);
   };
   try {
     const job_report jr = run_tasks(
-        job.plan.tasks(), to, [&job](std::size_t t, task_slot& slot, stream_view s) { job.enqueue(t, slot, s); },
+        job.plan.tasks(), to,
+        [&job](std::size_t t, task_slot& slot, stream_view s) { job.enqueue(t, slot, s); },
         [&job](std::size_t t, task_slot& slot) { job.complete(t, slot); });
     fill(jr);
   } catch (const pipeline_error& e) {
