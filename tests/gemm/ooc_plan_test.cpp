@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -219,6 +221,30 @@ TEST(OocPlan, TwoDevicesShareRowsAndEachReadsAllOfB) {
   EXPECT_FALSE(rows1.empty());
   for (index_t i : rows0) EXPECT_EQ(rows1.count(i), 0u);
   EXPECT_NEAR(p.copy_seconds, 6.0 * GiB / 55.4e9, 1e-9);
+}
+
+TEST(OocPlan, QueueHandsEveryBlockOutOnceAndStealsFromTheBack) {
+  // Device 0 owns blocks [0, 10), device 1 [10, 30).
+  spillway::gemm::detail::ooc_queue q({0, 10, 30});
+  for (std::size_t t = 0; t < 10; ++t) EXPECT_EQ(q.pop(0), t);
+  EXPECT_EQ(q.pop(0), 29u);  // device 0 is done: the end of device 1's range
+  EXPECT_EQ(q.pop(1), 10u);  // device 1 still takes its own from the front
+  EXPECT_EQ(q.pop(0), 28u);
+  // Threads popping concurrently, one per device, as many pops as blocks: each block exactly once.
+  spillway::gemm::detail::ooc_queue r({0, 500, 700, 1000});
+  std::vector<std::vector<std::size_t>> got(3);
+  std::vector<std::thread> th;
+  const std::size_t share[3] = {300, 400, 300};  // not the ranges' sizes: forces steals both ways
+  for (std::size_t d = 0; d < 3; ++d)
+    th.emplace_back([&, d] {
+      for (std::size_t i = 0; i < share[d]; ++i) got[d].push_back(r.pop(d));
+    });
+  for (auto& x : th) x.join();
+  std::set<std::size_t> all;
+  for (const auto& v : got)
+    for (std::size_t b : v) EXPECT_TRUE(all.insert(b).second) << "block " << b << " twice";
+  EXPECT_EQ(all.size(), 1000u);
+  EXPECT_THROW((void)r.pop(0), spillway::logic_error);
 }
 
 TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {

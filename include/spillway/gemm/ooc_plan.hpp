@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -232,6 +233,35 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
     d2h += rows * cols * out_bytes;
   }
 }
+
+/// Which block each device takes next: its own range of the plan's order from the front; when
+/// that is done, the back of the range with the most blocks left (so every task the scheduler
+/// hands out finds a block, and a faster device helps a slower one at the end).
+class ooc_queue {
+ public:
+  explicit ooc_queue(const std::vector<std::size_t>& first) {
+    for (std::size_t d = 0; d + 1 < first.size(); ++d) {
+      lo_.push_back(first[d]);
+      hi_.push_back(first[d + 1]);
+    }
+  }
+  std::size_t pop(std::size_t d) {
+    std::lock_guard<std::mutex> l(m_);
+    if (lo_[d] < hi_[d]) return lo_[d]++;
+    std::size_t v = d, most = 0;
+    for (std::size_t x = 0; x < lo_.size(); ++x)
+      if (hi_[x] - lo_[x] > most) {
+        most = hi_[x] - lo_[x];
+        v = x;
+      }
+    if (most == 0) throw logic_error("gemm_out_of_core: internal error: a task with no block left");
+    return --hi_[v];
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::size_t> lo_, hi_;
+};
 
 /// A quick estimate of a candidate's bytes (for ranking; the chosen plan is simulated exactly).
 inline double ooc_estimate(const ooc_plan_request& r, const ooc_shape& s, std::size_t a_slots,

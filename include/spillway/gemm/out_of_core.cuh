@@ -216,35 +216,6 @@ struct ooc_device_ctx {
   }
 };
 
-/// Which block each device takes next: its own range of the plan's order from the front; when
-/// that is done, the back of the range with the most blocks left (so every task the scheduler
-/// hands out finds a block, and a faster device helps a slower one at the end).
-class ooc_queue {
- public:
-  explicit ooc_queue(const std::vector<std::size_t>& first) {
-    for (std::size_t d = 0; d + 1 < first.size(); ++d) {
-      lo_.push_back(first[d]);
-      hi_.push_back(first[d + 1]);
-    }
-  }
-  std::size_t pop(std::size_t d) {
-    std::lock_guard<std::mutex> l(m_);
-    if (lo_[d] < hi_[d]) return lo_[d]++;
-    std::size_t v = d, most = 0;
-    for (std::size_t x = 0; x < lo_.size(); ++x)
-      if (hi_[x] - lo_[x] > most) {
-        most = hi_[x] - lo_[x];
-        v = x;
-      }
-    if (most == 0) throw logic_error("gemm_out_of_core: internal error: a task with no block left");
-    return --hi_[v];
-  }
-
- private:
-  std::mutex m_;
-  std::vector<std::size_t> lo_, hi_;
-};
-
 template <class T, class TC>
 struct ooc_job {
   using Acc = accumulator_t<T>;
