@@ -13,3 +13,5 @@
 #include <spillway/gemm/ooc_plan.hpp>
 #include <spillway/gemm/options.hpp>
 #include <spillway/gemm/out_of_core.cuh>
+#include <spillway/gemm/similarity.cuh>
+#include <spillway/gemm/host_similarity.hpp>

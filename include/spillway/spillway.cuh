@@ -6,6 +6,7 @@
 // Module umbrellas (one line each, added as modules land):
 #include <spillway/pipeline.cuh>
 #include <spillway/ode.cuh>
+#include <spillway/pairwise.cuh>
 #include <spillway/gram.cuh>
 #include <spillway/gemm.cuh>
 #include <spillway/map.cuh>
