@@ -29,7 +29,7 @@ GPUBIN=${GPUBIN:-gpubin}
 RESULTS=${OUT:-$GPUBIN/results}
 mkdir -p "$RESULTS"
 export LD_LIBRARY_PATH="$PWD/$GPUBIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-MODULES_DEFAULT="core io pipeline map gram gemm ode"
+MODULES_DEFAULT="core io pipeline map gram gemm pairwise ode"
 
 summary=()
 status=0
