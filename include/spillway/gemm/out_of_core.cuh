@@ -348,6 +348,9 @@ struct ooc_job {
       for (int side = 0; side < 2 && ok; ++side) {
         const bool is_a = side == 0;
         const ooc_cache& cache = is_a ? dc.a : dc.b;
+        // More k chunks than cache slots: the block's own chunks evict each other, so it copies
+        // them in turn itself (a prefetch here would be evicted unused and copied again).
+        if (plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
         const index_t own = is_a ? nb.i : nb.j;
         const std::vector<int>& need = is_a ? dc.need_a : dc.need_b;
         for (index_t q = 0; q < plan.k_chunks && ok; ++q) {
@@ -364,6 +367,7 @@ struct ooc_job {
       for (int side = 0; side < 2; ++side) {
         const bool is_a = side == 0;
         ooc_cache& cache = is_a ? dc.a : dc.b;
+        if (plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
         for (index_t q = 0; q < plan.k_chunks; ++q) {
           const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
           if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) {
