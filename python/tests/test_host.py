@@ -392,7 +392,9 @@ CTRL_C_CHILD = textwrap.dedent(
     import os, signal, threading, _thread, warnings, numpy as np, spillway
     warnings.simplefilter("ignore")
     assert not spillway.gpu_available()
-    a = (np.random.default_rng(int(os.environ["SEED"])).random((4000, 3000)) < 0.3).astype(np.uint8)
+    # Large enough (~1 s on 2 cores) that the job cannot finish between two of the waiting thread's
+    # signal checks: with 4000 rows a fast CI machine finished it first ("not interrupted").
+    a = (np.random.default_rng(int(os.environ["SEED"])).random((12000, 3000)) < 0.3).astype(np.uint8)
     how = os.environ["HOW"]
     started = threading.Event()
 
