@@ -151,3 +151,16 @@ def run_measuring_rss(code: str, timeout: float = 900) -> dict:
                          text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def sigint_handled():
+    """Python's own SIGINT handler for a test that delivers Ctrl-C. A process started in the
+    background by a non-interactive shell (`cmd &`, as CI scripts may be) inherits SIGINT ignored,
+    and then Python installs no handler: `_thread.interrupt_main()` and a real SIGINT do nothing,
+    as they would not interrupt a user's script started that way either."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

@@ -98,7 +98,7 @@ def test_budget_too_small_is_a_value_error(gpu, rng):
         g(random01(rng, 5000, 5000), budget=4096)
 
 
-def test_ctrl_c_cancels_a_gpu_job(gpu, rng):
+def test_ctrl_c_cancels_a_gpu_job(gpu, rng, sigint_handled):
     import _thread
 
     def interrupt(done, total):
@@ -354,7 +354,7 @@ def test_stream_fn_exception_is_raised_as_it_was(gpu, rng):
         spillway.stream(fn, [np.zeros(100_000)], [np.zeros(100_000)], chunk=1000, progress=False)
 
 
-def test_stream_ctrl_c(gpu, rng):
+def test_stream_ctrl_c(gpu, rng, sigint_handled):
     import _thread
 
     cp = framework("cupy")
