@@ -35,8 +35,37 @@ bool is_poison(double v) {
   return b == 0x7f7f7f7f7f7f7f7fULL;
 }
 
+// The checks every case runs after a job (Case provides plan(), run(), repoison(),
+// chunk_correct(chunk) and chunk_untouched(chunk)).
+template <class Case>
+struct chunk_checks {
+  /// Every chunk the report lists complete is right; every chunk after the last started one is
+  /// still poison.
+  void expect_report_matches_output(const spillway::job_report& r, std::size_t last_started) {
+    Case& c = static_cast<Case&>(*this);
+    const auto p = c.plan();
+    ASSERT_EQ(r.tasks_total, p.chunk_count()) << "the test's plan is the job's";
+    for (std::size_t t = 0; t < p.chunk_count(); ++t) {
+      if (r.completed[t]) {
+        EXPECT_TRUE(c.chunk_correct(p.at(t))) << "chunk " << t << " is listed complete but is wrong";
+      } else if (last_started != fault::never && t > last_started) {
+        EXPECT_TRUE(c.chunk_untouched(p.at(t))) << "chunk " << t << " was never started but changed";
+      }
+    }
+  }
+  /// The same process runs the job again, whole and right.
+  void expect_next_job_right() {
+    Case& c = static_cast<Case&>(*this);
+    c.repoison();
+    const auto r = c.run();
+    EXPECT_TRUE(r.complete());
+    const auto p = c.plan();
+    for (std::size_t t = 0; t < p.chunk_count(); ++t) EXPECT_TRUE(c.chunk_correct(p.at(t))) << "next job, chunk " << t;
+  }
+};
+
 // out = 3a + b over n doubles: a pageable (staged by the host workers), b pinned, out pageable.
-struct map_case {
+struct map_case : chunk_checks<map_case> {
   std::size_t n;
   std::vector<double> a, out;
   spillway::pinned_buffer<double> b;
@@ -78,24 +107,6 @@ struct map_case {
     for (std::size_t i = c.begin; i < c.end(); ++i)
       if (!is_poison(out[i])) return false;
     return true;
-  }
-  void expect_report_matches_output(const spillway::job_report& r, std::size_t last_started) const {
-    const auto p = plan();
-    ASSERT_EQ(r.tasks_total, p.chunk_count()) << "the test's plan is the job's";
-    for (std::size_t t = 0; t < p.chunk_count(); ++t) {
-      if (r.completed[t]) {
-        EXPECT_TRUE(chunk_correct(p.at(t))) << "chunk " << t << " is listed complete but is wrong";
-      } else if (last_started != fault::never && t > last_started) {
-        EXPECT_TRUE(chunk_untouched(p.at(t))) << "chunk " << t << " was never started but changed";
-      }
-    }
-  }
-  void expect_next_job_right() {
-    repoison();
-    const auto r = run();
-    EXPECT_TRUE(r.complete());
-    const auto p = plan();
-    for (std::size_t t = 0; t < p.chunk_count(); ++t) EXPECT_TRUE(chunk_correct(p.at(t))) << "next job, chunk " << t;
   }
 };
 
@@ -213,7 +224,7 @@ __global__ void offset_kernel(const double* scratch, double* y, std::size_t n) {
     y[i] = scratch[i] + 7.0;
 }
 
-struct job_case {
+struct job_case : chunk_checks<job_case> {
   std::size_t n;
   std::vector<double> x, y;  // pageable: both staged
   std::vector<double> table{1.0, -2.0, 4.0, 0.5};
@@ -264,24 +275,6 @@ struct job_case {
     for (std::size_t i = c.begin; i < c.end(); ++i)
       if (!is_poison(y[i])) return false;
     return true;
-  }
-  void expect_report_matches_output(const spillway::job_report& r, std::size_t last_started) {
-    const auto p = plan();
-    ASSERT_EQ(r.tasks_total, p.chunk_count());
-    for (std::size_t t = 0; t < p.chunk_count(); ++t) {
-      if (r.completed[t]) {
-        EXPECT_TRUE(chunk_correct(p.at(t))) << "chunk " << t << " is listed complete but is wrong";
-      } else if (last_started != fault::never && t > last_started) {
-        EXPECT_TRUE(chunk_untouched(p.at(t))) << "chunk " << t << " was never started but changed";
-      }
-    }
-  }
-  void expect_next_job_right() {
-    repoison();
-    const auto r = run();
-    EXPECT_TRUE(r.complete());
-    const auto p = plan();
-    for (std::size_t t = 0; t < p.chunk_count(); ++t) EXPECT_TRUE(chunk_correct(p.at(t))) << "next job, chunk " << t;
   }
 };
 
