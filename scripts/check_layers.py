@@ -30,6 +30,8 @@ ALLOWED = {
     "gram": {"core", "io", "pipeline", "map", "tile", "pairwise"},
     "gemm": {"core", "io", "pipeline", "map", "tile", "pairwise"},
     "ode": {"core", "io", "pipeline", "map"},
+    # the optional MPI component (spillway::mpi): the jobs above split across ranks
+    "dist": {"core", "io", "pipeline", "pairwise", "gram"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]spillway/([^>"]+)[>"]')
 HEADER_EXT = (".hpp", ".cuh", ".h", ".cu")

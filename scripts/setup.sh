@@ -2,7 +2,8 @@
 # Installs what spillway's build, tests and benchmarks need on a fresh Debian 12 machine that has
 # the CUDA toolkit (13.x) installed. Idempotent: installs only what is missing.
 #   - Debian packages (needs root, or sudo): cmake, ninja-build, g++, libgtest-dev, libbenchmark-dev,
-#     python3-venv, clang-14 and libclang-rt-14-dev (libFuzzer, for the fuzz tests)
+#     python3-venv, clang-14 and libclang-rt-14-dev (libFuzzer, for the fuzz tests), libopenmpi-dev
+#     and openmpi-bin (the optional spillway::mpi component and its tests)
 #   - a Python venv at .venv with NumPy (used by the tests that prove .npy files round-trip with
 #     the real NumPy); nothing is installed into the system Python.
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake ninja-build g++ libgtest-dev libbenchmark-dev python3-venv clang-14 libclang-rt-14-dev; do
+for p in cmake ninja-build g++ libgtest-dev libbenchmark-dev python3-venv clang-14 libclang-rt-14-dev libopenmpi-dev openmpi-bin; do
   have_pkg "$p" || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then

@@ -1,0 +1,278 @@
+// spillway/dist/gram.cuh — the Gram product A·Aᵀ across MPI ranks, one GPU per rank: each rank
+// runs its strips of the upper triangle (the split of dist/host_gram.hpp) through the pair job of
+// the one-process out-of-core Gram (the same b1 tile kernels, planner and device sinks) on its
+// own GPU, then the results meet as in the host form: the triangle rows into one .npy by MPI-IO,
+// the top-k lists merged at the rows' owners, the threshold COO in rank order. Where some rank
+// has no GPU (or gram_job_options::host is set) every rank runs the host implementation
+// instead, so the strips are cut alike everywhere; the results are the same either way.
+//
+//   spillway::dist::environment env(argc, argv);
+//   spillway::dist::communicator comm;
+//   auto a = spillway::dist::read_bits_npy(comm, "A.npy");
+//   auto nn = spillway::dist::gram_topk<std::int32_t>(comm, a, {32});
+//   spillway::dist::write_topk_npy(comm, "nn.npy", nn, a.rows());
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/dist/agree.hpp>
+#include <spillway/dist/communicator.hpp>
+#include <spillway/dist/host_gram.hpp>
+#include <spillway/dist/run_tasks.hpp>
+#include <spillway/gram/out_of_core.cuh>
+#include <spillway/pairwise/pair_job.cuh>
+#include <spillway/pairwise/plan.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spillway::dist {
+
+namespace detail {
+
+/// True when every rank has a GPU and the options allow it. Collective.
+inline bool all_ranks_on_gpu(const communicator& c, const gram_job_options& o) {
+  int mine = 0;
+  if (!o.host) {
+    try {
+      mine = device_count() > 0 ? 1 : 0;
+    } catch (const cuda_error&) {
+      mine = 0;
+    }
+  }
+  int all = 0;
+  SPILLWAY_MPI_TRY(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c.get()));
+  return all != 0;
+}
+
+/// The pair job of the one-process Gram for A·Aᵀ on this rank's GPU, planned with the same strip
+/// height on every rank (the smallest the ranks' budgets give). Collective.
+template <class V>
+struct rank_gram_job {
+  gram::detail::gram_job<V> job;
+  int device = 0;
+  memory_budget budget{1};
+  gram_split split;
+  std::vector<std::size_t> mine;  // this rank's tasks (task t = strip strips − 1 − t)
+};
+
+template <class V>
+void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const gram_job_options& o,
+                   pairwise::sink_kind sink, int k, rank_gram_job<V>& rj) {
+  auto& job = rj.job;
+  job.prod.a = a;
+  job.prod.symmetric = true;
+  job.prod.m = o.epilogue;
+  job.prod.sc = gram::detail::scorer{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  job.prod.path = o.path;
+  job.symmetric = true;
+  job.sink = sink;
+  job.who = "dist gram";
+  job.topk.k = k;
+  std::int64_t p = 0;
+  agree(c, "planning its GPU's share", [&] {
+    const int nd = device_count();
+    rj.device = o.device >= 0 ? o.device : c.local_rank() % nd;
+    ::spillway::detail::check_device_ordinal(rj.device, "dist gram");
+    rj.budget = o.budget ? *o.budget : memory_budget::default_for(rj.device);
+    pairwise::pair_plan_request r;
+    r.rows_a = r.rows_b = a.rows;
+    r.row_bytes = job.prod.row_bytes();
+    r.symmetric = true;
+    r.sink = sink;
+    r.out_bytes = sizeof(V);
+    r.k = k;
+    r.budget_bytes = rj.budget.bytes();
+    r.slots = o.slots_per_device;
+    r.max_panel_rows = o.strip_rows;
+    r.aux_bytes = sizeof(std::int32_t);
+    job.plan = pairwise::make_pair_plan(r, "dist gram");
+    p = job.plan.panel_rows;
+  });
+  std::int64_t pmin = 0;
+  SPILLWAY_MPI_TRY(MPI_Allreduce(&p, &pmin, 1, MPI_INT64_T, MPI_MIN, c.get()));
+  agree(c, "setting up its GPU", [&] {
+    if (pmin != p) {
+      // A smaller strip fits any budget a larger one fits: plan again with the common height.
+      pairwise::pair_plan_request r;
+      r.rows_a = r.rows_b = a.rows;
+      r.row_bytes = job.prod.row_bytes();
+      r.symmetric = true;
+      r.sink = sink;
+      r.out_bytes = sizeof(V);
+      r.k = k;
+      r.budget_bytes = rj.budget.bytes();
+      r.slots = o.slots_per_device;
+      r.max_panel_rows = pmin;
+      r.aux_bytes = sizeof(std::int32_t);
+      job.plan = pairwise::make_pair_plan(r, "dist gram");
+      if (job.plan.panel_rows != pmin) {
+        throw logic_error("dist gram: this rank's budget plans strips of " + std::to_string(job.plan.panel_rows) +
+                          " rows, not the common " + std::to_string(pmin));
+      }
+    }
+    job.opt.devices = {rj.device};
+    job.opt.slots_per_device = o.slots_per_device;
+    if (sink == pairwise::sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
+    pairwise::detail::setup_devices(job, job.opt.devices);
+  });
+  rj.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
+  const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
+  // The scheduler's task t is strip strips − 1 − t (the widest strips first, as in one process).
+  for (auto it = part.tasks.rbegin(); it != part.tasks.rend(); ++it) {
+    rj.mine.push_back(static_cast<std::size_t>(rj.split.strips - 1) - *it);
+  }
+}
+
+template <class V, class OnComplete>
+run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_job_options& o, bool staging,
+                        OnComplete&& on_complete) {
+  auto& job = rj.job;
+  task_job_options to;
+  to.devices = job.opt.devices;
+  to.slots_per_device = job.plan.slots;
+  to.device_buffer_bytes = job.plan.slot_buffers;
+  const std::size_t b = rj.budget.bytes();
+  to.budget = memory_budget(std::max<std::size_t>(1, b - std::min(b, job.plan.shared_bytes)));
+  if (staging) to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
+  return run_tasks(
+      c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
+      [&job](std::size_t t, task_slot& slot, stream_view s) { pairwise::detail::enqueue_strip(job, t, slot, s); },
+      std::forward<OnComplete>(on_complete), o.run);
+}
+
+}  // namespace detail
+
+/// Per-row top-k of A·Aᵀ across the ranks of `c`, one GPU per rank (host implementation where a
+/// rank has none): every rank passes the whole A and gets the final lists of the rows it owns,
+/// equal to the one-process gram_topk / host_gram_topk. Collective.
+template <class V>
+topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
+                        const gram_job_options& o = {}, gram_report* report = nullptr) {
+  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_topk<V>(c, a, k, o, report);
+  gram_report rep;
+  rep.on_gpu = true;
+  agree(c, "checking the top-k job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::gram_topk");
+    pairwise::detail::check_topk(k, "dist::gram_topk");
+  });
+  detail::rank_gram_job<V> rj;
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::topk, k.k, rj);
+  rj.job.topk = k;
+  rep.device = rj.device;
+  rep.split = rj.split;
+  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  const std::int64_t n = a.rows, r0 = rj.split.first_row(c.rank());
+  topk_block<V> b;
+  b.first_row = r0;
+  if (rep.run.cancelled) {
+    b.lists = pairwise::detail::empty_topk<V>(0, k.k);
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    // This rank's lists over every row its strips touched (rows ≥ r0), merged over its slots.
+    pairwise::topk_result<V> all = agree(c, "collecting its top-k lists", [&] { return pairwise::detail::collect_topk(rj.job); });
+    detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
+    const auto skip = static_cast<std::size_t>(r0) * static_cast<std::size_t>(k.k);
+    std::copy(all.values.begin() + static_cast<std::ptrdiff_t>(skip), all.values.end(), pt.v.begin());
+    std::copy(all.indices.begin() + static_cast<std::ptrdiff_t>(skip), all.indices.end(), pt.c.begin());
+    b.lists = detail::merge_topk_to_owners(c, rj.split, pt, rep);
+    rep.local_merge_seconds = detail::seconds_since(t0);
+  }
+  if (report != nullptr) *report = std::move(rep);
+  return b;
+}
+
+/// The upper triangle of A·Aᵀ (upper_packed or condensed) across the ranks, one GPU per rank, into
+/// ONE .npy at `path` (what the one-process spillway-gram writes). Collective.
+template <class V>
+gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a, const std::string& path,
+                              pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
+                              const gram_job_options& o = {}) {
+  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_triangle_npy<V>(c, a, path, layout, o);
+  gram_report rep;
+  rep.on_gpu = true;
+  agree(c, "checking the triangle job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::gram_triangle_npy");
+    if (layout == pairwise::triangle_layout::full) {
+      throw logic_error("dist::gram_triangle_npy: the full layout is not distributed; use upper_packed or condensed");
+    }
+  });
+  detail::rank_gram_job<V> rj;
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::strips, 0, rj);
+  rep.device = rj.device;
+  rep.split = rj.split;
+  const std::int64_t n = a.rows;
+  const bool wd = layout == pairwise::triangle_layout::upper_packed;
+  auto row_off = [&](std::int64_t i) {
+    if (i >= n) return pairwise::layout_size(layout, n);
+    return wd ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
+  };
+  const std::int64_t r0 = rj.split.first_row(c.rank()), r1 = rj.split.last_row(c.rank());
+  const std::int64_t base = row_off(r0);
+  std::vector<V> local;
+  agree(c, "allocating its rows of the triangle", [&] { local.resize(static_cast<std::size_t>(row_off(r1) - base)); });
+  const std::int64_t P = rj.split.strip_rows, strips = rj.split.strips;
+  // A strip arrives in the slot's pinned staging: rows [I0, I1) x columns [I0, n), row-major.
+  rep.run = detail::run_rank_job(c, rj, o, true, [&](std::size_t t, task_slot& slot) {
+    const std::int64_t I0 = (strips - 1 - static_cast<std::int64_t>(t)) * P, I1 = std::min(n, I0 + P);
+    const std::int64_t W = n - I0;
+    const V* s = slot.pinned<V>(0);
+    for (std::int64_t i = I0; i < I1; ++i) {
+      const std::int64_t j0 = wd ? i : i + 1;
+      if (j0 < n) std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
+    }
+  });
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  if (!rep.run.cancelled) {
+    const auto t0 = std::chrono::steady_clock::now();
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()));
+    rep.local_write_seconds = detail::seconds_since(t0);
+  }
+  return rep;
+}
+
+/// Entries of the upper triangle of A·Aᵀ passing a threshold, across the ranks, one GPU per rank
+/// (compacted on the device): this rank's rows' entries and their place in the one-process COO.
+/// both_halves is not distributed (logic_error on every rank). Collective.
+template <class V>
+coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& a, const pairwise::threshold_options& t,
+                            const gram_job_options& o = {}, gram_report* report = nullptr) {
+  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_threshold<V>(c, a, t, o, report);
+  gram_report rep;
+  rep.on_gpu = true;
+  agree(c, "checking the threshold job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::gram_threshold");
+    if (t.both_halves) throw logic_error("dist::gram_threshold: both_halves is not distributed yet");
+  });
+  detail::rank_gram_job<V> rj;
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::threshold, 0, rj);
+  rj.job.thr = t;
+  rep.device = rj.device;
+  rep.split = rj.split;
+  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  coo_block<V> b;
+  const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
+  const std::int64_t P = rj.split.strip_rows;
+  for (std::size_t I = part.first; I < part.last && !rep.run.cancelled; ++I) {
+    const auto& s = rj.job.strips[I];
+    for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
+      for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
+        b.entries.row.push_back(static_cast<std::int64_t>(I) * P + static_cast<std::int64_t>(q));
+        b.entries.col.push_back(s.cols[static_cast<std::size_t>(e)]);
+        b.entries.value.push_back(s.vals[static_cast<std::size_t>(e)]);
+      }
+    }
+  }
+  detail::place_coo(c, b);
+  if (report != nullptr) *report = std::move(rep);
+  return b;
+}
+
+}  // namespace spillway::dist

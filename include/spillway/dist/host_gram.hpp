@@ -1,0 +1,542 @@
+// spillway/dist/host_gram.hpp — the Gram product A·Aᵀ of a 0/1 matrix across MPI ranks, host
+// implementation (plain C++, OpenMP), and what the GPU form (dist/gram.cuh) shares with it: the
+// input on every rank, the row split, the top-k merge to the rows' owners and the sinks' files.
+//
+// The job: A's rows are cut into strips of P rows; strip I computes its rows against the columns
+// from its first row on (the upper triangle). Ranks take runs of consecutive strips balanced by
+// that cost (pairwise::split_contiguous over pairwise::strip_tasks), so rank r OWNS the rows
+// [first_row[r], first_row[r+1]) — the first ranks get fewer, wider rows. Then per sink:
+//   * triangle (upper_packed / condensed): a rank's rows are one contiguous range of the packed
+//     output; every rank writes its range into ONE .npy with MPI-IO (dist/npy_file.hpp).
+//   * top-k: a pair (i, j), i < j, is computed once, by the owner of row i; it is a candidate of
+//     row i and of row j. Each rank keeps partial top-k lists for every row it touched (rows ≥ its
+//     first row), sends each row's list to the row's owner (MPI_Alltoallv), and the owner merges
+//     them. Disjoint candidate sets and one total order (better value, then smaller column) make
+//     the merged lists exactly the one-process result.
+//   * threshold (upper triangle, both_halves = false): a rank's kept entries are those of its own
+//     rows, already in the global (row, column) order: the ranks' COO runs concatenated in rank
+//     order are the one-process COO. Written as three .npy (row, col, value) with MPI-IO, or
+//     gathered to rank 0.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/dist/agree.hpp>
+#include <spillway/dist/communicator.hpp>
+#include <spillway/dist/npy_file.hpp>
+#include <spillway/dist/run_tasks.hpp>
+#include <spillway/gram/bit_matrix.hpp>
+#include <spillway/gram/epilogue.hpp>
+#include <spillway/gram/host_gram.hpp>
+#include <spillway/gram/kernel_path.hpp>
+#include <spillway/io/npy.hpp>
+#include <spillway/pairwise/layout.hpp>
+#include <spillway/pairwise/sinks.hpp>
+#include <spillway/pairwise/split_plan.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spillway::dist {
+
+// ---- the input on every rank -----------------------------------------------------------------------
+
+/// Reads and packs a 2-D 0/1 .npy (uint8, int8 or bool) on this rank alone (not collective).
+inline gram::bit_matrix read_bits_npy_local(const std::string& path, gram::pack_options po = {}) {
+  const io::npy_array arr = io::read_npy(path);
+  if (arr.header.shape.size() != 2) {
+    throw logic_error("dist::read_bits_npy: '" + path + "' holds a " + std::to_string(arr.header.shape.size()) +
+                      "-D array; a 2-D 0/1 matrix is needed");
+  }
+  const std::int64_t r = arr.header.shape[0], k = arr.header.shape[1];
+  switch (arr.header.dtype) {
+    case io::npy_dtype::b1: return gram::pack_bits(arr.data<bool>(), r, k, k, po);
+    case io::npy_dtype::u1: return gram::pack_bits(arr.data<std::uint8_t>(), r, k, k, po);
+    case io::npy_dtype::i1: return gram::pack_bits(arr.data<std::int8_t>(), r, k, k, po);
+    default:
+      throw logic_error("dist::read_bits_npy: '" + path + "' holds " + io::npy_descr(arr.header.dtype) +
+                        "; uint8, int8 or bool 0/1 values are needed");
+  }
+}
+
+/// Every rank reads the 2-D 0/1 .npy at `path` (a shared file system, or the same file on each
+/// host) and packs it. A rank that cannot read it makes every rank throw rank_error naming that
+/// rank and the file. Collective.
+inline gram::bit_matrix read_bits_npy(const communicator& c, const std::string& path, gram::pack_options po = {}) {
+  return agree(c, ("reading the input '" + path + "'").c_str(), [&] { return read_bits_npy_local(path, po); });
+}
+
+/// Rank 0's packed matrix on every rank (MPI_Bcast in pieces of at most 1 GiB): `m` on rank 0
+/// is sent, the others' are replaced. Collective.
+inline void broadcast_bits(const communicator& c, gram::bit_matrix& m) {
+  std::int64_t shape[2] = {m.rows(), m.cols()};
+  SPILLWAY_MPI_TRY(MPI_Bcast(shape, 2, MPI_INT64_T, 0, c.get()));
+  if (c.rank() != 0) {
+    agree(c, "allocating the broadcast input", [&] { m = gram::bit_matrix(shape[0], shape[1], m.memory()); });
+  } else {
+    agree(c, "allocating the broadcast input", [] {});
+  }
+  auto* p = reinterpret_cast<char*>(m.data());
+  const auto bytes = static_cast<std::int64_t>(m.size_bytes());
+  for (std::int64_t at = 0; at < bytes; at += detail::io_piece_bytes) {
+    const std::int64_t n = std::min(detail::io_piece_bytes, bytes - at);
+    SPILLWAY_MPI_TRY(MPI_Bcast(p + at, static_cast<int>(n), MPI_BYTE, 0, c.get()));
+  }
+}
+
+// ---- the split ------------------------------------------------------------------------------------
+
+/// Which rows each rank owns: runs of whole strips of `strip_rows`, balanced by upper-triangle cost.
+struct gram_split {
+  std::int64_t n = 0;
+  std::int64_t strip_rows = 0;
+  std::int64_t strips = 0;
+  pairwise::split_plan plan;          ///< over strips (task I = strip I, rows [I·P, I·P + P))
+  std::vector<std::int64_t> bounds;   ///< size + 1: rank r owns rows [bounds[r], bounds[r+1])
+  [[nodiscard]] std::int64_t first_row(int r) const { return bounds[static_cast<std::size_t>(r)]; }
+  [[nodiscard]] std::int64_t last_row(int r) const { return bounds[static_cast<std::size_t>(r) + 1]; }
+  [[nodiscard]] int owner(std::int64_t row) const {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), row) - bounds.begin()) - 1;
+  }
+};
+
+/// The split of an n-row A·Aᵀ into `parts` (MPI-free, deterministic: every rank computes it alike).
+inline gram_split make_gram_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts, std::size_t row_bytes = 0) {
+  gram_split s;
+  s.n = n;
+  s.strip_rows = strip_rows;
+  const auto tasks = pairwise::strip_tasks(n, strip_rows, true, row_bytes);
+  s.strips = static_cast<std::int64_t>(tasks.size());
+  s.plan = pairwise::split_contiguous(tasks, parts);
+  for (const auto& p : s.plan.parts) s.bounds.push_back(std::min<std::int64_t>(n, static_cast<std::int64_t>(p.first) * strip_rows));
+  s.bounds.push_back(n);
+  return s;
+}
+
+// ---- options, results ---------------------------------------------------------------------------
+
+/// The sinks a distributed Gram job writes.
+enum class gram_sink { triangle, topk, threshold };
+
+struct gram_job_options {
+  gram::metric epilogue = gram::metric::counts;
+  gram::score_options scores{};
+  /// Rows per strip (the unit of the split). 0: 256 on the host; on the GPU the pair planner's
+  /// strip height for the budget (the smallest over the ranks, so all ranks cut alike).
+  std::int64_t strip_rows = 0;
+  /// Progress of the whole job on rank 0; cancelling stops every rank (nothing is written).
+  run_options run;
+  // ---- the GPU form (dist/gram.cuh) ----
+  /// Run the host implementation even where every rank has a GPU.
+  bool host = false;
+  /// This rank's GPU. −1: local_rank % (GPUs visible to this rank) — one GPU per rank of a host.
+  int device = -1;
+  /// Device memory of this rank's GPU. Default: memory_budget::default_for (80% of free).
+  std::optional<memory_budget> budget;
+  gram::kernel_path path = gram::kernel_path::automatic;
+  std::size_t slots_per_device = 3;
+};
+
+/// What a distributed Gram job did, the same on every rank except the `local_*` fields.
+struct gram_report {
+  run_report run;           ///< tasks, bytes and seconds of every rank
+  gram_split split;         ///< who owned which rows
+  bool on_gpu = false;      ///< this rank ran on its GPU (else the host implementation)
+  int device = -1;          ///< this rank's GPU
+  double local_compute_seconds = 0.0;  ///< this rank's share (= run.ranks[rank].seconds)
+  double local_merge_seconds = 0.0;    ///< top-k: the exchange to the owners and the merge
+  double local_write_seconds = 0.0;    ///< the MPI-IO writes (0 when nothing is written)
+  std::size_t local_merge_bytes_sent = 0;      ///< top-k: bytes this rank sent to other ranks
+  std::size_t local_merge_bytes_received = 0;  ///< top-k: bytes it received from other ranks
+};
+
+/// This rank's rows of a top-k result: rows [first_row, first_row + lists.rows) of the matrix.
+template <class V>
+struct topk_block {
+  std::int64_t first_row = 0;
+  pairwise::topk_result<V> lists;
+};
+
+/// This rank's entries of a threshold result (its own rows, sorted) and where they go in the
+/// concatenation of all ranks' (= the one-process COO).
+template <class V>
+struct coo_block {
+  pairwise::coo_result<V> entries;
+  std::int64_t offset = 0;  ///< entries before this rank's
+  std::int64_t total = 0;   ///< over all ranks
+};
+
+namespace detail {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class V>
+void check_dist_gram(const gram::bit_matrix_view& a, const gram_job_options& o, const char* who) {
+  gram::detail::check_view(a, who, "a");
+  gram::detail::check_output_type<V>(o.epilogue, a.cols, who);
+  if (o.strip_rows < 0) throw logic_error(std::string(who) + ": strip_rows must be >= 0, got " + std::to_string(o.strip_rows));
+}
+
+/// Per-row partial top-k lists for rows [row0, n): at most k entries each, best first.
+template <class V>
+struct partial_topk {
+  std::int64_t row0 = 0, rows = 0;
+  int k = 0;
+  bool larger = true;
+  std::vector<V> v;
+  std::vector<std::int64_t> c;  // -1: empty place
+  std::vector<int> count;
+
+  partial_topk(std::int64_t first, std::int64_t n, int k_, bool larger_)
+      : row0(first), rows(n - first), k(k_), larger(larger_),
+        v(static_cast<std::size_t>(rows) * static_cast<std::size_t>(k_), V{}),
+        c(static_cast<std::size_t>(rows) * static_cast<std::size_t>(k_), -1),
+        count(static_cast<std::size_t>(rows), 0) {}
+
+  void offer(std::int64_t row, V val, std::int64_t col) {
+    const auto base = static_cast<std::size_t>(row - row0) * static_cast<std::size_t>(k);
+    int& m = count[static_cast<std::size_t>(row - row0)];
+    V* vv = v.data() + base;
+    std::int64_t* cc = c.data() + base;
+    if (m == k && !pairwise::detail::topk_better(larger, val, col, vv[k - 1], cc[k - 1])) return;
+    int at = m == k ? k - 1 : m;
+    if (m < k) ++m;
+    while (at > 0 && pairwise::detail::topk_better(larger, val, col, vv[at - 1], cc[at - 1])) {
+      vv[at] = vv[at - 1];
+      cc[at] = cc[at - 1];
+      --at;
+    }
+    vv[at] = val;
+    cc[at] = col;
+  }
+};
+
+/// Scores of rows [i0, i1) against columns [i0, n) (entries with j < i are not computed).
+template <class V>
+void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::int32_t>& pc, const gram::detail::scorer& sc,
+                       std::int64_t i0, std::int64_t i1, std::vector<V>& out) {
+  const std::int64_t n = a.rows, w = n - i0;
+  out.resize(static_cast<std::size_t>((i1 - i0) * w));
+  const std::int64_t nw = gram::detail::words64(a);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const std::uint32_t* x = a.row(i);
+    V* o = out.data() + (i - i0) * w - i0;
+    for (std::int64_t j = i; j < n; ++j) {
+      o[j] = sc.template operator()<V>(gram::detail::and_count(x, a.row(j), nw), pc[static_cast<std::size_t>(i)],
+                                       pc[static_cast<std::size_t>(j)]);
+    }
+  }
+}
+
+/// Offers a strip's scores to the partial lists: each pair i < j to row i and to row j, (i, i)
+/// to row i when the diagonal counts.
+template <class V>
+void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, std::int64_t i1, std::int64_t n,
+                 bool diagonal) {
+  const std::int64_t w = n - i0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const V* row = s.data() + (i - i0) * w - i0;
+    for (std::int64_t j = diagonal ? i : i + 1; j < n; ++j) pt.offer(i, row[j], j);
+  }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (std::int64_t j = i0 + 1; j < n; ++j) {
+    const std::int64_t top = std::min(i1, j);
+    for (std::int64_t i = i0; i < top; ++i) pt.offer(j, s[static_cast<std::size_t>((i - i0) * w + (j - i0))], i);
+  }
+}
+
+/// Sends each row's partial list to its owner and merges what arrives: this rank's rows' final
+/// lists. Collective. `pt` covers rows [split.first_row(rank), n).
+template <class V>
+pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_split& sp, const partial_topk<V>& pt,
+                                              gram_report& rep) {
+  const int P = c.size(), me = c.rank();
+  const int k = pt.k;
+  const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me);
+  std::vector<int> scount(static_cast<std::size_t>(P), 0), sdispl(static_cast<std::size_t>(P), 0);
+  std::vector<int> rcount(static_cast<std::size_t>(P), 0), rdispl(static_cast<std::size_t>(P), 0);
+  auto entries = [&](int q) -> std::int64_t { return (sp.last_row(q) - sp.first_row(q)) * k; };
+  std::int64_t sent = 0, received = 0;
+  for (int q = 0; q < P; ++q) {
+    // This rank's partial lists cover rows ≥ r0: the whole of every later owner's block.
+    if (q >= me) {
+      if (entries(q) > 0x7FFFFFFF) throw logic_error("dist gram top-k: a rank's block of lists exceeds 2^31 entries");
+      scount[static_cast<std::size_t>(q)] = static_cast<int>(entries(q));
+      sdispl[static_cast<std::size_t>(q)] = static_cast<int>((sp.first_row(q) - r0) * k);
+      if (q != me) sent += entries(q);
+    }
+    if (q <= me) {
+      rcount[static_cast<std::size_t>(q)] = static_cast<int>(entries(me));
+      rdispl[static_cast<std::size_t>(q)] = static_cast<int>(static_cast<std::int64_t>(q) * entries(me));
+      if (q != me) received += entries(me);
+    }
+  }
+  const auto nrecv = static_cast<std::size_t>(static_cast<std::int64_t>(me + 1) * entries(me));
+  std::vector<V> rv(nrecv);
+  std::vector<std::int64_t> rc(nrecv);
+  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.v.data(), scount.data(), sdispl.data(), mpi_type<V>(), rv.data(), rcount.data(),
+                                 rdispl.data(), mpi_type<V>(), c.get()));
+  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.c.data(), scount.data(), sdispl.data(), MPI_INT64_T, rc.data(), rcount.data(),
+                                 rdispl.data(), MPI_INT64_T, c.get()));
+  rep.local_merge_bytes_sent = static_cast<std::size_t>(sent) * (sizeof(V) + 8);
+  rep.local_merge_bytes_received = static_cast<std::size_t>(received) * (sizeof(V) + 8);
+  partial_topk<V> merged(r0, r1, k, pt.larger);
+  const std::int64_t rows = r1 - r0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (int q = 0; q <= me; ++q) {
+      const std::size_t base = static_cast<std::size_t>(q) * static_cast<std::size_t>(entries(me)) +
+                               static_cast<std::size_t>(i * k);
+      for (int t = 0; t < k && rc[base + static_cast<std::size_t>(t)] >= 0; ++t) {
+        merged.offer(r0 + i, rv[base + static_cast<std::size_t>(t)], rc[base + static_cast<std::size_t>(t)]);
+      }
+    }
+  }
+  pairwise::topk_result<V> out{rows, k, std::move(merged.v), std::move(merged.c)};
+  return out;
+}
+
+/// Concatenation bookkeeping of per-rank COO runs (MPI_Exscan of the counts). Collective.
+template <class V>
+void place_coo(const communicator& c, coo_block<V>& b) {
+  const auto mine = static_cast<std::int64_t>(b.entries.size());
+  std::int64_t before = 0;
+  SPILLWAY_MPI_TRY(MPI_Exscan(&mine, &before, 1, MPI_INT64_T, MPI_SUM, c.get()));
+  if (c.rank() == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
+  SPILLWAY_MPI_TRY(MPI_Allreduce(&mine, &b.total, 1, MPI_INT64_T, MPI_SUM, c.get()));
+  b.offset = before;
+}
+
+}  // namespace detail
+
+// ---- writing and gathering the results ------------------------------------------------------------
+
+/// Writes the lists of every rank's block into `path` (values, n x k) and `path + ".indices.npy"`
+/// (int64 columns, −1 for an empty place): the files the one-process spillway-gram writes.
+template <class V>
+void write_topk_npy(const communicator& c, const std::string& path, const topk_block<V>& b, std::int64_t n) {
+  const std::int64_t k = b.lists.k;
+  write_npy_at_all(c, path, {n, k}, b.lists.values.data(), b.first_row * k, b.lists.rows * k);
+  write_npy_at_all(c, path + ".indices.npy", {n, k}, b.lists.indices.data(), b.first_row * k, b.lists.rows * k);
+}
+
+/// Writes every rank's COO run into `path` (values), `path + ".row.npy"` and `path + ".col.npy"`
+/// (int64): one-process order and files.
+template <class V>
+void write_coo_npy(const communicator& c, const std::string& path, const coo_block<V>& b) {
+  const auto m = static_cast<std::int64_t>(b.entries.size());
+  write_npy_at_all(c, path + ".row.npy", {b.total}, b.entries.row.data(), b.offset, m);
+  write_npy_at_all(c, path + ".col.npy", {b.total}, b.entries.col.data(), b.offset, m);
+  write_npy_at_all(c, path, {b.total}, b.entries.value.data(), b.offset, m);
+}
+
+/// Every rank's top-k rows on rank 0 (rank 0 gets n rows; the others an empty result). Collective.
+template <class V>
+pairwise::topk_result<V> gather_topk(const communicator& c, const topk_block<V>& b, std::int64_t n) {
+  const int P = c.size();
+  const int k = b.lists.k;
+  const auto mine = static_cast<int>(b.lists.rows * k);
+  std::vector<int> counts(static_cast<std::size_t>(P)), displs(static_cast<std::size_t>(P), 0);
+  SPILLWAY_MPI_TRY(MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, c.get()));
+  pairwise::topk_result<V> r{c.rank() == 0 ? n : 0, k, {}, {}};
+  if (c.rank() == 0) {
+    for (int q = 1; q < P; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
+    r.values.resize(static_cast<std::size_t>(n * k));
+    r.indices.resize(static_cast<std::size_t>(n * k));
+  }
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.values.data(), mine, mpi_type<V>(), r.values.data(), counts.data(), displs.data(),
+                               mpi_type<V>(), 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.indices.data(), mine, MPI_INT64_T, r.indices.data(), counts.data(), displs.data(),
+                               MPI_INT64_T, 0, c.get()));
+  return r;
+}
+
+/// Every rank's COO run on rank 0, in order (the others get an empty result). Collective.
+template <class V>
+pairwise::coo_result<V> gather_coo(const communicator& c, const coo_block<V>& b) {
+  const int P = c.size();
+  if (b.total > 0x7FFFFFFF) throw logic_error("dist::gather_coo: more than 2^31 entries: write them with write_coo_npy");
+  const auto mine = static_cast<int>(b.entries.size());
+  std::vector<int> counts(static_cast<std::size_t>(P)), displs(static_cast<std::size_t>(P), 0);
+  SPILLWAY_MPI_TRY(MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, c.get()));
+  pairwise::coo_result<V> r;
+  if (c.rank() == 0) {
+    for (int q = 1; q < P; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
+    r.row.resize(static_cast<std::size_t>(b.total));
+    r.col.resize(static_cast<std::size_t>(b.total));
+    r.value.resize(static_cast<std::size_t>(b.total));
+  }
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.row.data(), mine, MPI_INT64_T, r.row.data(), counts.data(), displs.data(), MPI_INT64_T, 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.col.data(), mine, MPI_INT64_T, r.col.data(), counts.data(), displs.data(), MPI_INT64_T, 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.value.data(), mine, mpi_type<V>(), r.value.data(), counts.data(), displs.data(), mpi_type<V>(), 0, c.get()));
+  return r;
+}
+
+// ---- the host implementation ----------------------------------------------------------------------
+
+/// Per-row top-k of A·Aᵀ across the ranks of `c` on the host: every rank passes the whole A and
+/// gets the final lists of the rows it owns. Equal to gram::host_gram_topk (the same values,
+/// the same columns, the same order). Collective.
+template <class V>
+topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
+                             const gram_job_options& o = {}, gram_report* report = nullptr) {
+  gram_report rep;
+  agree(c, "checking the top-k job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::host_gram_topk");
+    pairwise::detail::check_topk(k, "dist::host_gram_topk");
+  });
+  const std::int64_t n = a.rows;
+  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
+                              static_cast<std::size_t>(a.ld_words) * 4u);
+  const gram_split& sp = rep.split;
+  const std::int64_t r0 = sp.first_row(c.rank());
+  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
+  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
+  std::vector<V> s;
+  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t t) {
+    const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
+    detail::host_strip_scores<V>(a, pc, sc, i0, i1, s);
+    detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
+  }, o.run);
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  topk_block<V> b;
+  b.first_row = r0;
+  if (rep.run.cancelled) {
+    b.lists = pairwise::detail::empty_topk<V>(0, k.k);
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.lists = detail::merge_topk_to_owners(c, sp, pt, rep);
+    rep.local_merge_seconds = detail::seconds_since(t0);
+  }
+  if (report != nullptr) *report = std::move(rep);
+  return b;
+}
+
+/// The upper triangle of A·Aᵀ (layout upper_packed or condensed) across the ranks on the host,
+/// written into ONE .npy at `path` (1-D, layout_size(layout, n) elements: what the one-process
+/// spillway-gram writes). Collective.
+template <class V>
+gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a, const std::string& path,
+                                   pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
+                                   const gram_job_options& o = {}) {
+  gram_report rep;
+  agree(c, "checking the triangle job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::host_gram_triangle_npy");
+    if (layout == pairwise::triangle_layout::full) {
+      throw logic_error("dist::host_gram_triangle_npy: the full layout is not distributed (its rows need the mirrored "
+                        "half from other ranks); use upper_packed or condensed");
+    }
+  });
+  const std::int64_t n = a.rows;
+  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
+                              static_cast<std::size_t>(a.ld_words) * 4u);
+  const gram_split& sp = rep.split;
+  const bool wd = layout == pairwise::triangle_layout::upper_packed;
+  auto row_off = [&](std::int64_t i) {
+    if (i >= n) return pairwise::layout_size(layout, n);
+    return wd ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
+  };
+  const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
+  const std::int64_t base = row_off(r0);
+  std::vector<V> local(static_cast<std::size_t>(row_off(r1) - base));
+  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
+  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  const std::int64_t nw = gram::detail::words64(a);
+  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t t) {
+    const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+    for (std::int64_t i = i0; i < i1; ++i) {
+      V* out = local.data() + (row_off(i) - base) - (wd ? i : i + 1);
+      for (std::int64_t j = wd ? i : i + 1; j < n; ++j) {
+        out[j] = sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
+                                           pc[static_cast<std::size_t>(j)]);
+      }
+    }
+  }, o.run);
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  if (!rep.run.cancelled) {
+    const auto t0 = std::chrono::steady_clock::now();
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()));
+    rep.local_write_seconds = detail::seconds_since(t0);
+  }
+  return rep;
+}
+
+/// Entries of the upper triangle of A·Aᵀ passing a threshold, across the ranks on the host: this
+/// rank's rows' entries (sorted) and their place in the one-process COO (gram::host_gram_threshold
+/// with the same options). both_halves is not distributed (logic_error on every rank). Collective.
+template <class V>
+coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_view& a,
+                                 const pairwise::threshold_options& t, const gram_job_options& o = {},
+                                 gram_report* report = nullptr) {
+  gram_report rep;
+  agree(c, "checking the threshold job", [&] {
+    detail::check_dist_gram<V>(a, o, "dist::host_gram_threshold");
+    if (t.both_halves) {
+      throw logic_error("dist::host_gram_threshold: both_halves is not distributed yet (a row's lower half is "
+                        "computed by other ranks); mirror the upper-triangle COO instead");
+    }
+  });
+  const std::int64_t n = a.rows;
+  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
+                              static_cast<std::size_t>(a.ld_words) * 4u);
+  const gram_split& sp = rep.split;
+  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
+  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  const bool larger = gram::is_similarity(o.epilogue);
+  const std::int64_t nw = gram::detail::words64(a);
+  const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
+  std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
+  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t task) {
+    const std::int64_t i0 = static_cast<std::int64_t>(task) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+    for (std::int64_t i = i0; i < i1; ++i) {
+      auto& out = kept[static_cast<std::size_t>(i - r0)];
+      for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
+        const V v = sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
+                                              pc[static_cast<std::size_t>(j)]);
+        if (pairwise::detail::passes(larger, v, t.threshold)) out.emplace_back(j, v);
+      }
+    }
+  }, o.run);
+  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  coo_block<V> b;
+  for (std::int64_t i = r0; i < r1 && !rep.run.cancelled; ++i) {
+    for (const auto& e : kept[static_cast<std::size_t>(i - r0)]) {
+      b.entries.row.push_back(i);
+      b.entries.col.push_back(e.first);
+      b.entries.value.push_back(e.second);
+    }
+  }
+  detail::place_coo(c, b);
+  if (report != nullptr) *report = std::move(rep);
+  return b;
+}
+
+}  // namespace spillway::dist

@@ -1,0 +1,226 @@
+// spillway::dist on the GPU, one GPU per rank: the distributed Gram through the one-process pair
+// job on each rank's GPU against the host oracle (exact), and the device form of dist::run_tasks.
+// Run by scripts/gpu-check.sh mpi under mpirun -np 1 and -np 2 (the latter needs two GPUs).
+//
+// The skip decision is collective (every rank skips, or none does): a rank that skipped while the
+// others entered a collective would leave them waiting.
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/dist.hpp>
+#include <spillway/gram/host_gram.hpp>
+#include <spillway/io/npy.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sd = spillway::dist;
+namespace sg = spillway::gram;
+namespace sp = spillway::pairwise;
+
+namespace {
+
+int visible_gpus() {
+  try {
+    return spillway::device_count();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::string(v) != "0";
+}
+
+// Empty when every rank has a GPU of its own; else why not (the same text on every rank), and
+// whether that is a failure here (SPILLWAY_REQUIRE_GPU=1 with no GPU; SPILLWAY_REQUIRE_GPUS=N
+// asking for as many GPUs as the host has ranks).
+std::string gpu_skip_reason(const sd::communicator& c, bool& fail) {
+  const int have = visible_gpus();
+  int worst[2] = {have == 0 ? 2 : (have < c.local_size() ? 1 : 0), c.local_size()};
+  int all[2] = {0, 0};
+  MPI_Allreduce(worst, all, 2, MPI_INT, MPI_MAX, c.get());
+  int fewest = 0;
+  MPI_Allreduce(&have, &fewest, 1, MPI_INT, MPI_MIN, c.get());
+  fail = false;
+  if (all[0] == 2) {
+    fail = env_on("SPILLWAY_REQUIRE_GPU");
+    return "needs a CUDA GPU on every rank; a rank has none (" + spillway::no_gpu_reason() + ")";
+  }
+  if (all[0] == 1) {
+    const char* req = std::getenv("SPILLWAY_REQUIRE_GPUS");
+    fail = req != nullptr && std::atoi(req) >= all[1];
+    return "needs " + std::to_string(all[1]) + " GPUs (one per rank of a host); " + std::to_string(fewest) +
+           " visible (run -np 2 on nvidia-h200-x2)";
+  }
+  return "";
+}
+
+#define DIST_GPU_TEST_OR_SKIP(c)                                  \
+  do {                                                            \
+    bool fail_ = false;                                           \
+    const std::string why_ = gpu_skip_reason(c, fail_);           \
+    if (!why_.empty()) {                                          \
+      if (fail_) FAIL() << "required but: " << why_;              \
+      GTEST_SKIP() << why_;                                       \
+    }                                                             \
+  } while (0)
+
+std::uint64_t seed(const std::string& salt) {
+  std::uint64_t s = 0x5eed5eedULL;
+  if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
+  s ^= std::hash<std::string>{}(salt) * 0x9E3779B97F4A7C15ULL;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (r == 0) std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(), static_cast<unsigned long long>(s));
+  return s;
+}
+
+sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, double d, std::uint64_t s) {
+  std::mt19937_64 g(s);
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * cols));
+  for (auto& x : b) x = (g() % 1000) < d * 1000 ? 1 : 0;
+  return sg::pack_bits(b.data(), rows, cols);
+}
+
+std::string shared_dir(const sd::communicator& c) {
+  std::string d;
+  if (c.rank() == 0) {
+    char tmpl[] = "/tmp/spillway_distgpu_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    d = p != nullptr ? p : "/tmp";
+  }
+  int len = static_cast<int>(d.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
+  d.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(d.data(), len, MPI_CHAR, 0, c.get());
+  return d;
+}
+
+}  // namespace
+
+TEST(DistGramGpu, TopkEqualsOneProcess) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  // 3001 rows (prime) x 1500 columns, strips of at most 256 rows: 12 strips over the ranks.
+  const auto a = random_bits(3001, 1500, 0.3, seed("dist gpu topk"));
+  sd::gram_job_options o;
+  o.strip_rows = 256;
+  o.budget = spillway::memory_budget(std::size_t{64} << 20);
+  for (const bool diag : {false, true}) {
+    const sp::topk_options k{32, diag};
+    sd::gram_report rep;
+    const auto b = sd::gram_topk<std::int32_t>(c, a, k, o, &rep);
+    EXPECT_TRUE(rep.on_gpu);
+    EXPECT_EQ(rep.split.strip_rows, 256);
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, k);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < b.lists.rows; ++i)
+      for (int t = 0; t < k.k; ++t) {
+        const std::int64_t g = b.first_row + i;
+        if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
+          if (bad++ < 5) ADD_FAILURE() << "row " << g << " place " << t << ": " << b.lists.index(i, t) << "/" << b.lists.value(i, t)
+                                       << " vs " << ref.index(g, t) << "/" << ref.value(g, t);
+        }
+      }
+    EXPECT_EQ(bad, 0);
+  }
+  o.epilogue = sg::metric::jaccard;
+  const auto bj = sd::gram_topk<float>(c, a, {16, false}, o);
+  const auto rj = sg::host_gram_topk<float>(a, {16, false}, sg::metric::jaccard);
+  for (std::int64_t i = 0; i < bj.lists.rows; ++i)
+    for (int t = 0; t < 16; ++t) {
+      ASSERT_EQ(bj.lists.index(i, t), rj.index(bj.first_row + i, t));
+      ASSERT_EQ(bj.lists.value(i, t), rj.value(bj.first_row + i, t));  // the same epilogue code: bit-identical
+    }
+}
+
+TEST(DistGramGpu, TriangleFileEqualsOneProcess) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const std::string dir = shared_dir(c);
+  const auto a = random_bits(2111, 3000, 0.4, seed("dist gpu triangle"));
+  sd::gram_job_options o;
+  o.strip_rows = 128;
+  for (const auto layout : {sp::triangle_layout::upper_packed, sp::triangle_layout::condensed}) {
+    const std::string path = dir + "/tri.npy";
+    const auto rep = sd::gram_triangle_npy<std::int32_t>(c, a, path, layout, o);
+    EXPECT_TRUE(rep.on_gpu);
+    if (c.rank() == 0) {
+      std::vector<std::int32_t> ref(static_cast<std::size_t>(sp::layout_size(layout, a.rows())), -1);
+      sg::host_gram_dense(a.view(), ref.data(), layout);
+      const auto f = spillway::io::read_npy(path);
+      ASSERT_EQ(f.header.shape[0], static_cast<std::int64_t>(ref.size()));
+      std::size_t bad = 0;
+      for (std::size_t q = 0; q < ref.size(); ++q) bad += f.data<std::int32_t>()[q] != ref[q];
+      EXPECT_EQ(bad, 0u) << sp::to_string(layout);
+    }
+  }
+}
+
+TEST(DistGramGpu, ThresholdEqualsOneProcess) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const auto a = random_bits(1777, 2000, 0.3, seed("dist gpu threshold"));
+  sd::gram_job_options o;
+  o.strip_rows = 200;
+  const sp::threshold_options t{190.0, false, false};
+  const auto b = sd::gram_threshold<std::int32_t>(c, a, t, o);
+  const auto all = sd::gather_coo(c, b);
+  if (c.rank() == 0) {
+    const auto ref = sg::host_gram_threshold<std::int32_t>(a, t);
+    EXPECT_GT(ref.size(), 0u);
+    EXPECT_EQ(all.row, ref.row);
+    EXPECT_EQ(all.col, ref.col);
+    EXPECT_EQ(all.value, ref.value);
+  }
+}
+
+TEST(DistRunTasksGpu, EveryTaskOnceAndAFailureNamedOnEveryRank) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const auto plan = sp::split_contiguous(sp::strip_tasks(5000, 100, true), static_cast<std::size_t>(c.size()));
+  const std::size_t n = plan.owner.size();
+  spillway::task_job_options lo;
+  lo.devices = {c.local_rank() % visible_gpus()};
+  lo.device_buffer_bytes = {sizeof(std::int64_t)};
+  lo.pinned_buffer_bytes = {sizeof(std::int64_t)};
+  std::vector<std::int64_t> got(n, -1);
+  const auto rep = sd::run_tasks(
+      c, plan, lo,
+      [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) {
+        *slot.pinned<std::int64_t>(0) = static_cast<std::int64_t>(t) * 7 + 1;
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device<std::int64_t>(0), slot.pinned<std::int64_t>(0), 8, cudaMemcpyHostToDevice, s.value()));
+        SPILLWAY_CUDA_TRY(cudaMemsetAsync(slot.pinned<std::int64_t>(0), 0, 8, s.value()));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<std::int64_t>(0), slot.device<std::int64_t>(0), 8, cudaMemcpyDeviceToHost, s.value()));
+        slot.add_bytes_moved(16);
+      },
+      [&](std::size_t t, spillway::task_slot& slot) { got[t] = *slot.pinned<std::int64_t>(0); });
+  EXPECT_EQ(rep.tasks_completed, n);
+  for (std::size_t t = 0; t < n; ++t) {
+    const bool mine = plan.owner[t] == static_cast<std::size_t>(c.rank());
+    EXPECT_EQ(got[t], mine ? static_cast<std::int64_t>(t) * 7 + 1 : -1) << t;
+  }
+  EXPECT_EQ(rep.ranks[static_cast<std::size_t>(c.rank())].bytes, 16 * plan.parts[static_cast<std::size_t>(c.rank())].task_count());
+  // A task of the last rank throws inside enqueue: every rank names that rank and the task.
+  const std::size_t bad = plan.parts.back().tasks.empty() ? 0 : plan.parts.back().tasks.back();
+  try {
+    (void)sd::run_tasks(c, plan, lo, [&](std::size_t t, spillway::task_slot&, spillway::stream_view) {
+      if (t == bad) throw std::runtime_error("no such panel");
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const sd::rank_error& e) {
+    EXPECT_EQ(e.failed_rank(), static_cast<int>(plan.owner[bad]));
+    EXPECT_EQ(e.failed_task(), bad);
+    EXPECT_NE(std::string(e.what()).find("no such panel"), std::string::npos) << e.what();
+  }
+  c.barrier();
+}

@@ -1,0 +1,454 @@
+// spillway::dist on the host, run by ctest under mpirun -np 2 and -np 3 (oversubscribed): the
+// task protocol (progress, failures on every rank, cancel), the input on every rank (a file missing
+// on one), the MPI-IO .npy and the distributed Gram against the one-process host Gram, exactly.
+//
+// Every test is collective: each rank runs it, and an assertion that could fail on one rank only
+// comes after the test's last collective (ASSERT_* before that could leave the others waiting).
+#include <spillway/dist.hpp>
+#include <spillway/gram/host_gram.hpp>
+#include <spillway/io/npy.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sd = spillway::dist;
+namespace sg = spillway::gram;
+namespace sp = spillway::pairwise;
+
+namespace {
+
+std::uint64_t seed(const std::string& salt) {
+  std::uint64_t s = 0x5eed5eedULL;
+  if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
+  s ^= std::hash<std::string>{}(salt) * 0x9E3779B97F4A7C15ULL;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (r == 0) std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(), static_cast<unsigned long long>(s));
+  return s;
+}
+
+// The same random 0/1 matrix on every rank (same seed), density `d`.
+sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, double d, std::uint64_t s) {
+  std::mt19937_64 g(s);
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * cols));
+  for (auto& x : b) x = (g() % 1000) < d * 1000 ? 1 : 0;
+  return sg::pack_bits(b.data(), rows, cols);
+}
+
+// A folder every rank can reach (the ranks of these tests share a host): made by rank 0, named to all.
+std::string shared_dir(const sd::communicator& c) {
+  std::string d;
+  if (c.rank() == 0) {
+    char tmpl[] = "/tmp/spillway_dist_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    d = p != nullptr ? p : "/tmp";
+  }
+  int len = static_cast<int>(d.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
+  d.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(d.data(), len, MPI_CHAR, 0, c.get());
+  return d;
+}
+
+std::string python() {
+  const char* p = std::getenv("SPILLWAY_PYTHON");
+  return p != nullptr ? p : "";
+}
+
+// Whether every rank passed `ok` (so that a failure on one rank is seen by all).
+bool all_ok(const sd::communicator& c, bool ok) {
+  int m = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&m, &all, 1, MPI_INT, MPI_MIN, c.get());
+  return all != 0;
+}
+
+}  // namespace
+
+// ---- the task protocol ------------------------------------------------------------------------------
+
+TEST(DistRunTasks, EveryTaskRunsOnceAndRankZeroSeesAllProgress) {
+  sd::communicator c;
+  const auto tasks = sp::strip_tasks(1000, 27, true);  // 38 strips, the first ones dearest
+  const auto plan = sp::split_contiguous(tasks, static_cast<std::size_t>(c.size()));
+  std::vector<int> ran(tasks.size(), 0);
+  std::size_t last_done = 0, calls = 0;
+  sd::run_options ro;
+  ro.progress_interval = 0;
+  ro.progress = [&](const spillway::progress_info& p) {
+    EXPECT_EQ(p.tasks_total, tasks.size());
+    EXPECT_GE(p.tasks_done, last_done);  // never goes back
+    last_done = p.tasks_done;
+    ++calls;
+    return true;
+  };
+  const auto rep = sd::run_host_tasks(c, plan, [&](std::size_t t) { ++ran[t]; }, ro);
+  std::vector<int> sum(tasks.size(), 0);
+  MPI_Allreduce(ran.data(), sum.data(), static_cast<int>(ran.size()), MPI_INT, MPI_SUM, c.get());
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    EXPECT_EQ(sum[t], 1) << "task " << t;
+    EXPECT_EQ(ran[t], plan.owner[t] == static_cast<std::size_t>(c.rank()) ? 1 : 0);
+  }
+  EXPECT_EQ(rep.tasks_total, tasks.size());
+  EXPECT_EQ(rep.tasks_completed, tasks.size());
+  EXPECT_FALSE(rep.cancelled);
+  ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
+  for (int r = 0; r < c.size(); ++r) {
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].tasks, plan.parts[static_cast<std::size_t>(r)].task_count());
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].planned, plan.parts[static_cast<std::size_t>(r)].task_count());
+  }
+  if (c.rank() == 0) {
+    EXPECT_EQ(last_done, tasks.size());  // the final count reached rank 0's callback
+    EXPECT_GE(calls, 2u);
+  } else {
+    EXPECT_EQ(calls, 0u);  // progress runs on rank 0 only
+  }
+}
+
+TEST(DistRunTasks, ARankThatThrowsIsNamedOnEveryRank) {
+  sd::communicator c;
+  const auto plan = sp::split_contiguous(sp::strip_tasks(600, 20, true), static_cast<std::size_t>(c.size()));
+  // The failing task belongs to the last rank (rank 0 for -np 1).
+  const std::size_t bad = plan.parts.back().tasks.empty() ? 0 : plan.parts.back().tasks.front() + (plan.parts.back().task_count() > 1 ? 1 : 0);
+  const int owner = static_cast<int>(plan.owner[bad]);
+  bool caught = false;
+  try {
+    (void)sd::run_host_tasks(c, plan, [&](std::size_t t) {
+      if (t == bad) throw std::runtime_error("disk on fire in task " + std::to_string(t));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+  } catch (const sd::rank_error& e) {
+    caught = true;
+    const std::string w = e.what();
+    EXPECT_EQ(e.failed_rank(), owner);
+    EXPECT_EQ(e.failed_task(), bad);
+    EXPECT_EQ(e.here(), c.rank() == owner);
+    EXPECT_EQ(e.failed_ranks(), 1);
+    EXPECT_NE(w.find("rank " + std::to_string(owner) + " of " + std::to_string(c.size())), std::string::npos) << w;
+    EXPECT_NE(w.find("task " + std::to_string(bad)), std::string::npos) << w;
+    EXPECT_NE(w.find("disk on fire"), std::string::npos) << w;
+  }
+  EXPECT_TRUE(caught) << "rank " << c.rank() << " did not throw";
+  // Nothing is left in flight: the next collectives on the same communicator work.
+  EXPECT_TRUE(all_ok(c, true));
+  c.barrier();
+}
+
+TEST(DistRunTasks, EveryRankFailingReportsTheLowest) {
+  sd::communicator c;
+  const auto plan = sp::split_contiguous(sp::strip_tasks(300, 10, true), static_cast<std::size_t>(c.size()));
+  try {
+    (void)sd::run_host_tasks(c, plan, [&](std::size_t) { throw spillway::logic_error("rank " + std::to_string(c.rank()) + " says no"); });
+    ADD_FAILURE() << "no exception";
+  } catch (const sd::rank_error& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_EQ(e.failed_task(), plan.parts[0].tasks.front());
+    EXPECT_EQ(e.failed_ranks(), c.size());
+    EXPECT_NE(std::string(e.what()).find("rank 0 says no"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DistRunTasks, CancelOnRankZeroStopsEveryRank) {
+  sd::communicator c;
+  const auto plan = sp::split_contiguous(sp::strip_tasks(4000, 20, false), static_cast<std::size_t>(c.size()));
+  std::atomic<int> ran{0};
+  sd::run_options ro;
+  ro.progress_interval = 0;
+  ro.progress = [](const spillway::progress_info& p) { return p.tasks_done < 3; };
+  const auto rep = sd::run_host_tasks(c, plan, [&](std::size_t) {
+    ++ran;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }, ro);
+  EXPECT_TRUE(rep.cancelled);
+  EXPECT_LT(rep.tasks_completed, rep.tasks_total);
+  c.barrier();
+}
+
+TEST(DistRunTasks, APlanForAnotherRankCountIsRefusedOnEveryRank) {
+  sd::communicator c;
+  const auto plan = sp::split_contiguous(sp::strip_tasks(100, 10, true), static_cast<std::size_t>(c.size() + 1));
+  EXPECT_THROW((void)sd::run_host_tasks(c, plan, [](std::size_t) {}), sd::rank_error);
+}
+
+// ---- the input on every rank -------------------------------------------------------------------------
+
+TEST(DistInput, AFileMissingOnOneRankFailsOnAll) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  const std::string good = dir + "/a.npy";
+  if (c.rank() == 0) {
+    std::vector<std::uint8_t> b(12 * 70, 1);
+    spillway::io::write_npy(good, b, {12, 70});
+  }
+  c.barrier();
+  const int missing_on = c.size() - 1;
+  const std::string mine = c.rank() == missing_on ? dir + "/not_here.npy" : good;
+  bool caught = false;
+  try {
+    const auto m = sd::read_bits_npy(c, mine);
+    (void)m;
+  } catch (const sd::rank_error& e) {
+    caught = true;
+    EXPECT_EQ(e.failed_rank(), missing_on);
+    EXPECT_EQ(e.failed_task(), sd::rank_error::no_task);
+    const std::string w = e.what();
+    EXPECT_NE(w.find("rank " + std::to_string(missing_on)), std::string::npos) << w;
+    EXPECT_NE(w.find("not_here.npy"), std::string::npos) << w;
+  }
+  EXPECT_TRUE(caught);
+  // With the file everywhere, every rank has the same matrix.
+  const auto m = sd::read_bits_npy(c, good);
+  EXPECT_EQ(m.rows(), 12);
+  EXPECT_EQ(m.cols(), 70);
+  EXPECT_TRUE(m.get(11, 69));
+}
+
+TEST(DistInput, BroadcastGivesEveryRankRankZerosMatrix) {
+  sd::communicator c;
+  sg::bit_matrix m;
+  const auto ref = random_bits(77, 1100, 0.4, seed("broadcast"));
+  if (c.rank() == 0) m = random_bits(77, 1100, 0.4, seed("broadcast"));
+  sd::broadcast_bits(c, m);
+  ASSERT_EQ(m.rows(), 77);
+  ASSERT_EQ(m.cols(), 1100);
+  EXPECT_EQ(std::memcmp(m.data(), ref.data(), ref.size_bytes()), 0);
+}
+
+// ---- MPI-IO .npy -------------------------------------------------------------------------------------
+
+TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  const std::string path = dir + "/blocks.npy";
+  // Uneven blocks of a 2-D int64 array (rank r holds r + 3 rows of 5).
+  std::int64_t rows_before = 0;
+  for (int r = 0; r < c.rank(); ++r) rows_before += r + 3;
+  std::int64_t n = 0;
+  for (int r = 0; r < c.size(); ++r) n += r + 3;
+  const std::int64_t mine = c.rank() + 3;
+  std::vector<std::int64_t> v(static_cast<std::size_t>(mine * 5));
+  for (std::int64_t i = 0; i < mine * 5; ++i) v[static_cast<std::size_t>(i)] = (rows_before * 5 + i) * 3 - 7;
+  // A longer file of that name first: the new one must not keep its tail.
+  if (c.rank() == 0) spillway::io::write_npy(path, std::vector<double>(1000, 1.0), {1000});
+  c.barrier();
+  sd::write_npy_at_all(c, path, {n, 5}, v.data(), rows_before * 5, mine * 5);
+  EXPECT_EQ(sd::npy_data_offset<std::int64_t>({n, 5}) % 64, 0);
+  if (c.rank() == 0) {
+    const auto a = spillway::io::read_npy(path);
+    ASSERT_EQ(a.header.shape, (std::vector<std::int64_t>{n, 5}));
+    for (std::int64_t i = 0; i < n * 5; ++i) ASSERT_EQ(a.data<std::int64_t>()[i], i * 3 - 7) << i;
+    const std::string py = python();
+    if (!py.empty()) {
+      const std::string cmd = py + " -c \"import numpy as np, sys; a = np.load(sys.argv[1], mmap_mode='r'); "
+                                   "sys.exit(0 if a.shape == (" + std::to_string(n) + ", 5) and a.dtype == np.int64 and "
+                                   "(np.asarray(a).ravel() == np.arange(a.size) * 3 - 7).all() and a.offset % 64 == 0 else 1)\" " + path;
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << "NumPy did not read " << path << " as written";
+    } else {
+      std::printf("[ note     ] SPILLWAY_PYTHON unset: the NumPy read-back of the MPI-IO file is skipped\n");
+    }
+  }
+}
+
+TEST(DistNpy, CountsThatDoNotAddUpAreRefusedOnEveryRank) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  std::vector<float> v(4, 1.0f);
+  EXPECT_THROW(sd::write_npy_at_all(c, dir + "/bad.npy", {static_cast<std::int64_t>(4 * c.size() + 1)}, v.data(),
+                                    4 * c.rank(), 4),
+               sd::rank_error);
+  // An unreachable folder: the open fails (on every rank), named on every rank.
+  try {
+    sd::write_npy_at_all(c, dir + "/no/such/folder/x.npy", {static_cast<std::int64_t>(4 * c.size())}, v.data(),
+                         4 * c.rank(), 4);
+    ADD_FAILURE() << "no exception";
+  } catch (const sd::rank_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no/such/folder"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the Gram product across ranks == one process ------------------------------------------------
+
+template <class V>
+void expect_topk_block(const sd::topk_block<V>& b, const sp::topk_result<V>& ref, const std::string& what) {
+  for (std::int64_t i = 0; i < b.lists.rows; ++i) {
+    for (int t = 0; t < ref.k; ++t) {
+      ASSERT_EQ(b.lists.index(i, t), ref.index(b.first_row + i, t)) << what << " row " << b.first_row + i << " place " << t;
+      ASSERT_EQ(b.lists.value(i, t), ref.value(b.first_row + i, t)) << what << " row " << b.first_row + i << " place " << t;
+    }
+  }
+}
+
+TEST(DistGram, TopkEqualsOneProcess) {
+  sd::communicator c;
+  // 301 rows (prime), 517 columns (not a multiple of the word), strips of 16: many strips, uneven ranks.
+  const auto a = random_bits(301, 517, 0.3, seed("dist topk"));
+  sd::gram_job_options o;
+  o.strip_rows = 16;
+  for (const bool diag : {false, true}) {
+    for (const int k : {1, 7, 64}) {
+      const sp::topk_options ko{k, diag};
+      const auto ref = sg::host_gram_topk<std::int32_t>(a, ko);
+      sd::gram_report rep;
+      const auto b = sd::host_gram_topk<std::int32_t>(c, a, ko, o, &rep);
+      EXPECT_EQ(b.first_row, rep.split.first_row(c.rank()));
+      EXPECT_EQ(b.lists.rows, rep.split.last_row(c.rank()) - rep.split.first_row(c.rank()));
+      expect_topk_block(b, ref, "counts k=" + std::to_string(k) + (diag ? " diag" : ""));
+      const auto all = sd::gather_topk(c, b, a.rows());
+      if (c.rank() == 0) {
+        EXPECT_EQ(all.indices, ref.indices);
+        EXPECT_EQ(all.values, ref.values);
+      }
+    }
+  }
+  // A similarity in float, a distance (smaller first).
+  o.epilogue = sg::metric::jaccard;
+  const auto rj = sg::host_gram_topk<float>(a, {9, false}, sg::metric::jaccard);
+  expect_topk_block(sd::host_gram_topk<float>(c, a, {9, false}, o), rj, "jaccard");
+  o.epilogue = sg::metric::hamming;
+  const auto rh = sg::host_gram_topk<std::int32_t>(a, {5, false}, sg::metric::hamming);
+  sd::gram_report rep;
+  expect_topk_block(sd::host_gram_topk<std::int32_t>(c, a, {5, false}, o, &rep), rh, "hamming");
+  // Lists of rows owned by later ranks crossed the network: the bytes are reported.
+  if (c.size() > 1 && c.rank() < c.size() - 1) {
+    EXPECT_GT(rep.local_merge_bytes_sent, 0u);
+  }
+}
+
+TEST(DistGram, TopkFileEqualsOneProcess) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  const auto a = random_bits(150, 300, 0.5, seed("dist topk file"));
+  sd::gram_job_options o;
+  o.strip_rows = 8;
+  const auto b = sd::host_gram_topk<std::int32_t>(c, a, {32, false}, o);
+  sd::write_topk_npy(c, dir + "/nn.npy", b, a.rows());
+  if (c.rank() == 0) {
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, {32, false});
+    const auto v = spillway::io::read_npy(dir + "/nn.npy");
+    const auto ix = spillway::io::read_npy(dir + "/nn.npy.indices.npy");
+    ASSERT_EQ(v.header.shape, (std::vector<std::int64_t>{150, 32}));
+    ASSERT_EQ(ix.header.dtype, spillway::io::npy_dtype::i8);
+    for (std::size_t q = 0; q < ref.values.size(); ++q) {
+      ASSERT_EQ(v.data<std::int32_t>()[q], ref.values[q]) << q;
+      ASSERT_EQ(ix.data<std::int64_t>()[q], ref.indices[q]) << q;
+    }
+  }
+}
+
+TEST(DistGram, TriangleFileEqualsOneProcess) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  const auto a = random_bits(233, 1030, 0.25, seed("dist triangle"));
+  sd::gram_job_options o;
+  o.strip_rows = 12;
+  for (const auto layout : {sp::triangle_layout::upper_packed, sp::triangle_layout::condensed}) {
+    const std::string path = dir + "/tri_" + sp::to_string(layout) + ".npy";
+    const auto rep = sd::host_gram_triangle_npy<std::int32_t>(c, a, path, layout, o);
+    EXPECT_FALSE(rep.on_gpu);
+    EXPECT_EQ(rep.run.tasks_completed, static_cast<std::size_t>(rep.split.strips));
+    if (c.rank() == 0) {
+      std::vector<std::int32_t> ref(static_cast<std::size_t>(sp::layout_size(layout, a.rows())), -1);
+      sg::host_gram_dense(a.view(), ref.data(), layout);
+      const auto f = spillway::io::read_npy(path);
+      ASSERT_EQ(f.header.shape, (std::vector<std::int64_t>{static_cast<std::int64_t>(ref.size())}));
+      for (std::size_t q = 0; q < ref.size(); ++q) ASSERT_EQ(f.data<std::int32_t>()[q], ref[q]) << sp::to_string(layout) << " " << q;
+      const std::string py = python();
+      if (!py.empty()) {
+        long long sum = 0;
+        for (auto x : ref) sum += x;
+        const std::string cmd = py + " -c \"import numpy as np, sys; a = np.load(sys.argv[1]); "
+                                     "sys.exit(0 if a.dtype == np.int32 and a.shape == (" + std::to_string(ref.size()) +
+                                     ",) and int(a.astype(np.int64).sum()) == " + std::to_string(sum) + " else 1)\" " + path;
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << "NumPy did not read " << path;
+      }
+    }
+  }
+  // Cosine in double, the packed triangle.
+  o.epilogue = sg::metric::cosine;
+  const std::string path = dir + "/cos.npy";
+  (void)sd::host_gram_triangle_npy<double>(c, a, path, sp::triangle_layout::upper_packed, o);
+  if (c.rank() == 0) {
+    std::vector<double> ref(static_cast<std::size_t>(sp::layout_size(sp::triangle_layout::upper_packed, a.rows())));
+    sg::host_gram_dense(a.view(), ref.data(), sp::triangle_layout::upper_packed, sg::metric::cosine);
+    const auto f = spillway::io::read_npy(path);
+    for (std::size_t q = 0; q < ref.size(); ++q) ASSERT_EQ(f.data<double>()[q], ref[q]) << q;  // bit-identical
+  }
+  EXPECT_THROW((void)sd::host_gram_triangle_npy<std::int32_t>(c, a, dir + "/full.npy", sp::triangle_layout::full, {}),
+               sd::rank_error);
+}
+
+TEST(DistGram, ThresholdEqualsOneProcess) {
+  sd::communicator c;
+  const std::string dir = shared_dir(c);
+  const auto a = random_bits(257, 400, 0.3, seed("dist threshold"));
+  sd::gram_job_options o;
+  o.strip_rows = 10;
+  for (const bool diag : {false, true}) {
+    const sp::threshold_options t{40.0, false, diag};
+    const auto ref = sg::host_gram_threshold<std::int32_t>(a, t);
+    const auto b = sd::host_gram_threshold<std::int32_t>(c, a, t, o);
+    EXPECT_EQ(b.total, static_cast<std::int64_t>(ref.size()));
+    for (std::size_t q = 0; q < b.entries.size(); ++q) {
+      const auto g = static_cast<std::size_t>(b.offset) + q;
+      ASSERT_LT(g, ref.size());
+      ASSERT_EQ(b.entries.row[q], ref.row[g]) << q;
+      ASSERT_EQ(b.entries.col[q], ref.col[g]) << q;
+      ASSERT_EQ(b.entries.value[q], ref.value[g]) << q;
+    }
+    const auto all = sd::gather_coo(c, b);
+    sd::write_coo_npy(c, dir + "/thr.npy", b);
+    if (c.rank() == 0) {
+      EXPECT_EQ(all.row, ref.row);
+      EXPECT_EQ(all.col, ref.col);
+      EXPECT_EQ(all.value, ref.value);
+      const auto rows = spillway::io::read_npy(dir + "/thr.npy.row.npy");
+      const auto cols = spillway::io::read_npy(dir + "/thr.npy.col.npy");
+      const auto vals = spillway::io::read_npy(dir + "/thr.npy");
+      ASSERT_EQ(rows.header.shape, (std::vector<std::int64_t>{static_cast<std::int64_t>(ref.size())}));
+      for (std::size_t q = 0; q < ref.size(); ++q) {
+        ASSERT_EQ(rows.data<std::int64_t>()[q], ref.row[q]);
+        ASSERT_EQ(cols.data<std::int64_t>()[q], ref.col[q]);
+        ASSERT_EQ(vals.data<std::int32_t>()[q], ref.value[q]);
+      }
+    }
+  }
+  EXPECT_THROW((void)sd::host_gram_threshold<std::int32_t>(c, a, {40.0, true, false}, o), sd::rank_error);
+}
+
+TEST(DistGram, MoreRanksThanStripsAndTinyShapes) {
+  sd::communicator c;
+  for (const std::int64_t n : {0, 1, 2, 17}) {
+    const auto a = random_bits(n, 33, 0.5, seed("tiny " + std::to_string(n)));
+    sd::gram_job_options o;
+    o.strip_rows = 16;  // one or two strips: some ranks own no rows
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, {3, false});
+    const auto b = sd::host_gram_topk<std::int32_t>(c, a, {3, false}, o);
+    expect_topk_block(b, ref, "n=" + std::to_string(n));
+    const auto t = sd::host_gram_threshold<std::int32_t>(c, a, {1.0, false, true}, o);
+    EXPECT_EQ(t.total, static_cast<std::int64_t>(sg::host_gram_threshold<std::int32_t>(a, {1.0, false, true}).size()));
+  }
+}
+
+TEST(DistGram, BadOptionsAreRefusedOnEveryRank) {
+  sd::communicator c;
+  const auto a = random_bits(20, 40, 0.5, 1);
+  EXPECT_THROW((void)sd::host_gram_topk<std::int32_t>(c, a, {65, false}), sd::rank_error);
+  sd::gram_job_options o;
+  o.epilogue = sg::metric::jaccard;  // needs float or double
+  EXPECT_THROW((void)sd::host_gram_topk<std::int32_t>(c, a, {3, false}, o), sd::rank_error);
+  c.barrier();
+}
