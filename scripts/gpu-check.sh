@@ -37,6 +37,9 @@ status=0
 EXPERIMENTAL='*ForcedWgmmaGpu.*:*ForcedMmaSync*Gpu.*'
 # Suites that check what happens with no GPU (they skip where one is visible).
 NOGPU='*NoGpu*'
+# Fault-injection and memory-pressure suites (pipeline, gram, gemm: tests/*/fault_*_test.cu): under
+# the sanitizer they run in a process of their own, with their own time limit.
+FAULT='Fault*Gpu.*'
 
 
 run_tests() {
@@ -130,11 +133,14 @@ sanitize_one() {  # tool binary filter label
 run_sanitizer() {
   local mods=${*:-$MODULES_DEFAULT}
   export SPILLWAY_REQUIRE_GPU=1
-  local filter=${SANITIZER_FILTER:-"*Gpu*.*:-$SANITIZER_EXCLUDE:$EXPERIMENTAL"}
+  local filter=${SANITIZER_FILTER:-"*Gpu*.*:-$SANITIZER_EXCLUDE:$EXPERIMENTAL:$FAULT"}
   for m in $mods; do
     local bin="$GPUBIN/spillway_${m}_tests"
     [[ -x $bin ]] || continue
     sanitize_one memcheck "$bin" "$filter" "spillway_${m}_tests"
+    if [[ -z ${SANITIZER_FILTER:-} ]] && "$bin" --gtest_list_tests --gtest_filter="$FAULT" | grep -q '^  '; then
+      sanitize_one memcheck "$bin" "$FAULT:-$SANITIZER_EXCLUDE" "spillway_${m}_tests_fault"
+    fi
     if "$bin" --gtest_list_tests --gtest_filter="$EXPERIMENTAL" | grep -q '^  '; then
       sanitize_one memcheck "$bin" "$EXPERIMENTAL" "spillway_${m}_tests_V2"
     fi

@@ -1,6 +1,7 @@
-// Support for the fault-injection and memory-pressure tests (tests/pipeline/fault_*_test.cu):
-// leak probes (spillway's device pools, free device memory, pinned bytes, threads), a watchdog
-// that turns a hang into a failure, and the checks every failed job must pass.
+// Support for the fault-injection and memory-pressure tests (tests/pipeline/fault_*_test.cu,
+// tests/gram/fault_gram_test.cu, tests/gemm/fault_ooc_test.cu): leak probes (spillway's device
+// pools, free device memory, pinned bytes, threads), a watchdog that turns a hang into a failure,
+// memory taken behind spillway's back, and the checks every failed job must pass.
 #pragma once
 
 #include <spillway/core.hpp>
@@ -25,7 +26,7 @@
 #include <vector>
 
 #ifndef SPILLWAY_FAULT_INJECTION
-#error "tests/pipeline/fault_*_test.cu need SPILLWAY_FAULT_INJECTION (tests/CMakeLists.txt defines it for spillway_pipeline_tests)"
+#error "the fault tests need SPILLWAY_FAULT_INJECTION (tests/CMakeLists.txt defines it for the pipeline, gram and gemm test binaries)"
 #endif
 
 namespace spillway::test::faults {
@@ -158,6 +159,47 @@ inline void expect_named(const pipeline_error& e, std::size_t task, int device) 
     EXPECT_FALSE(r.completed[task]) << "the failed task is listed as complete";
   }
   EXPECT_TRUE(static_cast<bool>(e.cause())) << "the original exception is nested";
+}
+
+/// Device memory taken from the driver directly (not from spillway's pool), as another process or
+/// library would hold it; given back when the object ends.
+class card_hog {
+ public:
+  card_hog() = default;
+  /// Takes all but `leave` bytes of what the current device has free now.
+  void take_all_but(std::size_t leave) {
+    std::size_t free_b = 0, total_b = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+    ASSERT_GT(free_b, leave);
+    bytes_ = free_b - leave;
+    ASSERT_EQ(cudaMalloc(&p_, bytes_), cudaSuccess) << "could not take " << bytes_ << " bytes";
+  }
+  ~card_hog() {
+    if (p_ != nullptr) (void)cudaFree(p_);
+  }
+  card_hog(const card_hog&) = delete;
+  card_hog& operator=(const card_hog&) = delete;
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Free bytes on the current device now.
+inline std::size_t free_bytes_now() {
+  std::size_t f = 0, t = 0;
+  EXPECT_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
+  return f;
+}
+
+/// The checks of an out_of_memory that names the request and the free bytes.
+inline void expect_oom_named(const out_of_memory& oom) {
+  const std::string what = oom.what();
+  EXPECT_GT(oom.requested_bytes(), 0u) << what;
+  EXPECT_LT(oom.available_bytes(), oom.requested_bytes()) << what;
+  EXPECT_NE(what.find("cannot allocate"), std::string::npos) << what;
+  EXPECT_NE(what.find("free of"), std::string::npos) << what;
 }
 
 /// The nested cause as its type (nullptr if it is another type).

@@ -23,6 +23,7 @@
 // for C).
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
@@ -297,18 +298,18 @@ struct ooc_job {
     const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
     if (lines > 0 && len > 0) {
       if (pinned) {
-        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dld) * es, src.first,
-                                            static_cast<std::size_t>(src.ld) * es, len * es, lines,
-                                            cudaMemcpyHostToDevice, ls.value()));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpy2DAsync(
+            dst, static_cast<std::size_t>(dld) * es, src.first, static_cast<std::size_t>(src.ld) * es,
+            len * es, lines, cudaMemcpyHostToDevice, ls.value())));
       } else {
         const int f = stage.next;
         stage.next ^= 1;
         stage.done[f].synchronize();  // the previous copy out of this staging buffer has finished
         ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, src.first,
                        static_cast<std::size_t>(src.ld) * es, len * es, lines);
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst, stage.buf[f].data(),
-                                          ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
-                                          cudaMemcpyHostToDevice, ls.value()));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(
+            dst, stage.buf[f].data(), ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
+            cudaMemcpyHostToDevice, ls.value())));
         stage.done[f].record(ls);
       }
       moved += lines * len * es;
@@ -384,6 +385,7 @@ struct ooc_job {
   }
 
   void enqueue(std::size_t t, task_slot& slot, stream_view s) {
+    SPILLWAY_FAULT_TASK_SCOPE(t, slot.device());  // counts this block's copies and launches (tests only)
     const std::size_t di = device_index(slot.device());
     ooc_device_ctx& dc = *ctx[di];
     const std::size_t idx = queue->pop(di);
@@ -401,14 +403,15 @@ struct ooc_job {
     const std::size_t c_pitch = static_cast<std::size_t>(ldc) * sizeof(TC);
     if (read_c) {
       if (c_pinned) {
-        SPILLWAY_CUDA_TRY(
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
             cudaMemcpy2DAsync(cdev, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC), c_line,
-                              static_cast<std::size_t>(csub.lines), cudaMemcpyHostToDevice, s.value()));
+                              static_cast<std::size_t>(csub.lines), cudaMemcpyHostToDevice, s.value())));
       } else {
         TC* st = slot.pinned<TC>(0);
         ooc_copy_lines(st, c_pitch, csub.first, static_cast<std::size_t>(c.ld) * sizeof(TC), c_line,
                        static_cast<std::size_t>(csub.lines));
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(cdev, st, cb, cudaMemcpyHostToDevice, s.value()));
+        SPILLWAY_CUDA_TRY(
+            SPILLWAY_FAULT_CALL(cudaMemcpyAsync(cdev, st, cb, cudaMemcpyHostToDevice, s.value())));
       }
       moved += cb;
     }
@@ -419,6 +422,7 @@ struct ooc_job {
     if (plan.k == 0) {
       gemm_async(s, alpha, matrix_view<const T>{nullptr, rows, 0, 1, layout::row_major, 0},
                  matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
+      SPILLWAY_FAULT_LAUNCHED("gemm_async of a block (k = 0)");
     }
     for (index_t q = 0; q < (plan.k == 0 ? 0 : plan.k_chunks); ++q) {
       const index_t kq = plan.chunk_k(q);
@@ -431,6 +435,7 @@ struct ooc_job {
       } else {
         gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), cblock, o);
       }
+      SPILLWAY_FAULT_LAUNCHED("gemm_async of a block's k chunk");
       dc.a.used[static_cast<std::size_t>(blk.i * plan.k_chunks + q) % dc.a.tag.size()][slot.index()].record(
           s);
       dc.b.used[static_cast<std::size_t>(blk.j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(
@@ -440,14 +445,15 @@ struct ooc_job {
       const index_t count = rows * cols;
       const unsigned grid = static_cast<unsigned>(std::min<index_t>(ceil_div(count, 256), 4096));
       ooc_combine_kernel<TC, Acc><<<grid, 256, 0, s.value()>>>(work, cdev, count, beta, read_c);
-      SPILLWAY_CHECK_LAUNCH();
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
     }
     if (c_pinned) {
-      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpy2DAsync(
           const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), cdev, c_pitch, c_line,
-          static_cast<std::size_t>(csub.lines), cudaMemcpyDeviceToHost, s.value()));
+          static_cast<std::size_t>(csub.lines), cudaMemcpyDeviceToHost, s.value())));
     } else {
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+          cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value())));
     }
     moved += cb;
     prefetch(dc, idx, moved);

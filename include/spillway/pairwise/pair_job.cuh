@@ -33,6 +33,7 @@
 //   template <class W> void compute(const panel_pair<aux_type>&, const W& writer, V* scratch, stream_view) const;
 #pragma once
 
+#include <spillway/core/detail/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
@@ -57,15 +58,30 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace spillway::pairwise {
 
-/// What a pair job did (filled when the job's options ask for it).
+/// What a pair job did (filled when the job's options ask for it, also when the job fails with
+/// pipeline_error: then `job` is the error's report, which strips were written).
 struct pair_report {
   job_report job;
   pair_plan plan;
   std::size_t budget_bytes = 0;
+  bool symmetric = true;  ///< A·Aᵀ: the strips run from the last to the first
+  std::int64_t rows = 0;  ///< rows of A
+  /// The strip task t computed (job.completed[t] ⇔ that strip's output is complete).
+  [[nodiscard]] std::int64_t strip_of_task(std::size_t t) const noexcept {
+    return symmetric ? plan.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
+  }
+  /// First row of A and row count of the strip task t computed. What a strip writes: for A·Aᵀ its
+  /// rows from their diagonal on (dense: the packed rows; full: also the mirrored columns below
+  /// it); for A·Bᵀ its rows, every column.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> rows_of_task(std::size_t t) const noexcept {
+    const std::int64_t r0 = strip_of_task(t) * plan.panel_rows;
+    return {r0, std::min(r0 + plan.panel_rows, rows) - r0};
+  }
 };
 
 /// One finished strip of an all-pairs result, handed to a per-strip callback: rows
@@ -133,7 +149,7 @@ struct pair_job_options {
   std::size_t slots_per_device = 3;
   /// Called as strips complete; return false to cancel (see job_report::cancelled).
   progress_callback progress;
-  /// If set, receives the plan and the scheduler's report.
+  /// If set, receives the plan and the scheduler's report (also when the job fails: see pair_report).
   pair_report* report = nullptr;
 };
 
@@ -273,7 +289,9 @@ void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c
     const std::int64_t r0 = J * P_, r1 = std::min(r0 + P_, rows);
     std::byte* dst = c.resident.data() + static_cast<std::size_t>(r0) * rb;
     (void)job.prod.upload(col_b, r0, r1 - r0, dst, s);
+    SPILLWAY_FAULT_LAUNCHED("the producer's upload of a resident panel");
     job.prod.aux_async(col_b, dst, r1 - r0, aux + r0, s);
+    SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of a resident panel");
     c.ready[j].record(s);
     c.uploaded[j] = 1;
   }
@@ -295,6 +313,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
   const std::int64_t P_ = p.panel_rows;
   const std::int64_t I = sym ? p.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
   const std::int64_t I0 = I * P_, I1 = std::min(I0 + P_, n), PI = I1 - I0;
+  SPILLWAY_FAULT_TASK_SCOPE(t, slot.device());  // counts this strip's copies and launches (tests only)
   const std::int64_t W = sym ? n - I0 : rows_b;
   const std::int64_t col0 = sym ? I0 : 0;
 
@@ -310,7 +329,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
   } else if (!sym) {
     auto* dst = slot.device<std::byte>(p.buf_a);
     moved += job.prod.upload(false, I0, PI, dst, s);
+    SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
     job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
+    SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of the strip's rows");
     a_dev = dst;
     if (p.resident) ensure_panels(job, c, 0, p.b_panels, s);
   } else if (p.resident) {
@@ -319,6 +340,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
   } else {
     auto* dst = slot.device<std::byte>(p.buf_own);
     moved += job.prod.upload(false, I0, PI, dst, s);
+    SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
     a_dev = dst;
   }
 
@@ -335,6 +357,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_b = aux_b;
       g.upper_only = sym;
       job.prod.compute(g, writer, scratch, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
       return;
     }
     for (std::int64_t J = sym ? I : 0; J < p.b_panels; ++J) {
@@ -343,6 +366,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       if (!(sym && J == I)) {
         auto* dst = slot.device<std::byte>(p.buf_stream);
         moved += job.prod.upload(!sym, J0, J1 - J0, dst, s);
+        SPILLWAY_FAULT_LAUNCHED("the producer's upload of a streamed panel");
         bj = dst;
       }
       panel_pair<Aux> g;
@@ -356,6 +380,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_b = aux_b;
       g.upper_only = sym;
       job.prod.compute(g, writer, scratch, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
     }
   };
 
@@ -369,8 +394,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
                                        : (wd ? packed_row_offset(n, I1) : condensed_row_offset(n, I1));
       compute(packed_writer<V>{u, n, base, wd});
       if (end > base) {
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(job.out + base, u, static_cast<std::size_t>(end - base) * vb,
-                                          cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(
+            SPILLWAY_FAULT_CALL(cudaMemcpyAsync(job.out + base, u, static_cast<std::size_t>(end - base) * vb,
+                                                cudaMemcpyDeviceToHost, s.value())));
         moved += static_cast<std::size_t>(end - base) * vb;
       }
       break;
@@ -379,13 +405,15 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       V* u = slot.device<V>(0);
       V* tt = slot.device<V>(p.buf_mirror);
       compute(full_writer<V>{u, tt, I0, I1, W, PI});
-      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * n + I0, static_cast<std::size_t>(n) * vb, u,
-                                          static_cast<std::size_t>(W) * vb, static_cast<std::size_t>(W) * vb,
-                                          static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+          cudaMemcpy2DAsync(job.out + I0 * n + I0, static_cast<std::size_t>(n) * vb, u,
+                            static_cast<std::size_t>(W) * vb, static_cast<std::size_t>(W) * vb,
+                            static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value())));
       if (n - I1 > 0) {
-        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I1 * n + I0, static_cast<std::size_t>(n) * vb, tt,
-                                            static_cast<std::size_t>(PI) * vb, static_cast<std::size_t>(PI) * vb,
-                                            static_cast<std::size_t>(n - I1), cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+            cudaMemcpy2DAsync(job.out + I1 * n + I0, static_cast<std::size_t>(n) * vb, tt,
+                              static_cast<std::size_t>(PI) * vb, static_cast<std::size_t>(PI) * vb,
+                              static_cast<std::size_t>(n - I1), cudaMemcpyDeviceToHost, s.value())));
       }
       moved += static_cast<std::size_t>(PI * W + (n - I1) * PI) * vb;
       break;
@@ -398,8 +426,8 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         break;
       }
       // rows I0..I1, columns I0..n, to the slot's staging for on_complete
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * W) * vb,
-                                        cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(
+          slot.pinned<V>(0), u, static_cast<std::size_t>(PI * W) * vb, cudaMemcpyDeviceToHost, s.value())));
       moved += static_cast<std::size_t>(PI * W) * vb;
       break;
     }
@@ -411,14 +439,16 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         break;
       }
       if (job.on_strip) {
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<V>(0), u, static_cast<std::size_t>(PI * rows_b) * vb,
-                                          cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(slot.pinned<V>(0), u,
+                                                              static_cast<std::size_t>(PI * rows_b) * vb,
+                                                              cudaMemcpyDeviceToHost, s.value())));
         moved += static_cast<std::size_t>(PI * rows_b) * vb;
         break;
       }
-      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(job.out + I0 * job.ldc, static_cast<std::size_t>(job.ldc) * vb, u,
-                                          static_cast<std::size_t>(rows_b) * vb, static_cast<std::size_t>(rows_b) * vb,
-                                          static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+          cudaMemcpy2DAsync(job.out + I0 * job.ldc, static_cast<std::size_t>(job.ldc) * vb, u,
+                            static_cast<std::size_t>(rows_b) * vb, static_cast<std::size_t>(rows_b) * vb,
+                            static_cast<std::size_t>(PI), cudaMemcpyDeviceToHost, s.value())));
       moved += static_cast<std::size_t>(PI * rows_b) * vb;
       break;
     }
@@ -432,12 +462,12 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         constexpr bool larger = decltype(L)::value;
         topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
                                                                           job.topk.k);
-        SPILLWAY_CUDA_TRY(cudaGetLastError());
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         if (sym && W > PI) {
           const std::int64_t groups = (W - PI + 31) / 32;
           topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 65535)), 1024, 0, s.value()>>>(
               sc_buf, PI, W, I0, PI, st, job.topk.k);
-          SPILLWAY_CUDA_TRY(cudaGetLastError());
+          SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         }
       });
       break;
@@ -453,22 +483,25 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       const int shift = sym ? (job.thr.include_diagonal ? 0 : 1) : -1;
       const bool larger = job.prod.larger();
       threshold_count_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold, offs);
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
       exclusive_scan_kernel<<<1, 1024, 0, s.value()>>>(offs, PI);
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
       threshold_write_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold,
                                                                       col0, offs, cols, vals);
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
       strip_sparse<V>& out = job.strips[static_cast<std::size_t>(I)];
       out.offsets.resize(static_cast<std::size_t>(PI + 1));
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.offsets.data(), offs, out.offsets.size() * 8u, cudaMemcpyDeviceToHost, s.value()));
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(out.offsets.data(), offs, out.offsets.size() * 8u,
+                                                            cudaMemcpyDeviceToHost, s.value())));
       s.synchronize();  // the kept count sizes the copies below
       const auto total = static_cast<std::size_t>(out.offsets.back());
       out.cols.resize(total);
       out.vals.resize(total);
       if (total > 0) {
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.cols.data(), cols, total * 4u, cudaMemcpyDeviceToHost, s.value()));
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(out.vals.data(), vals, total * vb, cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+            cudaMemcpyAsync(out.cols.data(), cols, total * 4u, cudaMemcpyDeviceToHost, s.value())));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+            cudaMemcpyAsync(out.vals.data(), vals, total * vb, cudaMemcpyDeviceToHost, s.value())));
       }
       s.synchronize();
       moved += out.offsets.size() * 8u + total * (4u + vb);
@@ -477,6 +510,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
   }
   slot.add_bytes_moved(moved);
 }
+
+template <class V, class P>
+void run_pair_tasks(pair_job<V, P>& job, const pair_plan_request& r, const task_job_options& to_in);
 
 /// Plans and runs a job through the scheduler. `devices` empty: the job's own (or all visible).
 template <class V, class P>
@@ -502,6 +538,14 @@ void run_pair_job(pair_job<V, P>& job) {
   r.score_scratch = job.prod.score_scratch();
   r.operands_on_device = on_device(job);
   job.plan = make_pair_plan(r, job.who);
+  if (job.opt.report != nullptr) {
+    // Before anything can fail: a failed job's caller learns which rows each task holds.
+    *job.opt.report = pair_report{};
+    job.opt.report->plan = job.plan;
+    job.opt.report->budget_bytes = budget.bytes();
+    job.opt.report->symmetric = job.symmetric;
+    job.opt.report->rows = r.rows_a;
+  }
   if (job.sink == sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
   setup_devices(job, devices);
 
@@ -511,6 +555,19 @@ void run_pair_job(pair_job<V, P>& job) {
   to.device_buffer_bytes = job.plan.slot_buffers;
   to.budget = memory_budget(std::max<std::size_t>(1, budget.bytes() - std::min(budget.bytes(), job.plan.shared_bytes)));
   to.progress = job.opt.progress;
+  try {
+    run_pair_tasks(job, r, to);
+  } catch (const pipeline_error& e) {
+    if (job.opt.report != nullptr) job.opt.report->job = e.report();
+    throw;
+  }
+  if (job.opt.report != nullptr) job.opt.report->job = job.report;
+}
+
+/// run_tasks over the job's strips, with the strip callback's staging when there is one.
+template <class V, class P>
+void run_pair_tasks(pair_job<V, P>& job, const pair_plan_request& r, const task_job_options& to_in) {
+  task_job_options to = to_in;
   if (job.on_strip) {
     // Pinned staging per slot for one strip (the same bytes as its device output buffer).
     to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
@@ -532,11 +589,6 @@ void run_pair_job(pair_job<V, P>& job) {
   } else {
     job.report = run_tasks(static_cast<std::size_t>(job.plan.strips), to,
                            [&job](std::size_t t, task_slot& slot, stream_view s) { enqueue_strip(job, t, slot, s); });
-  }
-  if (job.opt.report != nullptr) {
-    job.opt.report->job = job.report;
-    job.opt.report->plan = job.plan;
-    job.opt.report->budget_bytes = budget.bytes();
   }
 }
 

@@ -1,15 +1,19 @@
 // spillway/core/detail/fault_hook.hpp — a fault-injection hook for spillway's own tests, compiled
-// only where SPILLWAY_FAULT_INJECTION is defined (the pipeline test binary defines it for every
-// translation unit; without it this header declares nothing and the library carries no trace of it).
+// only where SPILLWAY_FAULT_INJECTION is defined (the pipeline, gram and gemm test binaries define
+// it for every translation unit; without it this header declares nothing, its marks expand to the
+// bare calls, and the library carries no trace of it).
 //
 // The hook sits where every out-of-core job passes — spillway's device pool allocation
 // (core/device_buffer.hpp), spillway's cudaHostAlloc calls (core/pinned_buffer.hpp and the
 // pipeline's staging cache), the host worker pool that stages pageable memory, and run_tasks's
 // per-task checks and progress loop (pipeline/task_pipeline.hpp) — so run_tasks, streamed_job,
 // the streamed maps, and the Gram and GEMM jobs built on them are all reached without code of
-// their own. Injected faults are substituted results: the CUDA code the runtime would have
-// returned at that point, or a thrown injected_fault; nothing real fails, so the CUDA context
-// stays usable (a real sticky fault would not; see docs/reliability.md).
+// their own. The jobs that enqueue several copies and launches per task (the pair jobs of Gram and
+// float similarity, the out-of-core GEMM) also mark each of them (the macros at the end), so that
+// the k-th call of a task can fail in the middle of its enqueue. Injected faults are substituted
+// results: the CUDA code the runtime would have returned at that point, or a thrown
+// injected_fault; nothing real fails, so the CUDA context stays usable (a real sticky fault would
+// not; see docs/reliability.md).
 //
 // Define the macro for a whole program or not at all: the inline functions of the pipeline differ
 // with it, and mixing both kinds of translation unit in one program breaks the one-definition rule.
@@ -74,6 +78,17 @@ struct plan {
   std::size_t cancel_after = never;
   /// …or, if set, throw injected_fault there instead of cancelling.
   bool progress_throws = false;
+  /// The k-th (0-based) copy or kernel launch that task `call_task` enqueues reports `call_error`
+  /// when it is enqueued. Counted where a job marks its calls (SPILLWAY_FAULT_CALL and
+  /// SPILLWAY_FAULT_LAUNCHED below: the pair jobs (Gram, float similarity) and the out-of-core
+  /// GEMM mark every copy and launch of a task's enqueue, a Producer's tile kernel or an in-core
+  /// GEMM counting as one launch) inside that task's SPILLWAY_FAULT_TASK_SCOPE.
+  std::size_t call = never;
+  /// Whose calls count: a task index, or any_task (the calls of every task, in the order they are
+  /// made; with several devices, restrict it with call_device).
+  std::size_t call_task = any_task;
+  int call_device = -1;
+  cudaError_t call_error = cudaErrorLaunchFailure;
 };
 
 namespace detail {
@@ -86,6 +101,7 @@ struct state {
   std::atomic<std::size_t> device_allocations{0};
   std::atomic<std::size_t> pinned_allocations{0};
   std::atomic<std::size_t> staging_calls{0};
+  std::atomic<std::size_t> task_calls{0};
   std::atomic<std::size_t> fired{0};
   std::atomic<std::int64_t> pinned_live_bytes{0};
   std::atomic<std::int64_t> pinned_live_blocks{0};
@@ -155,6 +171,46 @@ inline bool staging_call_fault() {
   throw injected_fault("injected fault: a host staging copy part threw");
 }
 
+/// The task (and its device) whose enqueue the calling thread is in: set by SPILLWAY_FAULT_TASK_SCOPE.
+struct current_task {
+  std::size_t task = never;
+  int device = -1;
+};
+inline current_task& this_thread_task() {
+  thread_local current_task t;
+  return t;
+}
+
+class task_scope {
+ public:
+  task_scope(std::size_t task, int device) : saved_(this_thread_task()) { this_thread_task() = {task, device}; }
+  ~task_scope() { this_thread_task() = saved_; }
+  task_scope(const task_scope&) = delete;
+  task_scope& operator=(const task_scope&) = delete;
+
+ private:
+  current_task saved_;
+};
+
+/// Called with the status a marked copy or launch returned: that status, or the planned error when
+/// this is the planned call of the planned task (a real error is passed on and not counted).
+inline cudaError_t call_fault(cudaError_t real) {
+  if (real != cudaSuccess) return real;
+  const current_task ct = this_thread_task();
+  if (ct.task == never) return real;  // outside a task's enqueue (a job's setup): not counted
+  state& s = global();
+  std::lock_guard<std::mutex> l(s.mutex);
+  if (s.p.call == never) return real;
+  if (s.p.call_device >= 0 && s.p.call_device != ct.device) return real;
+  if (s.p.call_task != any_task && s.p.call_task != ct.task) return real;
+  const std::size_t k = s.task_calls.fetch_add(1);
+  if (k != s.p.call) return real;
+  s.fired.fetch_add(1);
+  s.fired_task = ct.task;
+  s.fired_device = ct.device;
+  return s.p.call_error;
+}
+
 /// Whether run_tasks must visit its progress point even without a caller's callback.
 inline bool watches_progress() {
   state& s = global();
@@ -187,6 +243,7 @@ inline void arm(const plan& p) {
   s.device_allocations.store(0);
   s.pinned_allocations.store(0);
   s.staging_calls.store(0);
+  s.task_calls.store(0);
   s.fired.store(0);
 }
 /// Injects nothing more (the counters keep counting).
@@ -208,6 +265,8 @@ inline int fired_device() {
 inline std::size_t device_allocations() { return detail::global().device_allocations.load(); }
 inline std::size_t pinned_allocations() { return detail::global().pinned_allocations.load(); }
 inline std::size_t staging_calls() { return detail::global().staging_calls.load(); }
+/// Marked copies and launches counted since arm() (those of plan::call_task / call_device only).
+inline std::size_t task_calls() { return detail::global().task_calls.load(); }
 /// Page-locked bytes and blocks spillway holds now (cudaHostAlloc minus cudaFreeHost, since the
 /// program started; pinned_buffer objects and the pipeline's staging cache both count).
 inline std::int64_t pinned_live_bytes() { return detail::global().pinned_live_bytes.load(); }
@@ -225,3 +284,25 @@ class scope {
 }  // namespace spillway::fault
 
 #endif  // SPILLWAY_FAULT_INJECTION
+
+// Marks for a job's own copies and launches; without SPILLWAY_FAULT_INJECTION they are the call
+// itself, nothing, and nothing.
+//   SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(...)));   a copy (or a launch check)
+//   SPILLWAY_FAULT_LAUNCHED("bit_gemm_async");                       after work another header launched
+//   SPILLWAY_FAULT_TASK_SCOPE(t, device);                            at the top of task t's enqueue
+#if defined(SPILLWAY_FAULT_INJECTION)
+#define SPILLWAY_FAULT_CALL(call) ::spillway::fault::detail::call_fault(call)
+#define SPILLWAY_FAULT_LAUNCHED(what)                                                                        \
+  do {                                                                                                       \
+    if (const cudaError_t spillway_fault_err_ = ::spillway::fault::detail::call_fault(cudaSuccess);          \
+        spillway_fault_err_ != cudaSuccess) {                                                                \
+      ::spillway::detail::throw_cuda_error(spillway_fault_err_, what " (injected fault)", __FILE__, __LINE__); \
+    }                                                                                                        \
+  } while (0)
+#define SPILLWAY_FAULT_TASK_SCOPE(task, device) \
+  const ::spillway::fault::detail::task_scope spillway_fault_task_scope_((task), (device))
+#else
+#define SPILLWAY_FAULT_CALL(call) (call)
+#define SPILLWAY_FAULT_LAUNCHED(what) ((void)0)
+#define SPILLWAY_FAULT_TASK_SCOPE(task, device) ((void)0)
+#endif
