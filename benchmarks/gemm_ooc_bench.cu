@@ -11,11 +11,23 @@
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
+//   gemm_ooc/bf16/out_of_core_slots8, _slots16   the same job with 8 / 16 blocks in flight
+//
 // Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
 // vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
-// measured rates), vs_bound (ours / max(floor, in-core)), plan_h2d_GB / plan_d2h_GB (what the plan
-// moves). Every timed product first runs on a NaN-poisoned C and 64 sampled entries are checked
-// against a double-precision host sum (bound as in docs/gemm.md) before timing.
+// measured rates), vs_bound (ours / max(floor, in-core)), ramp_ms (the bound the plan's order puts
+// on the job with the in-core time as its compute time: ooc_plan::ramp_seconds) and vs_ramp,
+// plan_h2d_GB / plan_d2h_GB (what the plan moves). One more run after the timed ones is traced
+// (ooc_options::trace): tr_* counters are its device times in ms after the caches were ready —
+// tr_in (last panel in), tr_gemm (last GEMM done), tr_out (last C block out), tr_busy (time some
+// GEMM was ready or running), tr_idle_in / tr_idle_after (GPU idle before / after the last panel
+// arrived), tr_lag_max (longest wait from a GEMM's end to its block being out), tr_setup (host ms
+// before the scheduler starts). --ooc_trace_dir=DIR writes each traced run as CSV there.
+// copy_rates also measures C-block-shaped copies (2048 x 2048 floats out of a 32768-float pitch,
+// 2-D, round-robin on 4 streams, as the job copies C out): d2h_2d_GB/s alone and both_2d_GB/s
+// against a 1-D host-to-device copy. Every timed product first runs on a NaN-poisoned C and 64
+// sampled entries are checked against a double-precision host sum (bound as in docs/gemm.md)
+// before timing.
 //
 // Smaller runs: --ooc_n=8192 --ooc_budget=512MiB (or SPILLWAY_OOC_N / SPILLWAY_OOC_BUDGET), e.g.
 //   spillway_gemm_ooc_bench --ooc_n=8192 --ooc_budget=512MiB --benchmark_filter='gemm_ooc/(copy|tf32)'
@@ -42,6 +54,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -51,6 +64,7 @@ using spillway::index_t;
 
 index_t g_n = 32768;
 std::size_t g_budget = std::size_t{8} << 30;
+std::string g_trace_dir;
 constexpr std::uint64_t kSeed = 20261123;
 
 #define OOC_BENCH_CUBLAS(call)                                                                 \
@@ -183,7 +197,36 @@ void bm_copy_rates(benchmark::State& state) {
       f();
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
+    // C blocks as the job copies them out: 2048 x 2048 floats from a device block into a host
+    // matrix of pitch 32768 floats (h2 seen as 8192 x 32768 floats: 64 blocks), 4 streams.
+    const std::size_t side = 2048, pitch = 32768 * sizeof(float), line = side * sizeof(float);
+    spillway::stream s3, s4, s5;
+    const cudaStream_t ring[4] = {s2.value(), s3.value(), s4.value(), s5.value()};
+    auto blocks_out = [&] {
+      for (std::size_t bi = 0; bi < 64; ++bi) {
+        unsigned char* dst = h2.data() + (bi / 16) * side * pitch + (bi % 16) * line;
+        SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, d2.data() + (bi % 16) * side * line, line, line, side,
+                                            cudaMemcpyDeviceToHost, ring[bi % 4]));
+      }
+    };
+    auto sync_all = [&] {
+      s1.synchronize();
+      s2.synchronize();
+      s3.synchronize();
+      s4.synchronize();
+      s5.synchronize();
+    };
+    std::vector<double> down2d, both2d;
     for (auto _ : state) {
+      down2d.push_back(timed([&] {
+        blocks_out();
+        sync_all();
+      }));
+      both2d.push_back(timed([&] {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(d1.data(), h1.data(), bytes, cudaMemcpyHostToDevice, s1.value()));
+        blocks_out();
+        sync_all();
+      }));
       up.push_back(timed([&] {
         SPILLWAY_CUDA_TRY(cudaMemcpyAsync(d1.data(), h1.data(), bytes, cudaMemcpyHostToDevice, s1.value()));
         s1.synchronize();
@@ -207,6 +250,9 @@ void bm_copy_rates(benchmark::State& state) {
     state.counters["h2d_GB/s"] = r.h2d / 1e9;
     state.counters["d2h_GB/s"] = r.d2h / 1e9;
     state.counters["both_GB/s"] = r.both / 1e9;
+    const double out2d = 64.0 * static_cast<double>(side * line);
+    state.counters["d2h_2d_GB/s"] = out2d / median(down2d) / 1e9;
+    state.counters["both_2d_GB/s"] = (out2d + static_cast<double>(bytes)) / median(both2d) / 1e9;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -301,8 +347,62 @@ void in_core(benchmark::State& state, kind kd, const T* ha, const T* hb) {
   state.SetLabel(lab);
 }
 
+/// Summary counters of a traced run (see the file comment) and, with --ooc_trace_dir, its CSV.
+void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_plan& plan, const std::string& name) {
+  const std::size_t nb = tr.ready_ms.size();
+  if (nb == 0) return;
+  double in = 0;
+  for (float v : tr.load_end_ms) in = std::max(in, static_cast<double>(v));
+  // GEMM intervals [ready, end] in order of readiness; their union is the time the GPU had a GEMM.
+  std::vector<std::pair<double, double>> iv;
+  double last_gemm = 0, last_out = 0, lag = 0;
+  for (std::size_t x = 0; x < nb; ++x) {
+    if (!(tr.ready_ms[x] == tr.ready_ms[x])) continue;
+    iv.emplace_back(tr.ready_ms[x], tr.gemm_end_ms[x]);
+    last_gemm = std::max(last_gemm, static_cast<double>(tr.gemm_end_ms[x]));
+    last_out = std::max(last_out, static_cast<double>(tr.out_end_ms[x]));
+    lag = std::max(lag, static_cast<double>(tr.out_end_ms[x] - tr.gemm_end_ms[x]));
+  }
+  std::sort(iv.begin(), iv.end());
+  double busy = 0, idle_in = 0, idle_after = 0, reach = 0;
+  for (const auto& [a, b] : iv) {
+    if (a > reach) {
+      // The gap [reach, a]: split at the moment the last panel arrived.
+      idle_in += std::max(0.0, std::min(a, in) - reach);
+      idle_after += std::max(0.0, a - std::max(reach, in));
+    }
+    if (b > reach) {
+      busy += b - std::max(a, reach);
+      reach = b;
+    }
+  }
+  state.counters["tr_setup"] = tr.setup_seconds * 1e3;
+  state.counters["tr_first_ready"] = iv.empty() ? 0.0 : iv.front().first;
+  state.counters["tr_in"] = in;
+  state.counters["tr_gemm"] = last_gemm;
+  state.counters["tr_out"] = last_out;
+  state.counters["tr_busy"] = busy;
+  state.counters["tr_idle_in"] = idle_in;
+  state.counters["tr_idle_after"] = idle_after;
+  state.counters["tr_lag_max"] = lag;
+  if (g_trace_dir.empty()) return;
+  const std::string path = g_trace_dir + "/" + name + ".csv";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return;
+  std::fprintf(f, "kind,index,i,j,device,bytes,ready_ms,gemm_end_ms,out_end_ms\n");
+  for (std::size_t x = 0; x < tr.load_end_ms.size(); ++x)
+    std::fprintf(f, "load,%zu,,,%d,%zu,,%.4f,\n", x, tr.load_device[x], tr.load_bytes[x],
+                 static_cast<double>(tr.load_end_ms[x]));
+  for (std::size_t x = 0; x < nb; ++x)
+    std::fprintf(f, "block,%zu,%ld,%ld,%d,,%.4f,%.4f,%.4f\n", x, static_cast<long>(plan.order[x].i),
+                 static_cast<long>(plan.order[x].j), tr.block_device[x], static_cast<double>(tr.ready_ms[x]),
+                 static_cast<double>(tr.gemm_end_ms[x]), static_cast<double>(tr.out_end_ms[x]));
+  std::fclose(f);
+}
+
 template <class T>
-void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices) {
+void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
+                 std::size_t slots = 0) {
   host_set& h = host();
   const index_t n = g_n;
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
@@ -310,6 +410,9 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   oo.budget = spillway::memory_budget(g_budget);
   oo.devices = devices;
   oo.rates = measured_rates();
+  if (slots > 0) oo.slots_per_device = slots;
+  const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
+  if (ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
   g::ooc_report rep;
   auto run = [&] {
@@ -331,9 +434,22 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     state.SetIterationTime(secs.back());
   }
   const double med = median(secs);
-  const std::string key =
-      std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu" : "/out_of_core");
+  const std::string key = std::string(kind_name(kd)) +
+                          (devices.size() > 1 ? "/out_of_core_2gpu"
+                                              : slots > 0 ? "/out_of_core_slots" + std::to_string(slots)
+                                                          : "/out_of_core");
   results()[key] = med;
+  {
+    g::ooc_trace tr;
+    g::ooc_options traced = oo;
+    traced.trace = &tr;
+    const g::ooc_report tr_rep =
+        g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), g::col_major<const T>(hb, n, n), 0.0f,
+                            g::row_major(h.c.data(), n, n), o, traced);
+    std::string file = key;
+    std::replace(file.begin(), file.end(), '/', '_');
+    report_trace(state, tr, tr_rep.plan, file);
+  }
   const double floor = rep.plan.floor_seconds;
   state.counters["seconds"] = med;
   state.counters["TFLOP/s"] = flops() / med / 1e12;
@@ -341,6 +457,10 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   state.counters["plan_h2d_GB"] = static_cast<double>(rep.plan.h2d_bytes) / 1e9;
   state.counters["plan_d2h_GB"] = static_cast<double>(rep.plan.d2h_bytes) / 1e9;
   state.counters["moved_GB"] = static_cast<double>(rep.job.bytes_moved) / 1e9;
+  if (rep.plan.ramp_seconds > 0) {
+    state.counters["ramp_ms"] = rep.plan.ramp_seconds * 1e3;
+    state.counters["vs_ramp"] = med / rep.plan.ramp_seconds;
+  }
   const auto ic = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic != results().end()) {
     state.counters["vs_in_core"] = med / ic->second;
@@ -368,7 +488,7 @@ void bm_in_core(benchmark::State& state, kind kd) {
   }
 }
 
-void bm_out_of_core(benchmark::State& state, kind kd, int gpus) {
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
@@ -381,9 +501,9 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus) {
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices);
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots);
     else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices);
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -412,6 +532,15 @@ void register_rows() {
         ->UseManualTime()
         ->Iterations(reps)
         ->Unit(benchmark::kMillisecond);
+    if (kd == kind::bf16) {
+      for (std::size_t sl : {std::size_t{8}, std::size_t{16}}) {
+        benchmark::RegisterBenchmark((base + "/out_of_core_slots" + std::to_string(sl)).c_str(),
+                                     [kd, sl](benchmark::State& st) { bm_out_of_core(st, kd, 1, sl); })
+            ->UseManualTime()
+            ->Iterations(reps)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),
                                    [kd](benchmark::State& st) { bm_out_of_core(st, kd, 2); })
@@ -434,6 +563,8 @@ void parse_own_flags(int& argc, char** argv) {
       g_n = std::atoll(a.c_str() + 8);
     else if (a.rfind("--ooc_budget=", 0) == 0)
       g_budget = spillway::parse_byte_size(a.substr(13));
+    else if (a.rfind("--ooc_trace_dir=", 0) == 0)
+      g_trace_dir = a.substr(16);
     else
       argv[out++] = argv[i];
   }

@@ -93,6 +93,66 @@ TEST(OocPlan, AcceptanceBf16MovesEachOperandOnceAndTheFloorIsBothWays) {
   EXPECT_LE(p.device_bytes, 8 * GiB);
 }
 
+// With 8 GiB, A and B (2 GiB each in bf16) both fit: B gets a slot per panel, so the square start
+// spans the whole matrix (after s row and s column panels, the first s² blocks are exactly those).
+TEST(OocPlan, Bf16AcceptanceSquareStartSpansTheWholeMatrix) {
+  const ooc_plan p = make_ooc_plan(square(32768, 2, 8 * GiB));
+  SCOPED_TRACE(p.describe());
+  ASSERT_EQ(p.row_panels, 16);
+  ASSERT_EQ(p.col_panels, 16);
+  EXPECT_EQ(p.a_slots, 16u);
+  EXPECT_EQ(p.b_slots, 16u);
+  for (index_t s = 1; s <= 16; ++s) {
+    for (std::size_t t = 0; t < static_cast<std::size_t>(s * s); ++t) {
+      EXPECT_TRUE(p.order[t].i < s && p.order[t].j < s) << "task " << t << " outside the " << s << "-square";
+    }
+  }
+  expect_permutation(p);
+}
+
+// Float: A (4 GiB) resident, and B takes what the budget leaves: 15 of its 16 panels of 256 MiB
+// (8 GiB - 4 GiB - 4 C blocks of 16 MiB), never more bytes than the plan with fewer slots.
+TEST(OocPlan, ResidentAGivesBTheRestOfTheBudget) {
+  const ooc_plan p = make_ooc_plan(square(32768, 4, 8 * GiB));
+  SCOPED_TRACE(p.describe());
+  EXPECT_EQ(p.a_slots, 16u);
+  EXPECT_EQ(p.b_slots, 15u);
+  EXPECT_LE(p.device_bytes, 8 * GiB);
+  EXPECT_EQ(p.h2d_bytes, 8 * GiB);
+  for (std::size_t t = 0; t < 15u * 15u; ++t) EXPECT_TRUE(p.order[t].i < 15 && p.order[t].j < 15) << t;
+}
+
+// The order's bound, by hand for the bf16 job: panels of P = 2048 x 32768 x 2 bytes arrive back to
+// back at 55 GB/s as A0, B0, A1, B1, … (the square order needs A_s for block (s, 0) and B_s for
+// (0, s)); each of the 256 blocks takes G/256 once its panels are in; the last C block (16 MiB)
+// leaves at 55 GB/s. That list schedule is 121.93 ms for G = 104.6 ms: above the continuous bound
+// G + F²/(4G) = 119.17 ms (F = 32 P / 55 GB/s = 78.09 ms) by the discrete start and the last block.
+TEST(OocPlan, RampBoundOfTheSquareOrder) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.rates = copy_rates{55e9, 55e9, 97e9};
+  EXPECT_EQ(make_ooc_plan(r).ramp_seconds, 0.0) << "no compute estimate, no bound";
+  r.compute_seconds = 0.1046;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  const double F = 32.0 * 2048.0 * 32768.0 * 2.0 / 55e9, G = 0.1046;
+  EXPECT_GT(p.ramp_seconds, G + F * F / (4 * G));
+  EXPECT_NEAR(p.ramp_seconds, 0.121931, 2e-5);
+  EXPECT_GE(p.ramp_seconds, p.copy_seconds);
+  EXPECT_NE(p.describe().find("ramp"), std::string::npos);
+  // Compute far above the copies: the bound is the compute plus the first two panels and the last
+  // block out. Far below: the blocks finish as their panels land, and the copies out fall behind
+  // once a shell's blocks (2s + 1 of 0.305 ms each) take longer to leave than its two panels take
+  // to arrive (4.88 ms, from s = 8 on): the last block leaves ~100 ms in, after the copy floor.
+  r.compute_seconds = 10.0;
+  const double P = 2048.0 * 32768.0 * 2.0 / 55e9, out = 2048.0 * 2048.0 * 4.0 / 55e9;
+  EXPECT_NEAR(make_ooc_plan(r).ramp_seconds, 10.0 + 2 * P + out, 1e-9);
+  r.compute_seconds = 1e-6;
+  const ooc_plan q = make_ooc_plan(r);
+  EXPECT_GE(q.ramp_seconds, q.copy_seconds);
+  EXPECT_GE(q.ramp_seconds, 16 * P + 192 * out);
+  EXPECT_LE(q.ramp_seconds, 16 * P + 192 * out + 2 * P);
+}
+
 TEST(OocPlan, BetaNonzeroReadsCOnce) {
   ooc_plan_request r = square(32768, 4, 8 * GiB);
   r.read_c = true;

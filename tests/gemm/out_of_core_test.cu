@@ -89,7 +89,7 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
 /// compared with the in-core result of the same inputs).
 template <class T, class TC>
 ::testing::AssertionResult run_ooc(const ooc_case& cs, gemm_options o, std::uint64_t seed,
-                                   ooc_report* out = nullptr) {
+                                   ooc_report* out = nullptr, ooc_trace* trace = nullptr) {
   std::mt19937_64 g(seed);
   const double alpha = is_int_v<T> ? 2.0 : 1.5, beta = cs.beta_zero ? 0.0 : (is_int_v<T> ? -3.0 : -0.75);
   auto a = make_matrix<T>(cs.m, cs.k, {cs.la, false, 0, 0}, 1, 0, g);
@@ -112,6 +112,7 @@ template <class T, class TC>
   oo.budget = spillway::memory_budget(
       budget_for<T, TC>(cs, tensor && cs.la == layout::col_major, tensor && cs.lb == layout::row_major));
   oo.devices = cs.devices;
+  oo.trace = trace;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -300,6 +301,49 @@ TEST(OutOfCoreGemmGpu, KChunksInt8ToFloat) {
 }
 TEST(OutOfCoreGemmGpu, KChunksInt8ToInt32Exact) {
   k_chunks<std::int8_t, std::int32_t>("int8-int32");
+}
+
+// A plan whose caches hold every panel (the loader copies them all from the first block on),
+// traced: one copy per panel, their bytes the plan's, the loader's copies in issue order, and every
+// block's GEMM ready only after both its panels landed, done before its C block is out.
+TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-trace");
+  ooc_case cs;
+  cs.pinned = true;
+  cs.devices = {0};
+  gemm_options o;
+  ooc_report rep;
+  ooc_trace tr;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, o, seed, &rep, &tr)));
+  const ooc_plan& p = rep.plan;
+  SCOPED_TRACE(p.describe());
+  ASSERT_EQ(p.k_chunks, 1);
+  ASSERT_GE(p.a_slots, static_cast<std::size_t>(p.row_panels));
+  ASSERT_GE(p.b_slots, static_cast<std::size_t>(p.col_panels));
+  ASSERT_EQ(tr.load_end_ms.size(), static_cast<std::size_t>(p.row_panels + p.col_panels));
+  std::size_t bytes = 0;
+  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1), b_at(static_cast<std::size_t>(p.col_panels), -1);
+  for (std::size_t x = 0; x < tr.load_end_ms.size(); ++x) {
+    bytes += tr.load_bytes[x];
+    ASSERT_EQ(tr.load_chunk[x], 0);
+    (tr.load_operand[x] == 'A' ? a_at : b_at)[static_cast<std::size_t>(tr.load_panel[x])] = tr.load_end_ms[x];
+    if (x > 0) EXPECT_GE(tr.load_end_ms[x], tr.load_end_ms[x - 1]) << "the loader's copies run in order";
+  }
+  EXPECT_EQ(bytes, p.h2d_bytes);
+  for (float v : a_at) EXPECT_GE(v, 0.0f);
+  for (float v : b_at) EXPECT_GE(v, 0.0f);
+  ASSERT_EQ(tr.ready_ms.size(), p.tasks());
+  const float tick = 1e-3f;  // event resolution (~0.5 µs) in ms
+  for (std::size_t x = 0; x < p.tasks(); ++x) {
+    const ooc_block b = p.order[x];
+    EXPECT_EQ(tr.block_device[x], 0);
+    EXPECT_GE(tr.ready_ms[x] + tick, a_at[static_cast<std::size_t>(b.i)]) << "block " << x;
+    EXPECT_GE(tr.ready_ms[x] + tick, b_at[static_cast<std::size_t>(b.j)]) << "block " << x;
+    EXPECT_LE(tr.ready_ms[x], tr.gemm_end_ms[x] + tick) << "block " << x;
+    EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
+  }
+  EXPECT_GT(tr.setup_seconds, 0.0);
 }
 
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {

@@ -60,6 +60,9 @@ struct ooc_plan_request {
   index_t max_block = 0;  ///< cap on the C block's sides (0: none); tests force many blocks with it
   bool allow_transpose = true;
   copy_rates rates{};
+  /// The in-core time of the whole product on one device (an estimate; 0: unknown). With it the
+  /// plan states `ramp_seconds`, the bound its visiting order puts on the job.
+  double compute_seconds = 0;
 };
 
 /// One C block in the executed frame: row panel i, column panel j.
@@ -87,6 +90,16 @@ struct ooc_plan {
   std::size_t min_h2d_bytes = 0, min_d2h_bytes = 0;  ///< what any plan must move: A, B (and C) in, C out
   double copy_seconds = 0;   ///< this plan's bytes at the rates (per device when devices > 1)
   double floor_seconds = 0;  ///< the independent floor: the minimum bytes at the rates
+  /// The bound this plan's order puts on the job when the request stated compute_seconds (else 0):
+  /// panels copied back to back at the H2D rate in the order the blocks first need them, each block
+  /// computed once its panels are in and the block before it is done (at the in-core rate), its C
+  /// block copied out at the D2H rate; at least copy_seconds. A block runs only once both its
+  /// panels are in, so while the first panels arrive the GPU waits: after a fraction x of A and B
+  /// has arrived at most x² of the work can run (the square order reaches that), and the job takes
+  /// at least F·max over x of [x + (G/F)(1 − x²)] = G + F²/(4G) for G ≥ F/2 (F the copy-in time, G
+  /// the compute time). Copy contention between the two directions is not in it (the `both` rate
+  /// bounds copy_seconds only).
+  double ramp_seconds = 0;
   [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
   /// Rows [r0, r0 + rows) and columns of block b in the executed frame.
   [[nodiscard]] index_t block_rows(const ooc_block& b) const noexcept { return std::min(bm, m - b.i * bm); }
@@ -234,6 +247,48 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
   }
 }
 
+/// The order's bound on one device's part of the job (see ooc_plan::ramp_seconds): its two caches
+/// simulated as in ooc_simulate, each missing panel copied after the previous one at rates.h2d,
+/// each block computed (`compute_seconds` x its share of the product's work) once its panels are in
+/// and the previous block is done, its C block out at rates.d2h after the previous one.
+inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c, std::size_t in_bytes,
+                       std::size_t out_bytes, const copy_rates& rates, double compute_seconds) {
+  std::vector<index_t> a_tag(p.a_slots, -1), b_tag(p.b_slots, -1);
+  std::vector<double> a_at(p.a_slots, 0.0), b_at(p.b_slots, 0.0);
+  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<index_t>(p.k, 1));
+  double in = 0, gpu = 0, out = 0;
+  const index_t kch = p.k_chunks;
+  for (std::size_t t = begin; t < end; ++t) {
+    const ooc_block& b = p.order[t];
+    const auto rows = static_cast<double>(p.block_rows(b)), cols = static_cast<double>(p.block_cols(b));
+    double ready = 0;
+    auto arrive = [&](std::vector<index_t>& tag, std::vector<double>& at, index_t key, double bytes) {
+      const std::size_t s = static_cast<std::size_t>(key) % tag.size();
+      if (tag[s] != key) {
+        tag[s] = key;
+        in += bytes / rates.h2d;
+        at[s] = in;
+      }
+      ready = std::max(ready, at[s]);
+    };
+    if (p.k > 0) {
+      for (index_t q = 0; q < kch; ++q) {
+        const auto kq = static_cast<double>(p.chunk_k(q));
+        arrive(a_tag, a_at, b.i * kch + q, rows * kq * static_cast<double>(in_bytes));
+        arrive(b_tag, b_at, b.j * kch + q, kq * cols * static_cast<double>(in_bytes));
+      }
+    }
+    const double cbytes = rows * cols * static_cast<double>(out_bytes);
+    if (read_c) {
+      in += cbytes / rates.h2d;
+      ready = std::max(ready, in);
+    }
+    gpu = std::max(gpu, ready) + compute_seconds * rows * cols * static_cast<double>(std::max<index_t>(p.k, 1)) / work;
+    out = std::max(out, gpu) + cbytes / rates.d2h;
+  }
+  return std::max(gpu, out);
+}
+
 /// Which block each device takes next: its own range of the plan's order from the front; when
 /// that is done, the back of the range with the most blocks left (so every task the scheduler
 /// hands out finds a block, and a faster device helps a slower one at the end).
@@ -307,6 +362,7 @@ inline std::string ooc_plan::describe() const {
       gib(static_cast<double>(min_h2d_bytes)) + " / " + gib(static_cast<double>(min_d2h_bytes)) +
       "); copy time " + std::to_string(copy_seconds * 1e3) + " ms, floor " +
       std::to_string(floor_seconds * 1e3) + " ms";
+  if (ramp_seconds > 0) s += ", order's bound (ramp) " + std::to_string(ramp_seconds * 1e3) + " ms";
   return s;
 }
 
@@ -408,14 +464,15 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
               a_slots = std::min<std::size_t>(a_slots, static_cast<std::size_t>(rp_dev * kch));
             }
             rem -= detail::ooc_mul(a_slots, z.pa);
-            // B slots beyond two feed the square start (as many as half the columns: the GPU waits
-            // least while the first panels arrive) and the reuse at band turns.
+            // B slots beyond two widen the square start (ooc_device_order grows it over as many
+            // columns as B has slots: after a fraction x of the panels has arrived, x² of the work
+            // can run, over the whole first band instead of a linear ramp after its corner) and add
+            // reuse at band turns; more slots never move more bytes, so they take what the budget
+            // leaves, up to every panel.
             std::size_t b_slots = 1;
             if (z.pb > 0) {
               b_slots = rem / z.pb;
-              const index_t want = std::max<index_t>({8, 2 * kch, (np + 1) / 2});
-              b_slots =
-                  std::min<std::size_t>(b_slots, static_cast<std::size_t>(std::min<index_t>(np * kch, want)));
+              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(np * kch));
             }
             a_slots = std::max<std::size_t>(a_slots, 1);
             b_slots = std::max<std::size_t>(b_slots, 1);
@@ -508,6 +565,14 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
   }
   p.copy_seconds = worst;
+  if (r.compute_seconds > 0) {
+    double ramp = 0;
+    for (std::size_t d = 0; d < r.devices; ++d) {
+      ramp = std::max(ramp, detail::ooc_ramp(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes,
+                                             r.out_bytes, r.rates, r.compute_seconds));
+    }
+    p.ramp_seconds = std::max(ramp, p.copy_seconds);
+  }
   return p;
 }
 

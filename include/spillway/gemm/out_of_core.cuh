@@ -12,7 +12,8 @@
 // How a job runs (the executed frame of ooc_plan.hpp: panels of "A" resident, "B" streamed): each
 // task is one C block. Panels are copied into the device's two panel caches on a loader stream of
 // the device's own, in the order the blocks need them and as far ahead of the running blocks as the
-// caches allow (up to ooc_lookahead blocks): a cache slot is refilled once no block before the one
+// caches allow (up to ooc_lookahead blocks; every panel from the first block on when the caches hold
+// them all, as the 32,768² bf16 job in 8 GiB does): a cache slot is refilled once no block before the one
 // that needs the new panel still needs the old one, and only after every stream that read the old
 // panel has passed the event recorded after that read. On its slot's stream a task waits for its
 // panels' copy events, copies the C block in when β ≠ 0, runs the in-core gemm_async over the
@@ -44,8 +45,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +59,7 @@
 namespace spillway::gemm {
 
 struct ooc_report;
+struct ooc_trace;
 
 /// How an out-of-core GEMM is laid out over the devices.
 struct ooc_options {
@@ -79,7 +83,31 @@ struct ooc_options {
   copy_rates rates{};
   /// If set, also receives the report when the job fails (pipeline_error): which blocks were written.
   ooc_report* report_on_error = nullptr;
+  /// The in-core time of the whole product on one device, if known: the plan then states the
+  /// bound its order puts on the job (ooc_plan::ramp_seconds). Nothing else depends on it.
+  double compute_seconds = 0;
+  /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block).
+  ooc_trace* trace = nullptr;
 };
+
+/// When each part of an out-of-core job happened on its device, in ms after that device's panel
+/// caches were ready (each device has its own origin). NaN: never happened (cancelled, failed).
+struct ooc_trace {
+  /// Panel copies in the order the loader issued them: the device, the operand ('A' or 'B' in the
+  /// plan's executed frame), its panel and k chunk, bytes, and when the copy ended.
+  std::vector<int> load_device;
+  std::vector<char> load_operand;
+  std::vector<index_t> load_panel, load_chunk;
+  std::vector<std::size_t> load_bytes;
+  std::vector<float> load_end_ms;
+  /// Per block of the plan's order: the device, when its stream reached its first GEMM (panels in,
+  /// C block in, the slot free), when its last GEMM (or combine) ended, and when its C block was out.
+  std::vector<int> block_device;
+  std::vector<float> ready_ms, gemm_end_ms, out_end_ms;
+  /// Host seconds from the call to the scheduler's start (planning, device memory, events).
+  double setup_seconds = 0;
+};
+
 
 /// A block of C in the caller's coordinates: rows [row0, row0 + rows), columns [col0, col0 + cols).
 struct c_block {
@@ -203,6 +231,11 @@ struct ooc_device_ctx {
   std::size_t first = 0, last = 0;  // the device's own range of the plan's order
   std::size_t cursor = 0;           // blocks of its range before this have their panels requested
   std::vector<int> need_a, need_b;  // prefetch's scratch: readers of each panel in its window
+  bool resident = false;            // the caches hold every panel of its range: nothing is evicted
+  std::unique_ptr<event> origin;    // trace only: when the caches were ready
+  std::vector<event> load_end;      // trace only: the end of each panel copy, in issue order
+  std::vector<std::size_t> load_bytes;
+  std::vector<index_t> load_key;    // trace only: operand A: key + 1, B: -(key + 1)
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
@@ -232,6 +265,9 @@ struct ooc_job {
   std::vector<std::unique_ptr<ooc_device_ctx>> ctx;
   std::unique_ptr<ooc_queue> queue;
   std::vector<std::size_t> task_block;  // order index of task t (none: never started)
+  bool traced = false;
+  std::vector<std::unique_ptr<event>> ev_ready, ev_gemm, ev_out;  // trace only, per order index
+  std::vector<int> ev_ctx;                                         // trace only: which context ran it
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
   [[nodiscard]] index_t a_ld_dev() const {
@@ -250,7 +286,24 @@ struct ooc_job {
     throw logic_error("gemm_out_of_core: internal error: unknown device " + std::to_string(dev));
   }
 
+  /// Row panels a range of the order touches (a device's range is a band of contiguous rows).
+  [[nodiscard]] index_t rows_of_range(std::size_t first, std::size_t last) const {
+    index_t lo = plan.order[first].i, hi = lo;
+    for (std::size_t x = first; x < last; ++x) {
+      lo = std::min(lo, plan.order[x].i);
+      hi = std::max(hi, plan.order[x].i);
+    }
+    return hi - lo + 1;
+  }
+
   void setup() {
+    if (traced) {
+      const std::size_t n = plan.tasks();
+      ev_ready.resize(n);
+      ev_gemm.resize(n);
+      ev_out.resize(n);
+      ev_ctx.assign(n, -1);
+    }
     for (int d : devices) {
       device_guard g(d);  // the context's events belong to device d
       auto c = std::make_unique<ooc_device_ctx>();
@@ -274,6 +327,13 @@ struct ooc_job {
         for (auto& s : c->b_stage.buf) s = ::spillway::detail::staging_block(plan.b_panel_bytes);
       }
       c->setup->synchronize();  // the caches are ready for every stream of the ring
+      const index_t rows = c->first == c->last ? 0 : rows_of_range(c->first, c->last);
+      c->resident = plan.k > 0 && plan.a_slots >= static_cast<std::size_t>(rows * plan.k_chunks) &&
+                    plan.b_slots >= static_cast<std::size_t>(plan.col_panels * plan.k_chunks);
+      if (traced) {
+        c->origin = std::make_unique<event>(event::timing::enabled);
+        c->origin->record(c->loader->view());
+      }
       ctx.push_back(std::move(c));
     }
   }
@@ -316,6 +376,12 @@ struct ooc_job {
     }
     cache.ready[cs].record(ls);
     cache.tag[cs] = key;
+    if (traced) {
+      dc.load_end.emplace_back(event::timing::enabled);
+      dc.load_end.back().record(ls);
+      dc.load_bytes.push_back(lines * len * es);
+      dc.load_key.push_back(is_a ? key + 1 : -(key + 1));
+    }
   }
 
   /// Panel `key` present for stream s (copied now if it is not cached); its device address.
@@ -343,7 +409,10 @@ struct ooc_job {
     // A pageable panel is staged by host threads inside this call: a few per block keep the
     // scheduler's next enqueue (and so the GPU) from waiting behind a long run of host copies.
     std::size_t staged = 0;
-    while (dc.cursor < dc.last && dc.cursor - idx <= ooc_lookahead && staged < ooc_staged_per_block) {
+    // With every panel resident nothing is ever evicted: the loader copies all of them back to
+    // back from the first block on, in the order the blocks first need them.
+    const std::size_t ahead = dc.resident ? dc.last : ooc_lookahead;
+    while (dc.cursor < dc.last && dc.cursor - idx <= ahead && staged < ooc_staged_per_block) {
       const ooc_block nb = plan.order[dc.cursor];
       bool ok = true;
       for (int side = 0; side < 2 && ok; ++side) {
@@ -419,7 +488,14 @@ struct ooc_job {
     o.batch_count = 1;
     Acc* work = use_work ? slot.device<Acc>(1) : nullptr;
     const matrix_view<Acc> wblock{work, rows, cols, ldc, c.order, 0};
+    auto stamp = [&](std::vector<std::unique_ptr<event>>& evs) {
+      if (!traced) return;
+      evs[idx] = std::make_unique<event>(event::timing::enabled);
+      evs[idx]->record(s);
+      ev_ctx[idx] = static_cast<int>(di);
+    };
     if (plan.k == 0) {
+      stamp(ev_ready);
       gemm_async(s, alpha, matrix_view<const T>{nullptr, rows, 0, 1, layout::row_major, 0},
                  matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
       SPILLWAY_FAULT_LAUNCHED("gemm_async of a block (k = 0)");
@@ -428,6 +504,7 @@ struct ooc_job {
       const index_t kq = plan.chunk_k(q);
       const T* ap = ensure(dc, true, blk.i * plan.k_chunks + q, s, moved);
       const T* bp = ensure(dc, false, blk.j * plan.k_chunks + q, s, moved);
+      if (q == 0) stamp(ev_ready);
       const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a.order, 0};
       const matrix_view<const T> bv{bp, kq, cols, b_ld_dev(), b.order, 0};
       if (use_work) {
@@ -447,6 +524,7 @@ struct ooc_job {
       ooc_combine_kernel<TC, Acc><<<grid, 256, 0, s.value()>>>(work, cdev, count, beta, read_c);
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
     }
+    stamp(ev_gemm);
     if (c_pinned) {
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpy2DAsync(
           const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), cdev, c_pitch, c_line,
@@ -456,8 +534,48 @@ struct ooc_job {
           cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value())));
     }
     moved += cb;
+    stamp(ev_out);
     prefetch(dc, idx, moved);
     slot.add_bytes_moved(moved);
+  }
+
+  /// The trace's times (after the job: every recorded event has completed or never will).
+  void read_trace(ooc_trace& tr) const {
+    auto ms = [](const event& from, const event* to) {
+      float v = 0;
+      if (to == nullptr || cudaEventElapsedTime(&v, from.value(), to->value()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return std::numeric_limits<float>::quiet_NaN();
+      }
+      return v;
+    };
+    for (std::size_t d = 0; d < ctx.size(); ++d) {
+      const ooc_device_ctx& dc = *ctx[d];
+      device_guard g(dc.device);
+      for (std::size_t x = 0; x < dc.load_end.size(); ++x) {
+        tr.load_device.push_back(dc.device);
+        const index_t key = dc.load_key[x] > 0 ? dc.load_key[x] - 1 : -dc.load_key[x] - 1;
+        tr.load_operand.push_back(dc.load_key[x] > 0 ? 'A' : 'B');
+        tr.load_panel.push_back(key / plan.k_chunks);
+        tr.load_chunk.push_back(key % plan.k_chunks);
+        tr.load_bytes.push_back(dc.load_bytes[x]);
+        tr.load_end_ms.push_back(ms(*dc.origin, &dc.load_end[x]));
+      }
+    }
+    const std::size_t n = plan.tasks();
+    tr.block_device.assign(n, -1);
+    tr.ready_ms.assign(n, std::numeric_limits<float>::quiet_NaN());
+    tr.gemm_end_ms = tr.ready_ms;
+    tr.out_end_ms = tr.ready_ms;
+    for (std::size_t x = 0; x < n; ++x) {
+      if (ev_ctx[x] < 0) continue;
+      const ooc_device_ctx& dc = *ctx[static_cast<std::size_t>(ev_ctx[x])];
+      device_guard g(dc.device);
+      tr.block_device[x] = dc.device;
+      tr.ready_ms[x] = ms(*dc.origin, ev_ready[x].get());
+      tr.gemm_end_ms[x] = ms(*dc.origin, ev_gemm[x].get());
+      tr.out_end_ms[x] = ms(*dc.origin, ev_out[x].get());
+    }
   }
 
   void complete(std::size_t t, task_slot& slot) {
@@ -503,6 +621,7 @@ bool ooc_page_locked(host_memory mode, const matrix_view<const T>& v) {
 template <class TA, class TB, class TC, class Scalar>
 ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta,
                             matrix_view<TC> c, const gemm_options& opt = {}, const ooc_options& ooc = {}) {
+  const auto t_call = std::chrono::steady_clock::now();
   detail::static_check_types<TA, TB, TC>();
   using T = std::remove_cv_t<TA>;
   using Acc = accumulator_t<T>;
@@ -546,6 +665,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.split_k = o.split_k;
   r.max_block = ooc.max_block;
   r.rates = ooc.rates;
+  r.compute_seconds = ooc.compute_seconds;
   rep.plan = make_ooc_plan(r);
   if (c.rows == 0 || c.cols == 0) return rep;
 
@@ -573,7 +693,12 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   job.devices = devices;
   job.queue = std::make_unique<detail::ooc_queue>(job.plan.device_first);
   job.task_block.assign(job.plan.tasks(), detail::ooc_job<T, TC>::none);
+  job.traced = ooc.trace != nullptr;
   job.setup();
+  if (ooc.trace != nullptr) {
+    *ooc.trace = ooc_trace{};
+    ooc.trace->setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
+  }
 
   task_job_options to;
   to.devices = devices;
@@ -594,6 +719,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
         [&job](std::size_t t, task_slot& slot, stream_view s) { job.enqueue(t, slot, s); },
         [&job](std::size_t t, task_slot& slot) { job.complete(t, slot); });
     fill(jr);
+    if (ooc.trace != nullptr) job.read_trace(*ooc.trace);
   } catch (const pipeline_error& e) {
     if (ooc.report_on_error != nullptr) {
       fill(e.report());
