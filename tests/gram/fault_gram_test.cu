@@ -370,7 +370,7 @@ TEST_F(FaultGramGpu, StripCallbackThrowsOnTheWorker) {
   gram_report rep;
   o.report = &rep;
   std::vector<std::int64_t> delivered;  // first rows of the strips the callback saw, all right
-  int calls = 0;
+  int calls = -1000;                    // throws at the 4th strip once set to 0
   auto on_strip = [&](const gram_strip<std::int32_t>& st) {
     if (++calls == 4) throw std::runtime_error("strip callback refuses rows " + std::to_string(st.first_row));
     for (std::int64_t i = st.first_row; i < st.first_row + st.rows; ++i)
