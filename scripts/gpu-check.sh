@@ -15,6 +15,14 @@
 #   scripts/gpu-check.sh python-bench           (GPU machine) the same build, then python/benchmarks/
 #                                              gram_topk_bench.py: Python vs C++ vs torch._int_mm top-32
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
+#   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
+#                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
+#                                              with the reason on a one-GPU machine, a failure when
+#                                              SPILLWAY_REQUIRE_GPUS>=2), and spillway-gram-mpi --check
+#   scripts/gpu-check.sh mpi-bench              (GPU machine) spillway-gram-mpi --bench (100,000 x 200,000,
+#                                              top-32 and triangle) with one rank, then two; the disk's
+#                                              fsync'd write rate (dd) first. MPI_BENCH_DIR: where the
+#                                              triangle goes (default /tmp/spillway_mpi_bench, ~20 GB)
 #
 # Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
 # names to split further. Every binary runs under `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s,
@@ -211,6 +219,70 @@ run_python() {
   [[ $rc -ne 0 ]] && { status=1; grep -E '^(FAILED|ERROR|SKIPPED)|Error' "$RESULTS/python_tests.log" | head -30; }
 }
 
+# spillway::dist (issue 15) under mpirun, one GPU per rank. Root needs OpenMPI's consent; in
+# containers its single-copy shared-memory path fails. -np N runs only with N GPUs visible.
+MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+mpi_gpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0; }
+mpi_too_few() {  # label np gpus: records the skip (or the failure under SPILLWAY_REQUIRE_GPUS>=np)
+  if [[ ${SPILLWAY_REQUIRE_GPUS:-0} -ge $2 ]]; then
+    status=1
+    summary+=("$(printf '%-34s FAILED: -np %s needs %s GPUs, %s visible' "$1" "$2" "$2" "$3")")
+  else
+    summary+=("$(printf '%-34s skipped: -np %s needs %s GPUs (one per rank), %s visible: run on nvidia-h200-x2' "$1" "$2" "$2" "$3")")
+  fi
+}
+run_mpi() {
+  export SPILLWAY_REQUIRE_GPU=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  command -v mpirun >/dev/null || { status=1; summary+=("mpi: no mpirun on this machine"); return; }
+  if [[ -z ${SPILLWAY_PYTHON:-} ]] && python3 -c "import numpy" 2>/dev/null; then
+    export SPILLWAY_PYTHON=$(command -v python3)
+  fi
+  local gpus np bin log rc passed skipped
+  gpus=$(mpi_gpus)
+  for np in 1 2; do
+    for bin in spillway_dist_gpu_tests spillway_dist_tests spillway-gram-mpi; do
+      if [[ ! -x $GPUBIN/$bin ]]; then
+        status=1
+        summary+=("$(printf '%-34s missing from %s (pack the gpu preset on a machine with MPI)' "$bin" "$GPUBIN")")
+        continue
+      fi
+      if [[ $bin != spillway_dist_tests && $np -gt $gpus ]]; then mpi_too_few "$bin -np $np" "$np" "$gpus"; continue; fi
+      log="$RESULTS/${bin}_np$np.log"
+      if [[ $bin == spillway-gram-mpi ]]; then
+        timeout 300 "${MPIRUN[@]}" -np "$np" "$GPUBIN/$bin" --rows 20011 --cols 4096 --sink all --k 32 --check >"$log" 2>&1
+        rc=$?
+        summary+=("$(printf '%-34s rc=%-3s %s' "$bin -np $np" "$rc" "$(grep -E '^check:' "$log" | tail -1)")")
+        [[ $rc -ne 0 ]] && { status=1; tail -20 "$log"; }
+        continue
+      fi
+      timeout "${TEST_TIMEOUT:-300}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/$bin" --gtest_color=no >"$log" 2>&1
+      rc=$?
+      passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$log" | head -1)
+      skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+' "$log" | head -1)
+      summary+=("$(printf '%-34s rc=%-3s passed=%-4s skipped=%-3s (per rank)' "$bin -np $np" "$rc" "${passed:-0}" "${skipped:-0}")")
+      if [[ $rc -ne 0 || ${skipped:-0} -ne 0 ]]; then status=1; grep -E '^\[  FAILED  \]|Failure|SKIPPED|needs' "$log" | head -20; fi
+    done
+  done
+}
+run_mpi_bench() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local dir=${MPI_BENCH_DIR:-/tmp/spillway_mpi_bench} gpus np log
+  mkdir -p "$dir"
+  gpus=$(mpi_gpus)
+  # The disk's rate for the triangle file: written and fsync'd (else 20 GB land in the page cache).
+  dd if=/dev/zero of="$dir/dd.bin" bs=16M count="${DD_COUNT:-640}" conv=fsync 2>"$RESULTS/mpi_dd.log"
+  rm -f "$dir/dd.bin"
+  summary+=("$(printf '%-34s %s' "disk write (dd, fsync)" "$(tail -1 "$RESULTS/mpi_dd.log")")")
+  for np in 1 2; do
+    if [[ $np -gt $gpus ]]; then mpi_too_few "spillway-gram-mpi --bench" "$np" "$gpus"; continue; fi
+    log="$RESULTS/spillway-gram-mpi_bench_np$np.log"
+    timeout "${BENCH_TIMEOUT:-400}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-gram-mpi" --bench --output "$dir/c.npy" >"$log" 2>&1 || status=1
+    rm -f "$dir"/c.npy*
+    cat "$log"
+    summary+=("$(printf '%-34s %s' "gram-mpi --bench -np $np" "$(grep -E 'total' "$log" | sed 's/^ *//' | cut -c1-70 | paste -sd'|')")")
+  done
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -230,6 +302,8 @@ case $mode in
   sanitizer) run_sanitizer "$@" ;;
   bench) run_bench "$@" ;;
   python) run_python tests ;;
+  mpi) run_mpi ;;
+  mpi-bench) run_mpi_bench ;;
   python-bench) run_python bench ;;
   all)
     run_tests
@@ -237,7 +311,7 @@ case $mode in
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|mpi|mpi-bench|all [...]" >&2
     exit 2
     ;;
 esac
