@@ -215,8 +215,8 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   };
   const std::int64_t r0 = rj.split.first_row(c.rank()), r1 = rj.split.last_row(c.rank());
   const std::int64_t base = row_off(r0);
-  std::vector<V> local;
-  agree(c, "allocating its rows of the triangle", [&] { local.resize(static_cast<std::size_t>(row_off(r1) - base)); });
+  detail::rows_buffer<V> local;
+  agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
   const std::int64_t P = rj.split.strip_rows, strips = rj.split.strips;
   // A strip arrives in the slot's pinned staging: rows [I0, I1) x columns [I0, n), row-major.
   rep.run = detail::run_rank_job(c, rj, o, true, [&](std::size_t t, task_slot& slot) {

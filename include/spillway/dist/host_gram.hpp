@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -317,6 +318,20 @@ pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_
   return out;
 }
 
+/// This rank's rows of a triangle, uninitialised (every element is written by its strip): at
+/// 10^5 rows the triangle is 20 GB, which a value-initialised vector would first zero.
+template <class V>
+struct rows_buffer {
+  std::unique_ptr<V[]> p;
+  std::int64_t n = 0;
+  void allocate(std::int64_t count) {
+    p.reset(new V[static_cast<std::size_t>(std::max<std::int64_t>(count, 1))]);
+    n = count;
+  }
+  [[nodiscard]] V* data() const noexcept { return p.get(); }
+  [[nodiscard]] std::int64_t size() const noexcept { return n; }
+};
+
 /// Concatenation bookkeeping of per-rank COO runs (MPI_Exscan of the counts). Collective.
 template <class V>
 void place_coo(const communicator& c, coo_block<V>& b) {
@@ -460,7 +475,8 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   };
   const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
   const std::int64_t base = row_off(r0);
-  std::vector<V> local(static_cast<std::size_t>(row_off(r1) - base));
+  detail::rows_buffer<V> local;
+  agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
   const std::vector<std::int32_t> pc = gram::row_popcounts(a);
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   const std::int64_t nw = gram::detail::words64(a);
