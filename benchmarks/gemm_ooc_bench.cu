@@ -11,7 +11,9 @@
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
-//   gemm_ooc/bf16/out_of_core_slots8, _slots16   the same job with 8 / 16 blocks in flight
+//   gemm_ooc/bf16/out_of_core_slots8     the same job with 8 blocks in flight
+//   gemm_ooc/bf16/out_of_core_direct     C blocks copied out by 2-D DMA straight into C
+//                                        (ooc_copy_out::direct) instead of staged
 //
 // Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
 // vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
@@ -402,7 +404,7 @@ void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_
 
 template <class T>
 void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
-                 std::size_t slots = 0) {
+                 std::size_t slots = 0, bool direct = false) {
   host_set& h = host();
   const index_t n = g_n;
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
@@ -411,6 +413,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   oo.devices = devices;
   oo.rates = measured_rates();
   if (slots > 0) oo.slots_per_device = slots;
+  if (direct) oo.c_out = g::ooc_copy_out::direct;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
@@ -436,8 +439,9 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   const double med = median(secs);
   const std::string key = std::string(kind_name(kd)) +
                           (devices.size() > 1 ? "/out_of_core_2gpu"
-                                              : slots > 0 ? "/out_of_core_slots" + std::to_string(slots)
-                                                          : "/out_of_core");
+                           : direct           ? "/out_of_core_direct"
+                           : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
+                                              : "/out_of_core");
   results()[key] = med;
   {
     g::ooc_trace tr;
@@ -488,7 +492,7 @@ void bm_in_core(benchmark::State& state, kind kd) {
   }
 }
 
-void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0) {
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool direct = false) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
@@ -501,9 +505,9 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slot
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots);
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, direct);
     else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots);
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, direct);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -533,13 +537,16 @@ void register_rows() {
         ->Iterations(reps)
         ->Unit(benchmark::kMillisecond);
     if (kd == kind::bf16) {
-      for (std::size_t sl : {std::size_t{8}, std::size_t{16}}) {
-        benchmark::RegisterBenchmark((base + "/out_of_core_slots" + std::to_string(sl)).c_str(),
-                                     [kd, sl](benchmark::State& st) { bm_out_of_core(st, kd, 1, sl); })
-            ->UseManualTime()
-            ->Iterations(reps)
-            ->Unit(benchmark::kMillisecond);
-      }
+      benchmark::RegisterBenchmark((base + "/out_of_core_slots8").c_str(),
+                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 8); })
+          ->UseManualTime()
+          ->Iterations(reps)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark((base + "/out_of_core_direct").c_str(),
+                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, true); })
+          ->UseManualTime()
+          ->Iterations(reps)
+          ->Unit(benchmark::kMillisecond);
     }
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),

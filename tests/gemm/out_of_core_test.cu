@@ -42,6 +42,7 @@ struct ooc_case {
   bool split_k = false;  // the budget is small enough that k is cut into chunks
   bool bands = false;    // the budget is small enough that A's panels do not all fit (B re-streamed)
   std::vector<int> devices;
+  ooc_copy_out c_out = ooc_copy_out::automatic;
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -113,6 +114,7 @@ template <class T, class TC>
       budget_for<T, TC>(cs, tensor && cs.la == layout::col_major, tensor && cs.lb == layout::row_major));
   oo.devices = cs.devices;
   oo.trace = trace;
+  oo.c_out = cs.c_out;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -344,6 +346,25 @@ TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
     EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
   }
   EXPECT_GT(tr.setup_seconds, 0.0);
+}
+
+// Page-locked C, both ways out: 2-D DMA straight into C, and whole blocks through the slots'
+// pinned buffers (what `automatic` picks for these short lines); β ≠ 0 reads C by DMA either way.
+TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  for (const ooc_copy_out how : {ooc_copy_out::direct, ooc_copy_out::staged}) {
+    for (const bool beta_zero : {true, false}) {
+      for (const layout lc : {layout::row_major, layout::col_major}) {
+        ooc_case cs;
+        cs.pinned = true;
+        cs.c_out = how;
+        cs.beta_zero = beta_zero;
+        cs.lc = lc;
+        const auto seed = spillway::test::seed("ooc-c-out");
+        EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed))) << (how == ooc_copy_out::direct ? "direct" : "staged");
+      }
+    }
+  }
 }
 
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {

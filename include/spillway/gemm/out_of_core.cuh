@@ -61,6 +61,18 @@ namespace spillway::gemm {
 struct ooc_report;
 struct ooc_trace;
 
+/// How C blocks leave the device when C is page-locked (pageable C is always staged).
+enum class ooc_copy_out {
+  /// `staged` when a block's lines in C are shorter than 64 KiB, else `direct`.
+  automatic,
+  /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
+  direct,
+  /// Whole (1-D) into a pinned buffer of its slot; the host copies it into C when the block is
+  /// complete. On the lent H200 a 2048 x 2048 float block of a 32768-wide C (8 KiB lines) left at
+  /// ~31 GB/s by 2-D DMA one at a time, against 55 GB/s for 1-D copies (see docs/gemm.md).
+  staged,
+};
+
 /// How an out-of-core GEMM is laid out over the devices.
 struct ooc_options {
   /// Devices to use (each once). Empty: every visible device.
@@ -88,6 +100,8 @@ struct ooc_options {
   double compute_seconds = 0;
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block).
   ooc_trace* trace = nullptr;
+  /// How C blocks are copied out of the device when C is page-locked.
+  ooc_copy_out c_out = ooc_copy_out::automatic;
 };
 
 /// When each part of an out-of-core job happened on its device, in ms after that device's panel
@@ -258,6 +272,7 @@ struct ooc_job {
   Acc alpha{}, beta{};
   bool read_c = false;
   bool a_pinned = false, b_pinned = false, c_pinned = false;
+  bool c_staged_out = false;  // C blocks leave through the slot's pinned buffer (always when C is pageable)
   bool use_work = false;
   gemm_options opt;
   ooc_plan plan;
@@ -525,7 +540,7 @@ struct ooc_job {
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
     }
     stamp(ev_gemm);
-    if (c_pinned) {
+    if (!c_staged_out) {
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpy2DAsync(
           const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), cdev, c_pitch, c_line,
           static_cast<std::size_t>(csub.lines), cudaMemcpyDeviceToHost, s.value())));
@@ -579,7 +594,7 @@ struct ooc_job {
   }
 
   void complete(std::size_t t, task_slot& slot) {
-    if (c_pinned) return;
+    if (!c_staged_out) return;
     const ooc_block blk = plan.order[task_block[t]];
     const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
     const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
@@ -685,6 +700,14 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
     job.b_pinned = rep.b_page_locked;
   }
   job.c_pinned = rep.c_page_locked;
+  {
+    // The longest line of C a block copies: a row of the block (row-major C) or a column.
+    const index_t line = job.c.order == layout::row_major ? job.plan.bn : job.plan.bm;
+    const bool short_lines = static_cast<std::size_t>(line) * sizeof(TC) < (std::size_t{64} << 10) &&
+                             (job.c.order == layout::row_major ? job.plan.n : job.plan.m) > line;
+    job.c_staged_out = !job.c_pinned || ooc.c_out == ooc_copy_out::staged ||
+                       (ooc.c_out == ooc_copy_out::automatic && short_lines);
+  }
   job.alpha = al;
   job.beta = be;
   job.read_c = r.read_c;
@@ -705,7 +728,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   to.slots_per_device = job.plan.slots;
   to.device_buffer_bytes = {job.plan.c_block_bytes};
   if (job.use_work) to.device_buffer_bytes.push_back(job.plan.c_block_bytes / sizeof(TC) * sizeof(Acc));
-  if (!job.c_pinned) to.pinned_buffer_bytes = {job.plan.c_block_bytes};
+  if (job.c_staged_out) to.pinned_buffer_bytes = {job.plan.c_block_bytes};
   to.progress = ooc.progress;
   auto fill = [&](const job_report& jr) {
     rep.job = jr;
