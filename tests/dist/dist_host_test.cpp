@@ -254,7 +254,7 @@ TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
   // A longer file of that name first: the new one must not keep its tail.
   if (c.rank() == 0) spillway::io::write_npy(path, std::vector<double>(1000, 1.0), {1000});
   c.barrier();
-  sd::write_npy_at_all(c, path, {n, 5}, v.data(), rows_before * 5, mine * 5);
+  sd::write_npy_at_all(c, path, {n, 5}, v.data(), rows_before * 5, mine * 5, /*sync=*/true);
   EXPECT_EQ(sd::npy_data_offset<std::int64_t>({n, 5}) % 64, 0);
   if (c.rank() == 0) {
     const auto a = spillway::io::read_npy(path);

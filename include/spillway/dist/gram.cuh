@@ -50,11 +50,19 @@ inline bool all_ranks_on_gpu(const communicator& c, const gram_job_options& o) {
   return all != 0;
 }
 
+/// The one-process Gram's bit producer, with the pair job's fused (filtered) top-k path left off:
+/// this rank runs a subset of the strips through the scheduler itself, and the fused path's
+/// host-side redo of an overflowed strip lives in run_pair_job's own task loop. The score-strip
+/// top-k it uses instead is exact for any subset of strips.
+struct rank_bit_producer : gram::detail::bit_producer {
+  static constexpr bool per_element_writers = false;
+};
+
 /// The pair job of the one-process Gram for A·Aᵀ on this rank's GPU, planned with the same strip
 /// height on every rank (the smallest the ranks' budgets give). Collective.
 template <class V>
 struct rank_gram_job {
-  gram::detail::gram_job<V> job;
+  pairwise::detail::pair_job<V, rank_bit_producer> job;
   int device = 0;
   memory_budget budget{1};
   gram_split split;
@@ -231,7 +239,8 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()));
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()),
+                     o.sync_files);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;

@@ -136,6 +136,9 @@ struct gram_job_options {
   std::int64_t strip_rows = 0;
   /// Progress of the whole job on rank 0; cancelling stops every rank (nothing is written).
   run_options run;
+  /// The triangle's file is synced (MPI_File_sync) before the job returns: its time then includes
+  /// the storage device's, not only the page cache's.
+  bool sync_files = false;
   // ---- the GPU form (dist/gram.cuh) ----
   /// Run the host implementation even where every rank has a GPU.
   bool host = false;
@@ -496,7 +499,8 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()));
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()),
+                     o.sync_files);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;

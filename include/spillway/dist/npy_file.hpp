@@ -39,9 +39,11 @@ std::int64_t npy_data_offset(const std::vector<std::int64_t>& shape) {
 /// The ranks' ranges must not overlap and their counts must add up to the array's size (checked:
 /// every rank throws the same rank_error otherwise, before the file is touched). A failure to
 /// open or write on any rank is reported on every rank (rank_error); the file is then incomplete.
+/// `sync`: MPI_File_sync before closing, so the call returns when the data is on the storage device
+/// (else it may sit in the page cache: what a benchmark of the write must not time).
 template <class T>
 void write_npy_at_all(const communicator& c, const std::string& path, const std::vector<std::int64_t>& shape,
-                      const T* data, std::int64_t offset, std::int64_t count) {
+                      const T* data, std::int64_t offset, std::int64_t count, bool sync = false) {
   std::string header;
   std::int64_t total = 1;
   agree(c, ("checking the .npy layout of '" + path + "'").c_str(), [&] {
@@ -102,6 +104,7 @@ void write_npy_at_all(const communicator& c, const std::string& path, const std:
                                static_cast<int>(n), MPI_BYTE, MPI_STATUS_IGNORE),
          "MPI_File_write_at_all");
   }
+  if (sync) note(MPI_File_sync(fh), "MPI_File_sync");
   note(MPI_File_close(&fh), "MPI_File_close");
   settle(c, w, ("writing '" + path + "'").c_str());
 }
