@@ -187,6 +187,25 @@ TEST(DistRunTasks, CancelOnRankZeroStopsEveryRank) {
   c.barrier();
 }
 
+TEST(DistRunTasks, AProgressCallbackThatThrowsOnRankZeroFailsEveryRank) {
+  sd::communicator c;
+  const auto plan = sp::split_contiguous(sp::strip_tasks(2000, 20, false), static_cast<std::size_t>(c.size()));
+  sd::run_options ro;
+  ro.progress_interval = 0;
+  ro.progress = [](const spillway::progress_info& p) -> bool {
+    if (p.tasks_done >= 2) throw std::runtime_error("progress bar broke");
+    return true;
+  };
+  try {
+    (void)sd::run_host_tasks(c, plan, [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, ro);
+    ADD_FAILURE() << "no exception";
+  } catch (const sd::rank_error& e) {
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_NE(std::string(e.what()).find("progress bar broke"), std::string::npos) << e.what();
+  }
+  c.barrier();
+}
+
 TEST(DistRunTasks, APlanForAnotherRankCountIsRefusedOnEveryRank) {
   sd::communicator c;
   const auto plan = sp::split_contiguous(sp::strip_tasks(100, 10, true), static_cast<std::size_t>(c.size() + 1));

@@ -137,6 +137,8 @@ class progress_channel {
   }
 
   [[nodiscard]] bool cancelled() const noexcept { return cancelled_; }
+  /// What rank 0's progress callback threw (null: nothing).
+  [[nodiscard]] std::exception_ptr callback_error() const noexcept { return callback_error_; }
   [[nodiscard]] bool stopped() const noexcept { return stopped_ || stop_sent_; }
 
  private:
@@ -199,10 +201,19 @@ class progress_channel {
       d += done_[r];
       b += bytes_[r];
     }
-    if (d == reported_ || !o_.progress || cancelled_) return;
+    if (d == reported_ || !o_.progress || cancelled_ || callback_error_) return;
     reported_ = d;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    if (!o_.progress(progress_info{d, total_, b, el})) {
+    bool keep_going = true;
+    try {
+      keep_going = o_.progress(progress_info{d, total_, b, el});
+    } catch (...) {
+      // Kept for after the protocol's collectives: thrown from here, it would skip them.
+      callback_error_ = std::current_exception();
+      stop_all();
+      return;
+    }
+    if (!keep_going) {
       cancelled_ = true;
       stop_all();
     }
@@ -217,6 +228,7 @@ class progress_channel {
   std::size_t reported_ = static_cast<std::size_t>(-1);
   int finals_ = 0;
   bool stop_sent_ = false, cancelled_ = false;
+  std::exception_ptr callback_error_;
   std::vector<MPI_Request> stops_;
   int stop_word_ = 1;
   // other ranks
@@ -247,6 +259,7 @@ run_report run_protocol(const communicator& c, std::size_t n_total, std::size_t 
   }
   mine.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ch.finish(mine.tasks, mine.bytes, static_cast<bool>(err));
+  if (!err && ch.callback_error()) err = ch.callback_error();  // rank 0's progress callback threw
   // Every rank's figures on every rank.
   double mine_v[4] = {static_cast<double>(mine.tasks), static_cast<double>(mine.bytes), mine.seconds,
                       static_cast<double>(mine.planned)};
