@@ -12,8 +12,9 @@
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
 //   gemm_ooc/bf16/out_of_core_slots8     the same job with 8 blocks in flight
-//   gemm_ooc/bf16/out_of_core_direct     C blocks copied out by 2-D DMA straight into C
-//                                        (ooc_copy_out::direct) instead of staged
+//   gemm_ooc/bf16/out_of_core_staged     C blocks copied out whole into pinned buffers and then
+//                                        into C by the host (ooc_copy_out::staged) instead of by
+//                                        2-D DMA straight into C
 //
 // Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
 // vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
@@ -404,7 +405,7 @@ void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_
 
 template <class T>
 void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
-                 std::size_t slots = 0, bool direct = false) {
+                 std::size_t slots = 0, bool staged = false) {
   host_set& h = host();
   const index_t n = g_n;
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
@@ -413,7 +414,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   oo.devices = devices;
   oo.rates = measured_rates();
   if (slots > 0) oo.slots_per_device = slots;
-  if (direct) oo.c_out = g::ooc_copy_out::direct;
+  if (staged) oo.c_out = g::ooc_copy_out::staged;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
@@ -439,7 +440,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   const double med = median(secs);
   const std::string key = std::string(kind_name(kd)) +
                           (devices.size() > 1 ? "/out_of_core_2gpu"
-                           : direct           ? "/out_of_core_direct"
+                           : staged           ? "/out_of_core_staged"
                            : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
                                               : "/out_of_core");
   results()[key] = med;
@@ -492,7 +493,7 @@ void bm_in_core(benchmark::State& state, kind kd) {
   }
 }
 
-void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool direct = false) {
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool staged = false) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
@@ -505,9 +506,9 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slot
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, direct);
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, staged);
     else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, direct);
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, staged);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -542,7 +543,7 @@ void register_rows() {
           ->UseManualTime()
           ->Iterations(reps)
           ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark((base + "/out_of_core_direct").c_str(),
+      benchmark::RegisterBenchmark((base + "/out_of_core_staged").c_str(),
                                    [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, true); })
           ->UseManualTime()
           ->Iterations(reps)

@@ -42,7 +42,7 @@ struct ooc_case {
   bool split_k = false;  // the budget is small enough that k is cut into chunks
   bool bands = false;    // the budget is small enough that A's panels do not all fit (B re-streamed)
   std::vector<int> devices;
-  ooc_copy_out c_out = ooc_copy_out::automatic;
+  ooc_copy_out c_out = ooc_copy_out::direct;
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -348,8 +348,8 @@ TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
   EXPECT_GT(tr.setup_seconds, 0.0);
 }
 
-// Page-locked C, both ways out: 2-D DMA straight into C, and whole blocks through the slots'
-// pinned buffers (what `automatic` picks for these short lines); β ≠ 0 reads C by DMA either way.
+// Page-locked C, both ways out: 2-D DMA straight into C (the default), and whole blocks through the
+// slots' pinned buffers; β ≠ 0 reads C by DMA either way.
 TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   for (const ooc_copy_out how : {ooc_copy_out::direct, ooc_copy_out::staged}) {

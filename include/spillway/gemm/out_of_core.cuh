@@ -19,9 +19,9 @@
 // panels' copy events, copies the C block in when β ≠ 0, runs the in-core gemm_async over the
 // panels, and copies the block out. So panel copies run back to back during the GEMMs, and the
 // device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied
-// by DMA directly (2-D copies of the sub-matrices); pageable memory goes through pinned staging
-// filled by the pipeline's host threads (double-buffered per device for panels, one block per slot
-// for C).
+// by DMA directly (2-D copies of the sub-matrices; ooc_options::c_out can stage page-locked C's
+// blocks too); pageable memory goes through pinned staging filled by the pipeline's host threads
+// (double-buffered per device for panels, one block per slot for C).
 #pragma once
 
 #include <spillway/core/detail/fault_hook.hpp>
@@ -63,13 +63,13 @@ struct ooc_trace;
 
 /// How C blocks leave the device when C is page-locked (pageable C is always staged).
 enum class ooc_copy_out {
-  /// `staged` when a block's lines in C are shorter than 64 KiB, else `direct`.
-  automatic,
   /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
   direct,
   /// Whole (1-D) into a pinned buffer of its slot; the host copies it into C when the block is
-  /// complete. On the lent H200 a 2048 x 2048 float block of a 32768-wide C (8 KiB lines) left at
-  /// ~31 GB/s by 2-D DMA one at a time, against 55 GB/s for 1-D copies (see docs/gemm.md).
+  /// complete. Measured on the lent H200 with the 32768² bf16 job (2048 x 2048 float blocks, 8 KiB
+  /// lines in C): the copies out take 0.35 ms a block instead of 0.52, but the job is no faster
+  /// (149 vs 146 ms, same run): the host copies and the blocks' serialized starts bound it instead
+  /// (docs/gemm.md, "Out of core").
   staged,
 };
 
@@ -101,7 +101,7 @@ struct ooc_options {
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block).
   ooc_trace* trace = nullptr;
   /// How C blocks are copied out of the device when C is page-locked.
-  ooc_copy_out c_out = ooc_copy_out::automatic;
+  ooc_copy_out c_out = ooc_copy_out::direct;
 };
 
 /// When each part of an out-of-core job happened on its device, in ms after that device's panel
@@ -700,14 +700,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
     job.b_pinned = rep.b_page_locked;
   }
   job.c_pinned = rep.c_page_locked;
-  {
-    // The longest line of C a block copies: a row of the block (row-major C) or a column.
-    const index_t line = job.c.order == layout::row_major ? job.plan.bn : job.plan.bm;
-    const bool short_lines = static_cast<std::size_t>(line) * sizeof(TC) < (std::size_t{64} << 10) &&
-                             (job.c.order == layout::row_major ? job.plan.n : job.plan.m) > line;
-    job.c_staged_out = !job.c_pinned || ooc.c_out == ooc_copy_out::staged ||
-                       (ooc.c_out == ooc_copy_out::automatic && short_lines);
-  }
+  job.c_staged_out = !job.c_pinned || ooc.c_out == ooc_copy_out::staged;
   job.alpha = al;
   job.beta = be;
   job.read_c = r.read_c;
