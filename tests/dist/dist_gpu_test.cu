@@ -64,23 +64,25 @@ std::string gpu_skip_reason(const sd::communicator& c, bool& fail) {
   return "";
 }
 
-#define DIST_GPU_TEST_OR_SKIP(c)                                  \
-  do {                                                            \
-    bool fail_ = false;                                           \
-    const std::string why_ = gpu_skip_reason(c, fail_);           \
-    if (!why_.empty()) {                                          \
-      if (fail_) FAIL() << "required but: " << why_;              \
-      GTEST_SKIP() << why_;                                       \
-    }                                                             \
+#define DIST_GPU_TEST_OR_SKIP(c)                        \
+  do {                                                  \
+    bool fail_ = false;                                 \
+    const std::string why_ = gpu_skip_reason(c, fail_); \
+    if (!why_.empty()) {                                \
+      if (fail_) FAIL() << "required but: " << why_;    \
+      GTEST_SKIP() << why_;                             \
+    }                                                   \
   } while (0)
 
 std::uint64_t seed(const std::string& salt) {
   std::uint64_t s = 0x5eed5eedULL;
   if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
-  s ^= std::hash<std::string>{}(salt) * 0x9E3779B97F4A7C15ULL;
+  s ^= std::hash<std::string>{}(salt)*0x9E3779B97F4A7C15ULL;
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  if (r == 0) std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(), static_cast<unsigned long long>(s));
+  if (r == 0)
+    std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(),
+                static_cast<unsigned long long>(s));
   return s;
 }
 
@@ -127,8 +129,9 @@ TEST(DistGramGpu, TopkEqualsOneProcess) {
       for (int t = 0; t < k.k; ++t) {
         const std::int64_t g = b.first_row + i;
         if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
-          if (bad++ < 5) ADD_FAILURE() << "row " << g << " place " << t << ": " << b.lists.index(i, t) << "/" << b.lists.value(i, t)
-                                       << " vs " << ref.index(g, t) << "/" << ref.value(g, t);
+          if (bad++ < 5)
+            ADD_FAILURE() << "row " << g << " place " << t << ": " << b.lists.index(i, t) << "/"
+                          << b.lists.value(i, t) << " vs " << ref.index(g, t) << "/" << ref.value(g, t);
         }
       }
     EXPECT_EQ(bad, 0);
@@ -139,7 +142,8 @@ TEST(DistGramGpu, TopkEqualsOneProcess) {
   for (std::int64_t i = 0; i < bj.lists.rows; ++i)
     for (int t = 0; t < 16; ++t) {
       ASSERT_EQ(bj.lists.index(i, t), rj.index(bj.first_row + i, t));
-      ASSERT_EQ(bj.lists.value(i, t), rj.value(bj.first_row + i, t));  // the same epilogue code: bit-identical
+      ASSERT_EQ(bj.lists.value(i, t),
+                rj.value(bj.first_row + i, t));  // the same epilogue code: bit-identical
     }
 }
 
@@ -187,7 +191,8 @@ TEST(DistGramGpu, ThresholdEqualsOneProcess) {
 TEST(DistRunTasksGpu, EveryTaskOnceAndAFailureNamedOnEveryRank) {
   sd::communicator c;
   DIST_GPU_TEST_OR_SKIP(c);
-  const auto plan = sp::split_contiguous(sp::strip_tasks(5000, 100, true), static_cast<std::size_t>(c.size()));
+  const auto plan =
+      sp::split_contiguous(sp::strip_tasks(5000, 100, true), static_cast<std::size_t>(c.size()));
   const std::size_t n = plan.owner.size();
   spillway::task_job_options lo;
   lo.devices = {c.local_rank() % visible_gpus()};
@@ -198,9 +203,11 @@ TEST(DistRunTasksGpu, EveryTaskOnceAndAFailureNamedOnEveryRank) {
       c, plan, lo,
       [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) {
         *slot.pinned<std::int64_t>(0) = static_cast<std::int64_t>(t) * 7 + 1;
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device<std::int64_t>(0), slot.pinned<std::int64_t>(0), 8, cudaMemcpyHostToDevice, s.value()));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.device<std::int64_t>(0), slot.pinned<std::int64_t>(0), 8,
+                                          cudaMemcpyHostToDevice, s.value()));
         SPILLWAY_CUDA_TRY(cudaMemsetAsync(slot.pinned<std::int64_t>(0), 0, 8, s.value()));
-        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<std::int64_t>(0), slot.device<std::int64_t>(0), 8, cudaMemcpyDeviceToHost, s.value()));
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(slot.pinned<std::int64_t>(0), slot.device<std::int64_t>(0), 8,
+                                          cudaMemcpyDeviceToHost, s.value()));
         slot.add_bytes_moved(16);
       },
       [&](std::size_t t, spillway::task_slot& slot) { got[t] = *slot.pinned<std::int64_t>(0); });
@@ -209,7 +216,8 @@ TEST(DistRunTasksGpu, EveryTaskOnceAndAFailureNamedOnEveryRank) {
     const bool mine = plan.owner[t] == static_cast<std::size_t>(c.rank());
     EXPECT_EQ(got[t], mine ? static_cast<std::int64_t>(t) * 7 + 1 : -1) << t;
   }
-  EXPECT_EQ(rep.ranks[static_cast<std::size_t>(c.rank())].bytes, 16 * plan.parts[static_cast<std::size_t>(c.rank())].task_count());
+  EXPECT_EQ(rep.ranks[static_cast<std::size_t>(c.rank())].bytes,
+            16 * plan.parts[static_cast<std::size_t>(c.rank())].task_count());
   // A task of the last rank throws inside enqueue: every rank names that rank and the task.
   const std::size_t bad = plan.parts.back().tasks.empty() ? 0 : plan.parts.back().tasks.back();
   try {

@@ -35,10 +35,12 @@ namespace {
 std::uint64_t seed(const std::string& salt) {
   std::uint64_t s = 0x5eed5eedULL;
   if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
-  s ^= std::hash<std::string>{}(salt) * 0x9E3779B97F4A7C15ULL;
+  s ^= std::hash<std::string>{}(salt)*0x9E3779B97F4A7C15ULL;
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  if (r == 0) std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(), static_cast<unsigned long long>(s));
+  if (r == 0)
+    std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(),
+                static_cast<unsigned long long>(s));
   return s;
 }
 
@@ -96,7 +98,8 @@ TEST(DistRunTasks, EveryTaskRunsOnceAndRankZeroSeesAllProgress) {
     ++calls;
     return true;
   };
-  const auto rep = sd::run_host_tasks(c, plan, [&](std::size_t t) { ++ran[t]; }, ro);
+  const auto rep = sd::run_host_tasks(
+      c, plan, [&](std::size_t t) { ++ran[t]; }, ro);
   std::vector<int> sum(tasks.size(), 0);
   MPI_Allreduce(ran.data(), sum.data(), static_cast<int>(ran.size()), MPI_INT, MPI_SUM, c.get());
   for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -108,8 +111,10 @@ TEST(DistRunTasks, EveryTaskRunsOnceAndRankZeroSeesAllProgress) {
   EXPECT_FALSE(rep.cancelled);
   ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
   for (int r = 0; r < c.size(); ++r) {
-    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].tasks, plan.parts[static_cast<std::size_t>(r)].task_count());
-    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].planned, plan.parts[static_cast<std::size_t>(r)].task_count());
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].tasks,
+              plan.parts[static_cast<std::size_t>(r)].task_count());
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(r)].planned,
+              plan.parts[static_cast<std::size_t>(r)].task_count());
   }
   if (c.rank() == 0) {
     EXPECT_EQ(last_done, tasks.size());  // the final count reached rank 0's callback
@@ -123,7 +128,9 @@ TEST(DistRunTasks, ARankThatThrowsIsNamedOnEveryRank) {
   sd::communicator c;
   const auto plan = sp::split_contiguous(sp::strip_tasks(600, 20, true), static_cast<std::size_t>(c.size()));
   // The failing task belongs to the last rank (rank 0 for -np 1).
-  const std::size_t bad = plan.parts.back().tasks.empty() ? 0 : plan.parts.back().tasks.front() + (plan.parts.back().task_count() > 1 ? 1 : 0);
+  const std::size_t bad = plan.parts.back().tasks.empty() ? 0
+                                                          : plan.parts.back().tasks.front() +
+                                                                (plan.parts.back().task_count() > 1 ? 1 : 0);
   const int owner = static_cast<int>(plan.owner[bad]);
   bool caught = false;
   try {
@@ -138,7 +145,8 @@ TEST(DistRunTasks, ARankThatThrowsIsNamedOnEveryRank) {
     EXPECT_EQ(e.failed_task(), bad);
     EXPECT_EQ(e.here(), c.rank() == owner);
     EXPECT_EQ(e.failed_ranks(), 1);
-    EXPECT_NE(w.find("rank " + std::to_string(owner) + " of " + std::to_string(c.size())), std::string::npos) << w;
+    EXPECT_NE(w.find("rank " + std::to_string(owner) + " of " + std::to_string(c.size())), std::string::npos)
+        << w;
     EXPECT_NE(w.find("task " + std::to_string(bad)), std::string::npos) << w;
     EXPECT_NE(w.find("disk on fire"), std::string::npos) << w;
   }
@@ -152,7 +160,9 @@ TEST(DistRunTasks, EveryRankFailingReportsOneOfThemOnAll) {
   sd::communicator c;
   const auto plan = sp::split_contiguous(sp::strip_tasks(300, 10, true), static_cast<std::size_t>(c.size()));
   try {
-    (void)sd::run_host_tasks(c, plan, [&](std::size_t) { throw spillway::logic_error("rank " + std::to_string(c.rank()) + " says no"); });
+    (void)sd::run_host_tasks(c, plan, [&](std::size_t) {
+      throw spillway::logic_error("rank " + std::to_string(c.rank()) + " says no");
+    });
     ADD_FAILURE() << "no exception";
   } catch (const sd::rank_error& e) {
     // The first failure stops the other ranks, so a rank may stop before its own task throws:
@@ -167,21 +177,26 @@ TEST(DistRunTasks, EveryRankFailingReportsOneOfThemOnAll) {
     EXPECT_EQ(e.failed_task(), plan.parts[static_cast<std::size_t>(f)].tasks.front());
     EXPECT_GE(e.failed_ranks(), 1);
     EXPECT_LE(e.failed_ranks(), c.size());
-    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(f) + " says no"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(f) + " says no"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(DistRunTasks, CancelOnRankZeroStopsEveryRank) {
   sd::communicator c;
-  const auto plan = sp::split_contiguous(sp::strip_tasks(4000, 20, false), static_cast<std::size_t>(c.size()));
+  const auto plan =
+      sp::split_contiguous(sp::strip_tasks(4000, 20, false), static_cast<std::size_t>(c.size()));
   std::atomic<int> ran{0};
   sd::run_options ro;
   ro.progress_interval = 0;
   ro.progress = [](const spillway::progress_info& p) { return p.tasks_done < 3; };
-  const auto rep = sd::run_host_tasks(c, plan, [&](std::size_t) {
-    ++ran;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }, ro);
+  const auto rep = sd::run_host_tasks(
+      c, plan,
+      [&](std::size_t) {
+        ++ran;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      },
+      ro);
   EXPECT_TRUE(rep.cancelled);
   EXPECT_LT(rep.tasks_completed, rep.tasks_total);
   c.barrier();
@@ -189,7 +204,8 @@ TEST(DistRunTasks, CancelOnRankZeroStopsEveryRank) {
 
 TEST(DistRunTasks, AProgressCallbackThatThrowsOnRankZeroFailsEveryRank) {
   sd::communicator c;
-  const auto plan = sp::split_contiguous(sp::strip_tasks(2000, 20, false), static_cast<std::size_t>(c.size()));
+  const auto plan =
+      sp::split_contiguous(sp::strip_tasks(2000, 20, false), static_cast<std::size_t>(c.size()));
   sd::run_options ro;
   ro.progress_interval = 0;
   ro.progress = [](const spillway::progress_info& p) -> bool {
@@ -197,7 +213,8 @@ TEST(DistRunTasks, AProgressCallbackThatThrowsOnRankZeroFailsEveryRank) {
     return true;
   };
   try {
-    (void)sd::run_host_tasks(c, plan, [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, ro);
+    (void)sd::run_host_tasks(
+        c, plan, [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, ro);
     ADD_FAILURE() << "no exception";
   } catch (const sd::rank_error& e) {
     EXPECT_EQ(e.failed_rank(), 0);
@@ -208,7 +225,8 @@ TEST(DistRunTasks, AProgressCallbackThatThrowsOnRankZeroFailsEveryRank) {
 
 TEST(DistRunTasks, APlanForAnotherRankCountIsRefusedOnEveryRank) {
   sd::communicator c;
-  const auto plan = sp::split_contiguous(sp::strip_tasks(100, 10, true), static_cast<std::size_t>(c.size() + 1));
+  const auto plan =
+      sp::split_contiguous(sp::strip_tasks(100, 10, true), static_cast<std::size_t>(c.size() + 1));
   EXPECT_THROW((void)sd::run_host_tasks(c, plan, [](std::size_t) {}), sd::rank_error);
 }
 
@@ -281,9 +299,14 @@ TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
     for (std::int64_t i = 0; i < n * 5; ++i) ASSERT_EQ(a.data<std::int64_t>()[i], i * 3 - 7) << i;
     const std::string py = python();
     if (!py.empty()) {
-      const std::string cmd = py + " -c \"import numpy as np, sys; a = np.load(sys.argv[1], mmap_mode='r'); "
-                                   "sys.exit(0 if a.shape == (" + std::to_string(n) + ", 5) and a.dtype == np.int64 and "
-                                   "(np.asarray(a).ravel() == np.arange(a.size) * 3 - 7).all() and a.offset % 64 == 0 else 1)\" " + path;
+      const std::string cmd =
+          py +
+          " -c \"import numpy as np, sys; a = np.load(sys.argv[1], mmap_mode='r'); "
+          "sys.exit(0 if a.shape == (" +
+          std::to_string(n) +
+          ", 5) and a.dtype == np.int64 and "
+          "(np.asarray(a).ravel() == np.arange(a.size) * 3 - 7).all() and a.offset % 64 == 0 else 1)\" " +
+          path;
       EXPECT_EQ(std::system(cmd.c_str()), 0) << "NumPy did not read " << path << " as written";
     } else {
       std::printf("[ note     ] SPILLWAY_PYTHON unset: the NumPy read-back of the MPI-IO file is skipped\n");
@@ -295,13 +318,13 @@ TEST(DistNpy, CountsThatDoNotAddUpAreRefusedOnEveryRank) {
   sd::communicator c;
   const std::string dir = shared_dir(c);
   std::vector<float> v(4, 1.0f);
-  EXPECT_THROW(sd::write_npy_at_all(c, dir + "/bad.npy", {static_cast<std::int64_t>(4 * c.size() + 1)}, v.data(),
-                                    4 * c.rank(), 4),
+  EXPECT_THROW(sd::write_npy_at_all(c, dir + "/bad.npy", {static_cast<std::int64_t>(4 * c.size() + 1)},
+                                    v.data(), 4 * c.rank(), 4),
                sd::rank_error);
   // An unreachable folder: the open fails (on every rank), named on every rank.
   try {
-    sd::write_npy_at_all(c, dir + "/no/such/folder/x.npy", {static_cast<std::int64_t>(4 * c.size())}, v.data(),
-                         4 * c.rank(), 4);
+    sd::write_npy_at_all(c, dir + "/no/such/folder/x.npy", {static_cast<std::int64_t>(4 * c.size())},
+                         v.data(), 4 * c.rank(), 4);
     ADD_FAILURE() << "no exception";
   } catch (const sd::rank_error& e) {
     EXPECT_NE(std::string(e.what()).find("no/such/folder"), std::string::npos) << e.what();
@@ -314,8 +337,10 @@ template <class V>
 void expect_topk_block(const sd::topk_block<V>& b, const sp::topk_result<V>& ref, const std::string& what) {
   for (std::int64_t i = 0; i < b.lists.rows; ++i) {
     for (int t = 0; t < ref.k; ++t) {
-      ASSERT_EQ(b.lists.index(i, t), ref.index(b.first_row + i, t)) << what << " row " << b.first_row + i << " place " << t;
-      ASSERT_EQ(b.lists.value(i, t), ref.value(b.first_row + i, t)) << what << " row " << b.first_row + i << " place " << t;
+      ASSERT_EQ(b.lists.index(i, t), ref.index(b.first_row + i, t))
+          << what << " row " << b.first_row + i << " place " << t;
+      ASSERT_EQ(b.lists.value(i, t), ref.value(b.first_row + i, t))
+          << what << " row " << b.first_row + i << " place " << t;
     }
   }
 }
@@ -393,14 +418,18 @@ TEST(DistGram, TriangleFileEqualsOneProcess) {
       sg::host_gram_dense(a.view(), ref.data(), layout);
       const auto f = spillway::io::read_npy(path);
       ASSERT_EQ(f.header.shape, (std::vector<std::int64_t>{static_cast<std::int64_t>(ref.size())}));
-      for (std::size_t q = 0; q < ref.size(); ++q) ASSERT_EQ(f.data<std::int32_t>()[q], ref[q]) << sp::to_string(layout) << " " << q;
+      for (std::size_t q = 0; q < ref.size(); ++q)
+        ASSERT_EQ(f.data<std::int32_t>()[q], ref[q]) << sp::to_string(layout) << " " << q;
       const std::string py = python();
       if (!py.empty()) {
         long long sum = 0;
         for (auto x : ref) sum += x;
-        const std::string cmd = py + " -c \"import numpy as np, sys; a = np.load(sys.argv[1]); "
-                                     "sys.exit(0 if a.dtype == np.int32 and a.shape == (" + std::to_string(ref.size()) +
-                                     ",) and int(a.astype(np.int64).sum()) == " + std::to_string(sum) + " else 1)\" " + path;
+        const std::string cmd = py +
+                                " -c \"import numpy as np, sys; a = np.load(sys.argv[1]); "
+                                "sys.exit(0 if a.dtype == np.int32 and a.shape == (" +
+                                std::to_string(ref.size()) +
+                                ",) and int(a.astype(np.int64).sum()) == " + std::to_string(sum) +
+                                " else 1)\" " + path;
         EXPECT_EQ(std::system(cmd.c_str()), 0) << "NumPy did not read " << path;
       }
     }
@@ -410,13 +439,16 @@ TEST(DistGram, TriangleFileEqualsOneProcess) {
   const std::string path = dir + "/cos.npy";
   (void)sd::host_gram_triangle_npy<double>(c, a, path, sp::triangle_layout::upper_packed, o);
   if (c.rank() == 0) {
-    std::vector<double> ref(static_cast<std::size_t>(sp::layout_size(sp::triangle_layout::upper_packed, a.rows())));
+    std::vector<double> ref(
+        static_cast<std::size_t>(sp::layout_size(sp::triangle_layout::upper_packed, a.rows())));
     sg::host_gram_dense(a.view(), ref.data(), sp::triangle_layout::upper_packed, sg::metric::cosine);
     const auto f = spillway::io::read_npy(path);
-    for (std::size_t q = 0; q < ref.size(); ++q) ASSERT_EQ(f.data<double>()[q], ref[q]) << q;  // bit-identical
+    for (std::size_t q = 0; q < ref.size(); ++q)
+      ASSERT_EQ(f.data<double>()[q], ref[q]) << q;  // bit-identical
   }
-  EXPECT_THROW((void)sd::host_gram_triangle_npy<std::int32_t>(c, a, dir + "/full.npy", sp::triangle_layout::full, {}),
-               sd::rank_error);
+  EXPECT_THROW(
+      (void)sd::host_gram_triangle_npy<std::int32_t>(c, a, dir + "/full.npy", sp::triangle_layout::full, {}),
+      sd::rank_error);
 }
 
 TEST(DistGram, ThresholdEqualsOneProcess) {
@@ -467,7 +499,8 @@ TEST(DistGram, MoreRanksThanStripsAndTinyShapes) {
     const auto b = sd::host_gram_topk<std::int32_t>(c, a, {3, false}, o);
     expect_topk_block(b, ref, "n=" + std::to_string(n));
     const auto t = sd::host_gram_threshold<std::int32_t>(c, a, {1.0, false, true}, o);
-    EXPECT_EQ(t.total, static_cast<std::int64_t>(sg::host_gram_threshold<std::int32_t>(a, {1.0, false, true}).size()));
+    EXPECT_EQ(t.total,
+              static_cast<std::int64_t>(sg::host_gram_threshold<std::int32_t>(a, {1.0, false, true}).size()));
   }
 }
 

@@ -72,8 +72,8 @@ inline void settle(const communicator& c, const local_outcome& mine, const char*
   if (head[1] > 0) {
     SPILLWAY_MPI_TRY(MPI_Bcast(msg.data(), static_cast<int>(head[1]), MPI_CHAR, lowest, c.get()));
   }
-  std::string text = "spillway dist: rank " + std::to_string(lowest) + " of " + std::to_string(c.size()) + " failed " +
-                     what;
+  std::string text =
+      "spillway dist: rank " + std::to_string(lowest) + " of " + std::to_string(c.size()) + " failed " + what;
   if (head[0] != rank_error::no_task) text += " on task " + std::to_string(head[0]);
   text += ": " + msg;
   if (failed > 1) text += " (" + std::to_string(failed - 1) + " other rank(s) failed too)";

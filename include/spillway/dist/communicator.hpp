@@ -30,7 +30,8 @@ namespace spillway::dist {
 /// An MPI call returned an error. `code()` is MPI's error code, `rank()` the rank that saw it.
 class mpi_error : public std::runtime_error {
  public:
-  mpi_error(int code, int rank, const std::string& what) : std::runtime_error(what), code_(code), rank_(rank) {}
+  mpi_error(int code, int rank, const std::string& what)
+      : std::runtime_error(what), code_(code), rank_(rank) {}
   [[nodiscard]] int code() const noexcept { return code_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
 
@@ -83,19 +84,19 @@ inline int world_rank_or_minus1() noexcept {
 [[noreturn]] inline void throw_mpi_error(int code, const char* call, const char* file, int line) {
   const int r = world_rank_or_minus1();
   throw mpi_error(code, r,
-                  "spillway: " + std::string(call) + " failed on rank " + std::to_string(r) + " (" + file + ":" +
-                      std::to_string(line) + "): " + mpi_error_text(code));
+                  "spillway: " + std::string(call) + " failed on rank " + std::to_string(r) + " (" + file +
+                      ":" + std::to_string(line) + "): " + mpi_error_text(code));
 }
 
 }  // namespace detail
 
 /// Checks an MPI call's return code; throws mpi_error naming the call, the rank and MPI's text.
-#define SPILLWAY_MPI_TRY(call)                                                       \
-  do {                                                                               \
-    const int spillway_mpi_rc_ = (call);                                             \
-    if (spillway_mpi_rc_ != MPI_SUCCESS) {                                           \
+#define SPILLWAY_MPI_TRY(call)                                                                \
+  do {                                                                                        \
+    const int spillway_mpi_rc_ = (call);                                                      \
+    if (spillway_mpi_rc_ != MPI_SUCCESS) {                                                    \
       ::spillway::dist::detail::throw_mpi_error(spillway_mpi_rc_, #call, __FILE__, __LINE__); \
-    }                                                                                \
+    }                                                                                         \
   } while (0)
 
 /// MPI_Init_thread(MPI_THREAD_FUNNELED) on construction unless MPI is already initialized;
@@ -183,14 +184,22 @@ class communicator {
 /// The MPI datatype of a C++ arithmetic type.
 template <class T>
 MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::uint32_t>) return MPI_UINT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
-  else if constexpr (std::is_same_v<T, std::uint16_t>) return MPI_UINT16_T;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
-  else if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::uint32_t>)
+    return MPI_UINT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, std::uint16_t>)
+    return MPI_UINT16_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
   else {
     static_assert(sizeof(T) == 0, "spillway::dist::mpi_type: no MPI datatype for this type");
     return MPI_DATATYPE_NULL;

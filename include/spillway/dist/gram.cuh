@@ -120,8 +120,9 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
       r.aux_bytes = sizeof(std::int32_t);
       job.plan = pairwise::make_pair_plan(r, "dist gram");
       if (job.plan.panel_rows != pmin) {
-        throw logic_error("dist gram: this rank's budget plans strips of " + std::to_string(job.plan.panel_rows) +
-                          " rows, not the common " + std::to_string(pmin));
+        throw logic_error("dist gram: this rank's budget plans strips of " +
+                          std::to_string(job.plan.panel_rows) + " rows, not the common " +
+                          std::to_string(pmin));
       }
     }
     job.opt.devices = {rj.device};
@@ -131,7 +132,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   });
   rj.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
-  // The scheduler's task t is strip strips − 1 − t (the widest strips first, as in one process).
+  // The scheduler's task t is strip strips − 1 − t: the last (narrowest) strips first, as in one
+  // process, so the resident column panels are uploaded from the end as the strips need them.
   for (auto it = part.tasks.rbegin(); it != part.tasks.rend(); ++it) {
     rj.mine.push_back(static_cast<std::size_t>(rj.split.strips - 1) - *it);
   }
@@ -150,7 +152,9 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_
   if (staging) to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
   return run_tasks(
       c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
-      [&job](std::size_t t, task_slot& slot, stream_view s) { pairwise::detail::enqueue_strip(job, t, slot, s); },
+      [&job](std::size_t t, task_slot& slot, stream_view s) {
+        pairwise::detail::enqueue_strip(job, t, slot, s);
+      },
       std::forward<OnComplete>(on_complete), o.run);
 }
 
@@ -160,9 +164,11 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_
 /// rank has none): every rank passes the whole A and gets the final lists of the rows it owns,
 /// equal to the one-process gram_topk / host_gram_topk. Collective.
 template <class V>
-topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
-                        const gram_job_options& o = {}, gram_report* report = nullptr) {
-  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_topk<V>(c, a, k, o, report);
+topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
+                        const pairwise::topk_options& k, const gram_job_options& o = {},
+                        gram_report* report = nullptr) {
+  if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
+    return host_gram_topk<V>(c, a, k, o, report);  // (rows: the same on every rank)
   gram_report rep;
   rep.on_gpu = true;
   agree(c, "checking the top-k job", [&] {
@@ -184,7 +190,8 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a, c
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     // This rank's lists over every row its strips touched (rows ≥ r0), merged over its slots.
-    pairwise::topk_result<V> all = agree(c, "collecting its top-k lists", [&] { return pairwise::detail::collect_topk(rj.job); });
+    pairwise::topk_result<V> all =
+        agree(c, "collecting its top-k lists", [&] { return pairwise::detail::collect_topk(rj.job); });
     detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
     const auto skip = static_cast<std::size_t>(r0) * static_cast<std::size_t>(k.k);
     std::copy(all.values.begin() + static_cast<std::ptrdiff_t>(skip), all.values.end(), pt.v.begin());
@@ -202,13 +209,15 @@ template <class V>
 gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a, const std::string& path,
                               pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
                               const gram_job_options& o = {}) {
-  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_triangle_npy<V>(c, a, path, layout, o);
+  if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
+    return host_gram_triangle_npy<V>(c, a, path, layout, o);  // (rows: the same on every rank)
   gram_report rep;
   rep.on_gpu = true;
   agree(c, "checking the triangle job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::gram_triangle_npy");
     if (layout == pairwise::triangle_layout::full) {
-      throw logic_error("dist::gram_triangle_npy: the full layout is not distributed; use upper_packed or condensed");
+      throw logic_error(
+          "dist::gram_triangle_npy: the full layout is not distributed; use upper_packed or condensed");
     }
   });
   detail::rank_gram_job<V> rj;
@@ -233,14 +242,15 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
     const V* s = slot.pinned<V>(0);
     for (std::int64_t i = I0; i < I1; ++i) {
       const std::int64_t j0 = wd ? i : i + 1;
-      if (j0 < n) std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
+      if (j0 < n)
+        std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
     }
   });
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()),
-                     o.sync_files);
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
+                     static_cast<std::int64_t>(local.size()), o.sync_files);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;
@@ -250,9 +260,11 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
 /// (compacted on the device): this rank's rows' entries and their place in the one-process COO.
 /// both_halves is not distributed (logic_error on every rank). Collective.
 template <class V>
-coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& a, const pairwise::threshold_options& t,
-                            const gram_job_options& o = {}, gram_report* report = nullptr) {
-  if (!detail::all_ranks_on_gpu(c, o)) return host_gram_threshold<V>(c, a, t, o, report);
+coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& a,
+                            const pairwise::threshold_options& t, const gram_job_options& o = {},
+                            gram_report* report = nullptr) {
+  if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
+    return host_gram_threshold<V>(c, a, t, o, report);  // (rows: the same on every rank)
   gram_report rep;
   rep.on_gpu = true;
   agree(c, "checking the threshold job", [&] {

@@ -55,14 +55,17 @@ namespace spillway::dist {
 inline gram::bit_matrix read_bits_npy_local(const std::string& path, gram::pack_options po = {}) {
   const io::npy_array arr = io::read_npy(path);
   if (arr.header.shape.size() != 2) {
-    throw logic_error("dist::read_bits_npy: '" + path + "' holds a " + std::to_string(arr.header.shape.size()) +
-                      "-D array; a 2-D 0/1 matrix is needed");
+    throw logic_error("dist::read_bits_npy: '" + path + "' holds a " +
+                      std::to_string(arr.header.shape.size()) + "-D array; a 2-D 0/1 matrix is needed");
   }
   const std::int64_t r = arr.header.shape[0], k = arr.header.shape[1];
   switch (arr.header.dtype) {
-    case io::npy_dtype::b1: return gram::pack_bits(arr.data<bool>(), r, k, k, po);
-    case io::npy_dtype::u1: return gram::pack_bits(arr.data<std::uint8_t>(), r, k, k, po);
-    case io::npy_dtype::i1: return gram::pack_bits(arr.data<std::int8_t>(), r, k, k, po);
+    case io::npy_dtype::b1:
+      return gram::pack_bits(arr.data<bool>(), r, k, k, po);
+    case io::npy_dtype::u1:
+      return gram::pack_bits(arr.data<std::uint8_t>(), r, k, k, po);
+    case io::npy_dtype::i1:
+      return gram::pack_bits(arr.data<std::int8_t>(), r, k, k, po);
     default:
       throw logic_error("dist::read_bits_npy: '" + path + "' holds " + io::npy_descr(arr.header.dtype) +
                         "; uint8, int8 or bool 0/1 values are needed");
@@ -72,8 +75,10 @@ inline gram::bit_matrix read_bits_npy_local(const std::string& path, gram::pack_
 /// Every rank reads the 2-D 0/1 .npy at `path` (a shared file system, or the same file on each
 /// host) and packs it. A rank that cannot read it makes every rank throw rank_error naming that
 /// rank and the file. Collective.
-inline gram::bit_matrix read_bits_npy(const communicator& c, const std::string& path, gram::pack_options po = {}) {
-  return agree(c, ("reading the input '" + path + "'").c_str(), [&] { return read_bits_npy_local(path, po); });
+inline gram::bit_matrix read_bits_npy(const communicator& c, const std::string& path,
+                                      gram::pack_options po = {}) {
+  return agree(c, ("reading the input '" + path + "'").c_str(),
+               [&] { return read_bits_npy_local(path, po); });
 }
 
 /// Rank 0's packed matrix on every rank (MPI_Bcast in pieces of at most 1 GiB): `m` on rank 0
@@ -101,8 +106,8 @@ struct gram_split {
   std::int64_t n = 0;
   std::int64_t strip_rows = 0;
   std::int64_t strips = 0;
-  pairwise::split_plan plan;          ///< over strips (task I = strip I, rows [I·P, I·P + P))
-  std::vector<std::int64_t> bounds;   ///< size + 1: rank r owns rows [bounds[r], bounds[r+1])
+  pairwise::split_plan plan;         ///< over strips (task I = strip I, rows [I·P, I·P + P))
+  std::vector<std::int64_t> bounds;  ///< size + 1: rank r owns rows [bounds[r], bounds[r+1])
   [[nodiscard]] std::int64_t first_row(int r) const { return bounds[static_cast<std::size_t>(r)]; }
   [[nodiscard]] std::int64_t last_row(int r) const { return bounds[static_cast<std::size_t>(r) + 1]; }
   [[nodiscard]] int owner(std::int64_t row) const {
@@ -111,14 +116,16 @@ struct gram_split {
 };
 
 /// The split of an n-row A·Aᵀ into `parts` (MPI-free, deterministic: every rank computes it alike).
-inline gram_split make_gram_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts, std::size_t row_bytes = 0) {
+inline gram_split make_gram_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts,
+                                  std::size_t row_bytes = 0) {
   gram_split s;
   s.n = n;
   s.strip_rows = strip_rows;
   const auto tasks = pairwise::strip_tasks(n, strip_rows, true, row_bytes);
   s.strips = static_cast<std::int64_t>(tasks.size());
   s.plan = pairwise::split_contiguous(tasks, parts);
-  for (const auto& p : s.plan.parts) s.bounds.push_back(std::min<std::int64_t>(n, static_cast<std::int64_t>(p.first) * strip_rows));
+  for (const auto& p : s.plan.parts)
+    s.bounds.push_back(std::min<std::int64_t>(n, static_cast<std::int64_t>(p.first) * strip_rows));
   s.bounds.push_back(n);
   return s;
 }
@@ -152,13 +159,13 @@ struct gram_job_options {
 
 /// What a distributed Gram job did, the same on every rank except the `local_*` fields.
 struct gram_report {
-  run_report run;           ///< tasks, bytes and seconds of every rank
-  gram_split split;         ///< who owned which rows
-  bool on_gpu = false;      ///< this rank ran on its GPU (else the host implementation)
-  int device = -1;          ///< this rank's GPU
-  double local_compute_seconds = 0.0;  ///< this rank's share (= run.ranks[rank].seconds)
-  double local_merge_seconds = 0.0;    ///< top-k: the exchange to the owners and the merge
-  double local_write_seconds = 0.0;    ///< the MPI-IO writes (0 when nothing is written)
+  run_report run;                              ///< tasks, bytes and seconds of every rank
+  gram_split split;                            ///< who owned which rows
+  bool on_gpu = false;                         ///< this rank ran on its GPU (else the host implementation)
+  int device = -1;                             ///< this rank's GPU
+  double local_compute_seconds = 0.0;          ///< this rank's share (= run.ranks[rank].seconds)
+  double local_merge_seconds = 0.0;            ///< top-k: the exchange to the owners and the merge
+  double local_write_seconds = 0.0;            ///< the MPI-IO writes (0 when nothing is written)
   std::size_t local_merge_bytes_sent = 0;      ///< top-k: bytes this rank sent to other ranks
   std::size_t local_merge_bytes_received = 0;  ///< top-k: bytes it received from other ranks
 };
@@ -189,7 +196,8 @@ template <class V>
 void check_dist_gram(const gram::bit_matrix_view& a, const gram_job_options& o, const char* who) {
   gram::detail::check_view(a, who, "a");
   gram::detail::check_output_type<V>(o.epilogue, a.cols, who);
-  if (o.strip_rows < 0) throw logic_error(std::string(who) + ": strip_rows must be >= 0, got " + std::to_string(o.strip_rows));
+  if (o.strip_rows < 0)
+    throw logic_error(std::string(who) + ": strip_rows must be >= 0, got " + std::to_string(o.strip_rows));
 }
 
 /// Per-row partial top-k lists for rows [row0, n): at most k entries each, best first.
@@ -203,7 +211,10 @@ struct partial_topk {
   std::vector<int> count;
 
   partial_topk(std::int64_t first, std::int64_t n, int k_, bool larger_)
-      : row0(first), rows(n - first), k(k_), larger(larger_),
+      : row0(first),
+        rows(n - first),
+        k(k_),
+        larger(larger_),
         v(static_cast<std::size_t>(rows) * static_cast<std::size_t>(k_), V{}),
         c(static_cast<std::size_t>(rows) * static_cast<std::size_t>(k_), -1),
         count(static_cast<std::size_t>(rows), 0) {}
@@ -228,8 +239,9 @@ struct partial_topk {
 
 /// Scores of rows [i0, i1) against columns [i0, n) (entries with j < i are not computed).
 template <class V>
-void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::int32_t>& pc, const gram::detail::scorer& sc,
-                       std::int64_t i0, std::int64_t i1, std::vector<V>& out) {
+void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::int32_t>& pc,
+                       const gram::detail::scorer& sc, std::int64_t i0, std::int64_t i1,
+                       std::vector<V>& out) {
   const std::int64_t n = a.rows, w = n - i0;
   out.resize(static_cast<std::size_t>((i1 - i0) * w));
   const std::int64_t nw = gram::detail::words64(a);
@@ -240,8 +252,8 @@ void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::in
     const std::uint32_t* x = a.row(i);
     V* o = out.data() + (i - i0) * w - i0;
     for (std::int64_t j = i; j < n; ++j) {
-      o[j] = sc.template operator()<V>(gram::detail::and_count(x, a.row(j), nw), pc[static_cast<std::size_t>(i)],
-                                       pc[static_cast<std::size_t>(j)]);
+      o[j] = sc.template operator()<V>(gram::detail::and_count(x, a.row(j), nw),
+                                       pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
     }
   }
 }
@@ -249,8 +261,8 @@ void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::in
 /// Offers a strip's scores to the partial lists: each pair i < j to row i and to row j, (i, i)
 /// to row i when the diagonal counts.
 template <class V>
-void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, std::int64_t i1, std::int64_t n,
-                 bool diagonal) {
+void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, std::int64_t i1,
+                 std::int64_t n, bool diagonal) {
   const std::int64_t w = n - i0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4)
@@ -264,15 +276,16 @@ void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, 
 #endif
   for (std::int64_t j = i0 + 1; j < n; ++j) {
     const std::int64_t top = std::min(i1, j);
-    for (std::int64_t i = i0; i < top; ++i) pt.offer(j, s[static_cast<std::size_t>((i - i0) * w + (j - i0))], i);
+    for (std::int64_t i = i0; i < top; ++i)
+      pt.offer(j, s[static_cast<std::size_t>((i - i0) * w + (j - i0))], i);
   }
 }
 
 /// Sends each row's partial list to its owner and merges what arrives: this rank's rows' final
 /// lists. Collective. `pt` covers rows [split.first_row(rank), n).
 template <class V>
-pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_split& sp, const partial_topk<V>& pt,
-                                              gram_report& rep) {
+pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_split& sp,
+                                              const partial_topk<V>& pt, gram_report& rep) {
   const int P = c.size(), me = c.rank();
   const int k = pt.k;
   const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me);
@@ -283,7 +296,8 @@ pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_
   for (int q = 0; q < P; ++q) {
     // This rank's partial lists cover rows ≥ r0: the whole of every later owner's block.
     if (q >= me) {
-      if (entries(q) > 0x7FFFFFFF) throw logic_error("dist gram top-k: a rank's block of lists exceeds 2^31 entries");
+      if (entries(q) > 0x7FFFFFFF)
+        throw logic_error("dist gram top-k: a rank's block of lists exceeds 2^31 entries");
       scount[static_cast<std::size_t>(q)] = static_cast<int>(entries(q));
       sdispl[static_cast<std::size_t>(q)] = static_cast<int>((sp.first_row(q) - r0) * k);
       if (q != me) sent += entries(q);
@@ -297,10 +311,10 @@ pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_
   const auto nrecv = static_cast<std::size_t>(static_cast<std::int64_t>(me + 1) * entries(me));
   std::vector<V> rv(nrecv);
   std::vector<std::int64_t> rc(nrecv);
-  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.v.data(), scount.data(), sdispl.data(), mpi_type<V>(), rv.data(), rcount.data(),
-                                 rdispl.data(), mpi_type<V>(), c.get()));
-  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.c.data(), scount.data(), sdispl.data(), MPI_INT64_T, rc.data(), rcount.data(),
-                                 rdispl.data(), MPI_INT64_T, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.v.data(), scount.data(), sdispl.data(), mpi_type<V>(), rv.data(),
+                                 rcount.data(), rdispl.data(), mpi_type<V>(), c.get()));
+  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.c.data(), scount.data(), sdispl.data(), MPI_INT64_T, rc.data(),
+                                 rcount.data(), rdispl.data(), MPI_INT64_T, c.get()));
   rep.local_merge_bytes_sent = static_cast<std::size_t>(sent) * (sizeof(V) + 8);
   rep.local_merge_bytes_received = static_cast<std::size_t>(received) * (sizeof(V) + 8);
   partial_topk<V> merged(r0, r1, k, pt.larger);
@@ -356,7 +370,8 @@ template <class V>
 void write_topk_npy(const communicator& c, const std::string& path, const topk_block<V>& b, std::int64_t n) {
   const std::int64_t k = b.lists.k;
   write_npy_at_all(c, path, {n, k}, b.lists.values.data(), b.first_row * k, b.lists.rows * k);
-  write_npy_at_all(c, path + ".indices.npy", {n, k}, b.lists.indices.data(), b.first_row * k, b.lists.rows * k);
+  write_npy_at_all(c, path + ".indices.npy", {n, k}, b.lists.indices.data(), b.first_row * k,
+                   b.lists.rows * k);
 }
 
 /// Writes every rank's COO run into `path` (values), `path + ".row.npy"` and `path + ".col.npy"`
@@ -379,14 +394,16 @@ pairwise::topk_result<V> gather_topk(const communicator& c, const topk_block<V>&
   SPILLWAY_MPI_TRY(MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, c.get()));
   pairwise::topk_result<V> r{c.rank() == 0 ? n : 0, k, {}, {}};
   if (c.rank() == 0) {
-    for (int q = 1; q < P; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
+    for (int q = 1; q < P; ++q)
+      displs[static_cast<std::size_t>(q)] =
+          displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
     r.values.resize(static_cast<std::size_t>(n * k));
     r.indices.resize(static_cast<std::size_t>(n * k));
   }
-  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.values.data(), mine, mpi_type<V>(), r.values.data(), counts.data(), displs.data(),
-                               mpi_type<V>(), 0, c.get()));
-  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.indices.data(), mine, MPI_INT64_T, r.indices.data(), counts.data(), displs.data(),
-                               MPI_INT64_T, 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.values.data(), mine, mpi_type<V>(), r.values.data(), counts.data(),
+                               displs.data(), mpi_type<V>(), 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.lists.indices.data(), mine, MPI_INT64_T, r.indices.data(), counts.data(),
+                               displs.data(), MPI_INT64_T, 0, c.get()));
   return r;
 }
 
@@ -394,20 +411,26 @@ pairwise::topk_result<V> gather_topk(const communicator& c, const topk_block<V>&
 template <class V>
 pairwise::coo_result<V> gather_coo(const communicator& c, const coo_block<V>& b) {
   const int P = c.size();
-  if (b.total > 0x7FFFFFFF) throw logic_error("dist::gather_coo: more than 2^31 entries: write them with write_coo_npy");
+  if (b.total > 0x7FFFFFFF)
+    throw logic_error("dist::gather_coo: more than 2^31 entries: write them with write_coo_npy");
   const auto mine = static_cast<int>(b.entries.size());
   std::vector<int> counts(static_cast<std::size_t>(P)), displs(static_cast<std::size_t>(P), 0);
   SPILLWAY_MPI_TRY(MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, c.get()));
   pairwise::coo_result<V> r;
   if (c.rank() == 0) {
-    for (int q = 1; q < P; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
+    for (int q = 1; q < P; ++q)
+      displs[static_cast<std::size_t>(q)] =
+          displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
     r.row.resize(static_cast<std::size_t>(b.total));
     r.col.resize(static_cast<std::size_t>(b.total));
     r.value.resize(static_cast<std::size_t>(b.total));
   }
-  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.row.data(), mine, MPI_INT64_T, r.row.data(), counts.data(), displs.data(), MPI_INT64_T, 0, c.get()));
-  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.col.data(), mine, MPI_INT64_T, r.col.data(), counts.data(), displs.data(), MPI_INT64_T, 0, c.get()));
-  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.value.data(), mine, mpi_type<V>(), r.value.data(), counts.data(), displs.data(), mpi_type<V>(), 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.row.data(), mine, MPI_INT64_T, r.row.data(), counts.data(),
+                               displs.data(), MPI_INT64_T, 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.col.data(), mine, MPI_INT64_T, r.col.data(), counts.data(),
+                               displs.data(), MPI_INT64_T, 0, c.get()));
+  SPILLWAY_MPI_TRY(MPI_Gatherv(b.entries.value.data(), mine, mpi_type<V>(), r.value.data(), counts.data(),
+                               displs.data(), mpi_type<V>(), 0, c.get()));
   return r;
 }
 
@@ -417,8 +440,9 @@ pairwise::coo_result<V> gather_coo(const communicator& c, const coo_block<V>& b)
 /// gets the final lists of the rows it owns. Equal to gram::host_gram_topk (the same values,
 /// the same columns, the same order). Collective.
 template <class V>
-topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
-                             const gram_job_options& o = {}, gram_report* report = nullptr) {
+topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view& a,
+                             const pairwise::topk_options& k, const gram_job_options& o = {},
+                             gram_report* report = nullptr) {
   gram_report rep;
   agree(c, "checking the top-k job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_topk");
@@ -433,11 +457,15 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
   std::vector<V> s;
-  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t t) {
-    const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
-    detail::host_strip_scores<V>(a, pc, sc, i0, i1, s);
-    detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
-  }, o.run);
+  rep.run = run_host_tasks(
+      c, sp.plan,
+      [&](std::size_t t) {
+        const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
+                           i1 = std::min(n, i0 + sp.strip_rows);
+        detail::host_strip_scores<V>(a, pc, sc, i0, i1, s);
+        detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
+      },
+      o.run);
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   topk_block<V> b;
   b.first_row = r0;
@@ -456,15 +484,17 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
 /// written into ONE .npy at `path` (1-D, layout_size(layout, n) elements: what the one-process
 /// spillway-gram writes). Collective.
 template <class V>
-gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a, const std::string& path,
+gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a,
+                                   const std::string& path,
                                    pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
                                    const gram_job_options& o = {}) {
   gram_report rep;
   agree(c, "checking the triangle job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_triangle_npy");
     if (layout == pairwise::triangle_layout::full) {
-      throw logic_error("dist::host_gram_triangle_npy: the full layout is not distributed (its rows need the mirrored "
-                        "half from other ranks); use upper_packed or condensed");
+      throw logic_error(
+          "dist::host_gram_triangle_npy: the full layout is not distributed (its rows need the mirrored "
+          "half from other ranks); use upper_packed or condensed");
     }
   });
   const std::int64_t n = a.rows;
@@ -483,24 +513,29 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   const std::vector<std::int32_t> pc = gram::row_popcounts(a);
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   const std::int64_t nw = gram::detail::words64(a);
-  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t t) {
-    const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
+  rep.run = run_host_tasks(
+      c, sp.plan,
+      [&](std::size_t t) {
+        const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
+                           i1 = std::min(n, i0 + sp.strip_rows);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4)
 #endif
-    for (std::int64_t i = i0; i < i1; ++i) {
-      V* out = local.data() + (row_off(i) - base) - (wd ? i : i + 1);
-      for (std::int64_t j = wd ? i : i + 1; j < n; ++j) {
-        out[j] = sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
-                                           pc[static_cast<std::size_t>(j)]);
-      }
-    }
-  }, o.run);
+        for (std::int64_t i = i0; i < i1; ++i) {
+          V* out = local.data() + (row_off(i) - base) - (wd ? i : i + 1);
+          for (std::int64_t j = wd ? i : i + 1; j < n; ++j) {
+            out[j] =
+                sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw),
+                                          pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
+          }
+        }
+      },
+      o.run);
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base, static_cast<std::int64_t>(local.size()),
-                     o.sync_files);
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
+                     static_cast<std::int64_t>(local.size()), o.sync_files);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;
@@ -517,8 +552,9 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   agree(c, "checking the threshold job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_threshold");
     if (t.both_halves) {
-      throw logic_error("dist::host_gram_threshold: both_halves is not distributed yet (a row's lower half is "
-                        "computed by other ranks); mirror the upper-triangle COO instead");
+      throw logic_error(
+          "dist::host_gram_threshold: both_halves is not distributed yet (a row's lower half is "
+          "computed by other ranks); mirror the upper-triangle COO instead");
     }
   });
   const std::int64_t n = a.rows;
@@ -531,20 +567,25 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   const std::int64_t nw = gram::detail::words64(a);
   const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
-  rep.run = run_host_tasks(c, sp.plan, [&](std::size_t task) {
-    const std::int64_t i0 = static_cast<std::int64_t>(task) * sp.strip_rows, i1 = std::min(n, i0 + sp.strip_rows);
+  rep.run = run_host_tasks(
+      c, sp.plan,
+      [&](std::size_t task) {
+        const std::int64_t i0 = static_cast<std::int64_t>(task) * sp.strip_rows,
+                           i1 = std::min(n, i0 + sp.strip_rows);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4)
 #endif
-    for (std::int64_t i = i0; i < i1; ++i) {
-      auto& out = kept[static_cast<std::size_t>(i - r0)];
-      for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
-        const V v = sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
-                                              pc[static_cast<std::size_t>(j)]);
-        if (pairwise::detail::passes(larger, v, t.threshold)) out.emplace_back(j, v);
-      }
-    }
-  }, o.run);
+        for (std::int64_t i = i0; i < i1; ++i) {
+          auto& out = kept[static_cast<std::size_t>(i - r0)];
+          for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
+            const V v =
+                sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw),
+                                          pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
+            if (pairwise::detail::passes(larger, v, t.threshold)) out.emplace_back(j, v);
+          }
+        }
+      },
+      o.run);
   rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   coo_block<V> b;
   for (std::int64_t i = r0; i < r1 && !rep.run.cancelled; ++i) {

@@ -51,7 +51,8 @@ void write_npy_at_all(const communicator& c, const std::string& path, const std:
     for (auto d : shape) total *= d;
     if (count < 0 || offset < 0 || offset + count > total) {
       throw logic_error("dist::write_npy_at_all: elements [" + std::to_string(offset) + ", " +
-                        std::to_string(offset + count) + ") are outside the array's " + std::to_string(total));
+                        std::to_string(offset + count) + ") are outside the array's " +
+                        std::to_string(total));
     }
     if (count > 0 && data == nullptr) throw logic_error("dist::write_npy_at_all: data is null");
   });
@@ -59,8 +60,8 @@ void write_npy_at_all(const communicator& c, const std::string& path, const std:
   SPILLWAY_MPI_TRY(MPI_Allreduce(&count, &sum, 1, MPI_INT64_T, MPI_SUM, c.get()));
   agree(c, ("checking the .npy layout of '" + path + "'").c_str(), [&] {
     if (sum != total) {
-      throw logic_error("dist::write_npy_at_all: the ranks hold " + std::to_string(sum) + " elements of an array of " +
-                        std::to_string(total) + " (" + path + ")");
+      throw logic_error("dist::write_npy_at_all: the ranks hold " + std::to_string(sum) +
+                        " elements of an array of " + std::to_string(total) + " (" + path + ")");
     }
   });
 

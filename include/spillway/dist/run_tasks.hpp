@@ -128,7 +128,8 @@ class progress_channel {
     int stop = stop_sent_ ? 1 : 0;
     SPILLWAY_MPI_TRY(MPI_Bcast(&stop, 1, MPI_INT, 0, c_.get()));
     if (c_.rank() == 0) {
-      if (!stops_.empty()) SPILLWAY_MPI_TRY(MPI_Waitall(static_cast<int>(stops_.size()), stops_.data(), MPI_STATUSES_IGNORE));
+      if (!stops_.empty())
+        SPILLWAY_MPI_TRY(MPI_Waitall(static_cast<int>(stops_.size()), stops_.data(), MPI_STATUSES_IGNORE));
     } else if (stop != 0 && !stopped_) {
       int dummy = 0;  // the stop message that arrived after this rank had finished
       SPILLWAY_MPI_TRY(MPI_Recv(&dummy, 1, MPI_INT, 0, tag_stop, c_.get(), MPI_STATUS_IGNORE));
@@ -182,8 +183,8 @@ class progress_channel {
         if (!flag) return;
       }
       std::uint64_t m[3] = {0, 0, 0};
-      SPILLWAY_MPI_TRY(MPI_Recv(m, 3, MPI_UINT64_T, until_final ? MPI_ANY_SOURCE : st.MPI_SOURCE, tag_progress,
-                                c_.get(), &st));
+      SPILLWAY_MPI_TRY(MPI_Recv(m, 3, MPI_UINT64_T, until_final ? MPI_ANY_SOURCE : st.MPI_SOURCE,
+                                tag_progress, c_.get(), &st));
       const auto r = static_cast<std::size_t>(st.MPI_SOURCE);
       done_[r] = static_cast<std::size_t>(m[0]);
       bytes_[r] = static_cast<std::size_t>(m[1]);
@@ -269,7 +270,8 @@ run_report run_protocol(const communicator& c, std::size_t n_total, std::size_t 
   SPILLWAY_MPI_TRY(MPI_Bcast(&cancelled, 1, MPI_INT, 0, c.get()));
   for (int r = 0; r < c.size(); ++r) {
     const double* v = all.data() + 4 * r;
-    rank_stats s{static_cast<std::size_t>(v[0]), static_cast<std::size_t>(v[1]), v[2], static_cast<std::size_t>(v[3])};
+    rank_stats s{static_cast<std::size_t>(v[0]), static_cast<std::size_t>(v[1]), v[2],
+                 static_cast<std::size_t>(v[3])};
     rep.tasks_completed += s.tasks;
     rep.ranks.push_back(s);
   }
@@ -292,29 +294,31 @@ inline const std::vector<std::size_t>& my_part(const communicator& c, const pair
 /// The host form: `run(t)` runs global task t on the calling thread (it may use OpenMP), for each
 /// of `mine` in order. Collective over `c`; every rank throws the same rank_error if any fails.
 template <class Run>
-run_report run_host_tasks(const communicator& c, const std::vector<std::size_t>& mine, std::size_t n_total, Run&& run,
-                          const run_options& o = {}) {
-  static_assert(std::is_invocable_v<Run&, std::size_t>, "run must be callable as run(std::size_t global_task)");
-  return detail::run_protocol(c, n_total, mine.size(), o,
-                              [&](auto&& hook, rank_stats& st, std::uint64_t& failed, job_report&) {
-                                if (!hook(0, 0)) return;
-                                for (std::size_t t : mine) {
-                                  if (t >= n_total) {
-                                    throw logic_error("dist::run_host_tasks: task " + std::to_string(t) +
-                                                      " is out of range (" + std::to_string(n_total) + " tasks)");
-                                  }
-                                  failed = t;
-                                  run(t);
-                                  failed = rank_error::no_task;
-                                  ++st.tasks;
-                                  if (!hook(st.tasks, 0)) return;
-                                }
-                              });
+run_report run_host_tasks(const communicator& c, const std::vector<std::size_t>& mine, std::size_t n_total,
+                          Run&& run, const run_options& o = {}) {
+  static_assert(std::is_invocable_v<Run&, std::size_t>,
+                "run must be callable as run(std::size_t global_task)");
+  return detail::run_protocol(
+      c, n_total, mine.size(), o, [&](auto&& hook, rank_stats& st, std::uint64_t& failed, job_report&) {
+        if (!hook(0, 0)) return;
+        for (std::size_t t : mine) {
+          if (t >= n_total) {
+            throw logic_error("dist::run_host_tasks: task " + std::to_string(t) + " is out of range (" +
+                              std::to_string(n_total) + " tasks)");
+          }
+          failed = t;
+          run(t);
+          failed = rank_error::no_task;
+          ++st.tasks;
+          if (!hook(st.tasks, 0)) return;
+        }
+      });
 }
 
 /// The same with this rank's part of `plan` (plan.parts.size() must be the communicator's size).
 template <class Run>
-run_report run_host_tasks(const communicator& c, const pairwise::split_plan& plan, Run&& run, const run_options& o = {}) {
+run_report run_host_tasks(const communicator& c, const pairwise::split_plan& plan, Run&& run,
+                          const run_options& o = {}) {
   std::vector<std::size_t> none;
   const std::vector<std::size_t>* mine = &none;
   std::exception_ptr err;
@@ -330,7 +334,8 @@ run_report run_host_tasks(const communicator& c, const pairwise::split_plan& pla
 /// The device form: this rank's tasks `mine` (global indices) through spillway::run_tasks over
 /// the devices of `local` (their slots, buffers and budget as in a one-process job; its own
 /// `progress` is replaced by the protocol's). enqueue(t, slot, s) and on_complete(t) receive the
-/// GLOBAL task index (on_complete may also take the task_slot, as in spillway::run_tasks). A task that fails is named by its global index on every rank.
+/// GLOBAL task index (on_complete may also take the task_slot, as in spillway::run_tasks). A task that fails
+/// is named by its global index on every rank.
 template <class Enqueue, class OnComplete = ::spillway::detail::no_completion>
 run_report run_tasks(const communicator& c, const std::vector<std::size_t>& mine, std::size_t n_total,
                      const task_job_options& local, Enqueue&& enqueue, OnComplete&& on_complete = {},
@@ -363,7 +368,8 @@ run_report run_tasks(const communicator& c, const std::vector<std::size_t>& mine
         } catch (const pipeline_error& e) {
           st.tasks = e.report().tasks_completed;
           st.bytes = e.report().bytes_moved;
-          if (e.failed_task() != pipeline_error::no_task && e.failed_task() < mine.size()) failed = mine[e.failed_task()];
+          if (e.failed_task() != pipeline_error::no_task && e.failed_task() < mine.size())
+            failed = mine[e.failed_task()];
           throw;
         }
         st.tasks = lrep.tasks_completed;

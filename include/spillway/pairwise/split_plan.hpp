@@ -73,7 +73,8 @@ inline void check_split(const std::vector<split_task>& tasks, std::size_t parts,
   }
 }
 
-inline split_plan finish(const std::vector<split_task>& tasks, std::vector<split_part> parts, std::vector<std::size_t> owner) {
+inline split_plan finish(const std::vector<split_task>& tasks, std::vector<split_part> parts,
+                         std::vector<std::size_t> owner) {
   split_plan p;
   p.parts = std::move(parts);
   p.owner = std::move(owner);
@@ -104,8 +105,9 @@ inline split_plan split_contiguous(const std::vector<split_task>& tasks, std::si
     if (q + 1 < parts) {
       const double target = total * static_cast<double>(q + 1) / static_cast<double>(parts);
       // First boundary whose prefix reaches the target, then the nearer of it and the one before.
-      end = static_cast<std::size_t>(std::lower_bound(prefix.begin() + static_cast<std::ptrdiff_t>(begin), prefix.end(), target) -
-                                     prefix.begin());
+      end = static_cast<std::size_t>(
+          std::lower_bound(prefix.begin() + static_cast<std::ptrdiff_t>(begin), prefix.end(), target) -
+          prefix.begin());
       if (end > n) end = n;
       if (end > begin && target - prefix[end - 1] <= prefix[end] - target) --end;
       // Zero-cost tasks never leave a part empty while later parts get work only because of ties.
@@ -133,7 +135,8 @@ inline split_plan split_greedy(const std::vector<split_task>& tasks, std::size_t
   const std::size_t n = tasks.size();
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tasks[a].cost > tasks[b].cost; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tasks[a].cost > tasks[b].cost; });
   std::vector<split_part> out(parts);
   std::vector<std::size_t> owner(n, 0);
   for (std::size_t t : order) {
@@ -156,7 +159,8 @@ inline split_plan split_greedy(const std::vector<split_task>& tasks, std::size_t
 inline std::vector<split_task> strip_tasks(std::int64_t n, std::int64_t strip_rows, bool symmetric,
                                            std::size_t row_bytes = 0, std::int64_t cols_b = -1) {
   if (n < 0) throw logic_error("strip_tasks: n is " + std::to_string(n));
-  if (strip_rows < 1) throw logic_error("strip_tasks: strip_rows must be >= 1, got " + std::to_string(strip_rows));
+  if (strip_rows < 1)
+    throw logic_error("strip_tasks: strip_rows must be >= 1, got " + std::to_string(strip_rows));
   const std::int64_t w = symmetric ? n : (cols_b < 0 ? n : cols_b);
   std::vector<split_task> t;
   for (std::int64_t r0 = 0; r0 < n; r0 += strip_rows) {
@@ -179,7 +183,8 @@ struct tile_pair {
 /// otherwise every (I, J). Cost is in pairs; bytes are the two tiles' rows of `row_bytes`
 /// (one tile on the diagonal).
 inline std::vector<split_task> tile_pair_tasks(std::int64_t n, std::int64_t tile, bool symmetric,
-                                               std::size_t row_bytes = 0, std::vector<tile_pair>* pairs = nullptr) {
+                                               std::size_t row_bytes = 0,
+                                               std::vector<tile_pair>* pairs = nullptr) {
   if (n < 0) throw logic_error("tile_pair_tasks: n is " + std::to_string(n));
   if (tile < 1) throw logic_error("tile_pair_tasks: tile must be >= 1, got " + std::to_string(tile));
   const std::int64_t nt = (n + tile - 1) / tile;
