@@ -49,7 +49,8 @@ struct args {
 };
 
 void print_usage(std::FILE* f) {
-  std::fprintf(f,
+  std::fprintf(
+      f,
       "spillway-gram-mpi: the Gram matrix A*A^T of a 0/1 matrix across MPI ranks, one GPU per rank (the\n"
       "host implementation where a rank has none). Rows are split by the cost of their share of the upper\n"
       "triangle; the triangle and the top-k lists go into one .npy each through MPI-IO.\n\n"
@@ -57,7 +58,8 @@ void print_usage(std::FILE* f) {
       "input (one of; default: a random matrix):\n"
       "  --input A.npy          a 2-D .npy of uint8, int8 or bool 0/1 values, read by every rank\n"
       "  --broadcast            rank 0 reads (or makes) the matrix and broadcasts it\n"
-      "  --rows R --cols C      a random matrix, density 1/2, made alike on every rank (default 4000 x 5000)\n"
+      "  --rows R --cols C      a random matrix, density 1/2, made alike on every rank (default 4000 x "
+      "5000)\n"
       "  --seed S               its seed (default 42)\n"
       "what to compute:\n"
       "  --sink S               topk | triangle | threshold | all (default topk)\n"
@@ -74,7 +76,8 @@ void print_usage(std::FILE* f) {
       "  --check                compare with the one-process job (host implementation) on rank 0, exactly\n"
       "  --repeat N             run each job N times, report the median (default 1)\n"
       "  --sync                 the triangle's file is synced to the disk inside the timed job\n"
-      "  --bench                the benchmark: 100,000 x 200,000, top-32 then the triangle (--sync), 3 repeats\n"
+      "  --bench                the benchmark: 100,000 x 200,000, top-32 then the triangle (--sync), 3 "
+      "repeats\n"
       "  -h, --help             this text\n\n"
       "example:\n"
       "  mpirun -np 2 spillway-gram-mpi --input A.npy --sink topk --k 32 --output nn.npy\n");
@@ -99,29 +102,46 @@ args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + k).c_str());
       return argv[++i];
     };
-    if (k == "--input") a.input = val();
-    else if (k == "--output") a.output = val();
-    else if (k == "--rows") a.rows = std::atoll(val().c_str());
-    else if (k == "--cols") a.cols = std::atoll(val().c_str());
-    else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
-    else if (k == "--sink") a.sink = val();
-    else if (k == "--epilogue") a.epilogue = val();
-    else if (k == "--layout") a.layout = val();
-    else if (k == "--k") a.k = std::atoi(val().c_str());
-    else if (k == "--threshold") a.threshold = std::atof(val().c_str());
-    else if (k == "--diagonal") a.diagonal = true;
-    else if (k == "--host") a.host = true;
-    else if (k == "--check") a.check = true;
-    else if (k == "--broadcast") a.broadcast = true;
-    else if (k == "--sync") a.sync = true;
+    if (k == "--input")
+      a.input = val();
+    else if (k == "--output")
+      a.output = val();
+    else if (k == "--rows")
+      a.rows = std::atoll(val().c_str());
+    else if (k == "--cols")
+      a.cols = std::atoll(val().c_str());
+    else if (k == "--seed")
+      a.seed = std::strtoull(val().c_str(), nullptr, 0);
+    else if (k == "--sink")
+      a.sink = val();
+    else if (k == "--epilogue")
+      a.epilogue = val();
+    else if (k == "--layout")
+      a.layout = val();
+    else if (k == "--k")
+      a.k = std::atoi(val().c_str());
+    else if (k == "--threshold")
+      a.threshold = std::atof(val().c_str());
+    else if (k == "--diagonal")
+      a.diagonal = true;
+    else if (k == "--host")
+      a.host = true;
+    else if (k == "--check")
+      a.check = true;
+    else if (k == "--broadcast")
+      a.broadcast = true;
+    else if (k == "--sync")
+      a.sync = true;
     else if (k == "--budget") {
       try {
         a.budget = spillway::parse_byte_size(val());
       } catch (const spillway::logic_error& e) {
         usage(e.what());
       }
-    } else if (k == "--strip-rows") a.strip_rows = std::atoll(val().c_str());
-    else if (k == "--repeat") a.repeat = std::max(1, std::atoi(val().c_str()));
+    } else if (k == "--strip-rows")
+      a.strip_rows = std::atoll(val().c_str());
+    else if (k == "--repeat")
+      a.repeat = std::max(1, std::atoi(val().c_str()));
     else if (k == "--bench") {
       a.bench = true;
       a.rows = 100000;
@@ -130,10 +150,12 @@ args parse(int argc, char** argv) {
       a.repeat = 3;
       a.sync = true;
       a.sink = "bench";
-    } else usage(("unknown argument " + k).c_str());
+    } else
+      usage(("unknown argument " + k).c_str());
   }
   if (a.input.empty() && (a.rows < 1 || a.cols < 1)) usage("rows and cols must be >= 1");
-  if (a.sink != "topk" && a.sink != "triangle" && a.sink != "threshold" && a.sink != "all" && a.sink != "bench") {
+  if (a.sink != "topk" && a.sink != "triangle" && a.sink != "threshold" && a.sink != "all" &&
+      a.sink != "bench") {
     usage(("unknown --sink " + a.sink).c_str());
   }
   if (a.layout != "upper_packed" && a.layout != "condensed") usage(("unknown --layout " + a.layout).c_str());
@@ -144,13 +166,15 @@ args parse(int argc, char** argv) {
 // from a generator seeded by (seed, r). Density 1/2, tail bits zero.
 sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   // Pinned where there is a GPU (its copies then run at full rate), pageable where there is none.
-  sg::bit_matrix m(rows, cols, spillway::gpu_available() ? sg::host_memory::pinned : sg::host_memory::pageable);
+  sg::bit_matrix m(rows, cols,
+                   spillway::gpu_available() ? sg::host_memory::pinned : sg::host_memory::pageable);
   const std::int64_t full = cols / 32, tail = cols % 32;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::uint64_t x = seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(r) * 0xBF58476D1CE4E5B9ULL + 1;
+    std::uint64_t x =
+        seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(r) * 0xBF58476D1CE4E5B9ULL + 1;
     auto next = [&x] {  // splitmix64
       std::uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -178,8 +202,9 @@ void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char
   for (int q = 0; q < c.size(); ++q) {
     const auto& s = r.run.ranks[static_cast<std::size_t>(q)];
     const auto& part = sp_.plan.parts[static_cast<std::size_t>(q)];
-    std::printf("  rank %d: rows [%ld, %ld), %zu tasks, %.1f%% of the pairs, %.3f GB host<->device, %.3f s\n", q,
-                sp_.first_row(q), sp_.last_row(q), s.tasks, sp_.plan.total_cost > 0 ? 100.0 * part.cost / sp_.plan.total_cost : 0.0,
+    std::printf("  rank %d: rows [%ld, %ld), %zu tasks, %.1f%% of the pairs, %.3f GB host<->device, %.3f s\n",
+                q, sp_.first_row(q), sp_.last_row(q), s.tasks,
+                sp_.plan.total_cost > 0 ? 100.0 * part.cost / sp_.plan.total_cost : 0.0,
                 static_cast<double>(s.bytes) / 1e9, s.seconds);
     slowest = std::max(slowest, s.seconds);
   }
@@ -209,7 +234,8 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();
   const double mb = 1e6;
-  const double bitmacs = static_cast<double>(n) * static_cast<double>(n + 1) / 2.0 * static_cast<double>(m.cols());
+  const double bitmacs =
+      static_cast<double>(n) * static_cast<double>(n + 1) / 2.0 * static_cast<double>(m.cols());
   bool ok = true;
   auto one_process_note = [&] {
     if (c.rank() == 0) std::printf("  --check: comparing with the one-process job on rank 0...\n");
@@ -237,10 +263,11 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
       wt = max_over_ranks(c, sd::detail::seconds_since(t0));
     }
     if (c.rank() == 0) {
-      std::printf("  top-%d total %.3f s (median of %d; merge to the owners %.3f s, %.1f MB sent by the busiest rank)"
-                  " = %.2f P bit-MAC/s of the triangle%s\n",
-                  a.k, median(times), a.repeat, merge, sent / mb, bitmacs / median(times) / 1e15,
-                  f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
+      std::printf(
+          "  top-%d total %.3f s (median of %d; merge to the owners %.3f s, %.1f MB sent by the busiest rank)"
+          " = %.2f P bit-MAC/s of the triangle%s\n",
+          a.k, median(times), a.repeat, merge, sent / mb, bitmacs / median(times) / 1e15,
+          f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
     }
     if (a.check) {
       one_process_note();
@@ -257,7 +284,8 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   }
 
   if (a.sink == "triangle" || all) {
-    const auto layout = a.layout == "condensed" ? sp::triangle_layout::condensed : sp::triangle_layout::upper_packed;
+    const auto layout =
+        a.layout == "condensed" ? sp::triangle_layout::condensed : sp::triangle_layout::upper_packed;
     std::string f = out_name(a, "triangle");
     const bool temp = f.empty();
     if (temp) f = "spillway_gram_mpi_triangle.npy";  // MPI-IO needs a file: a temporary one
@@ -273,8 +301,10 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
     const double wt = max_over_ranks(c, rep.local_write_seconds);
     const double bytes = static_cast<double>(sp::layout_size(layout, n)) * sizeof(V);
     if (c.rank() == 0) {
-      std::printf("  triangle total %.3f s (median of %d), of which the MPI-IO write %.3f s (%.2f GB at %.2f GB/s) -> %s\n",
-                  median(times), a.repeat, wt, bytes / 1e9, bytes / 1e9 / std::max(wt, 1e-9), f.c_str());
+      std::printf(
+          "  triangle total %.3f s (median of %d), of which the MPI-IO write %.3f s (%.2f GB at %.2f GB/s) "
+          "-> %s\n",
+          median(times), a.repeat, wt, bytes / 1e9, bytes / 1e9 / std::max(wt, 1e-9), f.c_str());
     }
     if (a.check) {
       one_process_note();
@@ -338,6 +368,11 @@ int main(int argc, char** argv) {
     sd::communicator c;
     g_rank = c.rank();
     const args a = parse(argc, argv);
+    // This rank's GPU current from the start, so that its pinned allocations and first CUDA calls
+    // make no context on another rank's GPU (the jobs pick local_rank % GPUs as well).
+    if (!a.host && spillway::gpu_available()) {
+      SPILLWAY_CUDA_TRY(cudaSetDevice(c.local_rank() % spillway::device_count()));
+    }
     // The input: every rank reads it, or rank 0 reads it and broadcasts (timed apart from the job).
     c.barrier();
     const auto t0 = std::chrono::steady_clock::now();
@@ -345,7 +380,8 @@ int main(int argc, char** argv) {
     if (!a.input.empty() && !a.broadcast) {
       m = sd::read_bits_npy(c, a.input);
     } else if (!a.input.empty()) {
-      m = sd::agree(c, "reading the input", [&] { return c.rank() == 0 ? sd::read_bits_npy_local(a.input) : sg::bit_matrix(); });
+      m = sd::agree(c, "reading the input",
+                    [&] { return c.rank() == 0 ? sd::read_bits_npy_local(a.input) : sg::bit_matrix(); });
       sd::broadcast_bits(c, m);
     } else if (a.broadcast) {
       if (c.rank() == 0) m = random_bits(a.rows, a.cols, a.seed);
@@ -360,19 +396,23 @@ int main(int argc, char** argv) {
       return mx;
     }();
     if (c.rank() == 0) {
-      std::printf("spillway-gram-mpi: %d rank(s), A %ld x %ld (%.2f GB packed), input %s in %.3f s (not in the job times)\n",
-                  c.size(), m.rows(), m.cols(), static_cast<double>(m.size_bytes()) / 1e9,
-                  a.input.empty() ? (a.broadcast ? "made on rank 0 and broadcast" : "made on every rank")
-                                  : (a.broadcast ? "read on rank 0 and broadcast" : "read on every rank"),
-                  t_in);
+      std::printf(
+          "spillway-gram-mpi: %d rank(s), A %ld x %ld (%.2f GB packed), input %s in %.3f s (not in the job "
+          "times)\n",
+          c.size(), m.rows(), m.cols(), static_cast<double>(m.size_bytes()) / 1e9,
+          a.input.empty() ? (a.broadcast ? "made on rank 0 and broadcast" : "made on every rank")
+                          : (a.broadcast ? "read on rank 0 and broadcast" : "read on every rank"),
+          t_in);
     }
-    const sg::metric metric = a.epilogue == "jaccard" ? sg::metric::jaccard
-                              : a.epilogue == "cosine" ? sg::metric::cosine
+    const sg::metric metric = a.epilogue == "jaccard"   ? sg::metric::jaccard
+                              : a.epilogue == "cosine"  ? sg::metric::cosine
                               : a.epilogue == "hamming" ? sg::metric::hamming
-                                                         : sg::metric::counts;
-    if (a.epilogue != "counts" && metric == sg::metric::counts) usage(("unknown --epilogue " + a.epilogue).c_str());
-    const bool ok = metric == sg::metric::jaccard || metric == sg::metric::cosine ? run<float>(c, a, m, metric)
-                                                                                  : run<std::int32_t>(c, a, m, metric);
+                                                        : sg::metric::counts;
+    if (a.epilogue != "counts" && metric == sg::metric::counts)
+      usage(("unknown --epilogue " + a.epilogue).c_str());
+    const bool ok = metric == sg::metric::jaccard || metric == sg::metric::cosine
+                        ? run<float>(c, a, m, metric)
+                        : run<std::int32_t>(c, a, m, metric);
     if (c.rank() == 0 && a.check) std::printf("%s\n", ok ? "check: ok" : "check: FAILED");
     rc = ok ? 0 : 1;
   } catch (const sd::rank_error& e) {

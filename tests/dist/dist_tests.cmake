@@ -62,7 +62,7 @@ foreach(np IN ITEMS 2 3)
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${SPILLWAY_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
       $<TARGET_FILE:spillway_dist_tests> --gtest_color=no ${MPIEXEC_POSTFLAGS})
   # TIMEOUT: a rank left waiting in a collective fails the test instead of hanging CI.
-  set_tests_properties(dist_mpi_np${np} PROPERTIES LABELS "host;mpi" TIMEOUT 120
+  set_tests_properties(dist_mpi_np${np} PROPERTIES LABELS "host;mpi" TIMEOUT 120 PROCESSORS ${np}
     ENVIRONMENT "${spillway_test_env};${SPILLWAY_MPIEXEC_ENV}")
 endforeach()
 
