@@ -42,7 +42,8 @@ struct args {
   std::string sink = "topk", epilogue = "counts", layout = "upper_packed";
   int k = 32;
   double threshold = -1;
-  bool diagonal = false, host = false, check = false, broadcast = false, bench = false, sync = false;
+  bool diagonal = false, host = false, check = false, broadcast = false, bench = false, sync = false,
+       independent_io = false;
   std::size_t budget = 0;
   std::int64_t strip_rows = 0;
   int repeat = 1;
@@ -76,6 +77,7 @@ void print_usage(std::FILE* f) {
       "  --check                compare with the one-process job (host implementation) on rank 0, exactly\n"
       "  --repeat N             run each job N times, report the median (default 1)\n"
       "  --sync                 the triangle's file is synced to the disk inside the timed job\n"
+      "  --independent-io       each rank writes its triangle rows with MPI_File_write_at (default: _all)\n"
       "  --bench                the benchmark: 100,000 x 200,000, top-32 then the triangle (--sync), 3 "
       "repeats\n"
       "  -h, --help             this text\n\n"
@@ -132,6 +134,8 @@ args parse(int argc, char** argv) {
       a.broadcast = true;
     else if (k == "--sync")
       a.sync = true;
+    else if (k == "--independent-io")
+      a.independent_io = true;
     else if (k == "--budget") {
       try {
         a.budget = spillway::parse_byte_size(val());
@@ -231,6 +235,7 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   o.host = a.host;
   o.strip_rows = a.strip_rows;
   o.sync_files = a.sync;
+  o.collective_io = !a.independent_io;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();
   const double mb = 1e6;

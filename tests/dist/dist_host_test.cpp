@@ -293,10 +293,15 @@ TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
   c.barrier();
   sd::write_npy_at_all(c, path, {n, 5}, v.data(), rows_before * 5, mine * 5, /*sync=*/true);
   EXPECT_EQ(sd::npy_data_offset<std::int64_t>({n, 5}) % 64, 0);
+  // The same through each rank's own writes (no collective I/O) into a second file.
+  sd::write_npy_at_all(c, path + ".ind.npy", {n, 5}, v.data(), rows_before * 5, mine * 5, false, /*collective=*/false);
   if (c.rank() == 0) {
     const auto a = spillway::io::read_npy(path);
     ASSERT_EQ(a.header.shape, (std::vector<std::int64_t>{n, 5}));
     for (std::int64_t i = 0; i < n * 5; ++i) ASSERT_EQ(a.data<std::int64_t>()[i], i * 3 - 7) << i;
+    const auto b = spillway::io::read_npy(path + ".ind.npy");
+    ASSERT_EQ(b.header.shape, (std::vector<std::int64_t>{n, 5}));
+    for (std::int64_t i = 0; i < n * 5; ++i) ASSERT_EQ(b.data<std::int64_t>()[i], i * 3 - 7) << i;
     const std::string py = python();
     if (!py.empty()) {
       const std::string cmd =

@@ -250,7 +250,7 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
     write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
-                     static_cast<std::int64_t>(local.size()), o.sync_files);
+                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;

@@ -146,6 +146,8 @@ struct gram_job_options {
   /// The triangle's file is synced (MPI_File_sync) before the job returns: its time then includes
   /// the storage device's, not only the page cache's.
   bool sync_files = false;
+  /// The triangle's ranges go out with MPI_File_write_at_all (true) or each rank's MPI_File_write_at.
+  bool collective_io = true;
   // ---- the GPU form (dist/gram.cuh) ----
   /// Run the host implementation even where every rank has a GPU.
   bool host = false;
@@ -535,7 +537,7 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
     write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
-                     static_cast<std::int64_t>(local.size()), o.sync_files);
+                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
     rep.local_write_seconds = detail::seconds_since(t0);
   }
   return rep;

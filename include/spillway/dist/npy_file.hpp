@@ -41,9 +41,13 @@ std::int64_t npy_data_offset(const std::vector<std::int64_t>& shape) {
 /// open or write on any rank is reported on every rank (rank_error); the file is then incomplete.
 /// `sync`: MPI_File_sync before closing, so the call returns when the data is on the storage device
 /// (else it may sit in the page cache: what a benchmark of the write must not time).
+/// `collective` (default): MPI_File_write_at_all, which lets the MPI-IO layer aggregate; false:
+/// each rank writes its range with MPI_File_write_at on its own (no reshuffling between ranks —
+/// for large contiguous ranges on a local disk it may be the faster; measure both).
 template <class T>
 void write_npy_at_all(const communicator& c, const std::string& path, const std::vector<std::int64_t>& shape,
-                      const T* data, std::int64_t offset, std::int64_t count, bool sync = false) {
+                      const T* data, std::int64_t offset, std::int64_t count, bool sync = false,
+                      bool collective = true) {
   std::string header;
   std::int64_t total = 1;
   agree(c, ("checking the .npy layout of '" + path + "'").c_str(), [&] {
@@ -98,12 +102,18 @@ void write_npy_at_all(const communicator& c, const std::string& path, const std:
   const auto* p = reinterpret_cast<const char*>(data);
   const MPI_Offset base = static_cast<MPI_Offset>(hbytes + offset * static_cast<std::int64_t>(sizeof(T)));
   char dummy = 0;
-  for (std::int64_t q = 0; q < max_pieces; ++q) {
+  for (std::int64_t q = 0; q < (collective ? max_pieces : pieces); ++q) {
     const std::int64_t at = q * detail::io_piece_bytes;
     const std::int64_t n = std::max<std::int64_t>(0, std::min(detail::io_piece_bytes, bytes - at));
-    note(MPI_File_write_at_all(fh, base + static_cast<MPI_Offset>(n > 0 ? at : 0), n > 0 ? p + at : &dummy,
-                               static_cast<int>(n), MPI_BYTE, MPI_STATUS_IGNORE),
-         "MPI_File_write_at_all");
+    const MPI_Offset where = base + static_cast<MPI_Offset>(n > 0 ? at : 0);
+    const char* from = n > 0 ? p + at : &dummy;
+    if (collective) {
+      note(MPI_File_write_at_all(fh, where, from, static_cast<int>(n), MPI_BYTE, MPI_STATUS_IGNORE),
+           "MPI_File_write_at_all");
+    } else {
+      note(MPI_File_write_at(fh, where, from, static_cast<int>(n), MPI_BYTE, MPI_STATUS_IGNORE),
+           "MPI_File_write_at");
+    }
   }
   if (sync) note(MPI_File_sync(fh), "MPI_File_sync");
   note(MPI_File_close(&fh), "MPI_File_close");
