@@ -284,6 +284,10 @@ run_mpi_bench() {
     log="$RESULTS/spillway-gram-mpi_bench_np$np.log"
     timeout "${BENCH_TIMEOUT:-400}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-gram-mpi" --bench --output "$dir/c.npy" >"$log" 2>&1 || status=1
     rm -f "$dir"/c.npy*
+    # The triangle again with each rank's own MPI_File_write_at (no collective aggregation).
+    timeout "${BENCH_TIMEOUT:-400}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-gram-mpi" --rows 100000 --cols 200000 \
+      --sink triangle --sync --independent-io --repeat 3 --output "$dir/c.npy" >>"$log" 2>&1 || status=1
+    rm -f "$dir"/c.npy*
     cat "$log"
     summary+=("$(printf '%-34s %s' "gram-mpi --bench -np $np" "$(grep -E 'total' "$log" | sed 's/^ *//' | cut -c1-70 | paste -sd'|')")")
   done
