@@ -86,9 +86,11 @@ inline constexpr bool simt_is_complex_v = std::is_same_v<E, float2>;
 /// WarpsM x WarpsN warps; a lane owns HM x HN sub-blocks of RM x RN outputs (see the file comment).
 /// SplitStage: the next k-tile's A is loaded during the first half of the k steps and B during the
 /// second (see the main loop).
-template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks, bool SplitStage = false>
+template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks, bool SplitStage = false,
+          bool Running = false>
 struct simt_config {
   static constexpr bool split_stage = SplitStage;
+  static constexpr bool running = Running;
   static constexpr int warps_m = WarpsM, warps_n = WarpsN;
   static constexpr int rm = RM, hm = HM, rn = RN, hn = HN;
   static constexpr int tm = RM * HM, tn = RN * HN;       // outputs per lane
@@ -100,9 +102,19 @@ struct simt_config {
 
 // float / half / bf16 / int8: 8x8 per lane; 128x128 (256 threads, k-tile 16: 1024 FFMA per
 // barrier, 33 KiB of shared memory, two blocks per SM at 128 registers) and, for m <= 64, 64x128
-// (128 threads, k-tile 8, four blocks per SM; a 16-deep tile spills). Skinny problems reach the
-// device through split-K, which plans with this tile and residency (simt_tile_shape):
-// 64 x 8192 x 8192 -> 64 tiles x 8 slices on 132 SMs.
+// (128 threads, k-tile 16, four blocks per SM, 25 KiB) whose K-major vector loads advance one
+// pointer per operand ("running", see simt_operand). Skinny problems reach the device through
+// split-K, which plans with this tile and residency (simt_tile_shape): 64 x 8192 x 8192 -> 64 tiles
+// x 8 slices on 132 SMs. H200, same processes as cuBLAS SGEMM (38.7-40.5), 64 x 8192 x 8192:
+// k-tile 8 with per-row pointers (the compiler rebuilt them every k-tile: ~60 integer instructions
+// per 512 FFMA; ncu: 179M warp instructions for 134M FFMA) 34.4-34.7 TFLOP/s (0.867-0.885);
+// k-tile 8 running 33.2-33.9; k-tile 16 running (spills 16 bytes) 37.5-37.8 (0.932-0.940).
+// Measured slower for m <= 64 (same device, 31.2-33.1 TFLOP/s against 34.3-35.0 for the k-tile-8
+// tile): shared tiles kept K-major, filled by 16-byte cp.async rings (k-tile 8/16/32, 2-6 stages)
+// and read as k-contiguous fragments (per 4 k: 8 LDS.128 of A, then per column one LDS.128 of B
+// and 32 FFMA); 15% fewer instructions, but ncu showed twice the dispatch stalls (likely register
+// bank conflicts: a lane's 4 k values of one row alternate banks against a fixed accumulator) and
+// more shared-load waits.
 // The large tile splits its staging (H200, float TN, same run as cuBLAS SGEMM at 51.2 / 50.2
 // TFLOP/s: 8192^3 43.0 -> 45.6, 4096^3 42.2 -> 44.9. The K-major vector instantiation spills 24
 // bytes: row pointers of the k-edge path, and one 4-byte store + reload per k-tile of ~1150
@@ -127,7 +139,7 @@ struct simt_config {
 // workspace, no reduce pass) ran 64 x 8192 x 8192 at 33.8 and 34.5 TFLOP/s in two processes of
 // one H200 call against 34.4 for the workspace form: no gain, not kept.
 using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
-using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 8, 4>;
+using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 16, 4, false, true>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
 // FFMA per barrier; 16 would need 49 KiB, past the static shared-memory limit). Whole-tile
 // staging: split staging measured 11% slower (H200, 8192^3: 43.4 against 49.1 TFLOP/s).
@@ -227,6 +239,49 @@ struct simt_operand {
       row_ok[v] = r < rows;
     }
   }
+  // The running form of the same (configurations with `running`): one pointer to the thread's first
+  // vector, advanced by BK with every k-tile loaded, the other vectors a uniform row step further.
+  // The row-pointer form above leaves the compiler to rebuild nv 64-bit pointers from the tile's
+  // indices every k-tile when registers are short (the narrow tile: ~60 integer instructions per
+  // 512 FFMA); a loop-carried pointer cannot be rebuilt, so it stays in two registers.
+  const T* run_ptr;
+  index_t run_step;
+  unsigned run_ok;
+
+  __device__ __forceinline__ void running_init(const T* __restrict__ base, index_t ld, int rows, int tid) {
+    static_assert(NT % (BK / vw) == 0, "every vector of a thread on the same k columns");
+    constexpr int rows_per_v = NT / (BK / vw);
+    const int r = tid / (BK / vw);
+    run_ptr = base + (r < rows ? r : 0) * ld + (tid % (BK / vw)) * vw;
+    run_step = index_t(rows_per_v) * ld;
+    run_ok = 0;
+#pragma unroll
+    for (int v = 0; v < nv; ++v) run_ok |= (r + v * rows_per_v < rows ? 1u : 0u) << v;
+  }
+  /// The next k-tile [k0, k0 + BK); `edge`: it crosses k (element by element).
+  __device__ __forceinline__ void running_load(index_t k0, index_t k, bool edge, int tid) {
+    if (!edge) {
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        T x[vw];
+#pragma unroll
+        for (int j = 0; j < vw; ++j) x[j] = T{};
+        if ((run_ok >> v) & 1u) simt_load_vec<vw>(run_ptr + v * run_step, x);
+#pragma unroll
+        for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+      }
+    } else {
+      const index_t kk = k0 + (tid % (BK / vw)) * vw;
+#pragma unroll
+      for (int v = 0; v < nv; ++v)
+#pragma unroll
+        for (int j = 0; j < vw; ++j)
+          reg[v * vw + j] =
+              (((run_ok >> v) & 1u) && kk + j < k) ? simt_elem<T>::from(run_ptr[v * run_step + j]) : E{};
+    }
+    run_ptr += BK;
+  }
+
   /// K-major vector mode, the k-tile [k0, k0 + BK) that crosses k: element by element.
   __device__ __forceinline__ void load_edge(index_t k0, index_t k, int tid) {
 #pragma unroll
@@ -470,6 +525,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
   constexpr int BK = Cfg::bk, TM = Cfg::tm, TN = Cfg::tn, RM = Cfg::rm, RN = Cfg::rn;
   constexpr int HM = Cfg::hm, HN = Cfg::hn;
   static_assert(RM * sizeof(E) == 16 && RN * sizeof(E) == 16, "lane fragments are 16-byte shared loads");
+  static_assert(!(Cfg::running && Cfg::split_stage), "the running loads feed whole-tile staging only");
 
   __shared__ __align__(16) E a_s[2][BK * opa_t::ld_s];
   __shared__ __align__(16) E b_s[2][BK * opb_t::ld_s];
@@ -512,7 +568,10 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     constexpr bool lean = FixedA == simt_k_vector && FixedB == simt_k_vector;
     const index_t k_full = p.k / BK;
     auto load_tile = [&](index_t kt) {
-      if constexpr (lean) {
+      if constexpr (lean && Cfg::running) {
+        ga.running_load(kt * BK, p.k, kt >= k_full, tid);
+        gb.running_load(kt * BK, p.k, kt >= k_full, tid);
+      } else if constexpr (lean) {
         if (kt < k_full) {
           ga.load_full(kt * BK);
           gb.load_full(kt * BK);
@@ -525,7 +584,10 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
         gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
       }
     };
-    if constexpr (lean) {
+    if constexpr (lean && Cfg::running) {
+      ga.running_init(a_base, p.lda, rows_a, tid);
+      gb.running_init(b_base, p.ldb, rows_b, tid);
+    } else if constexpr (lean) {
       ga.full_init(a_base, p.lda, rows_a, tid);
       gb.full_init(b_base, p.ldb, rows_b, tid);
     }
