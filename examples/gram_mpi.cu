@@ -36,7 +36,7 @@ namespace sp = spillway::pairwise;
 namespace {
 
 struct args {
-  std::string input, output;
+  std::string input, raw, output;
   std::int64_t rows = 4000, cols = 5000;
   std::uint64_t seed = 42;
   std::string sink = "topk", epilogue = "counts", layout = "upper_packed";
@@ -58,6 +58,7 @@ void print_usage(std::FILE* f) {
       "usage: mpirun -np N spillway-gram-mpi [options]\n"
       "input (one of; default: a random matrix):\n"
       "  --input A.npy          a 2-D .npy of uint8, int8 or bool 0/1 values, read by every rank\n"
+      "  --raw A.bin --shape RxC  raw row-major 0/1 bytes, R rows of C columns, read by every rank\n"
       "  --broadcast            rank 0 reads (or makes) the matrix and broadcasts it\n"
       "  --rows R --cols C      a random matrix, density 1/2, made alike on every rank (default 4000 x "
       "5000)\n"
@@ -106,7 +107,12 @@ args parse(int argc, char** argv) {
     };
     if (k == "--input")
       a.input = val();
-    else if (k == "--output")
+    else if (k == "--raw")
+      a.raw = val();
+    else if (k == "--shape") {
+      const std::string v = val();
+      if (std::sscanf(v.c_str(), "%ldx%ld", &a.rows, &a.cols) != 2) usage("--shape must be RxC");
+    } else if (k == "--output")
       a.output = val();
     else if (k == "--rows")
       a.rows = std::atoll(val().c_str());
@@ -382,7 +388,14 @@ int main(int argc, char** argv) {
     c.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     sg::bit_matrix m;
-    if (!a.input.empty() && !a.broadcast) {
+    if (!a.raw.empty() && !a.broadcast) {
+      m = sd::read_bits_raw(c, a.raw, a.rows, a.cols);
+    } else if (!a.raw.empty()) {
+      m = sd::agree(c, "reading the input", [&] {
+        return c.rank() == 0 ? sd::read_bits_raw_local(a.raw, a.rows, a.cols) : sg::bit_matrix();
+      });
+      sd::broadcast_bits(c, m);
+    } else if (!a.input.empty() && !a.broadcast) {
       m = sd::read_bits_npy(c, a.input);
     } else if (!a.input.empty()) {
       m = sd::agree(c, "reading the input",
@@ -405,8 +418,9 @@ int main(int argc, char** argv) {
           "spillway-gram-mpi: %d rank(s), A %ld x %ld (%.2f GB packed), input %s in %.3f s (not in the job "
           "times)\n",
           c.size(), m.rows(), m.cols(), static_cast<double>(m.size_bytes()) / 1e9,
-          a.input.empty() ? (a.broadcast ? "made on rank 0 and broadcast" : "made on every rank")
-                          : (a.broadcast ? "read on rank 0 and broadcast" : "read on every rank"),
+          a.input.empty() && a.raw.empty()
+              ? (a.broadcast ? "made on rank 0 and broadcast" : "made on every rank")
+              : (a.broadcast ? "read on rank 0 and broadcast" : "read on every rank"),
           t_in);
     }
     const sg::metric metric = a.epilogue == "jaccard"   ? sg::metric::jaccard

@@ -261,6 +261,18 @@ TEST(DistInput, AFileMissingOnOneRankFailsOnAll) {
   EXPECT_EQ(m.rows(), 12);
   EXPECT_EQ(m.cols(), 70);
   EXPECT_TRUE(m.get(11, 69));
+  // Raw bytes: a file too short on one rank (its shape says more rows than it holds) fails on all.
+  const std::string raw = dir + "/a.bin";
+  if (c.rank() == 0) {
+    std::vector<char> b(12 * 70, 1);
+    b[5 * 70 + 3] = 0;
+    std::ofstream(raw, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+  }
+  c.barrier();
+  const auto r = sd::read_bits_raw(c, raw, 12, 70);
+  EXPECT_FALSE(r.get(5, 3));
+  EXPECT_TRUE(r.get(5, 4));
+  EXPECT_THROW((void)sd::read_bits_raw(c, raw, c.rank() == missing_on ? 13 : 12, 70), sd::rank_error);
 }
 
 TEST(DistInput, BroadcastGivesEveryRankRankZerosMatrix) {

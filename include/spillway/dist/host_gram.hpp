@@ -30,6 +30,7 @@
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/io/npy.hpp>
+#include <spillway/io/raw.hpp>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pairwise/split_plan.hpp>
@@ -79,6 +80,27 @@ inline gram::bit_matrix read_bits_npy(const communicator& c, const std::string& 
                                       gram::pack_options po = {}) {
   return agree(c, ("reading the input '" + path + "'").c_str(),
                [&] { return read_bits_npy_local(path, po); });
+}
+
+/// Reads and packs a raw file of `rows` x `cols` 0/1 bytes (C order, from `offset`) on this rank
+/// alone (not collective).
+inline gram::bit_matrix read_bits_raw_local(const std::string& path, std::int64_t rows, std::int64_t cols,
+                                            std::int64_t offset = 0, gram::pack_options po = {}) {
+  io::raw_layout l;
+  l.rows = rows;
+  l.row_bytes = cols;
+  l.offset = offset;
+  const std::vector<unsigned char> b = io::read_raw(path, l);
+  return gram::pack_bits(b.data(), rows, cols, cols, po);
+}
+
+/// Every rank reads the raw 0/1 bytes at `path` (rows x cols) and packs them; a rank that cannot
+/// makes every rank throw rank_error naming it. Collective.
+inline gram::bit_matrix read_bits_raw(const communicator& c, const std::string& path, std::int64_t rows,
+                                      std::int64_t cols, std::int64_t offset = 0,
+                                      gram::pack_options po = {}) {
+  return agree(c, ("reading the input '" + path + "'").c_str(),
+               [&] { return read_bits_raw_local(path, rows, cols, offset, po); });
 }
 
 /// Rank 0's packed matrix on every rank (MPI_Bcast in pieces of at most 1 GiB): `m` on rank 0
