@@ -65,6 +65,32 @@ __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint
   (void)bar, (void)cta;
 }
 
+/// Arrives once on the mbarrier at the same offset in cluster block `cta` with release at cluster
+/// scope: this thread's prior writes (global or shared) are visible to whoever waits on that
+/// barrier with mbar_wait_cluster.
+__device__ __forceinline__ void mbar_arrive_release_cluster(std::uint32_t bar, std::uint32_t cta) {
+  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+                                      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+                                      "r"(cta)
+                                      : "memory");)
+  (void)bar, (void)cta;
+}
+
+/// mbar_wait with acquire at cluster scope (the phase was completed by arrivals from other blocks
+/// of the cluster whose writes must be visible afterwards).
+__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    SPILLWAY_TILE_TMA_BODY(
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");)
+    (void)bar, (void)parity;
+  } while (done == 0);
+}
+
 /// One probe: true when the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 1;
@@ -107,6 +133,49 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* map, 
   (void)dst, (void)map, (void)x, (void)y, (void)bar;
 }
 
+/// An L2 cache policy for the `.L2::cache_hint` forms below: lines touched under it are evicted
+/// first (data read once, or written and never read back here) or last (data many blocks re-read).
+__device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
+  std::uint64_t p = 0;
+  SPILLWAY_TILE_TMA_BODY(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));)
+  return p;
+}
+__device__ __forceinline__ std::uint64_t l2_policy_evict_normal() {
+  std::uint64_t p = 0;
+  SPILLWAY_TILE_TMA_BODY(asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));)
+  return p;
+}
+__device__ __forceinline__ std::uint64_t l2_policy_evict_last() {
+  std::uint64_t p = 0;
+  SPILLWAY_TILE_TMA_BODY(asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));)
+  return p;
+}
+
+/// tma_load_2d under L2 cache policy `policy`.
+__device__ __forceinline__ void tma_load_2d_hint(std::uint32_t dst, const void* map, int x, int y,
+                                                 std::uint32_t bar, std::uint64_t policy) {
+  SPILLWAY_TILE_TMA_BODY(asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+                                      "bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                                      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar),
+                                      "l"(policy)
+                                      : "memory");)
+  (void)dst, (void)map, (void)x, (void)y, (void)bar, (void)policy;
+}
+
+/// Tensor load of a 2-D box written to the same shared offset `dst` (and completing the mbarrier at
+/// the same offset `bar`) in every cluster block whose bit is set in `cta_mask`, under `policy`.
+__device__ __forceinline__ void tma_load_2d_multicast_hint(std::uint32_t dst, const void* map, int x, int y,
+                                                           std::uint32_t bar, std::uint16_t cta_mask,
+                                                           std::uint64_t policy) {
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+                   "cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
+                   "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask),
+                   "l"(policy)
+                   : "memory");)
+  (void)dst, (void)map, (void)x, (void)y, (void)bar, (void)cta_mask, (void)policy;
+}
+
 /// Tensor load of the box at (x, y, z) of a 3-D map.
 __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, int x, int y, int z,
                                             std::uint32_t bar) {
@@ -141,6 +210,17 @@ __device__ __forceinline__ void tma_store_2d(const void* map, int x, int y, std:
                    "r"(x), "r"(y), "r"(src)
                    : "memory");)
   (void)map, (void)x, (void)y, (void)src;
+}
+
+/// tma_store_2d under L2 cache policy `policy`.
+__device__ __forceinline__ void tma_store_2d_hint(const void* map, int x, int y, std::uint32_t src,
+                                                  std::uint64_t policy) {
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2}], [%3], "
+                   "%4;\n" ::"l"(reinterpret_cast<std::uint64_t>(map)),
+                   "r"(x), "r"(y), "r"(src), "l"(policy)
+                   : "memory");)
+  (void)map, (void)x, (void)y, (void)src, (void)policy;
 }
 
 /// Tensor store to the box at (x, y, z) of a 3-D map.

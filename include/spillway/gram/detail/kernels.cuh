@@ -4,7 +4,7 @@
 //   kernel               file                      runs where (automatic)
 //   wgmma                wgmma_kernel.cuh          kernel_path::wgmma: sm_90a code on cc 9.0
 //   mma_sync_tma         mma_sync_tma_kernel.cuh   kernel_path::mma_sync where it fits: sm_90+ code,
-//                                                  230,448 B of shared memory per block
+//                                                  230,472 B of shared memory per block
 //   mma_sync_cp_async    mma_sync_kernel.cuh       kernel_path::mma_sync elsewhere (sm_80 to sm_89)
 //   popc                 kernel_popc.cuh           kernel_path::popc, and every path with no columns
 //
@@ -29,6 +29,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -198,31 +199,89 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
   return cols <= epi.ldc && cols < coord_limit && rows < coord_limit;
 }
 
+/// What the claimed tile schedules draw their slots from: static device memory, so a launch
+/// allocates nothing. Launch i on a device uses record i % 64: word 0 the slot counter, zeroed on
+/// the launch's stream just before the kernel, then two tile-ring entries per block pair of the
+/// wgmma kernel (written before they are read). A record comes back 64 launches later, while
+/// only a few of these grid-filling kernels can be resident on a device at once.
+inline constexpr int slot_records = 64;
+inline constexpr int slot_record_max_pairs = 128;
+inline constexpr int slot_record_words = 1 + 2 * slot_record_max_pairs;
+static __device__ unsigned long long gram_slot_records[slot_records * slot_record_words];
+
+static inline unsigned long long* next_slot_counter(stream_view s) {
+  static std::atomic<unsigned> next{0};
+  static std::atomic<unsigned long long*> base[64] = {};
+  const int device = current_device();
+  unsigned long long* b = device < 64 ? base[device].load(std::memory_order_relaxed) : nullptr;
+  if (b == nullptr) {
+    void* p = nullptr;
+    SPILLWAY_CUDA_TRY(cudaGetSymbolAddress(&p, gram_slot_records));
+    b = static_cast<unsigned long long*>(p);
+    if (device < 64) base[device].store(b, std::memory_order_relaxed);
+  }
+  unsigned long long* const c =
+      b + static_cast<std::size_t>(next.fetch_add(1, std::memory_order_relaxed) % slot_records) * slot_record_words;
+  SPILLWAY_CUDA_TRY(cudaMemsetAsync(c, 0, sizeof(*c), s.value()));
+  return c;
+}
+
+/// Launches the wgmma kernel on a persistent grid of as many block pairs (2-block clusters) as
+/// can be resident at once.
+template <class Epilogue, bool TmaStore>
+void launch_wgmma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
+                         std::int64_t ld_words, const tile_schedule& sch, Epilogue epi, int sms, stream_view s) {
+  auto* kernel = &wgmma_gram_kernel<Epilogue, TmaStore>;
+  ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, TmaStore>>(current_device(), wg_smem_bytes);
+  unsigned long long* const counter = next_slot_counter(s);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = wg_config::cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(wg_config::threads, 1, 1);
+  cfg.dynamicSmemBytes = wg_smem_bytes;
+  cfg.stream = s.value();
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cfg.gridDim = dim3(static_cast<unsigned>(sms), 1, 1);
+  // Resident pairs per device, asked once per kernel and device (the launch path stays free of
+  // occupancy queries).
+  static std::atomic<int> resident_pairs[64] = {};
+  const int device = current_device();
+  int pairs = device < 64 ? resident_pairs[device].load(std::memory_order_relaxed) : 0;
+  if (pairs == 0) {
+    SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveClusters(&pairs, kernel, &cfg));
+    pairs = pairs < 1 ? 1 : (pairs > slot_record_max_pairs ? slot_record_max_pairs : pairs);
+    if (device < 64) resident_pairs[device].store(pairs, std::memory_order_relaxed);
+  }
+  const std::int64_t grid = ::spillway::tile::persistent_grid(sch.total, pairs) * wg_config::cluster;
+  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_c, ld_words, sch, epi, counter));
+}
+
 template <class Epilogue>
 void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
   using ::spillway::tile::make_tile_schedule;
-  using ::spillway::tile::persistent_grid;
-  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                               args.upper_only, wg_bm, wg_bn, wgmma_band(args.b_rows));
+  using Cfg = wg_config;
+  // The schedule walks pair row tiles (2 x 128 rows); each block of a pair takes its half.
+  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0, args.upper_only,
+                                               Cfg::bm * Cfg::cluster, Cfg::bn, wgmma_band(args.b_rows));
   if (sch.total == 0) return;
-  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, wg_bm, "gram wgmma: A panel");
-  const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, wg_bn, "gram wgmma: B panel");
-  const auto grid = static_cast<unsigned>(persistent_grid(sch.total, sms));
+  const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram wgmma: A panel");
+  // Each block of a pair loads half of the B tile for both.
+  const CUtensorMap map_b =
+      make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn / Cfg::cluster, "gram wgmma: B panel");
   if constexpr (is_int32_count_store<Epilogue>::value) {
     if (tma_store_fits(args, epi)) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
                                                       args.b_row0 + args.b_rows - epi.col0, epi.ldc);
-      ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, true>>(current_device(), wg_smem_bytes);
-      wgmma_gram_kernel<Epilogue, true><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_c,
-                                                                                      args.ld_words, sch, epi);
-      SPILLWAY_CHECK_LAUNCH();
+      launch_wgmma_kernel<Epilogue, true>(map_a, map_b, map_c, args.ld_words, sch, epi, sms, s);
       return;
     }
   }
-  ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, false>>(current_device(), wg_smem_bytes);
-  wgmma_gram_kernel<Epilogue, false><<<grid, wg_threads, wg_smem_bytes, s.value()>>>(map_a, map_b, map_a,
-                                                                                   args.ld_words, sch, epi);
-  SPILLWAY_CHECK_LAUNCH();
+  launch_wgmma_kernel<Epilogue, false>(map_a, map_b, map_a, args.ld_words, sch, epi, sms, s);
 }
 
 template <class Epilogue>
@@ -233,10 +292,24 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   if (sch.total == 0) return;
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
-  ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue>>(current_device(), Cfg::smem_bytes);
   const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
-  mma_sync_tma_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b,
-                                                                                            args.ld_words, sch, epi);
+  unsigned long long* const counter = next_slot_counter(s);  // the kernel claims its tiles from it
+  if constexpr (is_int32_count_store<Epilogue>::value) {
+    if (tma_store_fits(args, epi)) {
+      const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
+                                                      args.b_row0 + args.b_rows - epi.col0, epi.ldc);
+      ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, true>>(current_device(),
+                                                                                         Cfg::smem_bytes);
+      mma_sync_tma_gram_kernel<Cfg, Epilogue, true><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
+          map_a, map_b, map_c, args.ld_words, sch, epi, counter);
+      SPILLWAY_CHECK_LAUNCH();
+      return;
+    }
+  }
+  ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, false>>(current_device(),
+                                                                                      Cfg::smem_bytes);
+  mma_sync_tma_gram_kernel<Cfg, Epilogue, false><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
+      map_a, map_b, map_a, args.ld_words, sch, epi, counter);
   SPILLWAY_CHECK_LAUNCH();
 }
 

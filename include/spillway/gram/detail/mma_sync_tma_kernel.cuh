@@ -1,5 +1,5 @@
 // spillway/gram/detail/mma_sync_tma_kernel.cuh — the BMMA tile fed by the tensor copy engine, what
-// the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,448 bytes of shared memory
+// the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,472 bytes of shared memory
 // per block): 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages of 1024-bit
 // k-slices written by bulk tensor copies, fragments and epilogue as in mma_sync_kernel.cuh.
 //
@@ -15,6 +15,15 @@
 // use (the 12th) refills the slot at once with slice n + 4 of the same tile. Nobody waits for a
 // free slot, and the copy has three slices of compute to land. Across tiles the ring restarts
 // (a block barrier per tile, which the epilogue needs anyway).
+//
+// Tiles are claimed (thread 0, from a counter: kernels.cuh, next_slot_counter) rather than taken every gridDim-th:
+// blocks that start together then work on schedule neighbours that share k-slices in L2 (the same
+// reason as in wgmma_kernel.cuh; ncu at 32,768 x 65,536: L2 hit rate 85%). The int32 count store
+// goes through the copy engine (two 64 x 32 tensor stores per warp block, evict-first) where the
+// block lies wholly inside the output: the per-element epilogue was 12% of the warps' stall samples.
+// The tile origin and the cursor live in shared memory: in registers they pushed the 168-register
+// budget of the TMA-store instantiation into spills inside the main loop (48 bytes; 3.08 against
+// 3.77 P bit-MAC/s without the store).
 #pragma once
 
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
@@ -36,17 +45,27 @@ struct bmma_tma_config : bmma_config<3, 4, 4, 8, 4, true> {
   static constexpr int a_bytes = bm * 128;
   static constexpr int bar_offset = stages * stage_bytes;  // from the 1024-aligned base
   /// Hides the base's count: + 1 KiB to align the stages to the swizzle atom, + full barriers,
-  /// + release counters.
-  static constexpr int smem_bytes = 1024 + bar_offset + stages * 8 + stages * 4;
+  /// + release counters, + the next tile's origin and the schedule cursor.
+  static constexpr int smem_bytes =
+      1024 + bar_offset + stages * 8 + stages * 4 + 8 + static_cast<int>(sizeof(tile_cursor));
   static_assert(stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
-  static_assert(epi_bytes <= bar_offset, "the epilogue staging must not overlap the barriers");
+  /// Per-warp epilogue staging inside the stages: two 64 x 32 int32 pieces for the tensor stores,
+  /// or the per-element path's 64 x epi_pitch words.
+  static constexpr int warp_staging_bytes = 2 * 64 * 128;
+  static_assert(threads / 32 * warp_staging_bytes <= bar_offset, "the epilogue staging must not overlap the barriers");
+  static_assert(mt * 16 * epi_pitch * 4 <= warp_staging_bytes, "per-element staging fits a warp's share");
+  static_assert(mt * 16 == 64 && nt * 8 == 64, "a warp block is two 64 x 32 tensor-store pieces");
   static_assert(bm <= 256 && bn <= 256, "a tensor-map box has at most 256 rows");
 };
 
-template <class Cfg, class Epilogue>
+/// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (box 32
+/// columns x 64 rows, 128-byte swizzle: make_count_tensor_map); each warp block wholly inside the
+/// output (and, upper-only, on or above the diagonal) is written by two tensor stores.
+template <class Cfg, class Epilogue, bool TmaStore>
 __global__ void __launch_bounds__(Cfg::threads, 1)
     mma_sync_tma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                             std::int64_t ld_words, tile_schedule s, Epilogue epi) {
+                             const __grid_constant__ CUtensorMap map_c, std::int64_t ld_words, tile_schedule s,
+                             Epilogue epi, unsigned long long* slot_counter) {
 #if defined(SPILLWAY_TILE_HAS_MMA) && defined(SPILLWAY_TILE_HAS_TMA)
   namespace t = ::spillway::tile;
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
@@ -58,12 +77,16 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   unsigned char* const base_ptr = mma_tma_smem_raw + (smem0 - raw);
   const std::uint32_t full0 = smem0 + static_cast<std::uint32_t>(Cfg::bar_offset);
   unsigned* const released = reinterpret_cast<unsigned*>(base_ptr + Cfg::bar_offset + S * 8);
+  // The next tile's origin (ya, yb; ya < 0: no tile left) and thread 0's schedule cursor live in
+  // shared memory, so no warp keeps them in registers across the main loop.
+  volatile int* const next_tile = reinterpret_cast<volatile int*>(base_ptr + Cfg::bar_offset + S * 12);
+  tile_cursor* const cursor = reinterpret_cast<tile_cursor*>(base_ptr + Cfg::bar_offset + S * 12 + 8);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wm = warp / Cfg::warps_n;
   const int wn = warp % Cfg::warps_n;
-  const std::int64_t num_k = ld_words / 32;
+  const int num_k = static_cast<int>(ld_words / 32);
 
   if (tid == 0) {
     t::prefetch_tensor_map(&map_a);
@@ -73,6 +96,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       t::mbar_init(full0 + 8u * st, 1);
       released[st] = 0;
     }
+    *cursor = tile_cursor{};
     t::fence_barrier_init();
   }
   __syncthreads();
@@ -80,13 +104,32 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   // Slice n (counted over this block's tiles) lives in slot n % S; it is the slot's use n / S, so
   // the full barrier's phase parity is (n / S) & 1.
   std::uint32_t n0 = 0;
-  tile_cursor cursor;
 
-  for (std::int64_t tt = blockIdx.x; tt < s.total; tt += gridDim.x) {
-    std::int64_t ti = 0, tj = 0;
-    if (!cursor.locate(s, tt, ti, tj)) continue;
-    const int ya = static_cast<int>(ti * Cfg::bm);
-    const int yb = static_cast<int>(tj * Cfg::bn);
+  for (bool first = true;; first = false) {
+    // Thread 0 claims the block's next tile: its first from blockIdx.x, then the next unclaimed
+    // slot of the schedule (a counter zeroed for this launch), so the tiles that start at about the same
+    // time are neighbours in the schedule and share their k-slices in L2 while they are read.
+    if (tid == 0) {
+      auto claim = [&] {
+        return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull));
+      };
+      std::int64_t ti = 0, tj = 0;
+      std::int64_t tt = first ? static_cast<std::int64_t>(blockIdx.x) : claim();
+      tile_cursor c = *cursor;
+      while (tt < s.total && !c.locate(s, tt, ti, tj)) tt = claim();
+      *cursor = c;
+      next_tile[0] = tt < s.total ? static_cast<int>(ti * Cfg::bm) : -1;
+      next_tile[1] = static_cast<int>(tj * Cfg::bn);
+    }
+    if constexpr (TmaStore) {
+      // The tensor stores of the previous tile have read their staging (the stages below).
+      if (lane == 0) t::bulk_wait_group_read<0>();
+    }
+    // Every warp is done with the previous tile's epilogue staging, and the slot is published.
+    __syncthreads();
+    const int ya = next_tile[0];
+    const int yb = next_tile[1];
+    if (ya < 0) break;
 
     auto fill = [&](std::int64_t kb, std::uint32_t n) {
       const std::uint32_t slot = n % S;
@@ -98,7 +141,6 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       t::tma_load_2d(dst + Cfg::a_bytes, &map_b, x, yb, bar);
     };
 
-    __syncthreads();  // every warp is done with the previous tile's epilogue staging
     if (tid == 0) {
 #pragma unroll
       for (int st = 0; st < S; ++st) {
@@ -135,14 +177,62 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // barrier no warp reads a stage any more and the stages become the epilogue's staging tiles.
     __syncthreads();
 
-    bmma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr) + warp * (MT * 16 * Cfg::epi_pitch), wm, wn, lane, acc, ya, yb,
-                       s, epi);
+    // Each warp stages its block in its own 16 KiB of the stages (1024-byte aligned).
+    const std::uint32_t staging = smem0 + static_cast<std::uint32_t>(warp) * Cfg::warp_staging_bytes;
+    bool bulk = false;
+    if constexpr (TmaStore) {
+      const std::int64_t wr0 = ya + static_cast<std::int64_t>(wm) * MT * 16;  // panel-local
+      const std::int64_t wc0 = yb + static_cast<std::int64_t>(wn) * NT * 8;
+      bulk = wr0 + MT * 16 <= s.a_rows && wc0 + NT * 8 <= s.b_rows;
+      // Upper-only: every row of the block on or above the diagonal.
+      if (bulk && epi.upper_only) bulk = s.a_row0 + wr0 + MT * 16 - 1 <= s.b_row0 + wc0;
+      if (bulk) {
+        // Two 64 x 32 pieces in the copy engine's 128-byte swizzle (16-byte chunk c of row r at
+        // c ^ (r % 8)): the fragments' 8-byte writes spread over the banks.
+        const std::uint32_t g = static_cast<std::uint32_t>(lane >> 2);
+        const std::uint32_t tig = static_cast<std::uint32_t>(lane & 3);
+        const std::uint32_t lane_base = staging + g * 128u + (tig & 1u) * 8u;
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+          const std::uint32_t at = lane_base + (((2u * nn + tig / 2u) ^ g) << 4);
+#pragma unroll
+          for (int piece = 0; piece < NT / 4; ++piece)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              const std::int32_t* v = acc[mt][piece * 4 + nn];
+              const std::uint32_t row_lo = at + static_cast<std::uint32_t>(piece * 64 * 128 + mt * 16 * 128);
+              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo), "r"(v[0]), "r"(v[1]) : "memory");
+              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo + 8u * 128u), "r"(v[2]), "r"(v[3])
+                           : "memory");
+            }
+        }
+        // Generic-proxy writes become visible to the copy engine, then one lane sends the pieces.
+        t::fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0) {
+          const int y = static_cast<int>(s.a_row0 - epi.row0 + wr0);
+          const int x = static_cast<int>(s.b_row0 - epi.col0 + wc0);
+#pragma unroll
+          for (int piece = 0; piece < NT / 4; ++piece) {
+            t::tma_store_2d_hint(&map_c, x + piece * 32, y, staging + static_cast<std::uint32_t>(piece * 64 * 128),
+                                 t::l2_policy_evict_first());
+          }
+          t::bulk_commit_group();
+        }
+      }
+    }
+    if (!bulk) {
+      bmma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr + (staging - smem0)), wm, wn, lane, acc, ya, yb, s, epi);
+    }
     // The generic-proxy writes of the staging above precede the next tile's copies into the same
     // stages (ordered by the block barrier at the top of the loop and this fence).
     t::fence_proxy_async_shared();
   }
+  if constexpr (TmaStore) {
+    if (lane == 0) t::bulk_wait_group<0>();
+  }
 #else
-  (void)map_a, (void)map_b, (void)ld_words, (void)s, (void)epi;
+  (void)map_a, (void)map_b, (void)map_c, (void)ld_words, (void)s, (void)epi, (void)slot_counter;
   __trap();  // never launched: the dispatch runs this kernel only on sm_90+ code
 #endif
 }

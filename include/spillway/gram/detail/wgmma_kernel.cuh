@@ -1,12 +1,33 @@
 // spillway/gram/detail/wgmma_kernel.cuh — the BGMMA tile kernel (sm_90a):
-// wgmma.mma_async m64n256k256 .s32.b1.b1.and.popc on the tile engine, block tile 128 x 256,
-// one producer thread issuing tensor copies into 4 stages of 48 KiB, two consumer warpgroups, and
-// for int32 raw counts an epilogue written by tensor stores.
+// wgmma.mma_async m64n256k256 .s32.b1.b1.and.popc on the tile engine, block tile 128 x 256 per
+// block, blocks in pairs (2-block clusters) that share the B tile by tensor-copy multicast, one
+// producer thread per block issuing tensor copies into 4 stages of 48 KiB, two consumer
+// warpgroups, tiles claimed from a counter, and for int32 raw counts an epilogue written by
+// tensor stores that the L2 evicts first.
 //
 // A k-slice is 1024 bits = 128 bytes of each row: one row of the 128-byte swizzle pattern. The
 // tensor maps' box is 32 words x rows with that swizzle and the wgmma descriptors use the same
 // one, so the copy engine writes and the tensor cores read without bank conflicts; each slice
 // feeds four k256 MMAs whose descriptors advance 32 bytes inside the swizzle atom.
+//
+// Why pairs, a claimed schedule and the evict-first stores (docs/gram_kernels.md, H200 ncu at
+// 32,768 x 65,536): the single-block kernel with every gridDim-th tile per block kept the tensor
+// pipe waiting on its stages (consumer warps' top stall: the full-barrier wait, 118k of 596k
+// samples; L2 throughput 90% of peak, L2 hit rate 61%, 3.0 TB/s from HBM for a job whose panels
+// need ~0.4 TB/s). Blocks drift apart over ~125 tiles each, so the blocks that share a k-slice no
+// longer read it at the same time and the L2 holds neither A's nor B's slices long enough. With
+// each block claiming the next unclaimed tile, tiles that start together are schedule neighbours
+// (one A row tile, neighbouring B column tiles): L2 hit rate 87%, HBM 1.0 TB/s. A pair reads each
+// B slice from L2 once for two blocks (32 KiB per block and slice instead of 48), and the
+// 2.1 GB of output no longer evicts the panels.
+//
+// A pair computes the row tiles 2p and 2p + 1 of one column tile: block `rank` loads its own A
+// tile and rows [128 rank, 128 rank + 128) of the B tile into both blocks (multicast); a stage is
+// free once the consumer warps of both blocks have read it (each warp arrives on both blocks'
+// empty barrier). Block 0's producer claims the pair's tiles and publishes each slot through a
+// two-entry ring in global memory next to the counter. (Claiming one tile ahead, so that the atomic's round
+// trip overlaps the current tile, measured no faster at 32,768 and 5% slower at 8,192 x 32,768:
+// a block holding a claim it cannot start yet undoes the balancing of the last tiles.)
 //
 // Epilogue. For a `store_counts<std::int32_t>` whose output a tensor map can describe (TmaStore),
 // each consumer warpgroup writes its 64 x 256 accumulators in eight 64 x 32 pieces into a
@@ -35,24 +56,43 @@ namespace spillway::gram::detail {
 using ::spillway::tile::tile_cursor;
 using ::spillway::tile::tile_schedule;
 
-inline constexpr int wg_bm = 128;
-inline constexpr int wg_bn = 256;
-inline constexpr int wg_stages = 4;
-inline constexpr int wg_threads = 384;  // warpgroup 0: producer; 1 and 2: consumers (64 rows each)
-inline constexpr int wg_a_bytes = wg_bm * 128;
-inline constexpr int wg_b_bytes = wg_bn * 128;
-inline constexpr int wg_stage_bytes = wg_a_bytes + wg_b_bytes;
+/// The BGMMA tile of one block: two consumer warpgroups of 64 rows x 256 columns each behind one
+/// producer warpgroup, 4 stages of one 1024-bit k-slice; `cluster` blocks per pair.
+struct wg_config {
+  static constexpr int cluster = 2;
+  static constexpr int consumers = 2;
+  static constexpr int bm = 128;
+  static constexpr int bn = 256;
+  static constexpr int row_bytes = 128;
+  static constexpr int words = 32;  // tensor-map box width in 32-bit words
+  static constexpr int steps = 4;   // m64n256k256 instructions per stage and warpgroup
+  static constexpr int stages = 4;
+  static constexpr int threads = 384;
+  static constexpr int a_bytes = bm * row_bytes;
+  static constexpr int b_bytes = bn * row_bytes;
+  static constexpr int stage_bytes = a_bytes + b_bytes;
+  // Registers after setmaxnreg (65,536 per SM, one block): producer + consumers fit the file.
+  static constexpr int producer_regs = 40;
+  static constexpr int consumer_regs = 232;
+  static_assert(128 * producer_regs + 256 * consumer_regs <= 65536, "register file");
+};
+
 // Per-element staging: 16 rows x 32 columns per consumer warp, row pitch 40 words (the
 // accumulator layout's 8-byte writes and the 4-byte row reads are both free of bank conflicts).
 inline constexpr int wg_stage_pitch = 40;
 // Bulk-store staging: one 64 x 32 int32 piece, double-buffered per consumer warpgroup.
 inline constexpr int wg_piece_bytes = 64 * 32 * 4;
 inline constexpr int wg_region_bytes = 2 * wg_piece_bytes;
-inline constexpr int wg_staging_bytes = 2 * wg_region_bytes;
 static_assert(4 * 16 * wg_stage_pitch * 4 <= wg_region_bytes, "per-element staging fits a warpgroup's region");
-// + 1 KiB to align the stages to the 1024-byte swizzle atom, + staging, + full and empty mbarriers.
-inline constexpr int wg_smem_bytes = wg_stages * wg_stage_bytes + 1024 + wg_staging_bytes + 2 * wg_stages * 8;
+inline constexpr int wg_staging_bytes = wg_config::consumers * wg_region_bytes;
+// + 1 KiB to align the stages to the 1024-byte swizzle atom, + staging, + full and empty mbarriers,
+// + the tile ring's full and empty mbarriers (two entries).
+inline constexpr int wg_smem_bytes =
+    wg_config::stages * wg_config::stage_bytes + 1024 + wg_staging_bytes + 2 * wg_config::stages * 8 + 4 * 8;
 static_assert(wg_smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
+static_assert(wg_config::stage_bytes % 1024 == 0 && wg_config::a_bytes % 1024 == 0, "stages and B on the swizzle atom");
+inline constexpr int wg_bm = wg_config::bm;
+inline constexpr int wg_bn = wg_config::bn;
 
 /// A tensor map over a bit panel: `rows` rows of `ld_words` words, box 32 words x `box_rows` rows,
 /// 128-byte swizzle; rows past the panel read as zeros.
@@ -83,54 +123,102 @@ inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, 
 }
 
 /// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (see
-/// the launcher); otherwise map_c is unused and every tile takes the per-element path.
+/// the launcher); otherwise map_c is unused and every tile takes the per-element path. Launched as
+/// 2-block clusters over a schedule of pair row tiles (bm = 256); `slot_counter[0]` (zero at
+/// launch) hands out the slots after each pair's first, slot gridDim.x / 2 onwards, and
+/// slot_counter[1 + 2 p + e] is entry e of pair p's tile ring (kernels.cuh: next_slot_counter).
 template <class Epilogue, bool TmaStore>
-__global__ void __launch_bounds__(wg_threads, 1)
+__global__ void __launch_bounds__(wg_config::threads, 1)
     wgmma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_c, std::int64_t ld_words, tile_schedule s,
-                      Epilogue epi) {
+                      Epilogue epi, unsigned long long* slot_counter) {
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   namespace t = ::spillway::tile;
+  using Cfg = wg_config;
+  constexpr int S = Cfg::stages;
+  constexpr int CL = Cfg::cluster;
   extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
   const std::uint32_t raw = t::smem_addr(wg_smem_raw);
   const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
-  const std::uint32_t staging0 = smem0 + wg_stages * wg_stage_bytes;  // 1024-byte aligned
+  const std::uint32_t staging0 = smem0 + S * Cfg::stage_bytes;  // 1024-byte aligned
   const std::uint32_t bars = staging0 + wg_staging_bytes;
   auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
-  auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(wg_stages + st) * 8u; };
+  auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(S + st) * 8u; };
+  // The tile ring: entry e (in global memory after the counter, two per pair) holds the pair's
+  // next slot; tile_full[e] completes (in both blocks) once block 0's producer has written it,
+  // tile_empty[e] (block 0's) once every reader has it. In shared memory, written remotely, the
+  // entries were correct but opaque to compute-sanitizer's racecheck (cluster-scope mbarriers).
+  const std::uint32_t tile_bars0 = bars + static_cast<std::uint32_t>(2 * S) * 8u;
+  auto tile_full = [&](int e) { return tile_bars0 + static_cast<std::uint32_t>(e) * 8u; };
+  auto tile_empty = [&](int e) { return tile_bars0 + static_cast<std::uint32_t>(2 + e) * 8u; };
+  volatile long long* const entries = reinterpret_cast<volatile long long*>(slot_counter) + 1 + 2 * (blockIdx.x / CL);
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;
-  const std::int64_t num_k = ld_words / 32;
+  const std::int64_t num_k = ld_words / Cfg::words;
+  const std::uint32_t rank = t::cluster_ctarank();
+  const std::int64_t pairs = static_cast<std::int64_t>(gridDim.x) / CL;
 
   if (tid == 0) {
-    for (int st = 0; st < wg_stages; ++st) {
+    t::prefetch_tensor_map(&map_a);
+    t::prefetch_tensor_map(&map_b);
+    if constexpr (TmaStore) t::prefetch_tensor_map(&map_c);
+    for (int st = 0; st < S; ++st) {
       t::mbar_init(full_bar(st), 1);
-      t::mbar_init(empty_bar(st), 8);  // one arrival per consumer warp
+      t::mbar_init(empty_bar(st), 8 * CL);  // one arrival per consumer warp of both blocks
+    }
+    for (int e = 0; e < 2; ++e) {
+      t::mbar_init(tile_full(e), 1);
+      t::mbar_init(tile_empty(e), 8 * CL + (CL - 1));  // consumer warps of both blocks, block 1's producer
     }
     t::fence_barrier_init();
   }
-  __syncthreads();
+  t::cluster_sync();  // the peer's barriers are initialized before any multicast or remote arrival
 
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::producer_regs) : "memory");
     if (tid == 0) {
+      const std::uint64_t b_policy = t::l2_policy_evict_last();
       tile_cursor cursor;
       int st = 0;
       std::uint32_t phase = 0;
-      for (std::int64_t tt = blockIdx.x; tt < s.total; tt += gridDim.x) {
+      int te = 0;
+      std::uint32_t tphase = 0;
+      std::int64_t tt = static_cast<std::int64_t>(blockIdx.x) / CL;
+      for (bool first = true;; first = false) {
         std::int64_t ti = 0, tj = 0;
-        if (!cursor.locate(s, tt, ti, tj)) continue;
-        const int ya = static_cast<int>(ti * wg_bm);
-        const int yb = static_cast<int>(tj * wg_bn);
+        if (rank == 0) {
+          // Claim slots until one holds a tile (or none is left), then publish it to both blocks.
+          auto claim = [&] { return pairs + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull)); };
+          if (!first) tt = claim();
+          while (tt < s.total && !cursor.locate(s, tt, ti, tj)) tt = claim();
+          t::mbar_wait_cluster(tile_empty(te), tphase ^ 1u);
+          entries[te] = tt;
+          for (int c = 0; c < CL; ++c) t::mbar_arrive_release_cluster(tile_full(te), static_cast<std::uint32_t>(c));
+        } else {
+          t::mbar_wait_cluster(tile_full(te), tphase);
+          tt = entries[te];
+          t::mbar_arrive_release_cluster(tile_empty(te), 0);
+          if (tt < s.total) (void)cursor.locate(s, tt, ti, tj);
+        }
+        if (++te == 2) {
+          te = 0;
+          tphase ^= 1u;
+        }
+        if (tt >= s.total) break;
+        const int ya = static_cast<int>((ti * CL + rank) * Cfg::bm);
+        const int yb = static_cast<int>(tj * Cfg::bn + rank * (Cfg::bn / CL));
         for (std::int64_t kb = 0; kb < num_k; ++kb) {
           t::mbar_wait(empty_bar(st), phase ^ 1u);
-          t::mbar_arrive_expect_tx(full_bar(st), wg_stage_bytes);
-          const std::uint32_t dst = smem0 + static_cast<std::uint32_t>(st * wg_stage_bytes);
-          const int x = static_cast<int>(kb * 32);
+          // The whole stage lands here: A from this block's load, a B half from each block's.
+          t::mbar_arrive_expect_tx(full_bar(st), Cfg::stage_bytes);
+          const std::uint32_t dst = smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes);
+          const int x = static_cast<int>(kb * Cfg::words);
           t::tma_load_2d(dst, &map_a, x, ya, full_bar(st));
-          t::tma_load_2d(dst + wg_a_bytes, &map_b, x, yb, full_bar(st));
-          if (++st == wg_stages) {
+          // B tiles are re-read by every row tile of their band: kept in L2 before A and the output.
+          t::tma_load_2d_multicast_hint(dst + Cfg::a_bytes + rank * (Cfg::b_bytes / CL), &map_b, x, yb, full_bar(st),
+                                        static_cast<std::uint16_t>((1u << CL) - 1u), b_policy);
+          if (++st == S) {
             st = 0;
             phase ^= 1u;
           }
@@ -138,68 +226,92 @@ __global__ void __launch_bounds__(wg_threads, 1)
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::consumer_regs) : "memory");
     const int cw = wg - 1;                  // consumer warpgroup: rows [64 cw, 64 cw + 64) of the tile
     const int warp_in_wg = (tid / 32) % 4;  // rows [16 w, 16 w + 16) of those
     const int lane = tid % 32;
     [[maybe_unused]] const bool leader = (tid % 128) == 0;  // issues and tracks the bulk stores
+    // The output is written once and never read back here: evicted first, it does not push the
+    // panels' k-slices out of the L2.
+    [[maybe_unused]] const std::uint64_t pol_c = t::l2_policy_evict_first();
     const std::uint32_t region = staging0 + static_cast<std::uint32_t>(cw * wg_region_bytes);
+    // A stage is free once every consumer warp of both blocks has read it.
+    auto release = [&](int stage) {
+      __syncwarp();
+      if (lane == 0) {
+        for (int c = 0; c < CL; ++c) t::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(c));
+      }
+    };
     tile_cursor cursor;
     int st = 0;
     std::uint32_t phase = 0;
+    int te = 0;
+    std::uint32_t tphase = 0;
     std::int32_t d[128];
-    for (std::int64_t tt = blockIdx.x; tt < s.total; tt += gridDim.x) {
+    for (;;) {
       std::int64_t ti = 0, tj = 0;
-      if (!cursor.locate(s, tt, ti, tj)) continue;
-#pragma unroll
-      for (int i = 0; i < 128; ++i) d[i] = 0;
+      t::mbar_wait_cluster(tile_full(te), tphase);
+      const std::int64_t tt = entries[te];
+      __syncwarp();
+      if (lane == 0) t::mbar_arrive_release_cluster(tile_empty(te), 0);
+      if (++te == 2) {
+        te = 0;
+        tphase ^= 1u;
+      }
+      if (tt >= s.total) break;
+      (void)cursor.locate(s, tt, ti, tj);
+      ti = ti * CL + rank;  // this block's row tile
       int prev = -1;
       for (std::int64_t kb = 0; kb < num_k; ++kb) {
         t::mbar_wait(full_bar(st), phase);
-        const std::uint32_t a_addr = smem0 + static_cast<std::uint32_t>(st * wg_stage_bytes + cw * 64 * 128);
-        const std::uint32_t b_addr = smem0 + static_cast<std::uint32_t>(st * wg_stage_bytes + wg_a_bytes);
+        const std::uint32_t a_addr =
+            smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
+        const std::uint32_t b_addr = smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes + Cfg::a_bytes);
         t::wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          t::wgmma_ss<t::b1_and_popc, 256>(d, t::kmajor_desc<128>(a_addr + ks * 32),
-                                           t::kmajor_desc<128>(b_addr + ks * 32), true);
+        for (int ks = 0; ks < Cfg::steps; ++ks) {
+          // The first step of a tile overwrites the accumulators (no zeroing pass).
+          t::wgmma_ss<t::b1_and_popc, 256>(d, t::kmajor_desc<Cfg::row_bytes>(a_addr + ks * 32),
+                                           t::kmajor_desc<Cfg::row_bytes>(b_addr + ks * 32), kb > 0 || ks > 0);
         }
         t::wgmma_commit();
         t::wgmma_wait<1>();
-        if (prev >= 0) {
-          __syncwarp();
-          if (lane == 0) t::mbar_arrive(empty_bar(prev));
-        }
+        if (prev >= 0) release(prev);
         prev = st;
-        if (++st == wg_stages) {
+        if (++st == S) {
           st = 0;
           phase ^= 1u;
         }
       }
       t::wgmma_wait<0>();
-      if (prev >= 0) {
-        __syncwarp();
-        if (lane == 0) t::mbar_arrive(empty_bar(prev));
+      t::wgmma_fence_operands(d);
+      if (prev >= 0) release(prev);
+      // The pair's other row tile may lie past the panel or, upper-only, wholly below the
+      // diagonal: a tile the one-block schedule would skip delivers nothing here either.
+      if (ti * Cfg::bm >= s.a_rows) continue;
+      if (s.upper_only) {
+        const std::int64_t last_col = s.b_row0 + ((tj + 1) * Cfg::bn < s.b_rows ? (tj + 1) * Cfg::bn : s.b_rows) - 1;
+        if (s.a_row0 + ti * Cfg::bm > last_col) continue;
       }
 
       const int g = lane / 4;
       const int tig = lane % 4;
-      const std::int64_t row_base = ti * wg_bm + cw * 64 + warp_in_wg * 16;  // panel-local
+      const std::int64_t row_base = ti * Cfg::bm + cw * 64 + warp_in_wg * 16;  // panel-local
       if constexpr (TmaStore) {
         // Only blocks wholly inside the output go through the copy engine: a box that straddles
         // the last column was measured (H200) to write the 16-byte group holding the bound, i.e.
         // up to 3 columns past it.
-        bool bulk = tj * wg_bn + wg_bn <= s.b_rows && ti * wg_bm + cw * 64 + 64 <= s.a_rows;
+        bool bulk = tj * Cfg::bn + Cfg::bn <= s.b_rows && ti * Cfg::bm + cw * 64 + 64 <= s.a_rows;
         if (bulk && epi.upper_only) {
           // Every element of this warpgroup's 64 rows must satisfy i <= j.
-          const std::int64_t last_local = ti * wg_bm + cw * 64 + 63;
+          const std::int64_t last_local = ti * Cfg::bm + cw * 64 + 63;
           const std::int64_t last_row = s.a_row0 + (last_local < s.a_rows ? last_local : s.a_rows - 1);
-          bulk = last_row <= s.b_row0 + tj * wg_bn;
+          bulk = last_row <= s.b_row0 + tj * Cfg::bn;
         }
         if (bulk) {
           // Output coordinates of this warpgroup's block (the tensor map starts at (row0, col0)).
-          const int y = static_cast<int>(s.a_row0 - epi.row0 + ti * wg_bm + cw * 64);
-          const int x0 = static_cast<int>(s.b_row0 - epi.col0 + tj * wg_bn);
+          const int y = static_cast<int>(s.a_row0 - epi.row0 + ti * Cfg::bm + cw * 64);
+          const int x0 = static_cast<int>(s.b_row0 - epi.col0 + tj * Cfg::bn);
           const int r_lo = warp_in_wg * 16 + g;  // rows r_lo and r_lo + 8 of the 64-row piece
           const std::uint32_t sw = static_cast<std::uint32_t>(r_lo & 7);
 #pragma unroll
@@ -227,7 +339,7 @@ __global__ void __launch_bounds__(wg_threads, 1)
             t::fence_proxy_async_shared();
             t::named_barrier_sync(1 + cw, 128);
             if (leader) {
-              t::tma_store_2d(&map_c, x0 + piece * 32, y, buf);
+              t::tma_store_2d_hint(&map_c, x0 + piece * 32, y, buf, pol_c);
               t::bulk_commit_group();
             }
           }
@@ -251,7 +363,7 @@ __global__ void __launch_bounds__(wg_threads, 1)
                 make_int2(d[4 * n + 2], d[4 * n + 3]);
           }
           __syncwarp();
-          const std::int64_t lj = tj * wg_bn + piece * 32 + lane;
+          const std::int64_t lj = tj * Cfg::bn + piece * 32 + lane;
           if (lj < s.b_rows) {
 #pragma unroll 4
             for (int r = 0; r < 16; ++r) {
@@ -269,8 +381,9 @@ __global__ void __launch_bounds__(wg_threads, 1)
       if (leader) t::bulk_wait_group<0>();
     }
   }
+  t::cluster_sync();  // no block leaves while its peer may still multicast into it or signal it
 #else
-  (void)map_a, (void)map_b, (void)map_c, (void)ld_words, (void)s, (void)epi;
+  (void)map_a, (void)map_b, (void)map_c, (void)ld_words, (void)s, (void)epi, (void)slot_counter;
   __trap();  // never launched: the dispatch refuses wgmma unless this build has sm_90a code
 #endif
 }
