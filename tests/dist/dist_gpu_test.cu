@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -93,19 +94,34 @@ sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, double d, std::
   return sg::pack_bits(b.data(), rows, cols);
 }
 
-std::string shared_dir(const sd::communicator& c) {
-  std::string d;
-  if (c.rank() == 0) {
-    char tmpl[] = "/tmp/spillway_distgpu_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    d = p != nullptr ? p : "/tmp";
+// A folder every rank can reach (the ranks of these tests share a host): made by rank 0, named to
+// all, removed by rank 0 when the test's ranks are done with it.
+class shared_dir {
+ public:
+  explicit shared_dir(const sd::communicator& c) : c_(c) {
+    if (c.rank() == 0) {
+      char tmpl[] = "/tmp/spillway_distgpu_XXXXXX";
+      const char* p = mkdtemp(tmpl);
+      path_ = p != nullptr ? p : "";
+    }
+    int len = static_cast<int>(path_.size());
+    MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
+    path_.resize(static_cast<std::size_t>(len));
+    MPI_Bcast(path_.data(), len, MPI_CHAR, 0, c.get());
   }
-  int len = static_cast<int>(d.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
-  d.resize(static_cast<std::size_t>(len));
-  MPI_Bcast(d.data(), len, MPI_CHAR, 0, c.get());
-  return d;
-}
+  shared_dir(const shared_dir&) = delete;
+  shared_dir& operator=(const shared_dir&) = delete;
+  ~shared_dir() {
+    MPI_Barrier(c_.get());
+    std::error_code ec;
+    if (c_.rank() == 0 && !path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  std::string operator+(const char* rest) const { return path_ + rest; }
+
+ private:
+  const sd::communicator& c_;
+  std::string path_;
+};
 
 }  // namespace
 
@@ -150,7 +166,7 @@ TEST(DistGramGpu, TopkEqualsOneProcess) {
 TEST(DistGramGpu, TriangleFileEqualsOneProcess) {
   sd::communicator c;
   DIST_GPU_TEST_OR_SKIP(c);
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const auto a = random_bits(2111, 3000, 0.4, seed("dist gpu triangle"));
   sd::gram_job_options o;
   o.strip_rows = 128;

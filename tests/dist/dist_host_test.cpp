@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -52,20 +53,34 @@ sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, double d, std::
   return sg::pack_bits(b.data(), rows, cols);
 }
 
-// A folder every rank can reach (the ranks of these tests share a host): made by rank 0, named to all.
-std::string shared_dir(const sd::communicator& c) {
-  std::string d;
-  if (c.rank() == 0) {
-    char tmpl[] = "/tmp/spillway_dist_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    d = p != nullptr ? p : "/tmp";
+// A folder every rank can reach (the ranks of these tests share a host): made by rank 0, named to
+// all, removed by rank 0 when the test's ranks are done with it.
+class shared_dir {
+ public:
+  explicit shared_dir(const sd::communicator& c) : c_(c) {
+    if (c.rank() == 0) {
+      char tmpl[] = "/tmp/spillway_dist_XXXXXX";
+      const char* p = mkdtemp(tmpl);
+      path_ = p != nullptr ? p : "";
+    }
+    int len = static_cast<int>(path_.size());
+    MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
+    path_.resize(static_cast<std::size_t>(len));
+    MPI_Bcast(path_.data(), len, MPI_CHAR, 0, c.get());
   }
-  int len = static_cast<int>(d.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
-  d.resize(static_cast<std::size_t>(len));
-  MPI_Bcast(d.data(), len, MPI_CHAR, 0, c.get());
-  return d;
-}
+  shared_dir(const shared_dir&) = delete;
+  shared_dir& operator=(const shared_dir&) = delete;
+  ~shared_dir() {
+    MPI_Barrier(c_.get());
+    std::error_code ec;
+    if (c_.rank() == 0 && !path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  std::string operator+(const char* rest) const { return path_ + rest; }
+
+ private:
+  const sd::communicator& c_;
+  std::string path_;
+};
 
 std::string python() {
   const char* p = std::getenv("SPILLWAY_PYTHON");
@@ -234,7 +249,7 @@ TEST(DistRunTasks, APlanForAnotherRankCountIsRefusedOnEveryRank) {
 
 TEST(DistInput, AFileMissingOnOneRankFailsOnAll) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const std::string good = dir + "/a.npy";
   if (c.rank() == 0) {
     std::vector<std::uint8_t> b(12 * 70, 1);
@@ -290,7 +305,7 @@ TEST(DistInput, BroadcastGivesEveryRankRankZerosMatrix) {
 
 TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const std::string path = dir + "/blocks.npy";
   // Uneven blocks of a 2-D int64 array (rank r holds r + 3 rows of 5).
   std::int64_t rows_before = 0;
@@ -306,7 +321,8 @@ TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
   sd::write_npy_at_all(c, path, {n, 5}, v.data(), rows_before * 5, mine * 5, /*sync=*/true);
   EXPECT_EQ(sd::npy_data_offset<std::int64_t>({n, 5}) % 64, 0);
   // The same through each rank's own writes (no collective I/O) into a second file.
-  sd::write_npy_at_all(c, path + ".ind.npy", {n, 5}, v.data(), rows_before * 5, mine * 5, false, /*collective=*/false);
+  sd::write_npy_at_all(c, path + ".ind.npy", {n, 5}, v.data(), rows_before * 5, mine * 5, false,
+                       /*collective=*/false);
   if (c.rank() == 0) {
     const auto a = spillway::io::read_npy(path);
     ASSERT_EQ(a.header.shape, (std::vector<std::int64_t>{n, 5}));
@@ -333,7 +349,7 @@ TEST(DistNpy, EveryRanksRangeLandsInOneFileNumPyOpens) {
 
 TEST(DistNpy, CountsThatDoNotAddUpAreRefusedOnEveryRank) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   std::vector<float> v(4, 1.0f);
   EXPECT_THROW(sd::write_npy_at_all(c, dir + "/bad.npy", {static_cast<std::int64_t>(4 * c.size() + 1)},
                                     v.data(), 4 * c.rank(), 4),
@@ -400,7 +416,7 @@ TEST(DistGram, TopkEqualsOneProcess) {
 
 TEST(DistGram, TopkFileEqualsOneProcess) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const auto a = random_bits(150, 300, 0.5, seed("dist topk file"));
   sd::gram_job_options o;
   o.strip_rows = 8;
@@ -421,7 +437,7 @@ TEST(DistGram, TopkFileEqualsOneProcess) {
 
 TEST(DistGram, TriangleFileEqualsOneProcess) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const auto a = random_bits(233, 1030, 0.25, seed("dist triangle"));
   sd::gram_job_options o;
   o.strip_rows = 12;
@@ -470,7 +486,7 @@ TEST(DistGram, TriangleFileEqualsOneProcess) {
 
 TEST(DistGram, ThresholdEqualsOneProcess) {
   sd::communicator c;
-  const std::string dir = shared_dir(c);
+  const shared_dir dir(c);
   const auto a = random_bits(257, 400, 0.3, seed("dist threshold"));
   sd::gram_job_options o;
   o.strip_rows = 10;
