@@ -199,32 +199,40 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
   return cols <= epi.ldc && cols < coord_limit && rows < coord_limit;
 }
 
-/// What the claimed tile schedules draw their slots from: static device memory, so a launch
-/// allocates nothing. Launch i on a device uses record i % 64: word 0 the slot counter, zeroed on
-/// the launch's stream just before the kernel, then two tile-ring entries per block pair of the
-/// wgmma kernel (written before they are read). A record comes back 64 launches later, while
-/// only a few of these grid-filling kernels can be resident on a device at once.
-inline constexpr int slot_records = 64;
+/// What the claimed tile schedules draw their slots from: word 0 the slot counter, zeroed on the
+/// launch's stream just before the kernel, then two tile-ring entries per block pair of the wgmma
+/// kernel (written before they are read). Each launch owns its record: it comes from the device's
+/// stream-ordered pool (cudaMallocAsync, a few microseconds of host time, no synchronisation) and
+/// goes back on the same stream after the kernel, so launches on any number of streams, in flight
+/// at once, never share a counter. (A static ring of records reused every 64 launches was measured
+/// as fast, but a launch queued behind other work on one stream could then still be running when
+/// its record was zeroed for a launch on another stream: tiles skipped, silently.) The record is
+/// not spillway's memory pool: the pool's allocation counts, which the fault tests assert, stay as
+/// the job's own buffers.
 inline constexpr int slot_record_max_pairs = 128;
 inline constexpr int slot_record_words = 1 + 2 * slot_record_max_pairs;
-static __device__ unsigned long long gram_slot_records[slot_records * slot_record_words];
 
-static inline unsigned long long* next_slot_counter(stream_view s) {
-  static std::atomic<unsigned> next{0};
-  static std::atomic<unsigned long long*> base[64] = {};
-  const int device = current_device();
-  unsigned long long* b = device < 64 ? base[device].load(std::memory_order_relaxed) : nullptr;
-  if (b == nullptr) {
+class slot_record {
+ public:
+  explicit slot_record(stream_view s) : stream_(s.value()) {
     void* p = nullptr;
-    SPILLWAY_CUDA_TRY(cudaGetSymbolAddress(&p, gram_slot_records));
-    b = static_cast<unsigned long long*>(p);
-    if (device < 64) base[device].store(b, std::memory_order_relaxed);
+    SPILLWAY_CUDA_TRY(cudaMallocAsync(&p, slot_record_words * sizeof(unsigned long long), stream_));
+    words_ = static_cast<unsigned long long*>(p);
+    const cudaError_t e = cudaMemsetAsync(words_, 0, sizeof(unsigned long long), stream_);
+    if (e != cudaSuccess) {
+      (void)cudaFreeAsync(words_, stream_);
+      SPILLWAY_CUDA_TRY(e);
+    }
   }
-  unsigned long long* const c =
-      b + static_cast<std::size_t>(next.fetch_add(1, std::memory_order_relaxed) % slot_records) * slot_record_words;
-  SPILLWAY_CUDA_TRY(cudaMemsetAsync(c, 0, sizeof(*c), s.value()));
-  return c;
-}
+  slot_record(const slot_record&) = delete;
+  slot_record& operator=(const slot_record&) = delete;
+  ~slot_record() { (void)cudaFreeAsync(words_, stream_); }  // ordered after the kernel on the stream
+  [[nodiscard]] unsigned long long* get() const noexcept { return words_; }
+
+ private:
+  cudaStream_t stream_;
+  unsigned long long* words_ = nullptr;
+};
 
 /// Launches the wgmma kernel on a persistent grid of as many block pairs (2-block clusters) as
 /// can be resident at once.
@@ -233,7 +241,8 @@ void launch_wgmma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, con
                          std::int64_t ld_words, const tile_schedule& sch, Epilogue epi, int sms, stream_view s) {
   auto* kernel = &wgmma_gram_kernel<Epilogue, TmaStore>;
   ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, TmaStore>>(current_device(), wg_smem_bytes);
-  unsigned long long* const counter = next_slot_counter(s);
+  const slot_record record(s);
+  unsigned long long* const counter = record.get();
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -293,7 +302,8 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
   const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
-  unsigned long long* const counter = next_slot_counter(s);  // the kernel claims its tiles from it
+  const slot_record record(s);
+  unsigned long long* const counter = record.get();  // the kernel claims its tiles from it
   if constexpr (is_int32_count_store<Epilogue>::value) {
     if (tma_store_fits(args, epi)) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,

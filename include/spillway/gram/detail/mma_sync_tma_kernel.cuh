@@ -16,7 +16,7 @@
 // free slot, and the copy has three slices of compute to land. Across tiles the ring restarts
 // (a block barrier per tile, which the epilogue needs anyway).
 //
-// Tiles are claimed (thread 0, from a counter: kernels.cuh, next_slot_counter) rather than taken every gridDim-th:
+// Tiles are claimed (thread 0, from a counter: kernels.cuh, slot_record) rather than taken every gridDim-th:
 // blocks that start together then work on schedule neighbours that share k-slices in L2 (the same
 // reason as in wgmma_kernel.cuh; ncu at 32,768 x 65,536: L2 hit rate 85%). The int32 count store
 // goes through the copy engine (two 64 x 32 tensor stores per warp block, evict-first) where the

@@ -126,7 +126,7 @@ inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, 
 /// the launcher); otherwise map_c is unused and every tile takes the per-element path. Launched as
 /// 2-block clusters over a schedule of pair row tiles (bm = 256); `slot_counter[0]` (zero at
 /// launch) hands out the slots after each pair's first, slot gridDim.x / 2 onwards, and
-/// slot_counter[1 + 2 p + e] is entry e of pair p's tile ring (kernels.cuh: next_slot_counter).
+/// slot_counter[1 + 2 p + e] is entry e of pair p's tile ring (kernels.cuh: slot_record).
 template <class Epilogue, bool TmaStore>
 __global__ void __launch_bounds__(wg_config::threads, 1)
     wgmma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
