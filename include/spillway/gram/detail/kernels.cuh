@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -201,37 +202,67 @@ inline bool tma_store_fits(const bit_gemm_args& args, const store_counts<std::in
 
 /// What the claimed tile schedules draw their slots from: word 0 the slot counter, zeroed on the
 /// launch's stream just before the kernel, then two tile-ring entries per block pair of the wgmma
-/// kernel (written before they are read). Each launch owns its record: it comes from the device's
-/// stream-ordered pool (cudaMallocAsync, a few microseconds of host time, no synchronisation) and
-/// goes back on the same stream after the kernel, so launches on any number of streams, in flight
-/// at once, never share a counter. (A static ring of records reused every 64 launches was measured
-/// as fast, but a launch queued behind other work on one stream could then still be running when
-/// its record was zeroed for a launch on another stream: tiles skipped, silently.) The record is
-/// not spillway's memory pool: the pool's allocation counts, which the fault tests assert, stay as
-/// the job's own buffers.
+/// kernel (written before they are read). The records are static device memory (64 per device),
+/// so a launch allocates nothing — under memory pressure the job's budget may leave no byte free
+/// (FaultGramPressureGpu) — and each record carries an event recorded after the kernel that used it
+/// last: a launch takes a record whose event has completed, and when all 64 are still in use
+/// (launches queued on many streams at once) its stream waits for the next one's event, so no two
+/// kernels in flight ever share a counter. A lock per device is held from the choice of the record
+/// to the event's record after the launch.
+inline constexpr int slot_records = 64;
 inline constexpr int slot_record_max_pairs = 128;
 inline constexpr int slot_record_words = 1 + 2 * slot_record_max_pairs;
+static __device__ unsigned long long gram_slot_records[slot_records * slot_record_words];
+
+struct slot_ring {
+  std::mutex m;
+  unsigned long long* base = nullptr;
+  cudaEvent_t done[slot_records] = {};
+  int next = 0;
+};
 
 class slot_record {
  public:
-  explicit slot_record(stream_view s) : stream_(s.value()) {
-    void* p = nullptr;
-    SPILLWAY_CUDA_TRY(cudaMallocAsync(&p, slot_record_words * sizeof(unsigned long long), stream_));
-    words_ = static_cast<unsigned long long*>(p);
-    const cudaError_t e = cudaMemsetAsync(words_, 0, sizeof(unsigned long long), stream_);
-    if (e != cudaSuccess) {
-      (void)cudaFreeAsync(words_, stream_);
-      SPILLWAY_CUDA_TRY(e);
+  explicit slot_record(stream_view s) : ring_(ring_of(current_device())), lock_(ring_.m), stream_(s.value()) {
+    if (ring_.base == nullptr) {
+      void* p = nullptr;
+      SPILLWAY_CUDA_TRY(cudaGetSymbolAddress(&p, gram_slot_records));
+      for (auto& e : ring_.done) SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      ring_.base = static_cast<unsigned long long*>(p);
     }
+    for (int t = 0; t < slot_records && index_ < 0; ++t) {
+      const int i = (ring_.next + t) % slot_records;
+      const cudaError_t q = cudaEventQuery(ring_.done[i]);  // never recorded: cudaSuccess
+      if (q == cudaSuccess) index_ = i;
+      else if (q != cudaErrorNotReady) SPILLWAY_CUDA_TRY(q);
+    }
+    if (index_ < 0) {  // every record in use: wait, in stream order, for the least recently taken
+      index_ = ring_.next % slot_records;
+      SPILLWAY_CUDA_TRY(cudaStreamWaitEvent(stream_, ring_.done[index_], 0));
+    }
+    ring_.next = (index_ + 1) % slot_records;
+    SPILLWAY_CUDA_TRY(cudaMemsetAsync(get(), 0, sizeof(unsigned long long), stream_));
   }
   slot_record(const slot_record&) = delete;
   slot_record& operator=(const slot_record&) = delete;
-  ~slot_record() { (void)cudaFreeAsync(words_, stream_); }  // ordered after the kernel on the stream
-  [[nodiscard]] unsigned long long* get() const noexcept { return words_; }
+  /// After the launch (or its failure): the record is free once this stream passes this point.
+  ~slot_record() { (void)cudaEventRecord(ring_.done[index_], stream_); }
+  [[nodiscard]] unsigned long long* get() const noexcept {
+    return ring_.base + static_cast<std::size_t>(index_) * slot_record_words;
+  }
 
  private:
+  static slot_ring& ring_of(int device) {
+    static slot_ring rings[64];
+    if (device < 0 || device >= 64) {
+      throw logic_error("gram: device " + std::to_string(device) + " is beyond the 64 devices the tile-claim records serve");
+    }
+    return rings[device];
+  }
+  slot_ring& ring_;
+  std::unique_lock<std::mutex> lock_;
   cudaStream_t stream_;
-  unsigned long long* words_ = nullptr;
+  int index_ = -1;
 };
 
 /// Launches the wgmma kernel on a persistent grid of as many block pairs (2-block clusters) as
