@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace spillway::gram_ooc_bench {
@@ -155,6 +156,63 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   state.SetLabel("top-k k=32, counts, diagonal excluded");
 }
 
+/// Sum over the upper triangle with the diagonal of A·Aᵀ counts, from A's column popcounts:
+/// column c with m ones adds m (m + 1) / 2. What the checksum sink must return for counts.
+inline unsigned long long ooc_count_checksum() {
+  static const unsigned long long want = [] {
+    const auto& a = ooc_matrix();
+    std::vector<std::uint64_t> ones(static_cast<std::size_t>(ooc_cols), 0);
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+    {
+      std::vector<std::uint64_t> mine(static_cast<std::size_t>(ooc_cols), 0);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+      for (std::int64_t r = 0; r < ooc_rows; ++r) {
+        const std::uint32_t* w = a.row(r);
+        for (std::int64_t c = 0; c < ooc_cols; ++c) mine[static_cast<std::size_t>(c)] += (w[c / 32] >> (c % 32)) & 1u;
+      }
+#ifdef _OPENMP
+#pragma omp critical
+#endif
+      for (std::size_t c = 0; c < ones.size(); ++c) ones[c] += mine[c];
+    }
+    unsigned long long s = 0;
+    for (std::uint64_t m : ones) s += m * (m + 1) / 2;
+    return s;
+  }();
+  return want;
+}
+
+/// The bare compute of the job: the same strips, tile schedule and per-element epilogue, with a
+/// null sink that reduces every count to a checksum on the device (pairwise sink_kind::checksum).
+/// The row that top-k is measured against; the checksum is checked against the host.
+inline void BM_gram_ooc_bare(benchmark::State& state) {
+  if (ooc_skip(state)) return;
+  const auto& a = ooc_matrix();
+  gram::gram_options o;
+  o.budget = memory_budget(8_GiB);
+  o.devices = {0};
+  gram::gram_report rep;
+  o.report = &rep;
+  unsigned long long sum = 0;
+  ooc_time(state, [&] {
+    auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o, pairwise::sink_kind::checksum);
+    gram::detail::run_gram_job(job);
+    sum = pairwise::detail::collect_checksum(job);
+  });
+  if (sum != ooc_count_checksum()) {
+    state.SkipWithError(("checksum " + std::to_string(sum) + " != host " + std::to_string(ooc_count_checksum())).c_str());
+    return;
+  }
+  state.counters["bitMAC/s"] =
+      benchmark::Counter(ooc_required_macs() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["strips"] = static_cast<double>(rep.plan.strips);
+  state.SetLabel("bare compute: checksum sink (the same strips and tile schedule, nothing kept)");
+}
+
 /// Host packing: 0/1 bytes → bits, GB/s of input (timed by the host clock: pure host work).
 inline void BM_gram_pack_host(benchmark::State& state) {
   const std::int64_t rows = 10000, cols = ooc_cols;
@@ -179,6 +237,7 @@ inline void BM_gram_pack_host(benchmark::State& state) {
 
 BENCHMARK(BM_gram_ooc_triangle)->Arg(3)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_gram_ooc_d2h_floor)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_gram_ooc_bare)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_gram_ooc_topk)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_gram_pack_host)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 

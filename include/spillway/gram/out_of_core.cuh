@@ -92,6 +92,12 @@ score_strip_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::score_
   return {w, pa, pb, sc};
 }
 
+template <class V>
+checksum_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::checksum_writer<V>& w, const std::int32_t* pa,
+                                   const std::int32_t* pb, const scorer& sc) {
+  return {w, pa, pb, sc};
+}
+
 /// The pair job's Producer for bit rows: rows are ld_words 32-bit words, their aux value the
 /// popcount, and a panel pair is one bit_gemm_async (tiles i ≤ j for A·Aᵀ).
 struct bit_producer {

@@ -53,6 +53,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -166,6 +167,8 @@ struct pair_device_ctx {
   std::vector<event> ready;
   std::mutex m;
   device_buffer<std::byte> topk_state;  // slots x rows_a x k entries
+  device_buffer<unsigned long long> checksum;  // checksum sink: 1024 partial sums
+  std::unique_ptr<event> products_done;        // the last product kernel on this device (chained_compute)
 };
 
 template <class V>
@@ -199,6 +202,7 @@ struct pair_job {
   pair_plan plan;
   std::vector<std::unique_ptr<pair_device_ctx<aux_type>>> ctx;
   std::vector<strip_sparse<V>> strips;
+  std::future<topk_result<V>> topk_host;  // the result's host vectors, allocated while the job runs
   job_report report;
 };
 
@@ -228,6 +232,7 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
     c->device = d;
     device_guard g(d);
     c->setup = std::make_unique<stream>(d);
+    c->products_done = std::make_unique<event>();
     const stream_view s = c->setup->view();
     c->aux_a = device_buffer<Aux>(static_cast<std::size_t>(rows_a), s);
     if (col_b) c->aux_b = device_buffer<Aux>(static_cast<std::size_t>(rows_b), s);
@@ -264,6 +269,10 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
         SPILLWAY_CUDA_TRY(cudaGetLastError());
       }
     }
+    if (job.sink == sink_kind::checksum) {
+      c->checksum = device_buffer<unsigned long long>(1024, s);
+      SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->checksum.data(), 0, 1024 * 8u, s.value()));
+    }
     s.synchronize();
     job.ctx.push_back(std::move(c));
   }
@@ -295,6 +304,19 @@ void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c
     c.ready[j].record(s);
     c.uploaded[j] = 1;
   }
+}
+
+/// The producer's product kernels of a device run one after the other across its slots, while
+/// the copies and the sinks' own kernels still overlap them. Two persistent product kernels on
+/// two streams only split the SMs and the L2 between two strips: H200, 100,000 x 200,000, the
+/// checksum sink (benchmarks/results/gram_topk.md) took 0.31 s with the products overlapping
+/// across 3 slots and 0.19 s chained.
+template <class V, class P, class Ctx, class Writer>
+void chained_compute(pair_job<V, P>& job, Ctx& c, const panel_pair<typename P::aux_type>& g, const Writer& w, V* scratch,
+                     stream_view s) {
+  s.wait(*c.products_done);
+  job.prod.compute(g, w, scratch, s);
+  c.products_done->record(s);
 }
 
 template <class V, class P>
@@ -356,7 +378,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_a = aux_a;
       g.aux_b = aux_b;
       g.upper_only = sym;
-      job.prod.compute(g, writer, scratch, s);
+      chained_compute(job, c, g, writer, scratch, s);
       SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
       return;
     }
@@ -379,7 +401,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_a = aux_a;
       g.aux_b = aux_b;
       g.upper_only = sym;
-      job.prod.compute(g, writer, scratch, s);
+      chained_compute(job, c, g, writer, scratch, s);
       SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
     }
   };
@@ -472,6 +494,10 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       });
       break;
     }
+    case sink_kind::checksum: {
+      compute(checksum_writer<V>{c.checksum.data(), sym});
+      break;
+    }
     case sink_kind::threshold: {
       V* sc_buf = slot.device<V>(0);
       compute(score_writer<V>{sc_buf, I0, I1, W, col0, sym});
@@ -548,6 +574,13 @@ void run_pair_job(pair_job<V, P>& job) {
   }
   if (job.sink == sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
   setup_devices(job, devices);
+  if (job.sink == sink_kind::topk) {
+    // rows x k values and indices (38 MB for 100,000 x 32): allocated and filled on another thread
+    // while the strips run, not after them.
+    const std::int64_t n = r.rows_a;
+    const int k = job.topk.k;
+    job.topk_host = std::async(std::launch::async, [n, k] { return empty_topk<V>(n, k); });
+  }
 
   task_job_options to;
   to.devices = devices;
@@ -592,6 +625,22 @@ void run_pair_tasks(pair_job<V, P>& job, const pair_plan_request& r, const task_
   }
 }
 
+/// The checksum sink's result: over every device, the sum (mod 2^64) of the per-call warp sums
+/// of the scores' bits (see checksum_writer): for int32 counts, the sum of the counts kept.
+template <class V, class P>
+unsigned long long collect_checksum(pair_job<V, P>& job) {
+  unsigned long long sum = 0;
+  for (auto& c : job.ctx) {
+    device_guard g(c->device);
+    const stream_view s = c->setup->view();
+    std::vector<unsigned long long> h(1024);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data(), c->checksum.data(), 1024 * 8u, cudaMemcpyDeviceToHost, s.value()));
+    s.synchronize();
+    for (unsigned long long x : h) sum += x;
+  }
+  return sum;
+}
+
 template <class V, class P>
 topk_result<V> collect_topk(pair_job<V, P>& job) {
   const std::int64_t n = job.prod.rows(false);
@@ -599,6 +648,33 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
   const bool larger = job.prod.larger();
   // Each device merges its slots' lists on the device; only one n x k list per device comes back.
   const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  topk_result<V> r = job.topk_host.valid() ? job.topk_host.get() : empty_topk<V>(n, k);
+  if (job.ctx.size() == 1) {
+    // One device: its merged lists are the result, sorted as the host sorts them; the device
+    // writes them out as values and indices straight into the result.
+    auto& c = *job.ctx[0];
+    device_guard g(c.device);
+    const stream_view s = c.setup->view();
+    auto* st = reinterpret_cast<topk_entry<V>*>(c.topk_state.data());
+    const int slots = static_cast<int>(c.topk_state.size() / sizeof(topk_entry<V>) / per_slot);
+    if (slots > 1) {
+      with_larger(larger, [&](auto L) {
+        topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, slots,
+                                                                                        static_cast<std::int64_t>(per_slot));
+      });
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+    }
+    device_buffer<V> dv(per_slot, s);
+    device_buffer<std::int64_t> di(per_slot, s);
+    topk_export_kernel<V><<<elementwise_grid(static_cast<std::int64_t>(per_slot)), 256, 0, s.value()>>>(
+        st, static_cast<std::int64_t>(per_slot), dv.data(), di.data());
+    SPILLWAY_CUDA_TRY(cudaGetLastError());
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per_slot * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
+    SPILLWAY_CUDA_TRY(
+        cudaMemcpyAsync(r.indices.data(), di.data(), per_slot * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
+    s.synchronize();
+    return r;
+  }
   std::vector<std::vector<topk_entry<V>>> lists;
   for (auto& c : job.ctx) {
     device_guard g(c->device);
@@ -617,7 +693,6 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
     s.synchronize();
     lists.push_back(std::move(h));
   }
-  topk_result<V> r = empty_topk<V>(n, k);
 #ifdef _OPENMP
 #pragma omp parallel
 #endif

@@ -28,7 +28,8 @@ enum class sink_kind {
   dense_rect,       ///< A·Bᵀ rows_a x rows_b
   topk,             ///< per-row top-k (state on the device)
   threshold,        ///< threshold → sparse (compacted on the device)
-  strips            ///< A·Aᵀ strips handed to a callback: the strip rows only (no mirror)
+  strips,           ///< A·Aᵀ strips handed to a callback: the strip rows only (no mirror)
+  checksum          ///< nothing kept: the scores summed on the device (a job's bare compute)
 };
 
 struct pair_plan_request {
@@ -106,6 +107,9 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
     case sink_kind::topk:
       add(P * W * r.out_bytes);
       break;
+    case sink_kind::checksum:
+      add(256);
+      break;
     case sink_kind::threshold:
       // scores, then per-row counts/offsets (P + 1, int64) and the compacted (col int32, value).
       add(P * W * r.out_bytes);
@@ -124,8 +128,9 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
   g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
                                                        topk_entry_size(r.out_bytes)
                                                  : 0;
+  // + checksum: 1024 partial sums.
   g.shared_bytes = g.resident_bytes + static_cast<std::size_t>(r.rows_a + r.rows_b) * r.aux_bytes + 512u +
-                   g.slots * g.topk_state_bytes;
+                   g.slots * g.topk_state_bytes + (r.sink == sink_kind::checksum ? 8192u : 0u);
   return g;
 }
 

@@ -120,6 +120,49 @@ struct score_strip_epilogue {
   }
 };
 
+/// Popcounts are read only by the metrics that use them (raw counts need none).
+__device__ __forceinline__ bool needs_popcounts(const scorer& sc) { return sc.m != metric::counts; }
+
+/// The checksum sink (pairwise::checksum_writer). Per element every lane calls it, so there is no
+/// early return; `fragment` (the wgmma kernel's register epilogue) sums a thread's 128 counts in
+/// registers and adds them with one atomic: nothing but the scores themselves is read.
+template <class V>
+struct checksum_epilogue {
+  static constexpr bool wgmma_fragment = true;
+  ::spillway::pairwise::detail::checksum_writer<V> w;
+  const std::int32_t* pop_a;
+  const std::int32_t* pop_b;
+  scorer sc;
+  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
+    const bool np = needs_popcounts(sc);
+    w.add(i, j, sc.template operator()<V>(c, np ? pop_a[i] : 0, np ? pop_b[j] : 0));
+  }
+  __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base, std::int64_t j_base,
+                                           std::int64_t i_end, std::int64_t j_end, int lane) const {
+    const int g = lane >> 2, tig = lane & 3;
+    const bool np = needs_popcounts(sc);
+    unsigned long long acc = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t i = i_base + g + 8 * h;
+      if (i >= i_end) continue;
+      const std::int32_t na = np ? pop_a[i] : 0;
+#pragma unroll
+      for (int n = 0; n < 32; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const std::int64_t j = j_base + 8 * n + 2 * tig + e;
+          if (j < j_end && w.wants(i, j)) {
+            acc += ::spillway::pairwise::detail::checksum_bits(
+                sc.template operator()<V>(d[4 * n + 2 * h + e], na, np ? pop_b[j] : 0));
+          }
+        }
+      }
+    }
+    if (acc != 0u) atomicAdd(w.sums + (blockIdx.x & 1023u), acc);
+  }
+};
+
 // The sink kernels moved to the pairwise layer; their old names stay valid here.
 using ::spillway::pairwise::detail::topk_entry;
 using ::spillway::pairwise::detail::topk_worst_value;

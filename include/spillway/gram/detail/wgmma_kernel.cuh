@@ -50,6 +50,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace spillway::gram::detail {
 
@@ -121,6 +122,18 @@ inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, 
   spec.what = "gram wgmma: int32 count output";
   return ::spillway::tile::make_tensor_map(spec);
 }
+
+/// An epilogue that declares `static constexpr bool wgmma_fragment = true` takes each consumer
+/// thread's accumulators where they are, in registers, instead of element by element through
+/// shared memory: epi.fragment(d, i_base, j_base, i_end, j_end, lane), d[4n + 2h + e] being the
+/// count of (i_base + lane / 4 + 8h, j_base + 8n + 2 (lane % 4) + e) for n < 32, h, e < 2 (global
+/// indices); rows >= i_end or columns >= j_end lie outside the product and must be skipped, and
+/// upper-only products deliver the pairs below the diagonal of a crossing tile too. All 32 lanes
+/// of each warp call it together. (The pair job's checksum sink uses it: checksum_epilogue.)
+template <class E, class = void>
+struct wgmma_fragment_epilogue : std::false_type {};
+template <class E>
+struct wgmma_fragment_epilogue<E, std::void_t<decltype(E::wgmma_fragment)>> : std::bool_constant<E::wgmma_fragment> {};
 
 /// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (see
 /// the launcher); otherwise map_c is unused and every tile takes the per-element path. Launched as
@@ -297,6 +310,10 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
       const int g = lane / 4;
       const int tig = lane % 4;
       const std::int64_t row_base = ti * Cfg::bm + cw * 64 + warp_in_wg * 16;  // panel-local
+      if constexpr (wgmma_fragment_epilogue<Epilogue>::value) {
+        epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows, lane);
+        continue;
+      }
       if constexpr (TmaStore) {
         // Only blocks wholly inside the output go through the copy engine: a box that straddles
         // the last column was measured (H200) to write the 16-byte group holding the bound, i.e.

@@ -7,6 +7,7 @@
 //   top-k      per-row sorted lists of up to 64 entries kept by a warp, merged strip by strip on
 //              the device, one list per slot (concurrent strips never race).
 //   threshold  count, scan and compact a strip's passing entries on the device.
+//   checksum   every score reduced to a sum on the device: a job's bare compute, nothing kept.
 #pragma once
 
 #include <spillway/pairwise/layout.hpp>
@@ -16,6 +17,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace spillway::pairwise::detail {
@@ -323,6 +325,19 @@ __global__ void topk_merge_kernel(topk_entry<V>* __restrict__ state, std::int64_
   }
 }
 
+/// Writes merged lists as the host result: values, and the column or −1 for an empty place.
+template <class V>
+__global__ void topk_export_kernel(const topk_entry<V>* __restrict__ state, std::int64_t n, V* __restrict__ values,
+                                   std::int64_t* __restrict__ indices) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const topk_entry<V> e = state[i];
+    const bool empty = e.c == INT_MAX;
+    values[i] = empty ? V{} : e.v;
+    indices[i] = empty ? std::int64_t{-1} : static_cast<std::int64_t>(e.c);
+  }
+}
+
 // ---- threshold → sparse -------------------------------------------------------------------------
 
 template <class V>
@@ -405,5 +420,52 @@ __global__ void threshold_write_kernel(const V* __restrict__ s, std::int64_t row
     }
   }
 }
+
+// ---- checksum sink: the bare compute of a job ------------------------------------------------
+
+/// Image of a score in a checksum: its bits as an unsigned integer (double: both halves folded).
+template <class V>
+__device__ __forceinline__ unsigned checksum_bits(V v) {
+  if constexpr (sizeof(V) == 8) {
+    unsigned long long b = 0;
+    std::memcpy(&b, &v, sizeof b);
+    return static_cast<unsigned>(b) ^ static_cast<unsigned>(b >> 32);
+  } else {
+    unsigned b = 0;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+  }
+}
+
+/// A writer that reduces every score it is handed to the sum (mod 2^64) of their bit images (a
+/// 32-bit unsigned each; for counts, the counts): the null sink that keeps a producer's work
+/// alive, so a benchmark can time the bare compute of a job. Unlike the other writers, `add` is
+/// called for every element by every lane the epilogue runs, since it reduces across the warp
+/// (two REDUX and one atomic per call); pairs it does not want count as 0. `sums` has 1024
+/// counters, spread over L2 slices. (Gram's wgmma kernel sums a thread's accumulators in
+/// registers instead: gram::detail::checksum_epilogue.)
+template <class V>
+struct checksum_writer {
+  static constexpr bool dense = false;
+  unsigned long long* sums;
+  bool symmetric;
+  __device__ __forceinline__ bool wants(std::int64_t i, std::int64_t j) const { return !(symmetric && i > j); }
+  __device__ __forceinline__ void add(std::int64_t i, std::int64_t j, V v) const {
+    const unsigned x = wants(i, j) ? checksum_bits(v) : 0u;
+    const unsigned m = __activemask();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // 16-bit halves: each warp sum is exact, so the total does not depend on how lanes group.
+    const unsigned long long s = static_cast<unsigned long long>(__reduce_add_sync(m, x & 0xFFFFu)) +
+                                 (static_cast<unsigned long long>(__reduce_add_sync(m, x >> 16)) << 16);
+#else
+    unsigned long long s = 0;  // sm_75: no REDUX; the lanes of m add their values one by one
+    for (unsigned r = m; r != 0u; r &= r - 1u) s += __shfl_sync(m, x, __ffs(static_cast<int>(r)) - 1);
+#endif
+    if (static_cast<int>(threadIdx.x & 31u) == __ffs(static_cast<int>(m)) - 1) {
+      atomicAdd(sums + (blockIdx.x & 1023u), s);
+    }
+  }
+  __device__ __forceinline__ void put(std::int64_t i, std::int64_t j, V v) const { add(i, j, v); }
+};
 
 }  // namespace spillway::pairwise::detail
