@@ -50,13 +50,9 @@ inline bool all_ranks_on_gpu(const communicator& c, const gram_job_options& o) {
   return all != 0;
 }
 
-/// The one-process Gram's bit producer, with the pair job's fused (filtered) top-k path left off:
-/// this rank runs a subset of the strips through the scheduler itself, and the fused path's
-/// host-side redo of an overflowed strip lives in run_pair_job's own task loop. The score-strip
-/// top-k it uses instead is exact for any subset of strips.
-struct rank_bit_producer : gram::detail::bit_producer {
-  static constexpr bool per_element_writers = false;
-};
+/// The one-process Gram's bit producer: this rank runs its subset of the strips through the
+/// scheduler itself, with the pair job's score-strip sinks, which are exact for any subset.
+using rank_bit_producer = gram::detail::bit_producer;
 
 /// The pair job of the one-process Gram for A·Aᵀ on this rank's GPU, planned with the same strip
 /// height on every rank (the smallest the ranks' budgets give). Collective.
