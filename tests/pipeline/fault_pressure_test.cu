@@ -27,36 +27,6 @@ struct axpy3 {
   __host__ __device__ double operator()(double x, double y) const { return x * 3.0 + y; }
 };
 
-// Memory taken from the driver directly (not from spillway's pool), freed at scope end.
-class hog {
- public:
-  hog() = default;
-  // Takes all but `leave` bytes of what is free now.
-  void take_all_but(std::size_t leave) {
-    std::size_t free_b = 0, total_b = 0;
-    ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
-    ASSERT_GT(free_b, leave);
-    bytes_ = free_b - leave;
-    ASSERT_EQ(cudaMalloc(&p_, bytes_), cudaSuccess) << "could not take " << bytes_ << " bytes";
-  }
-  ~hog() {
-    if (p_ != nullptr) (void)cudaFree(p_);
-  }
-  hog(const hog&) = delete;
-  hog& operator=(const hog&) = delete;
-  [[nodiscard]] std::size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-std::size_t free_now() {
-  std::size_t f = 0, t = 0;
-  EXPECT_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
-  return f;
-}
-
 class FaultPressureGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,7 +37,7 @@ class FaultPressureGpu : public ::testing::Test {
 
 TEST_F(FaultPressureGpu, RingLargerThanFreeMemoryFailsWithOutOfMemory) {
   const auto before = ft::take({0});
-  const std::size_t free_b = free_now();
+  const std::size_t free_b = ft::free_bytes_now();
   std::size_t total_b = 0, f2 = 0;
   ASSERT_EQ(cudaMemGetInfo(&f2, &total_b), cudaSuccess);
   spillway::task_job_options o;
@@ -113,7 +83,7 @@ TEST_F(FaultPressureGpu, MapBudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
   std::memset(out.data(), 0x7f, n * 8);
   const auto before = ft::take({0});
   {
-    hog h;
+    ft::card_hog h;
     h.take_all_but(std::size_t{256} << 20);
     spillway::transform_options o;
     o.devices = {0};
@@ -163,7 +133,7 @@ TEST_F(FaultPressureGpu, MemoryTakenDuringAStreamedMapDoesNotAffectIt) {
     b[i] = v(g);
   }
   std::memset(out.data(), 0x7f, n * 8);
-  hog h;
+  ft::card_hog h;
   bool taken = false;
   spillway::transform_options o;
   o.devices = {0};
@@ -260,7 +230,7 @@ TEST_F(FaultPressureGpu, MemoryTakenDuringAJobThatAllocatesPerTask) {
   }
   const auto before = ft::take({0});
   {
-    hog h;
+    ft::card_hog h;
     bool taken = false;
     auto progress = [&](const spillway::progress_info& p) {
       if (!taken && p.tasks_done >= 2) {
