@@ -11,6 +11,12 @@
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
+//   gemm_ooc/{tf32,bf16}/out_of_core_lineNk  C blocks of several B panels, so that each line a C
+//                                        block writes into C is at least N KiB (8: 2048 x 2048
+//                                        blocks; 128: whole rows; ooc_options::c_min_line_bytes)
+//   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
+//                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
+//                                        alone and beside bf16 GEMMs: GB/s per shape
 //   gemm_ooc/bf16/out_of_core_slots8     the same job with 8 blocks in flight
 //   gemm_ooc/bf16/out_of_core_staged     C blocks copied out whole into pinned buffers and then
 //                                        into C by the host (ooc_copy_out::staged) instead of by
@@ -32,6 +38,7 @@
 // sampled entries are checked against a double-precision host sum (bound as in docs/gemm.md)
 // before timing.
 //
+// --ooc_line=BYTES sets ooc_options::c_min_line_bytes of the plain out_of_core rows.
 // Smaller runs: --ooc_n=8192 --ooc_budget=512MiB (or SPILLWAY_OOC_N / SPILLWAY_OOC_BUDGET), e.g.
 //   spillway_gemm_ooc_bench --ooc_n=8192 --ooc_budget=512MiB --benchmark_filter='gemm_ooc/(copy|tf32)'
 // Layout: A row-major, B column-major (both K-major), C row-major; cublasXt computes the same
@@ -57,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -66,6 +74,8 @@ namespace g = spillway::gemm;
 using spillway::index_t;
 
 index_t g_n = 32768;
+/// ooc_options::c_min_line_bytes of the out_of_core rows (--ooc_line=BYTES); the line* rows set their own.
+std::size_t g_line = g::ooc_options{}.c_min_line_bytes;
 std::size_t g_budget = std::size_t{8} << 30;
 std::string g_trace_dir;
 constexpr std::uint64_t kSeed = 20261123;
@@ -261,6 +271,84 @@ void bm_copy_rates(benchmark::State& state) {
   }
 }
 
+// ---- C-block copies out by line length, alone and beside a GEMM --------------------------------
+
+/// Device→host copies shaped as the job's C blocks (2048 rows of W floats, 2-D into a host matrix of
+/// 32768-float pitch; or 1-D, 16 MiB whole), 1 GiB in all, round-robin on 4 streams; alone, and
+/// while bf16 GEMMs (8192³, in core) run on another stream, as in the out-of-core job. Counters:
+/// GB/s of each shape alone (`w2048`, `w4096`, `w8192`, `w16384`, `flat`) and `*_gemm` beside the GEMMs.
+void bm_copy_lines(benchmark::State& state) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  try {
+    const std::size_t bytes = std::size_t{1} << 30;
+    spillway::pinned_buffer<unsigned char> h(bytes);
+    std::memset(h.data(), 0, bytes);
+    spillway::stream s0, s1, s2, s3, sg;
+    const cudaStream_t ring[4] = {s0.value(), s1.value(), s2.value(), s3.value()};
+    spillway::device_buffer<unsigned char> d(bytes, s0.view());
+    const index_t gn = 8192;
+    const auto gc = static_cast<std::size_t>(gn) * static_cast<std::size_t>(gn);
+    spillway::device_buffer<__nv_bfloat16> ga(gc, sg.view()), gb(gc, sg.view());
+    spillway::device_buffer<float> gcm(gc, sg.view());
+    ga.fill_bytes_async(0x3c, sg.view());
+    gb.fill_bytes_async(0x3c, sg.view());
+    s0.synchronize();
+    sg.synchronize();
+    const std::size_t pitch = 32768 * sizeof(float), rows = 2048;
+    auto copies = [&](std::size_t width) {  // width 0: 1-D blocks of 16 MiB
+      const std::size_t line = width * sizeof(float);
+      const std::size_t per = width == 0 ? (std::size_t{16} << 20) : rows * line;
+      const std::size_t count = bytes / per, across = width == 0 ? 1 : 32768 / width;
+      for (std::size_t bi = 0; bi < count; ++bi) {
+        if (width == 0) {
+          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data() + bi * per, d.data() + bi * per, per, cudaMemcpyDeviceToHost,
+                                            ring[bi % 4]));
+        } else {
+          unsigned char* dst = h.data() + (bi / across) * rows * pitch + (bi % across) * line;
+          SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, d.data() + bi * per, line, line, rows,
+                                              cudaMemcpyDeviceToHost, ring[bi % 4]));
+        }
+      }
+    };
+    auto sync_ring = [&] {
+      s0.synchronize();
+      s1.synchronize();
+      s2.synchronize();
+      s3.synchronize();
+    };
+    auto gemms = [&](int count) {
+      for (int x = 0; x < count; ++x)
+        g::gemm_async(sg.view(), 1.0f, g::row_major<const __nv_bfloat16>(ga.data(), gn, gn),
+                      g::col_major<const __nv_bfloat16>(gb.data(), gn, gn), 0.0f, g::row_major(gcm.data(), gn, gn));
+    };
+    const std::size_t widths[] = {2048, 4096, 8192, 16384, 0};
+    std::map<std::string, std::vector<double>> rate;
+    for (auto _ : state) {
+      double total = 0;
+      for (const std::size_t w : widths) {
+        const std::string name = w == 0 ? "flat" : "w" + std::to_string(w);
+        for (const bool beside : {false, true}) {
+          if (beside) {
+            gemms(40);  // ~50 ms of GEMMs: the copies run while they do
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+          const auto t0 = std::chrono::steady_clock::now();
+          copies(w);
+          sync_ring();
+          const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          sg.synchronize();
+          total += sec;
+          rate[name + (beside ? "_gemm" : "")].push_back(static_cast<double>(bytes) / sec / 1e9);
+        }
+      }
+      state.SetIterationTime(total);
+    }
+    for (const auto& [k, v] : rate) state.counters[k] = median(v);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // ---- cublasXt ----------------------------------------------------------------------------------
 
 void bm_cublasxt(benchmark::State& state) {
@@ -405,7 +493,7 @@ void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_
 
 template <class T>
 void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
-                 std::size_t slots = 0, bool staged = false) {
+                 std::size_t slots = 0, bool staged = false, std::size_t line = g_line) {
   host_set& h = host();
   const index_t n = g_n;
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
@@ -415,6 +503,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   oo.rates = measured_rates();
   if (slots > 0) oo.slots_per_device = slots;
   if (staged) oo.c_out = g::ooc_copy_out::staged;
+  oo.c_min_line_bytes = line;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
@@ -442,6 +531,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
                           (devices.size() > 1 ? "/out_of_core_2gpu"
                            : staged           ? "/out_of_core_staged"
                            : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
+                           : line != g_line   ? "/out_of_core_line" + std::to_string(line >> 10) + "k"
                                               : "/out_of_core");
   results()[key] = med;
   {
@@ -493,7 +583,8 @@ void bm_in_core(benchmark::State& state, kind kd) {
   }
 }
 
-void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool staged = false) {
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool staged = false,
+                    std::size_t line = g_line) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
@@ -506,9 +597,9 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slot
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, staged);
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, staged, line);
     else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, staged);
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, staged, line);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -518,6 +609,10 @@ void register_rows() {
   benchmark::RegisterBenchmark("gemm_ooc/copy_rates", bm_copy_rates)
       ->UseManualTime()
       ->Iterations(5)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_ooc/copy_lines", bm_copy_lines)
+      ->UseManualTime()
+      ->Iterations(3)
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_ooc/float/cublasXt", bm_cublasxt)
       ->UseManualTime()
@@ -549,6 +644,18 @@ void register_rows() {
           ->Iterations(reps)
           ->Unit(benchmark::kMillisecond);
     }
+    // C blocks of 1, 2, 4, 8 and 16 B panels (lines of 8 to 128 KiB in C; ooc_options::c_min_line_bytes).
+    if (kd != kind::f32) {
+      for (const std::size_t line : {std::size_t{8} << 10, std::size_t{16} << 10, std::size_t{32} << 10,
+                                     std::size_t{64} << 10, std::size_t{128} << 10}) {
+        if (line == g_line || (line == (std::size_t{8} << 10) && g_line <= line)) continue;  // the default row
+        benchmark::RegisterBenchmark((base + "/out_of_core_line" + std::to_string(line >> 10) + "k").c_str(),
+                                     [kd, line](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, false, line); })
+            ->UseManualTime()
+            ->Iterations(reps)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),
                                    [kd](benchmark::State& st) { bm_out_of_core(st, kd, 2); })
@@ -573,6 +680,8 @@ void parse_own_flags(int& argc, char** argv) {
       g_budget = spillway::parse_byte_size(a.substr(13));
     else if (a.rfind("--ooc_trace_dir=", 0) == 0)
       g_trace_dir = a.substr(16);
+    else if (a.rfind("--ooc_line=", 0) == 0)
+      g_line = spillway::parse_byte_size(a.substr(11));
     else
       argv[out++] = argv[i];
   }

@@ -35,10 +35,10 @@ ooc_plan_request square(index_t n, std::size_t in_bytes, std::size_t budget) {
 void expect_permutation(const ooc_plan& p) {
   std::set<std::pair<index_t, index_t>> seen;
   for (const auto& b : p.order) {
-    EXPECT_TRUE(b.i >= 0 && b.i < p.row_panels && b.j >= 0 && b.j < p.col_panels);
+    EXPECT_TRUE(b.i >= 0 && b.i < p.row_panels && b.j >= 0 && b.j < p.col_blocks);
     EXPECT_TRUE(seen.insert({b.i, b.j}).second) << "block (" << b.i << "," << b.j << ") twice";
   }
-  EXPECT_EQ(seen.size(), static_cast<std::size_t>(p.row_panels * p.col_panels));
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(p.row_panels * p.col_blocks));
   ASSERT_EQ(p.device_first.size(), p.devices + 1);
   EXPECT_EQ(p.device_first.front(), 0u);
   EXPECT_EQ(p.device_first.back(), p.order.size());
@@ -196,6 +196,108 @@ TEST(OocPlan, FirstBandStartsAsAGrowingSquare) {
   for (std::size_t t = 0; t < want.size(); ++t) {
     EXPECT_EQ(p.order[t], want[t]) << "task " << t << " is (" << p.order[t].i << "," << p.order[t].j << ")";
   }
+}
+
+// C blocks of several B panels (c_min_line_bytes): the bf16 acceptance job with lines of at least
+// 16 KiB gets 2048 x 4096 blocks made of two 2048-wide B panels; the panels, the caches and the
+// bytes moved are those of the 2048 x 2048 plan, the slots hold twice the C, every block once.
+TEST(OocPlan, CBlocksSpanSeveralBPanelsForLongerLines) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  const ooc_plan base = make_ooc_plan(r);
+  EXPECT_EQ(base.group, 1);
+  EXPECT_EQ(base.col_blocks, base.col_panels);
+  r.c_min_line_bytes = 16384;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_EQ(p.bm, 2048);
+  EXPECT_EQ(p.bn, 2048);
+  EXPECT_EQ(p.group, 2);
+  EXPECT_EQ(p.col_blocks, 8);
+  EXPECT_EQ(p.tasks(), 128u);
+  EXPECT_EQ(p.c_block_bytes, 2048u * 4096u * 4u);
+  EXPECT_EQ(p.block_cols(p.order.front()), 4096);
+  EXPECT_EQ(p.a_slots, base.a_slots);
+  EXPECT_EQ(p.b_slots, base.b_slots);
+  EXPECT_EQ(p.h2d_bytes, 4 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  EXPECT_EQ(p.floor_seconds, base.floor_seconds);
+  EXPECT_LE(p.device_bytes, r.budget_bytes);
+  EXPECT_NE(p.describe().find("2 B panels of 2048"), std::string::npos);
+  expect_permutation(p);
+  std::size_t h2d = 0, d2h = 0;
+  spillway::gemm::detail::ooc_simulate(p, 0, p.order.size(), false, 2, 4, h2d, d2h);
+  EXPECT_EQ(h2d, p.h2d_bytes);
+  EXPECT_EQ(d2h, p.d2h_bytes);
+  // The start keeps the loaded extents balanced: rows of 2048 against column blocks of 4096, so
+  // two rows join per column block: (0,0) (1,0) (2,0), then column block 1 down rows 0..2, ...
+  const std::vector<ooc_block> want = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 0}, {3, 1}, {4, 0}, {4, 1}};
+  for (std::size_t t = 0; t < want.size(); ++t)
+    EXPECT_EQ(p.order[t], want[t]) << "task " << t << " is (" << p.order[t].i << "," << p.order[t].j << ")";
+  // Whole rows of C (lines of 128 KiB): one block per row panel, all 16 B panels in each.
+  r.c_min_line_bytes = 131072;
+  const ooc_plan w = make_ooc_plan(r);
+  EXPECT_EQ(w.group, 16);
+  EXPECT_EQ(w.col_blocks, 1);
+  EXPECT_EQ(w.tasks(), 16u);
+  EXPECT_EQ(w.block_cols(w.order.front()), 32768);
+  EXPECT_EQ(w.first_panel(w.order.front()), 0);
+  EXPECT_EQ(w.last_panel(w.order.front()), 16);
+  EXPECT_EQ(w.h2d_bytes, 4 * GiB);
+  EXPECT_LE(w.device_bytes, r.budget_bytes);
+  expect_permutation(w);
+}
+
+// Float in 8 GiB: the wider C blocks are paid for with B cache slots (never below the block's
+// panels), the bytes stay the minimum; column-major C (lines along the executed rows) keeps
+// single-panel blocks; a budget with no room for wider blocks keeps them too.
+TEST(OocPlan, CBlockGroupsFitTheBudgetAndFollowCsLayout) {
+  ooc_plan_request r = square(32768, 4, 8 * GiB);
+  r.c_min_line_bytes = 32768;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_EQ(p.group, 4);
+  EXPECT_GE(p.b_slots, 4u);
+  EXPECT_LE(p.device_bytes, r.budget_bytes);
+  EXPECT_EQ(p.h2d_bytes, 8 * GiB);
+  expect_permutation(p);
+  r.c_row_major = false;
+  const ooc_plan q = make_ooc_plan(r);
+  EXPECT_FALSE(q.transposed);
+  EXPECT_EQ(q.group, 1) << q.describe();
+  ooc_plan_request s;
+  s.m = 1000;
+  s.n = 900;
+  s.k = 700;
+  s.budget_bytes = 1343488;  // full-k 128-wide panels and 4 C blocks fit with no byte to spare
+  s.c_min_line_bytes = 4096;
+  const ooc_plan t = make_ooc_plan(s);
+  EXPECT_EQ(t.group, 1) << t.describe();
+  expect_permutation(t);
+}
+
+// The order's bound with groups: each panel's GEMM waits only for its own panel, so the bound of
+// the 2048 x 4096 plan stays within a few panel times of the 2048 x 2048 plan's, above the compute
+// and the copy floor; whole rows wait for every B panel before their first copy out.
+TEST(OocPlan, RampBoundOfGroupedBlocks) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.rates = copy_rates{55e9, 55e9, 97e9};
+  r.compute_seconds = 0.087;
+  const double P = 2048.0 * 32768.0 * 2.0 / 55e9;
+  const ooc_plan base = make_ooc_plan(r);
+  r.c_min_line_bytes = 16384;
+  const ooc_plan g2 = make_ooc_plan(r);
+  r.c_min_line_bytes = 131072;
+  const ooc_plan rows = make_ooc_plan(r);
+  SCOPED_TRACE(base.describe() + "\n" + g2.describe() + "\n" + rows.describe());
+  for (const ooc_plan* p : {&base, &g2, &rows}) {
+    EXPECT_GE(p->ramp_seconds, 0.087);
+    EXPECT_GE(p->ramp_seconds, p->copy_seconds);
+  }
+  EXPECT_LE(g2.ramp_seconds, base.ramp_seconds + 2 * P);
+  EXPECT_GT(rows.ramp_seconds, g2.ramp_seconds);
+  // A whole row of C leaves only after the last B panel: 16 B panels and A_0 at least, then the
+  // 15 other rows' compute and the last row's copy out (256 MiB).
+  EXPECT_GE(rows.ramp_seconds, 17 * P + 0.087 * 15 / 16 + 2048.0 * 32768.0 * 4.0 / 55e9);
 }
 
 TEST(OocPlan, KeepsTheOperandResidentThatMovesFewerBytes) {

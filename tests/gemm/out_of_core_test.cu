@@ -43,6 +43,7 @@ struct ooc_case {
   bool bands = false;    // the budget is small enough that A's panels do not all fit (B re-streamed)
   std::vector<int> devices;
   ooc_copy_out c_out = ooc_copy_out::direct;
+  std::size_t c_min_line = 0;  // ooc_options::c_min_line_bytes (C blocks of several B panels)
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -51,7 +52,7 @@ std::string describe(const ooc_case& c, const gemm_options& o) {
          std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " A " + l(c.la) +
          " B " + l(c.lb) + " C " + l(c.lc) + (c.beta_zero ? " beta=0 over NaN" : " beta!=0") +
          (c.pinned ? " page-locked" : " pageable") + (c.split_k ? " k chunks" : "") +
-         (c.bands ? " A in bands" : "");
+         (c.bands ? " A in bands" : "") + (c.c_min_line > 0 ? " C lines >= " + std::to_string(c.c_min_line) : "");
 }
 
 /// The largest budget (from the operands' size down by 3/4 steps) whose plan has at least
@@ -73,6 +74,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
                                 : c.devices.size();
   r.stage_a = stage_a;
   r.stage_b = stage_b;
+  r.c_row_major = c.lc == layout::row_major;
+  r.c_min_line_bytes = c.c_min_line;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {
@@ -80,8 +83,10 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
     const ooc_plan p = make_ooc_plan(r);  // throws (failing the test) below the minimum
     const auto rows_per_device = static_cast<std::size_t>(
         (p.row_panels + static_cast<index_t>(r.devices) - 1) / static_cast<index_t>(r.devices));
+    const bool grouped = c.c_min_line == 0 || (c.lc == layout::row_major) == p.transposed ||
+                         p.col_panels < 2 || p.group > 1;
     if (static_cast<int>(p.tasks()) >= c.min_blocks && (!c.split_k || p.k_chunks > 1) &&
-        (!c.bands || p.a_slots < rows_per_device))
+        (!c.bands || p.a_slots < rows_per_device) && grouped)
       return b;
   }
 }
@@ -115,6 +120,7 @@ template <class T, class TC>
   oo.devices = cs.devices;
   oo.trace = trace;
   oo.c_out = cs.c_out;
+  oo.c_min_line_bytes = cs.c_min_line;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -125,6 +131,12 @@ template <class T, class TC>
     return ::testing::AssertionFailure() << what << ": only " << rep.plan.tasks() << " blocks";
   if (cs.split_k && rep.plan.k_chunks < 2)
     return ::testing::AssertionFailure() << what << ": k was not split";
+  // C's lines run along the executed frame's columns: the blocks span several B panels.
+  const bool exec_row_major = (cs.lc == layout::row_major) != rep.plan.transposed;
+  if (cs.c_min_line > 0 && exec_row_major && rep.plan.col_panels > 1 && rep.plan.group < 2)
+    return ::testing::AssertionFailure() << what << ": no C block spans several B panels";
+  if (rep.plan.group > 1 && !exec_row_major)
+    return ::testing::AssertionFailure() << what << ": B panels grouped although C's lines run along rows";
   if (rep.job.bytes_moved != rep.plan.h2d_bytes + rep.plan.d2h_bytes && rep.job.devices.size() < 2)
     return ::testing::AssertionFailure()
            << what << ": moved " << rep.job.bytes_moved << " bytes, the plan said "
@@ -364,6 +376,73 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
         EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed))) << (how == ooc_copy_out::direct ? "direct" : "staged");
       }
     }
+  }
+}
+
+// C blocks of several B panels (ooc_options::c_min_line_bytes: lines of C at least this long), one
+// GEMM per panel into its columns of the block: both C layouts (column-major C in the executed frame
+// keeps single-panel blocks), β = 0 over NaN and β ≠ 0, pageable and page-locked, and the
+// tensor-core path with MN-major panels staged.
+TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanels) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-groups");
+  int n = 0;
+  for (const bool pinned : {false, true}) {
+    for (const layout lc : {layout::row_major, layout::col_major}) {
+      for (const bool beta_zero : {true, false}) {
+        ooc_case cs;
+        cs.m = 900;
+        cs.n = 1300;
+        cs.k = 260;
+        cs.min_blocks = 9;
+        cs.pinned = pinned;
+        cs.lc = lc;
+        cs.beta_zero = beta_zero;
+        cs.c_min_line = 2048;  // 512 floats: a C block spans at least two panels narrower than that
+        ++n;
+        ASSERT_TRUE((run_ooc<float, float>(cs, {}, seed + static_cast<std::uint64_t>(n))));
+        cs.la = layout::col_major;
+        cs.lb = layout::row_major;
+        ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + 100 + static_cast<std::uint64_t>(n))));
+      }
+    }
+  }
+}
+
+// Traced C blocks of several B panels: each block's first GEMM waits only for its A panel and its
+// first B panel, and the bytes copied are the plan's.
+TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-groups-trace");
+  ooc_case cs;
+  cs.m = 1400;
+  cs.n = 1000;
+  cs.k = 300;
+  cs.pinned = true;
+  cs.devices = {0};
+  cs.min_blocks = 4;
+  cs.c_min_line = 4096;
+  ooc_report rep;
+  ooc_trace tr;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed, &rep, &tr)));
+  const ooc_plan& p = rep.plan;
+  SCOPED_TRACE(p.describe());
+  ASSERT_GT(p.group, 1);
+  std::size_t bytes = 0;
+  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1), b_at(static_cast<std::size_t>(p.col_panels), -1);
+  for (std::size_t x = 0; x < tr.load_end_ms.size(); ++x) {
+    bytes += tr.load_bytes[x];
+    (tr.load_operand[x] == 'A' ? a_at : b_at)[static_cast<std::size_t>(tr.load_panel[x])] = tr.load_end_ms[x];
+  }
+  EXPECT_EQ(bytes, p.h2d_bytes);
+  const float tick = 1e-3f;
+  for (std::size_t x = 0; x < p.tasks(); ++x) {
+    const ooc_block b = p.order[x];
+    EXPECT_GE(tr.ready_ms[x] + tick, a_at[static_cast<std::size_t>(b.i)]) << "block " << x;
+    EXPECT_GE(tr.ready_ms[x] + tick, b_at[static_cast<std::size_t>(p.first_panel(b))]) << "block " << x;
+    for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j)
+      EXPECT_GE(tr.gemm_end_ms[x] + tick, b_at[static_cast<std::size_t>(j)]) << "block " << x << " panel " << j;
+    EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
   }
 }
 

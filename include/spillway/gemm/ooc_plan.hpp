@@ -63,9 +63,17 @@ struct ooc_plan_request {
   /// The in-core time of the whole product on one device (an estimate; 0: unknown). With it the
   /// plan states `ramp_seconds`, the bound its visiting order puts on the job.
   double compute_seconds = 0;
+  /// C's layout in the caller's frame (row-major: its lines run along columns).
+  bool c_row_major = true;
+  /// Shortest line (contiguous run in host C) a C block should copy out, in bytes (0: any). When
+  /// the planned block's lines are shorter and C's lines run along the executed frame's columns,
+  /// a C block spans `group` neighbouring B panels (bm x group·bn), computed as one GEMM per B
+  /// panel, each waiting only for its own panel: the panels, the caches and the bytes moved stay
+  /// those of the bm x bn plan, only the copies out get longer lines (and fewer).
+  std::size_t c_min_line_bytes = 0;
 };
 
-/// One C block in the executed frame: row panel i, column panel j.
+/// One C block in the executed frame: row panel i, column block j (B panels [j·group, j·group + group)).
 struct ooc_block {
   index_t i = 0;
   index_t j = 0;
@@ -75,12 +83,14 @@ struct ooc_block {
 struct ooc_plan {
   bool transposed = false;      ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
   index_t m = 0, n = 0, k = 0;  ///< the executed frame
-  index_t bm = 0, bn = 0, kc = 0;
+  index_t bm = 0, bn = 0, kc = 0;  ///< bn: a B panel's width (a C block is bn·group wide)
   index_t row_panels = 0, col_panels = 0, k_chunks = 0;
+  index_t group = 1;       ///< B panels per C block (see ooc_plan_request::c_min_line_bytes)
+  index_t col_blocks = 0;  ///< C blocks per row of blocks: ceil(col_panels / group)
   std::size_t a_slots = 0, b_slots = 0, slots = 0;
   std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
   std::size_t b_panel_bytes = 0;
-  std::size_t c_block_bytes = 0;     ///< one slot's C block
+  std::size_t c_block_bytes = 0;     ///< one slot's C block (bm x bn·group)
   std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K, staging
   std::size_t device_bytes = 0;      ///< everything above on one device
   std::size_t devices = 1;
@@ -103,7 +113,16 @@ struct ooc_plan {
   [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
   /// Rows [r0, r0 + rows) and columns of block b in the executed frame.
   [[nodiscard]] index_t block_rows(const ooc_block& b) const noexcept { return std::min(bm, m - b.i * bm); }
-  [[nodiscard]] index_t block_cols(const ooc_block& b) const noexcept { return std::min(bn, n - b.j * bn); }
+  [[nodiscard]] index_t block_col0(const ooc_block& b) const noexcept { return b.j * group * bn; }
+  [[nodiscard]] index_t block_cols(const ooc_block& b) const noexcept {
+    return std::min(bn * group, n - block_col0(b));
+  }
+  /// The B panels block b reads: [first_panel(b), last_panel(b)).
+  [[nodiscard]] index_t first_panel(const ooc_block& b) const noexcept { return b.j * group; }
+  [[nodiscard]] index_t last_panel(const ooc_block& b) const noexcept {
+    return std::min(col_panels, (b.j + 1) * group);
+  }
+  [[nodiscard]] index_t panel_cols(index_t j) const noexcept { return std::min(bn, n - j * bn); }
   [[nodiscard]] index_t chunk_k(index_t kk) const noexcept { return std::min(kc, k - kk * kc); }
   [[nodiscard]] std::string describe() const;
 };
@@ -216,6 +235,51 @@ inline void ooc_device_order(index_t r0, index_t r1, index_t ncols, std::size_t 
   }
 }
 
+/// The first band's start when a C block spans several B panels (group > 1): rows and column
+/// blocks are added one at a time, a row when the rows loaded so far span no more elements than the
+/// columns (row_w = bm, col_w = bn·group), so that the loaded extents of A and B stay balanced
+/// (the work the loaded panels allow is their product; g = 1 gives the square of ooc_device_order).
+/// Up to `col_cap` column blocks take part (those the B cache holds); the rest follow row by row.
+inline void ooc_balanced_band(index_t b0, index_t rows, index_t ncols, index_t col_cap, index_t row_w,
+                              index_t col_w, std::vector<ooc_block>& out) {
+  const index_t cap = std::min(col_cap, ncols);
+  index_t r = 0, c = 0;
+  while (r < rows || c < cap) {
+    const bool add_row = r < rows && (c == cap || r * row_w <= c * col_w);
+    if (add_row) {
+      for (index_t x = 0; x < c; ++x) out.push_back({b0 + r, x});
+      ++r;
+    } else {
+      for (index_t y = 0; y < r; ++y) out.push_back({b0 + y, c});
+      ++c;
+    }
+  }
+  for (index_t x = cap; x < ncols; ++x)
+    for (index_t y = 0; y < rows; ++y) out.push_back({b0 + y, x});
+}
+
+/// ooc_device_order for C blocks of `group` B panels: the first band starts balanced
+/// (ooc_balanced_band), later bands run their column blocks in a serpentine as with group 1.
+inline void ooc_device_order_grouped(index_t r0, index_t r1, index_t ncols, std::size_t a_slots,
+                                     std::size_t b_slots, index_t group, index_t row_w, index_t col_w,
+                                     std::vector<ooc_block>& out) {
+  bool forward = true;
+  const index_t cap = std::max<index_t>(1, static_cast<index_t>(b_slots) / std::max<index_t>(group, 1));
+  for (index_t b0 = r0; b0 < r1; b0 += static_cast<index_t>(a_slots)) {
+    const index_t b1 = std::min(r1, b0 + static_cast<index_t>(a_slots));
+    if (b0 == r0) {
+      ooc_balanced_band(b0, b1 - b0, ncols, cap, row_w, col_w, out);
+      forward = false;
+      continue;
+    }
+    for (index_t t = 0; t < ncols; ++t) {
+      const index_t c = forward ? t : ncols - 1 - t;
+      for (index_t r = b0; r < b1; ++r) out.push_back({r, c});
+    }
+    forward = !forward;
+  }
+}
+
 /// Bytes one device moves for its part of the order, by simulating its two direct-mapped caches
 /// (panel p of A with k chunk q is key p·k_chunks + q, cached in slot key mod slots).
 inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c,
@@ -229,16 +293,19 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
     if (p.k > 0) {
       for (index_t q = 0; q < kch; ++q) {
         const auto kq = static_cast<std::size_t>(p.chunk_k(q));
-        const index_t ka = b.i * kch + q, kb = b.j * kch + q;
+        const index_t ka = b.i * kch + q;
         auto& ta = a_tag[static_cast<std::size_t>(ka) % p.a_slots];
         if (ta != ka) {
           ta = ka;
           h2d += rows * kq * in_bytes;
         }
-        auto& tb = b_tag[static_cast<std::size_t>(kb) % p.b_slots];
-        if (tb != kb) {
-          tb = kb;
-          h2d += kq * cols * in_bytes;
+        for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
+          const index_t kb = j * kch + q;
+          auto& tb = b_tag[static_cast<std::size_t>(kb) % p.b_slots];
+          if (tb != kb) {
+            tb = kb;
+            h2d += kq * static_cast<std::size_t>(p.panel_cols(j)) * in_bytes;
+          }
         }
       }
     }
@@ -250,7 +317,8 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
 /// The order's bound on one device's part of the job (see ooc_plan::ramp_seconds): its two caches
 /// simulated as in ooc_simulate, each missing panel copied after the previous one at rates.h2d,
 /// each block computed (`compute_seconds` x its share of the product's work) once its panels are in
-/// and the previous block is done, its C block out at rates.d2h after the previous one.
+/// and the previous block is done, its C block out at rates.d2h after the previous one. A block of
+/// several B panels runs one GEMM per panel, each once its own panel is in.
 inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c, std::size_t in_bytes,
                        std::size_t out_bytes, const copy_rates& rates, double compute_seconds) {
   std::vector<index_t> a_tag(p.a_slots, -1), b_tag(p.b_slots, -1);
@@ -258,10 +326,10 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<index_t>(p.k, 1));
   double in = 0, gpu = 0, out = 0;
   const index_t kch = p.k_chunks;
+  const double kk = static_cast<double>(std::max<index_t>(p.k, 1));
   for (std::size_t t = begin; t < end; ++t) {
     const ooc_block& b = p.order[t];
     const auto rows = static_cast<double>(p.block_rows(b)), cols = static_cast<double>(p.block_cols(b));
-    double ready = 0;
     auto arrive = [&](std::vector<index_t>& tag, std::vector<double>& at, index_t key, double bytes) {
       const std::size_t s = static_cast<std::size_t>(key) % tag.size();
       if (tag[s] != key) {
@@ -269,21 +337,43 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
         in += bytes / rates.h2d;
         at[s] = in;
       }
-      ready = std::max(ready, at[s]);
+      return at[s];
+    };
+    const double cbytes = rows * cols * static_cast<double>(out_bytes);
+    double c_in = 0;
+    auto read_block = [&] {
+      if (!read_c) return;
+      in += cbytes / rates.h2d;
+      c_in = in;
     };
     if (p.k > 0) {
+      // Panels are requested in the order the block's GEMMs read them (chunk by chunk, A first).
+      std::vector<double> b_ready(static_cast<std::size_t>(p.last_panel(b) - p.first_panel(b)) *
+                                  static_cast<std::size_t>(kch));
+      std::vector<double> a_ready(static_cast<std::size_t>(kch));
       for (index_t q = 0; q < kch; ++q) {
         const auto kq = static_cast<double>(p.chunk_k(q));
-        arrive(a_tag, a_at, b.i * kch + q, rows * kq * static_cast<double>(in_bytes));
-        arrive(b_tag, b_at, b.j * kch + q, kq * cols * static_cast<double>(in_bytes));
+        a_ready[static_cast<std::size_t>(q)] =
+            arrive(a_tag, a_at, b.i * kch + q, rows * kq * static_cast<double>(in_bytes));
+        for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
+          b_ready[static_cast<std::size_t>((j - p.first_panel(b)) * kch + q)] =
+              arrive(b_tag, b_at, j * kch + q, kq * static_cast<double>(p.panel_cols(j)) * static_cast<double>(in_bytes));
+        }
       }
+      read_block();
+      for (index_t q = 0; q < kch; ++q) {
+        const auto kq = static_cast<double>(p.chunk_k(q));
+        for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
+          const double ready = std::max({c_in, a_ready[static_cast<std::size_t>(q)],
+                                         b_ready[static_cast<std::size_t>((j - p.first_panel(b)) * kch + q)]});
+          gpu = std::max(gpu, ready) +
+                compute_seconds * rows * static_cast<double>(p.panel_cols(j)) * kq / work;
+        }
+      }
+    } else {
+      read_block();
+      gpu = std::max(gpu, c_in) + compute_seconds * rows * cols * kk / work;
     }
-    const double cbytes = rows * cols * static_cast<double>(out_bytes);
-    if (read_c) {
-      in += cbytes / rates.h2d;
-      ready = std::max(ready, in);
-    }
-    gpu = std::max(gpu, ready) + compute_seconds * rows * cols * static_cast<double>(std::max<index_t>(p.k, 1)) / work;
     out = std::max(out, gpu) + cbytes / rates.d2h;
   }
   return std::max(gpu, out);
@@ -350,8 +440,11 @@ inline std::string ooc_plan::describe() const {
   auto gib = [](double b) { return std::to_string(b / 1073741824.0).substr(0, 6) + " GiB"; };
   std::string s =
       std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") + "blocks " +
-      std::to_string(bm) + " x " + std::to_string(bn) + " (" + std::to_string(row_panels) + " x " +
-      std::to_string(col_panels) + "), k " +
+      std::to_string(bm) + " x " + std::to_string(std::min(n, bn * group)) + " (" + std::to_string(row_panels) +
+      " x " + std::to_string(col_blocks) + (group > 1 ? ", " + std::to_string(group) + " B panels of " +
+                                                          std::to_string(bn) + " each"
+                                                    : std::string()) +
+      "), k " +
       (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
                     : std::string("whole (") + std::to_string(k) + ")") +
       "; cached panels A " + std::to_string(a_slots) + " x " + gib(static_cast<double>(a_panel_bytes)) +
@@ -544,6 +637,46 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   p.b_panel_bytes = pick.z.pb;
   p.c_block_bytes = pick.z.cblk;
   p.slot_extra_bytes = pick.z.extra;
+  p.group = 1;
+  p.col_blocks = p.col_panels;
+  // C blocks of several B panels when C's lines in the caller's memory run along the executed
+  // frame's columns and the planned block's are shorter than asked: the same panels, caches and
+  // bytes in, wider C blocks (more slot memory, paid for with B cache slots while B keeps at
+  // least the block's panels, else a narrower group).
+  const bool exec_row_major = r.c_row_major != p.transposed;
+  const std::size_t line = static_cast<std::size_t>(p.bn) * r.out_bytes;
+  if (r.c_min_line_bytes > line && exec_row_major && p.col_panels > 1 && p.k > 0) {
+    index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((r.c_min_line_bytes + line - 1) / line));
+    for (; g > 1; --g) {
+      const index_t cols = std::min(p.n, g * p.bn);
+      const std::size_t area = detail::ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
+      const std::size_t cblk = detail::ooc_aligned(detail::ooc_mul(area, r.out_bytes));
+      std::size_t extra = 0;
+      if (p.k_chunks > 1 && !r.c_is_acc) extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(area, r.acc_bytes)));
+      if (r.split_k > 1)
+        extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(detail::ooc_mul(area, r.acc_bytes),
+                                                                           static_cast<std::size_t>(r.split_k))));
+      if (pick.s.stage_a) extra = detail::ooc_add(extra, p.a_panel_bytes);
+      if (pick.s.stage_b) extra = detail::ooc_add(extra, p.b_panel_bytes);
+      const index_t blocks = p.row_panels * detail::ooc_ceil(p.col_panels, g);
+      const std::size_t slots = std::max<std::size_t>(1, std::min(r.slots, static_cast<std::size_t>(blocks)));
+      const std::size_t fixed = detail::ooc_add(detail::ooc_mul(slots, detail::ooc_add(cblk, extra)),
+                                                detail::ooc_mul(p.a_slots, p.a_panel_bytes));
+      if (fixed > r.budget_bytes) continue;
+      // B keeps a block's panels where it held that many (else, as with more k chunks than slots,
+      // the block copies its own panels in turn).
+      const std::size_t b_need = std::min(p.b_slots, static_cast<std::size_t>(g * p.k_chunks));
+      const std::size_t b_fit = p.b_panel_bytes == 0 ? p.b_slots : (r.budget_bytes - fixed) / p.b_panel_bytes;
+      if (b_fit < b_need) continue;
+      p.group = g;
+      p.col_blocks = detail::ooc_ceil(p.col_panels, g);
+      p.b_slots = std::min(p.b_slots, b_fit);
+      p.slots = slots;
+      p.c_block_bytes = cblk;
+      p.slot_extra_bytes = extra;
+      break;
+    }
+  }
   p.device_bytes = p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
                    p.slots * (p.c_block_bytes + p.slot_extra_bytes);
   // Devices take contiguous ranges of row panels (each its own A share, all of B).
@@ -552,7 +685,12 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   for (std::size_t d = 0; d < r.devices; ++d) {
     const index_t r0 = std::min(p.row_panels, static_cast<index_t>(d) * per_dev);
     const index_t r1 = std::min(p.row_panels, r0 + per_dev);
-    detail::ooc_device_order(r0, r1, p.col_panels, p.a_slots, p.b_slots, p.order);
+    if (p.group == 1) {
+      detail::ooc_device_order(r0, r1, p.col_panels, p.a_slots, p.b_slots, p.order);
+    } else {
+      detail::ooc_device_order_grouped(r0, r1, p.col_blocks, p.a_slots, p.b_slots, p.group, p.bm,
+                                       p.bn * p.group, p.order);
+    }
     p.device_first.push_back(p.order.size());
   }
   double worst = 0;

@@ -102,6 +102,9 @@ struct ooc_options {
   ooc_trace* trace = nullptr;
   /// How C blocks are copied out of the device when C is page-locked.
   ooc_copy_out c_out = ooc_copy_out::direct;
+  /// Shortest line of C a block's copy out should write, in bytes (0: the planned block's own):
+  /// shorter lines make C blocks span several B panels (ooc_plan_request::c_min_line_bytes).
+  std::size_t c_min_line_bytes = 0;
 };
 
 /// When each part of an out-of-core job happened on its device, in ms after that device's panel
@@ -417,7 +420,8 @@ struct ooc_job {
     auto window = [&](int d) {
       for (std::size_t x = idx + 1; x < dc.cursor; ++x) {
         dc.need_a[static_cast<std::size_t>(plan.order[x].i)] += d;
-        dc.need_b[static_cast<std::size_t>(plan.order[x].j)] += d;
+        for (index_t j = plan.first_panel(plan.order[x]); j < plan.last_panel(plan.order[x]); ++j)
+          dc.need_b[static_cast<std::size_t>(j)] += d;
       }
     };
     window(1);
@@ -430,39 +434,45 @@ struct ooc_job {
     while (dc.cursor < dc.last && dc.cursor - idx <= ahead && staged < ooc_staged_per_block) {
       const ooc_block nb = plan.order[dc.cursor];
       bool ok = true;
+      // The block's own panels on each side: A row panel i; B panels [first, last) of its group.
+      const index_t own_lo[2] = {nb.i, plan.first_panel(nb)}, own_hi[2] = {nb.i + 1, plan.last_panel(nb)};
       for (int side = 0; side < 2 && ok; ++side) {
         const bool is_a = side == 0;
         const ooc_cache& cache = is_a ? dc.a : dc.b;
-        // More k chunks than cache slots: the block's own chunks evict each other, so it copies
-        // them in turn itself (a prefetch here would be evicted unused and copied again).
-        if (plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
-        const index_t own = is_a ? nb.i : nb.j;
+        // More keys than cache slots: the block's own panels evict each other, so it copies them
+        // in turn itself (a prefetch here would be evicted unused and copied again).
+        if ((own_hi[side] - own_lo[side]) * plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
         const std::vector<int>& need = is_a ? dc.need_a : dc.need_b;
-        for (index_t q = 0; q < plan.k_chunks && ok; ++q) {
-          const index_t key = own * plan.k_chunks + q;
-          const index_t held = cache.tag[static_cast<std::size_t>(key) % cache.tag.size()];
-          if (held == key || held < 0) continue;
-          const index_t held_panel = held / plan.k_chunks;
-          // Not while a block before this one still reads the held panel, nor when two chunks of
-          // this block's own panel share the slot (the block then copies them in turn itself).
-          if (held_panel == own || need[static_cast<std::size_t>(held_panel)] > 0) ok = false;
+        for (index_t own = own_lo[side]; own < own_hi[side] && ok; ++own) {
+          for (index_t q = 0; q < plan.k_chunks && ok; ++q) {
+            const index_t key = own * plan.k_chunks + q;
+            const index_t held = cache.tag[static_cast<std::size_t>(key) % cache.tag.size()];
+            if (held == key || held < 0) continue;
+            const index_t held_panel = held / plan.k_chunks;
+            // Not while a block before this one still reads the held panel, nor when two of this
+            // block's own keys share the slot (the block then copies them in turn itself).
+            const bool held_own = held_panel >= own_lo[side] && held_panel < own_hi[side];
+            if (held_own || need[static_cast<std::size_t>(held_panel)] > 0) ok = false;
+          }
         }
       }
       if (!ok) break;
       for (int side = 0; side < 2; ++side) {
         const bool is_a = side == 0;
         ooc_cache& cache = is_a ? dc.a : dc.b;
-        if (plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
+        if ((own_hi[side] - own_lo[side]) * plan.k_chunks > static_cast<index_t>(cache.tag.size())) continue;
         for (index_t q = 0; q < plan.k_chunks; ++q) {
-          const index_t key = (is_a ? nb.i : nb.j) * plan.k_chunks + q;
-          if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) {
-            load(dc, is_a, key, moved);
-            if (!(is_a ? a_pinned : b_pinned)) ++staged;
+          for (index_t own = own_lo[side]; own < own_hi[side]; ++own) {
+            const index_t key = own * plan.k_chunks + q;
+            if (cache.tag[static_cast<std::size_t>(key) % cache.tag.size()] != key) {
+              load(dc, is_a, key, moved);
+              if (!(is_a ? a_pinned : b_pinned)) ++staged;
+            }
           }
         }
       }
       ++dc.need_a[static_cast<std::size_t>(nb.i)];
-      ++dc.need_b[static_cast<std::size_t>(nb.j)];
+      for (index_t j = own_lo[1]; j < own_hi[1]; ++j) ++dc.need_b[static_cast<std::size_t>(j)];
       ++dc.cursor;
     }
     window(-1);
@@ -476,7 +486,7 @@ struct ooc_job {
     task_block[t] = idx;
     const ooc_block blk = plan.order[idx];
     const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
-    const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
+    const index_t c0 = plan.block_col0(blk), cols = plan.block_cols(blk);
     const index_t ldc = c_ld_dev(rows, cols);
     TC* cdev = slot.device<TC>(0);
     const matrix_view<TC> cblock{cdev, rows, cols, ldc, c.order, 0};
@@ -502,7 +512,6 @@ struct ooc_job {
     gemm_options o = opt;
     o.batch_count = 1;
     Acc* work = use_work ? slot.device<Acc>(1) : nullptr;
-    const matrix_view<Acc> wblock{work, rows, cols, ldc, c.order, 0};
     auto stamp = [&](std::vector<std::unique_ptr<event>>& evs) {
       if (!traced) return;
       evs[idx] = std::make_unique<event>(event::timing::enabled);
@@ -515,22 +524,33 @@ struct ooc_job {
                  matrix_view<const T>{nullptr, 0, cols, 1, layout::col_major, 0}, beta, cblock, o);
       SPILLWAY_FAULT_LAUNCHED("gemm_async of a block (k = 0)");
     }
+    // One GEMM per k chunk and B panel of the block's group, each after only its own panels: with
+    // a group of several panels the first GEMMs run while the later panels are still arriving.
+    // The C sub-block of panel j starts at column (j - first) * bn of the block.
+    auto sub = [&](auto* base, index_t off, index_t w) {
+      using E = std::remove_pointer_t<decltype(base)>;
+      E* p0 = base == nullptr ? nullptr
+                              : base + (c.order == layout::row_major ? off : off * static_cast<index_t>(ldc));
+      return matrix_view<E>{p0, rows, w, ldc, c.order, 0};
+    };
     for (index_t q = 0; q < (plan.k == 0 ? 0 : plan.k_chunks); ++q) {
       const index_t kq = plan.chunk_k(q);
       const T* ap = ensure(dc, true, blk.i * plan.k_chunks + q, s, moved);
-      const T* bp = ensure(dc, false, blk.j * plan.k_chunks + q, s, moved);
-      if (q == 0) stamp(ev_ready);
       const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a.order, 0};
-      const matrix_view<const T> bv{bp, kq, cols, b_ld_dev(), b.order, 0};
-      if (use_work) {
-        gemm_async(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), wblock, o);
-      } else {
-        gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), cblock, o);
+      for (index_t j = plan.first_panel(blk); j < plan.last_panel(blk); ++j) {
+        const T* bp = ensure(dc, false, j * plan.k_chunks + q, s, moved);
+        if (q == 0 && j == plan.first_panel(blk)) stamp(ev_ready);
+        const index_t off = (j - plan.first_panel(blk)) * plan.bn, w = plan.panel_cols(j);
+        const matrix_view<const T> bv{bp, kq, w, b_ld_dev(), b.order, 0};
+        if (use_work) {
+          gemm_async(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), sub(work, off, w), o);
+        } else {
+          gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), sub(cdev, off, w), o);
+        }
+        SPILLWAY_FAULT_LAUNCHED("gemm_async of a block's k chunk");
+        dc.b.used[static_cast<std::size_t>(j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(s);
       }
-      SPILLWAY_FAULT_LAUNCHED("gemm_async of a block's k chunk");
       dc.a.used[static_cast<std::size_t>(blk.i * plan.k_chunks + q) % dc.a.tag.size()][slot.index()].record(
-          s);
-      dc.b.used[static_cast<std::size_t>(blk.j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(
           s);
     }
     if (use_work) {
@@ -597,7 +617,7 @@ struct ooc_job {
     if (!c_staged_out) return;
     const ooc_block blk = plan.order[task_block[t]];
     const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
-    const index_t c0 = blk.j * plan.bn, cols = plan.block_cols(blk);
+    const index_t c0 = plan.block_col0(blk), cols = plan.block_cols(blk);
     const ooc_rect<TC> csub = ooc_sub<TC>(matrix_view<const TC>(c), r0, rows, c0, cols);
     ooc_copy_lines(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC),
                    slot.pinned<TC>(0), static_cast<std::size_t>(c_ld_dev(rows, cols)) * sizeof(TC),
@@ -607,7 +627,7 @@ struct ooc_job {
   [[nodiscard]] c_block caller_block(std::size_t t, bool transposed) const {
     if (task_block[t] == none) return {};
     const ooc_block blk = plan.order[task_block[t]];
-    c_block r{blk.i * plan.bm, plan.block_rows(blk), blk.j * plan.bn, plan.block_cols(blk)};
+    c_block r{blk.i * plan.bm, plan.block_rows(blk), plan.block_col0(blk), plan.block_cols(blk)};
     if (transposed) r = {r.col0, r.cols, r.row0, r.rows};
     return r;
   }
@@ -681,6 +701,8 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.max_block = ooc.max_block;
   r.rates = ooc.rates;
   r.compute_seconds = ooc.compute_seconds;
+  r.c_row_major = c.order == layout::row_major;
+  r.c_min_line_bytes = ooc.c_min_line_bytes;
   rep.plan = make_ooc_plan(r);
   if (c.rows == 0 || c.cols == 0) return rep;
 
