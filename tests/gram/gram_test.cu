@@ -241,6 +241,39 @@ TEST(GramTopKGpu, EveryMetricDiagonalOptionsAndStrips) {
   EXPECT_EQ(got.values, want.values);
 }
 
+// Strips wider than 1,024 columns, so that the row lists take their 16-byte loads (and, with n
+// not a multiple of 4, rows that start off a 16-byte boundary), on every path: raw counts reach
+// the score strip through the tile kernels' bulk-store epilogue where the strip's pitch is a
+// multiple of 16 bytes (n = 2,600) and per element elsewhere (n = 2,601), the lower half of the
+// diagonal block mirrored either way. Hamming scores the same strips through the per-element
+// epilogue.
+TEST(GramTopKGpu, WideStripsEveryPathMatchHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-topk-wide");
+  const auto paths = runnable_paths();
+  ASSERT_FALSE(paths.empty());
+  int round = 0;
+  for (std::int64_t n : {2600, 2601}) {
+    const bit_matrix a = pack_bits(random_bits(n, 1500, 0.4, seed + static_cast<std::uint64_t>(n)), n, 1500);
+    for (kernel_path p : paths) {
+      topk_options k;
+      k.k = round % 3 == 0 ? 32 : (round % 3 == 1 ? 64 : 5);
+      k.include_diagonal = round % 2 == 1;
+      ++round;
+      gram_options o;
+      o.path = p;
+      o.max_panel_rows = 256;
+      const std::string what = "n " + std::to_string(n) + " path " + to_string(p) + " k " + std::to_string(k.k) +
+                               (k.include_diagonal ? " with diagonal" : "");
+      check_topk<std::int32_t>(a, k, o, (what + " counts").c_str());
+      if (p == paths.back()) {
+        o.epilogue = metric::hamming;
+        check_topk<std::int32_t>(a, k, o, (what + " hamming").c_str());
+      }
+    }
+  }
+}
+
 TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("gram-threshold");

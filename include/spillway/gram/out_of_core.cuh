@@ -24,9 +24,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace spillway::gram {
@@ -138,6 +140,20 @@ struct bit_producer {
     g.a_row0 = pp.a_row0;
     g.b_row0 = pp.b_row0;
     g.upper_only = pp.upper_only;
+    if constexpr (std::is_same_v<Writer, ::spillway::pairwise::detail::score_writer<std::int32_t>>) {
+      if (sc.m == metric::counts) {
+        // Raw counts are the scores: the strip is a store_counts target, which the tensor-core
+        // kernels write by bulk tensor stores where the strip's pitch allows (~80 instead of
+        // ~1,800 epilogue instructions per thread and tile). That epilogue writes i <= j only, so
+        // the lower part of the diagonal block is mirrored afterwards (the row lists read it).
+        bit_gemm_async(g, store_counts<std::int32_t>{w.s, w.w, w.i0, w.col0, pp.upper_only}, path, s);
+        if (pp.upper_only && w.symmetric && pp.a_row0 == pp.b_row0) {
+          mirror_upper_block_async(w.block(pp.a_row0, pp.b_row0), std::min(pp.a_rows, pp.b_rows), w.w, s.value());
+          SPILLWAY_CHECK_LAUNCH();
+        }
+        return;
+      }
+    }
     bit_gemm_async(g, make_epilogue(w, pp.aux_a, pp.aux_b, sc), path, s);
   }
 };

@@ -163,6 +163,37 @@ struct checksum_epilogue {
   }
 };
 
+/// Copies the strict upper part of the leading rows x rows block of a score strip (`ld` apart)
+/// onto its lower part, 32 x 32 tiles through shared memory so that both the reads and the
+/// transposed writes are coalesced. Block (32, 8); grid (tiles, tiles) for tiles = ceil(rows / 32),
+/// blocks below the tile diagonal return at once. The top-k sink's raw-count strips are written
+/// by the tile kernels' bulk-store epilogue (i <= j only); the row lists then read whole rows.
+template <int Unused = 0>
+__global__ void __launch_bounds__(256) mirror_upper_block_kernel(std::int32_t* __restrict__ s, std::int64_t rows,
+                                                                 std::int64_t ld) {
+  __shared__ std::int32_t tile[32][33];
+  const std::int64_t ti = blockIdx.y, tj = blockIdx.x;  // source tile: rows 32 ti.., columns 32 tj..
+  if (tj < ti) return;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+#pragma unroll
+  for (int y = ty; y < 32; y += 8) {
+    const std::int64_t r = ti * 32 + y, c = tj * 32 + tx;
+    if (r < rows && c < rows && r < c) tile[y][tx] = s[r * ld + c];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int y = ty; y < 32; y += 8) {
+    const std::int64_t r = tj * 32 + y, c = ti * 32 + tx;  // destination (r, c) = source (c, r)
+    if (r < rows && c < rows && c < r) s[r * ld + c] = tile[tx][y];
+  }
+}
+
+inline void mirror_upper_block_async(std::int32_t* s, std::int64_t rows, std::int64_t ld, cudaStream_t st) {
+  if (rows < 2) return;
+  const auto tiles = static_cast<unsigned>((rows + 31) / 32);
+  mirror_upper_block_kernel<<<dim3(tiles, tiles), dim3(32, 8), 0, st>>>(s, rows, ld);
+}
+
 // The sink kernels moved to the pairwise layer; their old names stay valid here.
 using ::spillway::pairwise::detail::topk_entry;
 using ::spillway::pairwise::detail::topk_worst_value;

@@ -232,6 +232,11 @@ __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
 
 /// Rows of a score strip: row r (global row0 + r) takes candidates s[r * w + x] with global column
 /// col0 + x, x ≥ x_begin; the diagonal is skipped unless asked for. One warp per row.
+///
+/// 4-byte scores are read 16 bytes per lane, eight loads in flight (4 KiB per warp) before the
+/// (rarely taken) inserts: a strip has only as many warps as rows (2,048 per strip of the
+/// 100,000-row job), and with 4-byte loads, four per lane, they kept too few bytes in flight to
+/// stream the strip from HBM.
 template <class V, bool Larger>
 __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
                                  std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k) {
@@ -243,8 +248,40 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
     topk_entry<V>* st = state + (row0 + r) * k;
     t.load(st, k);
     const V* row = s + r * w;
-    // Four loads in flight per lane before the (rarely taken) inserts.
-    for (std::int64_t x0 = 0; x0 < w; x0 += 128) {
+    // The local column of the diagonal, or -1 (never matched) when it is kept.
+    const std::int64_t diag = skip_diagonal ? row0 + r - col0 : -1;
+    std::int64_t x_vec = 0;
+    if constexpr (sizeof(V) == 4) {
+      // Up to three values before the first 16-byte boundary of the row, then 1,024 per step.
+      const auto mis = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(row) / 4u) % 4u);
+      const std::int64_t head = (4 - mis) % 4 < w ? (4 - mis) % 4 : w;
+      {
+        const bool in = lane < head;
+        const V v = in ? row[lane] : V{};
+        t.offer(in && lane != diag, v, static_cast<std::int32_t>(col0 + lane));
+      }
+      const uint4* q = reinterpret_cast<const uint4*>(row + head);
+      std::int64_t x0 = head;
+      for (; x0 + 1024 <= w; x0 += 1024, q += 256) {
+        uint4 u[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) u[i] = q[32 * i + lane];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const unsigned e[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const std::int64_t x = x0 + 128 * i + 4 * lane + j;
+            V v;
+            std::memcpy(&v, &e[j], sizeof v);
+            t.offer(x != diag, v, static_cast<std::int32_t>(col0 + x));
+          }
+        }
+      }
+      x_vec = x0;
+    }
+    // The rest (every value of 8-byte scores): four loads in flight per lane.
+    for (std::int64_t x0 = x_vec; x0 < w; x0 += 128) {
       V v[4];
       bool in[4];
 #pragma unroll
@@ -255,8 +292,8 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const std::int64_t col = col0 + x0 + 32 * u + lane;
-        t.offer(in[u] && !(skip_diagonal && col == row0 + r), v[u], static_cast<std::int32_t>(col));
+        const std::int64_t x = x0 + 32 * u + lane;
+        t.offer(in[u] && x != diag, v[u], static_cast<std::int32_t>(col0 + x));
       }
     }
     t.store(st);
