@@ -11,12 +11,15 @@
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
-//   gemm_ooc/{tf32,bf16}/out_of_core_lineNk  C blocks of several B panels, so that each line a C
-//                                        block writes into C is at least N KiB (8: 2048 x 2048
-//                                        blocks; 128: whole rows; ooc_options::c_min_line_bytes)
+//   gemm_ooc/{tf32,bf16}/out_of_core_narrow  the same job with single-panel C blocks always
+//                                        (ooc_options::c_min_line_bytes = 1), the plan before the
+//                                        wide blocks; the default rows let the plan weigh C blocks
+//                                        with 64 KiB lines (see docs/gemm.md, "Out of core")
 //   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
 //                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
-//                                        alone and beside bf16 GEMMs: GB/s per shape
+//                                        alone and beside bf16 GEMMs: GB/s per shape (w2048_gemm
+//                                        becomes the short-line rate the later rows' plans use),
+//                                        and the GEMMs' time alone and beside each shape
 //   gemm_ooc/bf16/out_of_core_slots8     the same job with 8 blocks in flight
 //   gemm_ooc/bf16/out_of_core_staged     C blocks copied out whole into pinned buffers and then
 //                                        into C by the host (ooc_copy_out::staged) instead of by
@@ -61,6 +64,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -323,20 +327,39 @@ void bm_copy_lines(benchmark::State& state) {
     };
     const std::size_t widths[] = {2048, 4096, 8192, 16384, 0};
     std::map<std::string, std::vector<double>> rate;
+    const int n_gemm = 40;  // ~50 ms of GEMMs: the copies run while they do
+    auto gemm_ms = [&](const std::function<void()>& beside) {
+      spillway::event e0(spillway::event::timing::enabled), e1(spillway::event::timing::enabled);
+      e0.record(sg.view());
+      gemms(n_gemm);
+      e1.record(sg.view());
+      beside();
+      sg.synchronize();
+      float ms = 0;
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&ms, e0.value(), e1.value()));
+      return static_cast<double>(ms);
+    };
     for (auto _ : state) {
       double total = 0;
+      // The GEMMs' own time alone, and below with each shape of copies beside them (does a copy
+      // out slow or stall the GEMMs, as the job's trace suggested?).
+      rate["gemm_ms"].push_back(gemm_ms([] {}));
       for (const std::size_t w : widths) {
         const std::string name = w == 0 ? "flat" : "w" + std::to_string(w);
         for (const bool beside : {false, true}) {
+          double sec = 0;
+          auto run_copies = [&] {
+            if (beside) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            const auto t0 = std::chrono::steady_clock::now();
+            copies(w);
+            sync_ring();
+            sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          };
           if (beside) {
-            gemms(40);  // ~50 ms of GEMMs: the copies run while they do
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            rate[name + "_gemm_ms"].push_back(gemm_ms(run_copies));
+          } else {
+            run_copies();
           }
-          const auto t0 = std::chrono::steady_clock::now();
-          copies(w);
-          sync_ring();
-          const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          sg.synchronize();
           total += sec;
           rate[name + (beside ? "_gemm" : "")].push_back(static_cast<double>(bytes) / sec / 1e9);
         }
@@ -344,6 +367,8 @@ void bm_copy_lines(benchmark::State& state) {
       state.SetIterationTime(total);
     }
     for (const auto& [k, v] : rate) state.counters[k] = median(v);
+    // The plans of the rows below price C blocks' short-line copies out at this rate.
+    measured_rates().d2h_short = median(rate["w2048_gemm"]) * 1e9;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -531,7 +556,8 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
                           (devices.size() > 1 ? "/out_of_core_2gpu"
                            : staged           ? "/out_of_core_staged"
                            : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
-                           : line != g_line   ? "/out_of_core_line" + std::to_string(line >> 10) + "k"
+                           : line != g_line   ? (line == 1 ? std::string("/out_of_core_narrow")
+                                                               : "/out_of_core_line" + std::to_string(line >> 10) + "k")
                                               : "/out_of_core");
   results()[key] = med;
   {
@@ -644,17 +670,14 @@ void register_rows() {
           ->Iterations(reps)
           ->Unit(benchmark::kMillisecond);
     }
-    // C blocks of 1, 2, 4, 8 and 16 B panels (lines of 8 to 128 KiB in C; ooc_options::c_min_line_bytes).
-    if (kd != kind::f32) {
-      for (const std::size_t line : {std::size_t{8} << 10, std::size_t{16} << 10, std::size_t{32} << 10,
-                                     std::size_t{64} << 10, std::size_t{128} << 10}) {
-        if (line == g_line || (line == (std::size_t{8} << 10) && g_line <= line)) continue;  // the default row
-        benchmark::RegisterBenchmark((base + "/out_of_core_line" + std::to_string(line >> 10) + "k").c_str(),
-                                     [kd, line](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, false, line); })
-            ->UseManualTime()
-            ->Iterations(reps)
-            ->Unit(benchmark::kMillisecond);
-      }
+    // Single-panel C blocks always (c_min_line_bytes 1: the plan of the sessions before), beside
+    // the default row (automatic: the plan weighs wider C blocks by its order's bound).
+    if (kd != kind::f32 && g_line != 1) {
+      benchmark::RegisterBenchmark((base + "/out_of_core_narrow").c_str(),
+                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, false, 1); })
+          ->UseManualTime()
+          ->Iterations(reps)
+          ->Unit(benchmark::kMillisecond);
     }
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),

@@ -31,14 +31,16 @@ ooc_plan_request square(index_t n, std::size_t in_bytes, std::size_t budget) {
   return r;
 }
 
-// Every block exactly once, devices' ranges cover the order.
+// Every (row panel, B panel) pair in exactly one block (blocks of one panel: every block once),
+// devices' ranges cover the order.
 void expect_permutation(const ooc_plan& p) {
   std::set<std::pair<index_t, index_t>> seen;
   for (const auto& b : p.order) {
-    EXPECT_TRUE(b.i >= 0 && b.i < p.row_panels && b.j >= 0 && b.j < p.col_blocks);
-    EXPECT_TRUE(seen.insert({b.i, b.j}).second) << "block (" << b.i << "," << b.j << ") twice";
+    EXPECT_TRUE(b.i >= 0 && b.i < p.row_panels && b.w >= 1 && b.j >= 0 && b.j + b.w <= p.col_panels);
+    for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j)
+      EXPECT_TRUE(seen.insert({b.i, j}).second) << "panel (" << b.i << "," << j << ") twice";
   }
-  EXPECT_EQ(seen.size(), static_cast<std::size_t>(p.row_panels * p.col_blocks));
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(p.row_panels * p.col_panels));
   ASSERT_EQ(p.device_first.size(), p.devices + 1);
   EXPECT_EQ(p.device_first.front(), 0u);
   EXPECT_EQ(p.device_first.back(), p.order.size());
@@ -129,7 +131,7 @@ TEST(OocPlan, ResidentAGivesBTheRestOfTheBudget) {
 // G + F²/(4G) = 119.17 ms (F = 32 P / 55 GB/s = 78.09 ms) by the discrete start and the last block.
 TEST(OocPlan, RampBoundOfTheSquareOrder) {
   ooc_plan_request r = square(32768, 2, 8 * GiB);
-  r.rates = copy_rates{55e9, 55e9, 97e9};
+  r.rates = copy_rates{55e9, 55e9, 97e9, 0};  // short lines of C at the full rate: single-panel blocks stay
   EXPECT_EQ(make_ooc_plan(r).ramp_seconds, 0.0) << "no compute estimate, no bound";
   r.compute_seconds = 0.1046;
   const ooc_plan p = make_ooc_plan(r);
@@ -229,8 +231,10 @@ TEST(OocPlan, CBlocksSpanSeveralBPanelsForLongerLines) {
   EXPECT_EQ(h2d, p.h2d_bytes);
   EXPECT_EQ(d2h, p.d2h_bytes);
   // The start keeps the loaded extents balanced: rows of 2048 against column blocks of 4096, so
-  // two rows join per column block: (0,0) (1,0) (2,0), then column block 1 down rows 0..2, ...
-  const std::vector<ooc_block> want = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 0}, {3, 1}, {4, 0}, {4, 1}};
+  // two rows join per column block: (0,0) (1,0) (2,0), then column block 1 (panels 2, 3) down rows
+  // 0..2, ... (blocks as {row panel, first B panel, panels}).
+  const std::vector<ooc_block> want = {{0, 0, 2}, {1, 0, 2}, {2, 0, 2}, {0, 2, 2}, {1, 2, 2},
+                                       {2, 2, 2}, {3, 0, 2}, {3, 2, 2}, {4, 0, 2}, {4, 2, 2}};
   for (std::size_t t = 0; t < want.size(); ++t)
     EXPECT_EQ(p.order[t], want[t]) << "task " << t << " is (" << p.order[t].i << "," << p.order[t].j << ")";
   // Whole rows of C (lines of 128 KiB): one block per row panel, all 16 B panels in each.
@@ -275,29 +279,74 @@ TEST(OocPlan, CBlockGroupsFitTheBudgetAndFollowCsLayout) {
   expect_permutation(t);
 }
 
-// The order's bound with groups: each panel's GEMM waits only for its own panel, so the bound of
-// the 2048 x 4096 plan stays within a few panel times of the 2048 x 2048 plan's, above the compute
-// and the copy floor; whole rows wait for every B panel before their first copy out.
+// The order's bound with groups (plans made without a compute time keep the groups asked for; the
+// bound is then computed over their orders): each panel's GEMM waits only for its own panel, so the
+// 2048 x 4096 plan stays within a few panel times of the 2048 x 2048 plan, above the compute and
+// the copy floor; whole rows wait for every B panel before their first copy out.
 TEST(OocPlan, RampBoundOfGroupedBlocks) {
-  ooc_plan_request r = square(32768, 2, 8 * GiB);
-  r.rates = copy_rates{55e9, 55e9, 97e9};
-  r.compute_seconds = 0.087;
-  const double P = 2048.0 * 32768.0 * 2.0 / 55e9;
-  const ooc_plan base = make_ooc_plan(r);
-  r.c_min_line_bytes = 16384;
-  const ooc_plan g2 = make_ooc_plan(r);
-  r.c_min_line_bytes = 131072;
-  const ooc_plan rows = make_ooc_plan(r);
+  const copy_rates rates{55e9, 55e9, 97e9, 0};
+  const double G = 0.087, P = 2048.0 * 32768.0 * 2.0 / 55e9;
+  auto bound = [&](std::size_t line) {
+    ooc_plan_request r = square(32768, 2, 8 * GiB);
+    r.rates = rates;
+    r.c_min_line_bytes = line;
+    const ooc_plan p = make_ooc_plan(r);
+    return std::make_pair(p, spillway::gemm::detail::ooc_ramp(p, 0, p.order.size(), false, 2, 4, rates, G));
+  };
+  const auto [base, b1] = bound(0);
+  const auto [g2, b2] = bound(16384);
+  const auto [rows, b16] = bound(131072);
   SCOPED_TRACE(base.describe() + "\n" + g2.describe() + "\n" + rows.describe());
-  for (const ooc_plan* p : {&base, &g2, &rows}) {
-    EXPECT_GE(p->ramp_seconds, 0.087);
-    EXPECT_GE(p->ramp_seconds, p->copy_seconds);
+  EXPECT_EQ(g2.group, 2);
+  EXPECT_EQ(rows.group, 16);
+  for (const double b : {b1, b2, b16}) {
+    EXPECT_GE(b, G);
+    EXPECT_GE(b, base.copy_seconds);
   }
-  EXPECT_LE(g2.ramp_seconds, base.ramp_seconds + 2 * P);
-  EXPECT_GT(rows.ramp_seconds, g2.ramp_seconds);
+  EXPECT_LE(b2, b1 + 2 * P);
+  EXPECT_GT(b16, b2);
   // A whole row of C leaves only after the last B panel: 16 B panels and A_0 at least, then the
   // 15 other rows' compute and the last row's copy out (256 MiB).
-  EXPECT_GE(rows.ramp_seconds, 17 * P + 0.087 * 15 / 16 + 2048.0 * 32768.0 * 4.0 / 55e9);
+  EXPECT_GE(b16, 17 * P + G * 15 / 16 + 2048.0 * 32768.0 * 4.0 / 55e9);
+}
+
+// With a compute time the plan weighs C blocks with 64 KiB lines against single-panel blocks by
+// the order's bound, pricing short lines at rates.d2h_short: for the bf16 job at the H200's rates
+// (31.4 GB/s for 8 KiB lines beside GEMMs) a square start of single-panel blocks, then blocks of 8
+// B panels; the same bytes. TF32 (copies in twice the copies out) and a full short-line rate keep
+// single-panel blocks, as does c_min_line_bytes = 1.
+TEST(OocPlan, WeighsWideBlocksByTheOrdersBound) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.rates = copy_rates{55.4e9, 55.3e9, 99.8e9, 31.4e9};
+  r.compute_seconds = 0.0878;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_EQ(p.group, 8);
+  EXPECT_GT(p.narrow_rows, 0);
+  EXPECT_LT(p.narrow_rows, 16);
+  const auto S = static_cast<std::size_t>(p.narrow_rows);
+  EXPECT_EQ(p.tasks(), S * S + S * (16 - S) + (16 - S) * 2);
+  for (std::size_t t = 0; t < S * S; ++t) {
+    EXPECT_EQ(p.order[t].w, 1);
+    EXPECT_TRUE(p.order[t].i < p.narrow_rows && p.order[t].j < p.narrow_rows) << t;
+  }
+  EXPECT_EQ(p.order.back().w, 8);
+  EXPECT_EQ(p.h2d_bytes, 4 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  EXPECT_NE(p.describe().find("square start of"), std::string::npos);
+  expect_permutation(p);
+  ooc_plan_request n = r;
+  n.c_min_line_bytes = 1;
+  const ooc_plan q = make_ooc_plan(n);
+  EXPECT_EQ(q.group, 1);
+  EXPECT_LT(p.ramp_seconds, q.ramp_seconds);
+  n = r;
+  n.rates.d2h_short = 0;
+  EXPECT_EQ(make_ooc_plan(n).group, 1);
+  ooc_plan_request f = square(32768, 4, 8 * GiB);
+  f.rates = r.rates;
+  f.compute_seconds = 0.2094;
+  EXPECT_EQ(make_ooc_plan(f).group, 1);
 }
 
 TEST(OocPlan, KeepsTheOperandResidentThatMovesFewerBytes) {

@@ -44,6 +44,8 @@ struct ooc_case {
   std::vector<int> devices;
   ooc_copy_out c_out = ooc_copy_out::direct;
   std::size_t c_min_line = 0;  // ooc_options::c_min_line_bytes (C blocks of several B panels)
+  double compute_seconds = 0;  // ooc_options::compute_seconds: the plan weighs wide blocks by its bound
+  double d2h_short = -1;       // ooc_options::rates.d2h_short when >= 0
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -76,6 +78,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.stage_b = stage_b;
   r.c_row_major = c.lc == layout::row_major;
   r.c_min_line_bytes = c.c_min_line;
+  r.compute_seconds = c.compute_seconds;
+  if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {
@@ -83,8 +87,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
     const ooc_plan p = make_ooc_plan(r);  // throws (failing the test) below the minimum
     const auto rows_per_device = static_cast<std::size_t>(
         (p.row_panels + static_cast<index_t>(r.devices) - 1) / static_cast<index_t>(r.devices));
-    const bool grouped = c.c_min_line == 0 || (c.lc == layout::row_major) == p.transposed ||
-                         p.col_panels < 2 || p.group > 1;
+    const bool grouped = (c.c_min_line == 0 && c.compute_seconds == 0) ||
+                         (c.lc == layout::row_major) == p.transposed || p.col_panels < 2 || p.group > 1;
     if (static_cast<int>(p.tasks()) >= c.min_blocks && (!c.split_k || p.k_chunks > 1) &&
         (!c.bands || p.a_slots < rows_per_device) && grouped)
       return b;
@@ -121,6 +125,8 @@ template <class T, class TC>
   oo.trace = trace;
   oo.c_out = cs.c_out;
   oo.c_min_line_bytes = cs.c_min_line;
+  oo.compute_seconds = cs.compute_seconds;
+  if (cs.d2h_short >= 0) oo.rates.d2h_short = cs.d2h_short;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -443,6 +449,32 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
     for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j)
       EXPECT_GE(tr.gemm_end_ms[x] + tick, b_at[static_cast<std::size_t>(j)]) << "block " << x << " panel " << j;
     EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
+  }
+}
+
+// The automatic choice (c_min_line_bytes 0 with a compute time): short lines priced far below the
+// full rate make the plan take wider C blocks (a square start of single-panel blocks and then
+// blocks of several panels, or wide blocks throughout: whichever its bound prefers); the blocks of
+// different widths all land in C, β = 0 and β ≠ 0.
+TEST(OutOfCoreGemmGpu, AutomaticWideBlocksByTheBound) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-automatic");
+  for (const bool beta_zero : {true, false}) {
+    ooc_case cs;
+    cs.m = 1400;
+    cs.n = 1000;
+    cs.k = 300;
+    cs.pinned = true;
+    cs.devices = {0};
+    cs.min_blocks = 4;
+    cs.beta_zero = beta_zero;
+    cs.compute_seconds = 1e-3;
+    cs.d2h_short = 1e6;
+    ooc_report rep;
+    ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + (beta_zero ? 0 : 1), &rep)));
+    SCOPED_TRACE(rep.plan.describe());
+    EXPECT_GT(rep.plan.group, 1);
+    EXPECT_GT(rep.plan.ramp_seconds, 0.0);
   }
 }
 

@@ -37,6 +37,11 @@ struct copy_rates {
   double h2d = 55.4e9;
   double d2h = 55.4e9;
   double both = 101.0e9;
+  /// Device→host rate of C blocks copied as 2-D copies with lines shorter than ooc_long_line while
+  /// GEMMs run (0: d2h, no penalty). The lent H200: 30.6–31.4 GB/s for 8 and 16 KiB lines beside bf16 GEMMs,
+  /// 41–42 for 32 KiB, 54–55 for 64 KiB and for 1-D copies (46 / 55 with no GEMM running).
+  /// Only the order's bound (ramp_seconds) uses it, and through it the choice of C block widths.
+  double d2h_short = 31.0e9;
   /// Seconds to move `h2d` and `d2h` bytes: each direction at its rate, both sharing `both`.
   [[nodiscard]] double seconds(double h2d_bytes, double d2h_bytes) const {
     return std::max({h2d_bytes / h2d, d2h_bytes / d2h, (h2d_bytes + d2h_bytes) / both});
@@ -73,20 +78,30 @@ struct ooc_plan_request {
   std::size_t c_min_line_bytes = 0;
 };
 
-/// One C block in the executed frame: row panel i, column block j (B panels [j·group, j·group + group)).
+/// One C block in the executed frame: row panel i, columns of the B panels [j, j + w).
 struct ooc_block {
   index_t i = 0;
   index_t j = 0;
-  friend bool operator==(const ooc_block& a, const ooc_block& b) noexcept { return a.i == b.i && a.j == b.j; }
+  index_t w = 1;
+  friend bool operator==(const ooc_block& a, const ooc_block& b) noexcept {
+    return a.i == b.i && a.j == b.j && a.w == b.w;
+  }
 };
+
+/// Lines of C at least this long leave the device at the full D2H rate while GEMMs run (H200).
+inline constexpr std::size_t ooc_long_line = std::size_t{64} << 10;
 
 struct ooc_plan {
   bool transposed = false;      ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
   index_t m = 0, n = 0, k = 0;  ///< the executed frame
   index_t bm = 0, bn = 0, kc = 0;  ///< bn: a B panel's width (a C block is bn·group wide)
   index_t row_panels = 0, col_panels = 0, k_chunks = 0;
-  index_t group = 1;       ///< B panels per C block (see ooc_plan_request::c_min_line_bytes)
-  index_t col_blocks = 0;  ///< C blocks per row of blocks: ceil(col_panels / group)
+  index_t group = 1;       ///< B panels of the widest C block (see ooc_plan_request::c_min_line_bytes)
+  index_t col_blocks = 0;  ///< ceil(col_panels / group)
+  /// Row panels [0, narrow_rows) of the order's start run blocks of one B panel (the square start),
+  /// the rest blocks of `group` panels (0 when every block has `group` panels).
+  index_t narrow_rows = 0;
+  bool c_row_lines = true;  ///< C's lines run along the executed frame's columns (row-major there)
   std::size_t a_slots = 0, b_slots = 0, slots = 0;
   std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
   std::size_t b_panel_bytes = 0;
@@ -113,15 +128,13 @@ struct ooc_plan {
   [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
   /// Rows [r0, r0 + rows) and columns of block b in the executed frame.
   [[nodiscard]] index_t block_rows(const ooc_block& b) const noexcept { return std::min(bm, m - b.i * bm); }
-  [[nodiscard]] index_t block_col0(const ooc_block& b) const noexcept { return b.j * group * bn; }
+  [[nodiscard]] index_t block_col0(const ooc_block& b) const noexcept { return b.j * bn; }
   [[nodiscard]] index_t block_cols(const ooc_block& b) const noexcept {
-    return std::min(bn * group, n - block_col0(b));
+    return std::min(bn * b.w, n - block_col0(b));
   }
   /// The B panels block b reads: [first_panel(b), last_panel(b)).
-  [[nodiscard]] index_t first_panel(const ooc_block& b) const noexcept { return b.j * group; }
-  [[nodiscard]] index_t last_panel(const ooc_block& b) const noexcept {
-    return std::min(col_panels, (b.j + 1) * group);
-  }
+  [[nodiscard]] index_t first_panel(const ooc_block& b) const noexcept { return b.j; }
+  [[nodiscard]] index_t last_panel(const ooc_block& b) const noexcept { return std::min(col_panels, b.j + b.w); }
   [[nodiscard]] index_t panel_cols(index_t j) const noexcept { return std::min(bn, n - j * bn); }
   [[nodiscard]] index_t chunk_k(index_t kk) const noexcept { return std::min(kc, k - kk * kc); }
   [[nodiscard]] std::string describe() const;
@@ -240,41 +253,63 @@ inline void ooc_device_order(index_t r0, index_t r1, index_t ncols, std::size_t 
 /// columns (row_w = bm, col_w = bn·group), so that the loaded extents of A and B stay balanced
 /// (the work the loaded panels allow is their product; g = 1 gives the square of ooc_device_order).
 /// Up to `col_cap` column blocks take part (those the B cache holds); the rest follow row by row.
+/// Column block x is B panels [x·group, x·group + group) of `panels`.
 inline void ooc_balanced_band(index_t b0, index_t rows, index_t ncols, index_t col_cap, index_t row_w,
-                              index_t col_w, std::vector<ooc_block>& out) {
+                              index_t col_w, index_t group, index_t panels, std::vector<ooc_block>& out) {
   const index_t cap = std::min(col_cap, ncols);
+  auto blk = [&](index_t r, index_t x) {
+    return ooc_block{r, x * group, std::min(group, panels - x * group)};
+  };
   index_t r = 0, c = 0;
   while (r < rows || c < cap) {
     const bool add_row = r < rows && (c == cap || r * row_w <= c * col_w);
     if (add_row) {
-      for (index_t x = 0; x < c; ++x) out.push_back({b0 + r, x});
+      for (index_t x = 0; x < c; ++x) out.push_back(blk(b0 + r, x));
       ++r;
     } else {
-      for (index_t y = 0; y < r; ++y) out.push_back({b0 + y, c});
+      for (index_t y = 0; y < r; ++y) out.push_back(blk(b0 + y, c));
       ++c;
     }
   }
   for (index_t x = cap; x < ncols; ++x)
-    for (index_t y = 0; y < rows; ++y) out.push_back({b0 + y, x});
+    for (index_t y = 0; y < rows; ++y) out.push_back(blk(b0 + y, x));
+}
+
+/// One device's rows [r0, r1) (all resident) as a square start of single-panel blocks over row
+/// panels and B panels [0, S), those S rows against the remaining B panels, then every later row
+/// as blocks of `group` panels: the start needs the fewest bytes (its short-line copies out are
+/// few and overlap the panels still arriving), the rest leave in long lines.
+inline void ooc_hybrid_order(index_t r0, index_t r1, index_t panels, index_t group, index_t S,
+                             std::vector<ooc_block>& out) {
+  const index_t rows = r1 - r0;
+  S = std::min({S, rows, panels});
+  for (index_t s = 0; s < S; ++s) {
+    for (index_t c = 0; c < s; ++c) out.push_back({r0 + s, c, 1});
+    for (index_t r = 0; r <= s; ++r) out.push_back({r0 + r, s, 1});
+  }
+  for (index_t j = S; j < panels; ++j)
+    for (index_t r = 0; r < S; ++r) out.push_back({r0 + r, j, 1});
+  for (index_t r = S; r < rows; ++r)
+    for (index_t j = 0; j < panels; j += group) out.push_back({r0 + r, j, std::min(group, panels - j)});
 }
 
 /// ooc_device_order for C blocks of `group` B panels: the first band starts balanced
 /// (ooc_balanced_band), later bands run their column blocks in a serpentine as with group 1.
 inline void ooc_device_order_grouped(index_t r0, index_t r1, index_t ncols, std::size_t a_slots,
                                      std::size_t b_slots, index_t group, index_t row_w, index_t col_w,
-                                     std::vector<ooc_block>& out) {
+                                     index_t panels, std::vector<ooc_block>& out) {
   bool forward = true;
   const index_t cap = std::max<index_t>(1, static_cast<index_t>(b_slots) / std::max<index_t>(group, 1));
   for (index_t b0 = r0; b0 < r1; b0 += static_cast<index_t>(a_slots)) {
     const index_t b1 = std::min(r1, b0 + static_cast<index_t>(a_slots));
     if (b0 == r0) {
-      ooc_balanced_band(b0, b1 - b0, ncols, cap, row_w, col_w, out);
+      ooc_balanced_band(b0, b1 - b0, ncols, cap, row_w, col_w, group, panels, out);
       forward = false;
       continue;
     }
     for (index_t t = 0; t < ncols; ++t) {
       const index_t c = forward ? t : ncols - 1 - t;
-      for (index_t r = b0; r < b1; ++r) out.push_back({r, c});
+      for (index_t r = b0; r < b1; ++r) out.push_back({r, c * group, std::min(group, panels - c * group)});
     }
     forward = !forward;
   }
@@ -374,7 +409,11 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
       read_block();
       gpu = std::max(gpu, c_in) + compute_seconds * rows * cols * kk / work;
     }
-    out = std::max(out, gpu) + cbytes / rates.d2h;
+    // A block whose lines in C are short leaves at the short-line rate (unless it is whole lines).
+    const double line = (p.c_row_lines ? cols : rows) * static_cast<double>(out_bytes);
+    const bool whole = p.c_row_lines ? p.block_cols(b) == p.n : p.block_rows(b) == p.m;
+    const bool short_lines = rates.d2h_short > 0 && !whole && line < static_cast<double>(ooc_long_line);
+    out = std::max(out, gpu) + cbytes / (short_lines ? rates.d2h_short : rates.d2h);
   }
   return std::max(gpu, out);
 }
@@ -442,7 +481,12 @@ inline std::string ooc_plan::describe() const {
       std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") + "blocks " +
       std::to_string(bm) + " x " + std::to_string(std::min(n, bn * group)) + " (" + std::to_string(row_panels) +
       " x " + std::to_string(col_blocks) + (group > 1 ? ", " + std::to_string(group) + " B panels of " +
-                                                          std::to_string(bn) + " each"
+                                                          std::to_string(bn) + " each" +
+                                                          (narrow_rows > 0 ? ", after a square start of " +
+                                                                                 std::to_string(narrow_rows) +
+                                                                                 " rows of " + std::to_string(bn) +
+                                                                                 "-wide blocks"
+                                                                           : std::string())
                                                     : std::string()) +
       "), k " +
       (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
@@ -644,9 +688,15 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   // bytes in, wider C blocks (more slot memory, paid for with B cache slots while B keeps at
   // least the block's panels, else a narrower group).
   const bool exec_row_major = r.c_row_major != p.transposed;
+  p.c_row_lines = exec_row_major;
+  const ooc_plan narrow = p;  // single-panel blocks: the plan before any grouping
+  // The line length asked for: c_min_line_bytes, or, when the product's compute time is known,
+  // ooc_long_line as a candidate that the order's bound then accepts or refuses.
+  const std::size_t want =
+      r.c_min_line_bytes > 0 ? r.c_min_line_bytes : (r.compute_seconds > 0 ? ooc_long_line : 0);
   const std::size_t line = static_cast<std::size_t>(p.bn) * r.out_bytes;
-  if (r.c_min_line_bytes > line && exec_row_major && p.col_panels > 1 && p.k > 0) {
-    index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((r.c_min_line_bytes + line - 1) / line));
+  if (want > line && exec_row_major && p.col_panels > 1 && p.k > 0) {
+    index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((want + line - 1) / line));
     for (; g > 1; --g) {
       const index_t cols = std::min(p.n, g * p.bn);
       const std::size_t area = detail::ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
@@ -677,41 +727,73 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
       break;
     }
   }
-  p.device_bytes = p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
-                   p.slots * (p.c_block_bytes + p.slot_extra_bytes);
-  // Devices take contiguous ranges of row panels (each its own A share, all of B).
+  // The order (0: single-panel blocks, the square start and serpentine bands; 1: every block of
+  // `group` panels, a balanced start; 2: a square start of S rows of single-panel blocks, then
+  // blocks of `group` panels), then the bytes it moves and, with a compute time, its bound.
   const index_t per_dev = detail::ooc_ceil(p.row_panels, static_cast<index_t>(r.devices));
-  p.device_first.push_back(0);
-  for (std::size_t d = 0; d < r.devices; ++d) {
-    const index_t r0 = std::min(p.row_panels, static_cast<index_t>(d) * per_dev);
-    const index_t r1 = std::min(p.row_panels, r0 + per_dev);
-    if (p.group == 1) {
-      detail::ooc_device_order(r0, r1, p.col_panels, p.a_slots, p.b_slots, p.order);
-    } else {
-      detail::ooc_device_order_grouped(r0, r1, p.col_blocks, p.a_slots, p.b_slots, p.group, p.bm,
-                                       p.bn * p.group, p.order);
-    }
-    p.device_first.push_back(p.order.size());
-  }
-  double worst = 0;
-  for (std::size_t d = 0; d < r.devices; ++d) {
-    std::size_t h = 0, o = 0;
-    detail::ooc_simulate(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h,
-                         o);
-    p.h2d_bytes += h;
-    p.d2h_bytes += o;
-    worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
-  }
-  p.copy_seconds = worst;
-  if (r.compute_seconds > 0) {
-    double ramp = 0;
+  auto finish = [&](ooc_plan& q, int mode, index_t S) {
+    q.order.clear();
+    q.device_first.assign(1, 0);
+    q.h2d_bytes = q.d2h_bytes = 0;
+    q.narrow_rows = mode == 2 ? S : 0;
+    q.device_bytes = q.a_slots * q.a_panel_bytes + q.b_slots * q.b_panel_bytes +
+                     q.slots * (q.c_block_bytes + q.slot_extra_bytes);
     for (std::size_t d = 0; d < r.devices; ++d) {
-      ramp = std::max(ramp, detail::ooc_ramp(p, p.device_first[d], p.device_first[d + 1], r.read_c, r.in_bytes,
-                                             r.out_bytes, r.rates, r.compute_seconds));
+      const index_t r0 = std::min(q.row_panels, static_cast<index_t>(d) * per_dev);
+      const index_t r1 = std::min(q.row_panels, r0 + per_dev);
+      if (mode == 0) {
+        detail::ooc_device_order(r0, r1, q.col_panels, q.a_slots, q.b_slots, q.order);
+      } else if (mode == 1) {
+        detail::ooc_device_order_grouped(r0, r1, q.col_blocks, q.a_slots, q.b_slots, q.group, q.bm,
+                                         q.bn * q.group, q.col_panels, q.order);
+      } else {
+        detail::ooc_hybrid_order(r0, r1, q.col_panels, q.group, S, q.order);
+      }
+      q.device_first.push_back(q.order.size());
     }
-    p.ramp_seconds = std::max(ramp, p.copy_seconds);
+    double worst = 0;
+    for (std::size_t d = 0; d < r.devices; ++d) {
+      std::size_t h = 0, o = 0;
+      detail::ooc_simulate(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h,
+                           o);
+      q.h2d_bytes += h;
+      q.d2h_bytes += o;
+      worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
+    }
+    q.copy_seconds = worst;
+    q.ramp_seconds = 0;
+    if (r.compute_seconds > 0) {
+      double ramp = 0;
+      for (std::size_t d = 0; d < r.devices; ++d) {
+        ramp = std::max(ramp, detail::ooc_ramp(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes,
+                                               r.out_bytes, r.rates, r.compute_seconds));
+      }
+      q.ramp_seconds = std::max(ramp, q.copy_seconds);
+    }
+  };
+  if (p.group == 1) {
+    finish(p, 0, 0);
+    return p;
   }
-  return p;
+  finish(p, 1, 0);
+  if (r.compute_seconds <= 0) return p;  // c_min_line_bytes asked for groups; no bound to weigh them
+  // With a compute time, the order with the lowest bound: single-panel blocks, every block grouped,
+  // or a square start of S rows of single-panel blocks (one device whose caches hold every panel,
+  // so that no band turns) then grouped blocks. Ties keep the earlier (fewer, simpler changes).
+  ooc_plan best_plan = p;
+  ooc_plan cand = narrow;
+  finish(cand, 0, 0);
+  if (cand.ramp_seconds <= best_plan.ramp_seconds) best_plan = cand;
+  const bool resident = r.devices == 1 && p.k_chunks == 1 && p.a_slots >= static_cast<std::size_t>(p.row_panels) &&
+                        p.b_slots >= static_cast<std::size_t>(p.col_panels);
+  if (resident) {
+    for (index_t S = 0; S < std::min(p.row_panels, p.col_panels); ++S) {
+      cand = p;
+      finish(cand, 2, S);
+      if (cand.ramp_seconds < best_plan.ramp_seconds) best_plan = cand;
+    }
+  }
+  return best_plan;
 }
 
 }  // namespace spillway::gemm

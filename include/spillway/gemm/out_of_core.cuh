@@ -102,8 +102,11 @@ struct ooc_options {
   ooc_trace* trace = nullptr;
   /// How C blocks are copied out of the device when C is page-locked.
   ooc_copy_out c_out = ooc_copy_out::direct;
-  /// Shortest line of C a block's copy out should write, in bytes (0: the planned block's own):
-  /// shorter lines make C blocks span several B panels (ooc_plan_request::c_min_line_bytes).
+  /// Shortest line of C a block's copy out should write, in bytes: shorter lines make C blocks
+  /// span several B panels (ooc_plan_request::c_min_line_bytes). 0: automatic — with
+  /// `compute_seconds` the plan weighs blocks with lines of ooc_long_line (64 KiB) against
+  /// single-panel blocks by the order's bound at `rates` (whose d2h_short prices short lines) and
+  /// keeps the lower; without it, single-panel blocks. 1: single-panel blocks always.
   std::size_t c_min_line_bytes = 0;
 };
 
