@@ -23,6 +23,7 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,162 @@ TEST(SimilarityGpu, TopKCosineBf16) {
 TEST(SimilarityGpu, TopKCosineHalf) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   topk_bf16_half_case<__half>("SimilarityGpu.TopKHalf");
+}
+
+// ---- the fused top-k (bf16 / half / TF32 rows on sm_90a: scores filtered in the GEMM) ----------
+
+/// Sets the fused job's sizes for one test and restores the defaults after it.
+struct fused_sizes_scope {
+  explicit fused_sizes_scope(const g::detail::fused_topk_sizes& z) { g::detail::fused_topk_hook().sizes = z; }
+  ~fused_sizes_scope() { g::detail::fused_topk_hook().sizes = {}; }
+  fused_sizes_scope(const fused_sizes_scope&) = delete;
+  fused_sizes_scope& operator=(const fused_sizes_scope&) = delete;
+};
+
+bool device_has_wgmma() {
+  return (spillway::tile::build_features(spillway::current_device()) & spillway::tile::feature_wgmma) != 0;
+}
+
+/// Small blocks (256 rows), strips (128) and chunks (≤ 512 columns) so that every part of the job
+/// runs on 2,333 rows: the seed, chunks of doubling width, both merges, and with tiny capacities
+/// the recomputation of overflowed buckets; checked against the host in double.
+template <class T>
+void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::int32_t cap_a, std::int32_t cap_b) {
+  const std::int64_t n = 2333, d = 100;
+  const auto rows = random_rows<T>(n, d, test::seed(name));
+  const auto a = view(rows, n, d);
+  g::detail::fused_topk_sizes z;
+  z.strip_rows = 128;
+  z.seed_rows = 256;
+  z.chunk_cols = 512;
+  z.row_capacity = cap_a;
+  z.col_capacity = cap_b;
+  fused_sizes_scope scope(z);
+  g::similarity_options o;
+  o.metric = m;
+  if (tf32) o.gemm.math = g::math_mode::tf32;
+  int calls = 0;
+  std::size_t last_done = 0;
+  o.progress = [&](const spillway::progress_info& p) {
+    ++calls;
+    EXPECT_GE(p.tasks_done, last_done) << "progress never goes back";
+    last_done = p.tasks_done;
+    return true;
+  };
+  g::pair_report rep;
+  o.report = &rep;
+  const auto r = g::similarity_topk(a, {k}, o);
+  auto& hook = g::detail::fused_topk_hook();
+  ASSERT_TRUE(hook.last_ran) << name << ": the fused path was not taken";
+  EXPECT_EQ(rep.plan.strips, 19);
+  EXPECT_TRUE(rep.job.complete());
+  EXPECT_EQ(last_done, rep.job.tasks_total);
+  EXPECT_GE(calls, 2);
+  EXPECT_GE(hook.last_chunks, 19 * 2) << "chunks of doubling width";
+  if (cap_a > 0 && cap_a <= 2) EXPECT_GT(hook.last_recomputed_rows, 0u) << name << ": tiny buckets must overflow";
+  else EXPECT_EQ(hook.last_recomputed_rows, 0u) << name << ": no bucket should overflow on random rows";
+  check_topk(r, a, a, true, k, false, m, tf32, name);
+}
+
+TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
+  fused_case<__nv_bfloat16>("SimilarityGpu.Fused.bf16.cosine", similarity_metric::cosine, false, 32, 0, 0);
+  fused_case<__half>("SimilarityGpu.Fused.half.ip", similarity_metric::inner_product, false, 10, 0, 0);
+  fused_case<__nv_bfloat16>("SimilarityGpu.Fused.bf16.euclidean", similarity_metric::euclidean, false, 64, 0, 0);
+  fused_case<float>("SimilarityGpu.Fused.tf32.cosine", similarity_metric::cosine, true, 16, 0, 0);
+}
+
+TEST(SimilarityGpu, FusedTopKOverflowedBucketsAreRecomputed) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
+  fused_case<__nv_bfloat16>("SimilarityGpu.FusedOverflow.cosine", similarity_metric::cosine, false, 16, 2, 1);
+  fused_case<__half>("SimilarityGpu.FusedOverflow.euclidean", similarity_metric::euclidean, false, 5, 1, 2);
+}
+
+TEST(SimilarityGpu, FusedTopKExactTiesGoToTheSmallerColumns) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
+  // Every third row is one vector of small integers (exact in bf16, exact sums in float), so all
+  // pairs among them score exactly 1 and the lists must hold the smallest such columns, across
+  // blocks, strips and chunks. The other rows are random.
+  const std::int64_t n = 1800, d = 64;
+  const std::uint64_t seed = test::seed("SimilarityGpu.FusedTies");
+  auto rows = random_rows<__nv_bfloat16>(n, d, seed);
+  std::mt19937_64 gen(seed + 1);
+  std::vector<float> v(static_cast<std::size_t>(d));
+  for (auto& x : v) x = static_cast<float>(static_cast<int>(gen() % 5) - 2);
+  v[0] = 3.0f;  // never all zero
+  for (std::int64_t i = 0; i < n; i += 3)
+    for (std::int64_t c = 0; c < d; ++c) rows[static_cast<std::size_t>(i * d + c)] = __float2bfloat16_rn(v[static_cast<std::size_t>(c)]);
+  const auto a = view(rows, n, d);
+  g::detail::fused_topk_sizes z;
+  z.strip_rows = 128;
+  z.seed_rows = 256;
+  z.chunk_cols = 384;
+  fused_sizes_scope scope(z);
+  const int k = 12;
+  const auto r = g::similarity_topk(a, {k});
+  ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
+  for (std::int64_t i = 0; i < n; i += 3) {
+    std::int64_t want = 0;
+    for (int t = 0; t < k; ++t, want += 3) {
+      if (want == i) want += 3;
+      ASSERT_EQ(r.index(i, t), want) << "row " << i << " place " << t << " (seed " << seed << ")";
+      ASSERT_EQ(r.value(i, t), r.value(i, 0)) << "row " << i << ": one exact score";
+    }
+    ASSERT_NEAR(r.value(i, 0), 1.0, eps_cos(d, false));
+  }
+  check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, "ties");
+}
+
+TEST(SimilarityGpu, FusedTopKCancelFailAndRefuse) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
+  const std::int64_t n = 3000, d = 48;
+  auto rows = random_rows<__nv_bfloat16>(n, d, test::seed("SimilarityGpu.FusedCancel"));
+  const auto a = view(rows, n, d);
+  g::detail::fused_topk_sizes z;
+  z.strip_rows = 128;
+  z.seed_rows = 512;
+  fused_sizes_scope scope(z);
+  // Cancelled after the first report that shows progress: fewer strips than all, flagged.
+  g::similarity_options o;
+  g::pair_report rep;
+  o.report = &rep;
+  o.progress = [](const spillway::progress_info& p) { return p.tasks_done == 0; };
+  (void)g::similarity_topk(a, {8}, o);
+  ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
+  EXPECT_TRUE(rep.job.cancelled);
+  EXPECT_LT(rep.job.tasks_completed, rep.job.tasks_total);
+  // A throwing callback: pipeline_error naming a strip, with the original exception nested.
+  o.progress = [](const spillway::progress_info& p) -> bool {
+    if (p.tasks_done > 0) throw std::runtime_error("stop here");
+    return true;
+  };
+  try {
+    (void)g::similarity_topk(a, {8}, o);
+    FAIL() << "the callback's exception must surface";
+  } catch (const spillway::pipeline_error& e) {
+    EXPECT_NE(e.failed_task(), spillway::pipeline_error::no_task) << e.what();
+    EXPECT_NE(std::string(e.what()).find("stop here"), std::string::npos) << e.what();
+    EXPECT_LT(e.report().tasks_completed, e.report().tasks_total);
+  }
+  // A NaN in a late block is named by its row, in host and in device memory.
+  rows[static_cast<std::size_t>(2711 * d + 3)] = __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN());
+  for (int on_device = 0; on_device < 2; ++on_device) {
+    spillway::stream s;
+    device_buffer<__nv_bfloat16> dev(rows.size(), s.view());
+    dev.copy_from_host_async(cuda::std::span<const __nv_bfloat16>(rows.data(), rows.size()), s.view());
+    s.synchronize();
+    const auto src = on_device ? g::row_major(static_cast<const __nv_bfloat16*>(dev.data()), n, d) : a;
+    try {
+      (void)g::similarity_topk(src, {8});
+      FAIL() << "a NaN row must be refused";
+    } catch (const spillway::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("row 2711 "), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(SimilarityGpu, InCoreAndOutOfCoreStreamedManyStrips) {

@@ -24,6 +24,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/detail/similarity_kernels.cuh>
+#include <spillway/gemm/detail/similarity_topk_fused.cuh>
 #include <spillway/gemm/gemm.cuh>
 #include <spillway/gemm/host_similarity.hpp>
 #include <spillway/gemm/matrix_view.hpp>
@@ -326,6 +327,8 @@ topk_result<float> similarity_topk(matrix_view<T> a_, const topk_options& k, con
     detail::check_host_finite(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, who);
     return host_similarity_topk(a, k, opt.metric, opt.cosine_zero);
   }
+  // bf16 / half / TF32 rows on a Hopper GPU: the fused job, which never writes the scores.
+  if (auto fused = detail::fused_similarity_topk(a, k, opt, detail::device_of(a.data), who)) return std::move(*fused);
   auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
                               ::spillway::pairwise::sink_kind::topk, who);
   job.topk = k;

@@ -39,15 +39,16 @@ __global__ void row_aux_kernel(const T* __restrict__ rows, std::int64_t n, std::
   }
 }
 
-/// The smallest row index holding a NaN or an infinity, into *first (atomicMin; untouched if none).
+/// The smallest row index (plus row_base) holding a NaN or an infinity, into *first (atomicMin;
+/// untouched if none).
 template <class T>
 __global__ void first_nonfinite_row_kernel(const T* __restrict__ rows, std::int64_t n, std::int64_t d, std::int64_t ld,
-                                           unsigned long long* first) {
+                                           unsigned long long* first, std::int64_t row_base = 0) {
   const std::int64_t total = n * d;
   for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = e / d, c = e - r * d;
-    if (!isfinite(widen<float>(rows[r * ld + c]))) atomicMin(first, static_cast<unsigned long long>(r));
+    if (!isfinite(widen<float>(rows[r * ld + c]))) atomicMin(first, static_cast<unsigned long long>(row_base + r));
   }
 }
 

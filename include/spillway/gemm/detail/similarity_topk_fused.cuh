@@ -1,0 +1,723 @@
+// spillway/gemm/detail/similarity_topk_fused.cuh — all-pairs top-k of bf16 / half / TF32 rows
+// without writing the scores: the Hopper GEMM hands its accumulators to a filter that keeps only
+// the pairs that can still enter a row's list.
+//
+// Why: a score costs the tensor cores d multiply-adds (768 for the usual embeddings) but 4 bytes
+// to write and 4 to read back for the selection; a strip that is written and re-read (the strip
+// path, pair_job's top-k sink) spends HBM time and selection instructions on every score, and the
+// 10^6 x 768 job does 5·10^11 of them. Here a score is compared with two numbers in registers
+// and dropped unless it beats one of them.
+//
+// The job (one device; all rows resident):
+//   seed     rows fall into blocks of S (4 strips, 8192 rows by default); each block's S x S
+//            scores go through a dense GEMM and topk_rows_kernel (the strip path's kernels), so
+//            every row starts with the exact top-k of its own block: its k-th place ("bar") is a
+//            true lower bound of its final k-th place.
+//   strips   rows [r0, r0 + P) against every column of the LATER blocks, in chunks whose width
+//            is the number of columns those rows have already seen (doubling: each chunk
+//            offers a row about k candidates however far the job is), capped at W columns. Per
+//            chunk one GEMM (wgmma_gemm_kernel with this file's fragment sink): a score (i, j)
+//            goes to row i's bucket if it beats i's bar and to row j's bucket if it beats j's bar
+//            (ties by the smaller column, as the lists sort); then one warp per row with
+//            candidates merges its bucket into its list and raises its bar. Pairs inside a block
+//            are the seed's, pairs across blocks the strips': each pair reaches each of its two
+//            rows exactly once, so no list ever sees a duplicate.
+//   overflow a bucket that fills (cap_a / cap_b candidates, far above the ~k a chunk offers on
+//            data without structure) is dropped and that row's pairs of the chunk are recomputed
+//            by its merge warp on the CUDA cores (SIMT float dot products, within the same error
+//            bound), so the result never depends on the capacities; slow only when many rows
+//            overflow, e.g. masses of rows at one identical score.
+// The bars are read at each tile's start and are stale by at most one chunk: a lower bar only
+// lets more candidates through, never fewer.
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/detail/similarity_kernels.cuh>
+#include <spillway/gemm/detail/wgmma_kernel.cuh>
+#include <spillway/gemm/gemm.cuh>
+#include <spillway/gemm/matrix_view.hpp>
+#include <spillway/gemm/options.hpp>
+#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/pair_job.cuh>
+#include <spillway/pairwise/sinks.hpp>
+#include <spillway/pipeline/job.hpp>
+#include <spillway/tile/arch.cuh>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::gemm::detail {
+
+/// A row's k-th place as the filter sees it: key = score (similarities) or −score (distances), so
+/// larger keys are better; col = that place's column (INT_MAX while the list is not full).
+struct topk_bar {
+  float key;
+  std::int32_t col;
+};
+static_assert(sizeof(topk_bar) == 8, "two bars make one 16-byte load");
+
+/// Sizes of the fused job; zero fields take the defaults. Tests shrink them to force many blocks,
+/// chunks and bucket overflows.
+struct fused_topk_sizes {
+  std::int64_t strip_rows = 0;     ///< P (multiple of 128; default 2048, or max_panel_rows)
+  std::int64_t seed_rows = 0;      ///< S (multiple of P; default 4 P)
+  std::int64_t chunk_cols = 0;     ///< W, the widest chunk (default 262,144)
+  std::int32_t row_capacity = 0;   ///< cap_a per strip row (default 32 k)
+  std::int32_t col_capacity = 0;   ///< cap_b per chunk column (default 2 k)
+};
+/// Test hook (detail): sizes for the next fused jobs of this process, and what the last one did.
+struct fused_topk_test_hook {
+  fused_topk_sizes sizes{};
+  std::uint64_t last_recomputed_rows = 0;  ///< overflowed buckets recomputed on the CUDA cores
+  std::int64_t last_chunks = 0;
+  bool last_ran = false;                   ///< the last similarity_topk took the fused path
+  /// With profile set, the next jobs time their phases with events (a sync per chunk's end):
+  /// rows in + seeds, the chunks' GEMMs, their merges, the whole device part (milliseconds).
+  bool profile = false;
+  float seed_ms = 0, gemm_ms = 0, merge_ms = 0, device_ms = 0;
+};
+inline fused_topk_test_hook& fused_topk_hook() {
+  static fused_topk_test_hook h;
+  return h;
+}
+
+template <similarity_metric M>
+__device__ __forceinline__ float fused_score(float acc, float ia, float ib, float cosine_zero) {
+  // The same arithmetic, in the same order, as similarity_epilogue.
+  if constexpr (M == similarity_metric::cosine) {
+    return (ia == 0.0f || ib == 0.0f) ? cosine_zero : acc * ia * ib;
+  } else if constexpr (M == similarity_metric::euclidean) {
+    const float d2 = ia + ib - 2.0f * acc;
+    return d2 > 0.0f ? sqrtf(d2) : 0.0f;
+  } else {
+    return acc;
+  }
+}
+
+__device__ __forceinline__ void fused_append(unsigned* cnt, pairwise::detail::topk_entry<float>* buck, std::int32_t cap,
+                                             std::int64_t slot, float v, std::int32_t col) {
+  const unsigned pos = atomicAdd(cnt + slot, 1u);
+  if (pos < static_cast<unsigned>(cap)) buck[slot * cap + pos] = pairwise::detail::topk_entry<float>{v, col};
+}
+
+/// The wgmma kernel's fragment sink (see is_fragment_sink): A's rows are a strip's, B's rows a
+/// chunk's columns; every index here is local to them except the columns written to buckets.
+struct fused_topk_sink {
+  using fragment_sink_tag = void;
+  similarity_metric metric = similarity_metric::cosine;
+  float cosine_zero = 0.0f;
+  const float* aux_a = nullptr;
+  const float* aux_b = nullptr;
+  const topk_bar* bar_a = nullptr;
+  const topk_bar* bar_b = nullptr;
+  std::int32_t a_row0 = 0, b_row0 = 0;  // global rows of local row / column 0
+  unsigned* cnt_a = nullptr;
+  pairwise::detail::topk_entry<float>* buck_a = nullptr;
+  std::int32_t cap_a = 0;
+  unsigned* cnt_b = nullptr;
+  pairwise::detail::topk_entry<float>* buck_b = nullptr;
+  std::int32_t cap_b = 0;
+
+  /// The slow path of one staged candidate: the exact test (ties by the smaller column) and the
+  /// bucket write. `code` = j << 2 | e << 1 | h (see is_fragment_sink), bit 8: row side, bit 9:
+  /// column side.
+  template <bool Larger>
+  __device__ __forceinline__ void commit(float s, unsigned code, int row0, int col0, float bak0, int bac0, float bak1,
+                                      int bac1) const {
+    const int h = static_cast<int>(code & 1u);
+    const int c = col0 + 8 * static_cast<int>((code >> 2) & 31u) + static_cast<int>((code >> 1) & 1u);
+    const int r = row0 + 8 * h;
+    const float key = Larger ? s : -s;
+    const auto gr = static_cast<std::int32_t>(a_row0 + r);
+    const auto gc = static_cast<std::int32_t>(b_row0 + c);
+    const float bk = h == 0 ? bak0 : bak1;
+    const int bc = h == 0 ? bac0 : bac1;
+    if ((code & 0x100u) != 0u && (key > bk || gc < bc)) fused_append(cnt_a, buck_a, cap_a, r, s, gc);
+    if ((code & 0x200u) != 0u) {
+      const topk_bar b = bar_b[c];
+      if (key > b.key || gr < b.col) fused_append(cnt_b, buck_b, cap_b, c, s, gr);
+    }
+  }
+
+  template <similarity_metric M, class Acc>
+  __device__ __forceinline__ void run(const Acc (&d)[128], int row0, int col0, int m, int n, std::uint32_t stage) const {
+    constexpr bool larger = M != similarity_metric::euclidean;
+    float ia[2], bak[2];
+    int bac[2];
+    bool okr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 8 * h;
+      okr[h] = r < m;
+      const topk_bar b = okr[h] ? bar_a[r] : topk_bar{INFINITY, 0};
+      ia[h] = okr[h] ? aux_a[r] : 0.0f;
+      bak[h] = b.key;
+      bac[h] = b.col;
+    }
+    // The fast path has no branch: per score two multiplies, two compares against the bars in
+    // registers, and a predicated 8-byte store of (score, position) into this thread's slots of
+    // shared memory when either compare passes (a branch per score would end a basic block per
+    // score and serialize their latencies: measured 2.7x slower). Columns go in groups of 4 x 8
+    // (16 scores, at most 16 staged, the slots there are), their values and bars loaded first:
+    // one 8-byte aux and one 16-byte bar load per column pair (col0 is even, a chunk starts at a
+    // multiple of 256, and both arrays hold one padding entry past the last row). The rare
+    // candidates are then committed one by one.
+    const float* const aux_p = aux_b + col0;
+    const topk_bar* const bar_p = bar_b + col0;
+    const int lim = n - col0;  // column 8 j + e exists iff 8 j + e < lim
+    constexpr int group = 4;
+#pragma unroll
+    for (int j0 = 0; j0 < 32; j0 += group) {
+      float2 ib[group];
+      int4 bb[group];
+#pragma unroll
+      for (int jj = 0; jj < group; ++jj) {
+        const bool ok = 8 * (j0 + jj) < lim;
+        ib[jj] = ok ? __ldg(reinterpret_cast<const float2*>(aux_p + 8 * (j0 + jj))) : make_float2(0.0f, 0.0f);
+        bb[jj] = ok ? __ldg(reinterpret_cast<const int4*>(bar_p + 8 * (j0 + jj))) : make_int4(0, 0, 0, 0);
+      }
+      std::uint32_t at = stage;
+#pragma unroll
+      for (int jj = 0; jj < group; ++jj) {
+        const int j = j0 + jj;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool okc = 8 * j + e < lim;
+          const float ibe = e == 0 ? ib[jj].x : ib[jj].y;
+          const float bkey = __int_as_float(e == 0 ? bb[jj].x : bb[jj].z);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float sc = fused_score<M>(static_cast<float>(d[4 * j + 2 * h + e]), ia[h], ibe, cosine_zero);
+            const float key = larger ? sc : -sc;
+            const bool pa = okc && key >= bak[h];
+            const bool pb = okc && okr[h] && key >= bkey;
+            const unsigned code = static_cast<unsigned>(j << 2 | e << 1 | h) | (pa ? 0x100u : 0u) | (pb ? 0x200u : 0u);
+            asm volatile(
+                "{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.shared.v2.b32 [%1], {%2, %3};\n}\n" ::"r"(
+                    static_cast<int>(pa || pb)),
+                "r"(at), "r"(__float_as_uint(sc)), "r"(code)
+                : "memory");
+            at += (pa || pb) ? 1024u : 0u;
+          }
+        }
+      }
+      if (at != stage) {
+        for (std::uint32_t q = stage; q != at; q += 1024u) {
+          unsigned sv, code;
+          asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(sv), "=r"(code) : "r"(q) : "memory");
+          commit<larger>(__uint_as_float(sv), code, row0, col0, bak[0], bac[0], bak[1], bac[1]);
+        }
+      }
+    }
+  }
+
+  template <class Acc>
+  __device__ void consume(const Acc (&d)[128], std::int64_t row0, std::int64_t col0, std::int64_t m, std::int64_t n,
+                          std::uint32_t stage) const {
+    // Strips and chunks are far below 2^31 rows and columns: 32-bit positions from here.
+    const auto r = static_cast<int>(row0), c = static_cast<int>(col0), mm = static_cast<int>(m), nn = static_cast<int>(n);
+    switch (metric) {
+      case similarity_metric::cosine: run<similarity_metric::cosine>(d, r, c, mm, nn, stage); break;
+      case similarity_metric::inner_product: run<similarity_metric::inner_product>(d, r, c, mm, nn, stage); break;
+      default: run<similarity_metric::euclidean>(d, r, c, mm, nn, stage); break;
+    }
+  }
+};
+
+/// One merge: local rows [0, rows) are global rows row0 + r; their candidates are in `buck`
+/// (cap per row, count in cnt, which the merge zeroes); a row whose count passed cap has its pairs
+/// with the global rows [other0, other1) recomputed instead.
+template <class T>
+struct fused_merge_args {
+  pairwise::detail::topk_entry<float>* state = nullptr;
+  topk_bar* bars = nullptr;
+  int k = 0;
+  std::int64_t rows = 0, row0 = 0;
+  unsigned* cnt = nullptr;
+  const pairwise::detail::topk_entry<float>* buck = nullptr;
+  std::int32_t cap = 0;
+  const T* data = nullptr;
+  std::int64_t ld = 0, d = 0;
+  const float* aux = nullptr;  // global
+  std::int64_t other0 = 0, other1 = 0;
+  float cosine_zero = 0.0f;
+  unsigned long long* recomputed = nullptr;
+  int rows_per_warp = 1;  // 1..32: a warp serves this many consecutive rows in turn
+};
+
+template <class T, similarity_metric M>
+__global__ void fused_merge_kernel(const fused_merge_args<T> a) {
+  constexpr bool larger = M != similarity_metric::euclidean;
+  using entry = pairwise::detail::topk_entry<float>;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
+  // rows_per_warp rows per step: one read of their counts, then the warp serves each row that has
+  // candidates in turn.
+  const int G = a.rows_per_warp;
+  for (std::int64_t g0 = warp * G; g0 < a.rows; g0 += nwarps * G) {
+    const std::int64_t mine = g0 + lane;
+    const unsigned my_count = lane < G && mine < a.rows ? a.cnt[mine] : 0u;
+    unsigned todo = __ballot_sync(0xFFFFFFFFu, my_count != 0u);
+    while (todo != 0u) {
+      const int src = __ffs(static_cast<int>(todo)) - 1;
+      todo &= todo - 1u;
+      const std::int64_t lr = g0 + src;
+      const unsigned count = __shfl_sync(0xFFFFFFFFu, my_count, src);
+      const std::int64_t gr = a.row0 + lr;
+      pairwise::detail::warp_topk<float, larger> t;
+      t.load(a.state + gr * a.k, a.k);
+      if (count <= static_cast<unsigned>(a.cap)) {
+        const entry* b = a.buck + lr * a.cap;
+        for (unsigned q = 0; q < count; q += 32) {
+          const bool in = q + static_cast<unsigned>(lane) < count;
+          const entry e = in ? b[q + static_cast<unsigned>(lane)] : entry{0.0f, INT_MAX};
+          t.offer(in, e.v, e.c);
+        }
+      } else {
+        // The bucket overflowed: none of it is used; the row's pairs of this chunk are computed
+        // again, one column per lane.
+        const T* x = a.data + gr * a.ld;
+        const float ia = a.aux[gr];
+        for (std::int64_t o0 = a.other0; o0 < a.other1; o0 += 32) {
+          const std::int64_t o = o0 + lane;
+          const bool in = o < a.other1;
+          float acc = 0.0f;
+          if (in) {
+            const T* y = a.data + o * a.ld;
+            for (std::int64_t q = 0; q < a.d; ++q) acc = fmaf(widen<float>(x[q]), widen<float>(y[q]), acc);
+          }
+          const float s = fused_score<M>(acc, ia, in ? a.aux[o] : 0.0f, a.cosine_zero);
+          t.offer(in, s, static_cast<std::int32_t>(o));
+        }
+        if (lane == 0) atomicAdd(a.recomputed, 1ull);
+      }
+      t.store(a.state + gr * a.k);
+      if (lane == 0) {
+        a.bars[gr] = topk_bar{larger ? t.wv : -t.wv, t.wc};
+        a.cnt[lr] = 0u;
+      }
+    }
+  }
+}
+
+template <bool Larger>
+__global__ void fused_bars_kernel(const pairwise::detail::topk_entry<float>* __restrict__ state, std::int64_t n, int k,
+                                  topk_bar* __restrict__ bars) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const pairwise::detail::topk_entry<float> e = state[i * k + k - 1];
+    bars[i] = topk_bar{Larger ? e.v : -e.v, e.c};
+  }
+}
+
+template <class T>
+inline constexpr bool fused_topk_type = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> ||
+                                        std::is_same_v<T, float>;
+
+/// Whether the fused job takes A·Aᵀ top-k of these rows: bf16 / half rows, or float rows with
+/// math_mode::tf32; the automatic or wgmma GEMM path; at most one device named; that device runs
+/// sm_90a code of this build. Returns the device, or -1.
+template <class T, class Options>
+int fused_topk_device(const matrix_view<const T>& a, const Options& opt, int rows_device) {
+  if constexpr (!fused_topk_type<T>) {
+    (void)a, (void)opt, (void)rows_device;
+    return -1;
+  } else {
+    if (std::is_same_v<T, float> && opt.gemm.math != math_mode::tf32) return -1;
+    if (opt.gemm.path != gemm_path::automatic && opt.gemm.path != gemm_path::wgmma) return -1;
+    if (opt.devices.size() > 1) return -1;
+    // Rows in one device's memory run there; naming another device is the strip path's error.
+    if (rows_device >= 0 && !opt.devices.empty() && opt.devices[0] != rows_device) return -1;
+    int dev = rows_device;
+    if (dev < 0) dev = opt.devices.empty() ? current_device() : opt.devices[0];
+    if ((tile::build_features(dev) & tile::feature_wgmma) == 0) return -1;
+    if (a.rows < 2 || a.cols < 1) return -1;
+    return dev;
+  }
+}
+
+/// The fused job's buffers on `dev` (bytes) for n rows: see fused_topk_run.
+struct fused_topk_layout {
+  std::int64_t P = 0, S = 0, W = 0;
+  std::int64_t blocks = 0;      // seed blocks: S rows each, the last up to 1.5 S
+  std::int64_t widest = 0;      // rows of the largest seed block
+  std::int32_t cap_a = 0, cap_b = 0;
+  std::int64_t ldd = 0;
+  bool copy_rows = true;
+  std::size_t bytes = 0;
+};
+
+inline std::size_t fused_round(std::size_t b) { return (b + 255) / 256 * 256; }
+
+template <class T>
+fused_topk_layout fused_topk_plan(std::int64_t n, int k, std::int64_t max_panel_rows, bool copy_rows,
+                                  std::int64_t ldd, std::size_t budget) {
+  const fused_topk_sizes& z = fused_topk_hook().sizes;
+  fused_topk_layout L;
+  L.ldd = ldd;
+  L.copy_rows = copy_rows;
+  std::int64_t P = z.strip_rows > 0 ? z.strip_rows : 2048;
+  if (max_panel_rows > 0) P = std::min(P, max_panel_rows);
+  P = std::max<std::int64_t>(128, P / 128 * 128);
+  L.P = P;
+  L.S = z.seed_rows > 0 ? std::max(P, z.seed_rows / P * P) : 4 * P;
+  L.blocks = std::max<std::int64_t>(1, n / L.S);
+  if (n - L.blocks * L.S >= L.S / 2) ++L.blocks;
+  L.widest = std::max(std::min(L.S, n), n - (L.blocks - 1) * L.S);
+  L.cap_a = z.row_capacity > 0 ? z.row_capacity : 32 * k;
+  L.cap_b = z.col_capacity > 0 ? z.col_capacity : 2 * k;
+  std::int64_t W = z.chunk_cols > 0 ? z.chunk_cols : std::int64_t{262144};
+  W = std::max<std::int64_t>(256, std::min(W, n));
+  const auto fixed = [&](std::int64_t w) {
+    const auto N = static_cast<std::size_t>(n);
+    const std::int64_t s = L.widest;
+    std::size_t b = 0;
+    if (copy_rows) b += fused_round(N * static_cast<std::size_t>(ldd) * sizeof(T));
+    b += fused_round((N + 1) * 4);                               // aux
+    b += fused_round(N * static_cast<std::size_t>(k) * 8);       // lists
+    b += fused_round((N + 1) * sizeof(topk_bar));                // bars
+    b += fused_round(static_cast<std::size_t>(P) * 4) + fused_round(static_cast<std::size_t>(P) * L.cap_a * 8);
+    b += fused_round(static_cast<std::size_t>(w) * 4) + fused_round(static_cast<std::size_t>(w) * L.cap_b * 8);
+    b += fused_round(static_cast<std::size_t>(s * s) * 4);       // seed scores
+    b += 3 * fused_round(N * 12);                                // export: values, indices (+ slack)
+    return b;
+  };
+  while (W > 16384 && fixed(W) > budget) W /= 2;
+  L.W = W;
+  L.bytes = fixed(W);
+  return L;
+}
+
+/// Runs the fused job; nullopt when it does not apply (the caller then takes the strip path).
+/// `Options` is similarity_options.
+template <class T, class Options>
+std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_view<const T>& a,
+                                                                  const pairwise::topk_options& tk, const Options& opt,
+                                                                  int rows_device, const char* who) {
+  namespace pd = ::spillway::pairwise::detail;
+  using entry = pd::topk_entry<float>;
+  fused_topk_hook().last_ran = false;
+  const int dev = fused_topk_device(a, opt, rows_device);
+  if (dev < 0) return std::nullopt;
+  const auto t_start = std::chrono::steady_clock::now();
+  device_guard guard(dev);
+  const std::int64_t n = a.rows, d = a.cols;
+  const int k = tk.k;
+  constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
+  const bool in_place = rows_device >= 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % align == 0;
+  const std::int64_t ldd = in_place ? a.ld : (d + align - 1) / align * align;
+  const memory_budget budget = opt.budget ? *opt.budget : memory_budget::default_for(dev);
+  const fused_topk_layout L = fused_topk_plan<T>(n, k, opt.max_panel_rows, !in_place, ldd, budget.bytes());
+  if (L.bytes > budget.bytes()) return std::nullopt;
+  const bool larger = is_similarity(opt.metric);
+  const std::int64_t P = L.P, S = L.S;
+  const std::int64_t strips = (n + P - 1) / P;
+
+  pairwise::pair_report rep;
+  rep.plan.panel_rows = P;
+  rep.plan.strips = strips;
+  rep.plan.b_panels = 0;
+  rep.plan.resident = true;
+  rep.plan.slots = 1;
+  rep.plan.shared_bytes = L.bytes;
+  rep.plan.resident_bytes = L.copy_rows ? static_cast<std::size_t>(n * ldd) * sizeof(T) : 0;
+  rep.plan.topk_state_bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(k) * 8;
+  rep.budget_bytes = budget.bytes();
+  rep.symmetric = true;
+  rep.rows = n;
+  job_report& jr = rep.job;
+  jr.tasks_total = static_cast<std::size_t>(strips);
+  jr.completed.assign(static_cast<std::size_t>(strips), false);
+  jr.devices = {dev};
+  jr.tasks_per_device = {0};
+  jr.slots_per_device = 1;
+  jr.device_bytes_per_device = L.bytes;
+  if (opt.report != nullptr) *opt.report = rep;
+
+  // The host result is allocated on another thread while the device works.
+  auto host_result = std::async(std::launch::async, [n, k] { return pd::empty_topk<float>(n, k); });
+
+  stream cs(dev), us(dev);  // compute; upload
+  const stream_view s = cs.view();
+  device_buffer<T> own_rows(L.copy_rows ? static_cast<std::size_t>(n * ldd) : 0, s);
+  const T* rows = L.copy_rows ? own_rows.data() : a.data;
+  device_buffer<float> aux(static_cast<std::size_t>(n) + 1, s);  // + 1: the sink's paired loads
+  device_buffer<entry> state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), s);
+  device_buffer<topk_bar> bars(static_cast<std::size_t>(n) + 1, s);
+  device_buffer<unsigned> cnt_a(static_cast<std::size_t>(P), s), cnt_b(static_cast<std::size_t>(L.W), s);
+  device_buffer<entry> buck_a(static_cast<std::size_t>(P) * static_cast<std::size_t>(L.cap_a), s);
+  device_buffer<entry> buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), s);
+  const std::int64_t smax = L.widest;
+  device_buffer<float> scratch(static_cast<std::size_t>(smax * smax), s);
+  device_buffer<unsigned long long> recomputed(1, s);
+  device_buffer<unsigned long long> bad_row(1, s);
+  // Declared after the buffers, so destroyed before them: an exception leaves no copy or kernel
+  // running on memory being freed.
+  struct drain {
+    const stream& a;
+    const stream& b;
+    ~drain() {
+      (void)cudaStreamSynchronize(a.view().value());
+      (void)cudaStreamSynchronize(b.view().value());
+    }
+  } drain_on_exit{us, cs};
+  aux.fill_bytes_async(0, s);
+  bars.fill_bytes_async(0, s);
+  cnt_a.fill_bytes_async(0, s);
+  cnt_b.fill_bytes_async(0, s);
+  recomputed.fill_bytes_async(0, s);
+  bad_row.fill_bytes_async(0xFF, s);
+  pd::with_larger(larger, [&](auto Lg) {
+    pd::topk_init_kernel<float, decltype(Lg)::value><<<pd::elementwise_grid(n * k), 256, 0, s.value()>>>(state.data(), n * k);
+  });
+  SPILLWAY_CHECK_LAUNCH();
+
+  // Rows in, block by block on the upload stream; each block's norms, finiteness scan and seed run
+  // on the compute stream as soon as its rows are there.
+  const bool profile = fused_topk_hook().profile;
+  std::vector<event> marks;  // profile: start, seeds done, then per chunk: GEMM start, GEMM end, merges end
+  const auto mark = [&] {
+    if (!profile) return;
+    marks.emplace_back(event::timing::enabled);
+    marks.back().record(s);
+  };
+  mark();
+  event allocated;
+  allocated.record(s);
+  us.view().wait(allocated);
+  std::vector<event> arrived;
+  // Blocks of S rows; a remainder under S/2 joins the last block (a small block's rows would start
+  // with poor bars and flood their buckets in the first strip).
+  const std::int64_t blocks = L.blocks;
+  const auto block_end = [&](std::int64_t b) { return b == blocks - 1 ? n : (b + 1) * S; };
+  arrived.reserve(static_cast<std::size_t>(blocks));
+  std::size_t bytes_in = 0;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t b0 = b * S, bn = block_end(b) - b0;
+    if (L.copy_rows) {
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(own_rows.data() + b0 * ldd, static_cast<std::size_t>(ldd) * sizeof(T),
+                                          a.data + b0 * a.ld, static_cast<std::size_t>(a.ld) * sizeof(T),
+                                          static_cast<std::size_t>(d) * sizeof(T), static_cast<std::size_t>(bn),
+                                          rows_device >= 0 ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                          us.view().value()));
+      if (rows_device < 0) bytes_in += static_cast<std::size_t>(bn * d) * sizeof(T);
+    }
+    arrived.emplace_back();
+    arrived.back().record(us.view());
+  }
+  const similarity_metric metric = opt.metric;
+  const float cz = opt.cosine_zero;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t b0 = b * S, bn = block_end(b) - b0;
+    s.wait(arrived[static_cast<std::size_t>(b)]);
+    const T* br = rows + b0 * ldd;
+    if (opt.check_finite) {
+      first_nonfinite_row_kernel<T>
+          <<<pd::elementwise_grid(bn * d), 256, 0, s.value()>>>(br, bn, d, ldd, bad_row.data(), b0);
+      SPILLWAY_CHECK_LAUNCH();
+    }
+    row_aux_async(br, bn, d, ldd, metric, aux.data() + b0, s);
+    // The seed: the block's own pairs, dense, through the strip path's GEMM and selection.
+    const auto A = row_major(br, bn, d, ldd);
+    const similarity_epilogue epi{metric, aux.data() + b0, aux.data() + b0, cz};
+    gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(scratch.data(), bn, bn, bn), opt.gemm, epi);
+    pd::with_larger(larger, [&](auto Lg) {
+      pd::topk_rows_kernel<float, decltype(Lg)::value><<<pd::warp_grid(bn), 256, 0, s.value()>>>(
+          scratch.data(), bn, bn, b0, b0, !tk.include_diagonal, state.data(), k);
+    });
+    SPILLWAY_CHECK_LAUNCH();
+  }
+  pd::with_larger(larger, [&](auto Lg) {
+    fused_bars_kernel<decltype(Lg)::value><<<pd::elementwise_grid(n), 256, 0, s.value()>>>(state.data(), n, k, bars.data());
+  });
+  SPILLWAY_CHECK_LAUNCH();
+  mark();
+  if (opt.check_finite) {
+    // Refused before any strip runs: the seeds' scores are thrown away with the buffers.
+    const std::vector<unsigned long long> h = bad_row.to_host(s);
+    if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who, "A");
+  }
+  jr.bytes_moved = bytes_in;
+
+  // The strips. Merge arguments that stay the same; per chunk the rest is set.
+  fused_merge_args<T> ma;
+  ma.state = state.data();
+  ma.bars = bars.data();
+  ma.k = k;
+  ma.data = rows;
+  ma.ld = ldd;
+  ma.d = d;
+  ma.aux = aux.data();
+  ma.cosine_zero = cz;
+  ma.recomputed = recomputed.data();
+  const auto merge = [&](const fused_merge_args<T>& m) {
+    const unsigned grid = pd::warp_grid((m.rows + m.rows_per_warp - 1) / m.rows_per_warp);
+    switch (metric) {
+      case similarity_metric::cosine:
+        fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
+        break;
+      case similarity_metric::inner_product:
+        fused_merge_kernel<T, similarity_metric::inner_product><<<grid, 256, 0, s.value()>>>(m);
+        break;
+      default: fused_merge_kernel<T, similarity_metric::euclidean><<<grid, 256, 0, s.value()>>>(m); break;
+    }
+    SPILLWAY_CHECK_LAUNCH();
+  };
+  std::int64_t chunks = 0;
+  std::vector<event> strip_done(3);
+  std::size_t done = 0;
+  const auto report_progress = [&](std::size_t upto) -> bool {
+    // Strips [0, upto) have completed on the device.
+    for (; done < upto; ++done) jr.completed[done] = true;
+    jr.tasks_completed = done;
+    jr.tasks_per_device[0] = done;
+    if (!opt.progress) return true;
+    progress_info pi;
+    pi.tasks_done = done;
+    pi.tasks_total = jr.tasks_total;
+    pi.bytes_moved = jr.bytes_moved;
+    pi.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    return opt.progress(pi);
+  };
+  std::int64_t current = -1;
+  try {
+  if (!report_progress(0)) jr.cancelled = true;
+  for (std::int64_t t = 0; t < strips && !jr.cancelled; ++t) {
+    current = t;
+    const std::int64_t r0 = t * P, rn = std::min(P, n - r0);
+    std::int64_t c0 = block_end(std::min(r0 / S, blocks - 1));  // the later blocks' columns
+    std::int64_t seen = c0;
+    while (c0 < n) {
+      const std::int64_t w = std::min({seen, L.W, n - c0});
+      fused_topk_sink sink;
+      sink.metric = metric;
+      sink.cosine_zero = cz;
+      sink.aux_a = aux.data() + r0;
+      sink.aux_b = aux.data() + c0;
+      sink.bar_a = bars.data() + r0;
+      sink.bar_b = bars.data() + c0;
+      sink.a_row0 = static_cast<std::int32_t>(r0);
+      sink.b_row0 = static_cast<std::int32_t>(c0);
+      sink.cnt_a = cnt_a.data();
+      sink.buck_a = buck_a.data();
+      sink.cap_a = L.cap_a;
+      sink.cnt_b = cnt_b.data();
+      sink.buck_b = buck_b.data();
+      sink.cap_b = L.cap_b;
+      problem<T, T, float, float, fused_topk_sink> pr;
+      pr.m = rn;
+      pr.n = w;
+      pr.k = d;
+      pr.a = rows + r0 * ldd;
+      pr.lda = ldd;
+      pr.b = rows + c0 * ldd;
+      pr.ldb = ldd;
+      pr.c = nullptr;
+      pr.ldc = w;
+      pr.alpha = 1.0f;
+      pr.beta = 0.0f;
+      pr.epi = sink;
+      mark();
+      launch_wgmma(pr, s);
+      mark();
+      fused_merge_args<T> mr = ma;  // the strip's rows
+      mr.rows = rn;
+      mr.row0 = r0;
+      mr.cnt = cnt_a.data();
+      mr.buck = buck_a.data();
+      mr.cap = L.cap_a;
+      mr.other0 = c0;
+      mr.other1 = c0 + w;
+      merge(mr);
+      fused_merge_args<T> mc = ma;  // the chunk's columns, as rows
+      mc.rows = w;
+      mc.row0 = c0;
+      mc.cnt = cnt_b.data();
+      mc.buck = buck_b.data();
+      mc.cap = L.cap_b;
+      mc.other0 = r0;
+      mc.other1 = r0 + rn;
+      merge(mc);
+      mark();
+      seen += w;
+      c0 += w;
+      ++chunks;
+    }
+    strip_done[static_cast<std::size_t>(t % 3)].record(s);
+    if (opt.progress && t >= 2) {
+      // Two strips of lookahead keep the device busy while the host reports.
+      strip_done[static_cast<std::size_t>((t - 2) % 3)].synchronize();
+      if (!report_progress(static_cast<std::size_t>(t - 1))) jr.cancelled = true;
+    }
+  }
+
+  current = -1;
+  mark();
+  s.synchronize();
+  if (profile) {
+    const auto ms = [&](std::size_t x, std::size_t y) {
+      float v = 0;
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&v, marks[x].value(), marks[y].value()));
+      return v;
+    };
+    auto& hk = fused_topk_hook();
+    hk.seed_ms = ms(0, 1);
+    hk.gemm_ms = hk.merge_ms = 0;
+    for (std::size_t c = 2; c + 3 <= marks.size() - 1; c += 3) {
+      hk.gemm_ms += ms(c, c + 1);
+      hk.merge_ms += ms(c + 1, c + 2);
+    }
+    hk.device_ms = ms(0, marks.size() - 1);
+  }
+  if (!jr.cancelled) report_progress(static_cast<std::size_t>(strips));
+  } catch (const std::exception& e) {
+    (void)cudaStreamSynchronize(s.value());
+    if (opt.report != nullptr) *opt.report = rep;
+    throw pipeline_error(std::string(who) + ": " + (current >= 0 ? "strip " + std::to_string(current) : std::string("the job")) +
+                             " failed: " + e.what(),
+                         current >= 0 ? static_cast<std::size_t>(current) : pipeline_error::no_task, dev, jr);
+  }
+
+  // The lists out: values and indices straight into the host result.
+  const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  pairwise::topk_result<float> r = host_result.get();
+  {
+    device_buffer<float> dv(per, s);
+    device_buffer<std::int64_t> di(per, s);
+    pd::topk_export_kernel<float><<<pd::elementwise_grid(static_cast<std::int64_t>(per)), 256, 0, s.value()>>>(
+        state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
+    SPILLWAY_CHECK_LAUNCH();
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
+    SPILLWAY_CUDA_TRY(
+        cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
+    const std::vector<unsigned long long> rc = recomputed.to_host(s);
+    fused_topk_hook().last_recomputed_rows = rc[0];
+    s.synchronize();
+  }
+  jr.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  fused_topk_hook().last_chunks = chunks;
+  fused_topk_hook().last_ran = true;
+  if (opt.report != nullptr) *opt.report = rep;
+  return r;
+}
+
+}  // namespace spillway::gemm::detail
