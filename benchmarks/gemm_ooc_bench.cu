@@ -305,8 +305,8 @@ void bm_copy_lines(benchmark::State& state) {
       const std::size_t count = bytes / per, across = width == 0 ? 1 : 32768 / width;
       for (std::size_t bi = 0; bi < count; ++bi) {
         if (width == 0) {
-          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data() + bi * per, d.data() + bi * per, per, cudaMemcpyDeviceToHost,
-                                            ring[bi % 4]));
+          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data() + bi * per, d.data() + bi * per, per,
+                                            cudaMemcpyDeviceToHost, ring[bi % 4]));
         } else {
           unsigned char* dst = h.data() + (bi / across) * rows * pitch + (bi % across) * line;
           SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, d.data() + bi * per, line, line, rows,
@@ -323,7 +323,8 @@ void bm_copy_lines(benchmark::State& state) {
     auto gemms = [&](int count) {
       for (int x = 0; x < count; ++x)
         g::gemm_async(sg.view(), 1.0f, g::row_major<const __nv_bfloat16>(ga.data(), gn, gn),
-                      g::col_major<const __nv_bfloat16>(gb.data(), gn, gn), 0.0f, g::row_major(gcm.data(), gn, gn));
+                      g::col_major<const __nv_bfloat16>(gb.data(), gn, gn), 0.0f,
+                      g::row_major(gcm.data(), gn, gn));
     };
     const std::size_t widths[] = {2048, 4096, 8192, 16384, 0};
     std::map<std::string, std::vector<double>> rate;
@@ -464,7 +465,8 @@ void in_core(benchmark::State& state, kind kd, const T* ha, const T* hb) {
 }
 
 /// Summary counters of a traced run (see the file comment) and, with --ooc_trace_dir, its CSV.
-void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_plan& plan, const std::string& name) {
+void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_plan& plan,
+                  const std::string& name) {
   const std::size_t nb = tr.ready_ms.size();
   if (nb == 0) return;
   double in = 0;
@@ -552,13 +554,14 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     state.SetIterationTime(secs.back());
   }
   const double med = median(secs);
-  const std::string key = std::string(kind_name(kd)) +
-                          (devices.size() > 1 ? "/out_of_core_2gpu"
-                           : staged           ? "/out_of_core_staged"
-                           : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
-                           : line != g_line   ? (line == 1 ? std::string("/out_of_core_narrow")
-                                                               : "/out_of_core_line" + std::to_string(line >> 10) + "k")
-                                              : "/out_of_core");
+  const std::string key =
+      std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu"
+                                    : staged           ? "/out_of_core_staged"
+                                    : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
+                                    : line != g_line
+                                        ? (line == 1 ? std::string("/out_of_core_narrow")
+                                                     : "/out_of_core_line" + std::to_string(line >> 10) + "k")
+                                        : "/out_of_core");
   results()[key] = med;
   {
     g::ooc_trace tr;

@@ -54,7 +54,8 @@ std::string describe(const ooc_case& c, const gemm_options& o) {
          std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " A " + l(c.la) +
          " B " + l(c.lb) + " C " + l(c.lc) + (c.beta_zero ? " beta=0 over NaN" : " beta!=0") +
          (c.pinned ? " page-locked" : " pageable") + (c.split_k ? " k chunks" : "") +
-         (c.bands ? " A in bands" : "") + (c.c_min_line > 0 ? " C lines >= " + std::to_string(c.c_min_line) : "");
+         (c.bands ? " A in bands" : "") +
+         (c.c_min_line > 0 ? " C lines >= " + std::to_string(c.c_min_line) : "");
 }
 
 /// The largest budget (from the operands' size down by 3/4 steps) whose plan has at least
@@ -343,7 +344,8 @@ TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
   ASSERT_GE(p.b_slots, static_cast<std::size_t>(p.col_panels));
   ASSERT_EQ(tr.load_end_ms.size(), static_cast<std::size_t>(p.row_panels + p.col_panels));
   std::size_t bytes = 0;
-  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1), b_at(static_cast<std::size_t>(p.col_panels), -1);
+  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1),
+      b_at(static_cast<std::size_t>(p.col_panels), -1);
   for (std::size_t x = 0; x < tr.load_end_ms.size(); ++x) {
     bytes += tr.load_bytes[x];
     ASSERT_EQ(tr.load_chunk[x], 0);
@@ -379,7 +381,8 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
         cs.beta_zero = beta_zero;
         cs.lc = lc;
         const auto seed = spillway::test::seed("ooc-c-out");
-        EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed))) << (how == ooc_copy_out::direct ? "direct" : "staged");
+        EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed)))
+            << (how == ooc_copy_out::direct ? "direct" : "staged");
       }
     }
   }
@@ -435,7 +438,8 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
   SCOPED_TRACE(p.describe());
   ASSERT_GT(p.group, 1);
   std::size_t bytes = 0;
-  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1), b_at(static_cast<std::size_t>(p.col_panels), -1);
+  std::vector<float> a_at(static_cast<std::size_t>(p.row_panels), -1),
+      b_at(static_cast<std::size_t>(p.col_panels), -1);
   for (std::size_t x = 0; x < tr.load_end_ms.size(); ++x) {
     bytes += tr.load_bytes[x];
     (tr.load_operand[x] == 'A' ? a_at : b_at)[static_cast<std::size_t>(tr.load_panel[x])] = tr.load_end_ms[x];
@@ -447,7 +451,8 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
     EXPECT_GE(tr.ready_ms[x] + tick, a_at[static_cast<std::size_t>(b.i)]) << "block " << x;
     EXPECT_GE(tr.ready_ms[x] + tick, b_at[static_cast<std::size_t>(p.first_panel(b))]) << "block " << x;
     for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j)
-      EXPECT_GE(tr.gemm_end_ms[x] + tick, b_at[static_cast<std::size_t>(j)]) << "block " << x << " panel " << j;
+      EXPECT_GE(tr.gemm_end_ms[x] + tick, b_at[static_cast<std::size_t>(j)])
+          << "block " << x << " panel " << j;
     EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
   }
 }

@@ -5,7 +5,8 @@
 // The executed frame. The job always keeps panels of its "A" resident and streams its "B": when
 // keeping B resident moves fewer bytes, the plan is `transposed` and the job runs Cᵀ = Bᵀ·Aᵀ (views
 // only, nothing moves). In that frame C is m x n, A's row panels are bm x k and B's column panels
-// are k x bn; a C block (i, j) is rows [i·bm, …) x columns [j·bn, …).
+// are k x bn; a C block {i, j, w} is rows [i·bm, …) x the columns of B panels [j, j + w) (w = 1
+// unless C's lines are to be longer: ooc_plan_request::c_min_line_bytes, ooc_plan::group).
 //
 // Device memory per device: `a_slots` cached A panels + `b_slots` cached B panels (each slot of
 // a cache holds one panel; panel p goes to slot p mod slots, guarded by events) + per in-flight
@@ -92,8 +93,8 @@ struct ooc_block {
 inline constexpr std::size_t ooc_long_line = std::size_t{64} << 10;
 
 struct ooc_plan {
-  bool transposed = false;      ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
-  index_t m = 0, n = 0, k = 0;  ///< the executed frame
+  bool transposed = false;         ///< executed as Cᵀ = Bᵀ·Aᵀ (B's panels resident)
+  index_t m = 0, n = 0, k = 0;     ///< the executed frame
   index_t bm = 0, bn = 0, kc = 0;  ///< bn: a B panel's width (a C block is bn·group wide)
   index_t row_panels = 0, col_panels = 0, k_chunks = 0;
   index_t group = 1;       ///< B panels of the widest C block (see ooc_plan_request::c_min_line_bytes)
@@ -134,7 +135,9 @@ struct ooc_plan {
   }
   /// The B panels block b reads: [first_panel(b), last_panel(b)).
   [[nodiscard]] index_t first_panel(const ooc_block& b) const noexcept { return b.j; }
-  [[nodiscard]] index_t last_panel(const ooc_block& b) const noexcept { return std::min(col_panels, b.j + b.w); }
+  [[nodiscard]] index_t last_panel(const ooc_block& b) const noexcept {
+    return std::min(col_panels, b.j + b.w);
+  }
   [[nodiscard]] index_t panel_cols(index_t j) const noexcept { return std::min(bn, n - j * bn); }
   [[nodiscard]] index_t chunk_k(index_t kk) const noexcept { return std::min(kc, k - kk * kc); }
   [[nodiscard]] std::string describe() const;
@@ -354,11 +357,13 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
 /// each block computed (`compute_seconds` x its share of the product's work) once its panels are in
 /// and the previous block is done, its C block out at rates.d2h after the previous one. A block of
 /// several B panels runs one GEMM per panel, each once its own panel is in.
-inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c, std::size_t in_bytes,
-                       std::size_t out_bytes, const copy_rates& rates, double compute_seconds) {
+inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c,
+                       std::size_t in_bytes, std::size_t out_bytes, const copy_rates& rates,
+                       double compute_seconds) {
   std::vector<index_t> a_tag(p.a_slots, -1), b_tag(p.b_slots, -1);
   std::vector<double> a_at(p.a_slots, 0.0), b_at(p.b_slots, 0.0);
-  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<index_t>(p.k, 1));
+  const double work =
+      static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<index_t>(p.k, 1));
   double in = 0, gpu = 0, out = 0;
   const index_t kch = p.k_chunks;
   const double kk = static_cast<double>(std::max<index_t>(p.k, 1));
@@ -392,15 +397,17 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
             arrive(a_tag, a_at, b.i * kch + q, rows * kq * static_cast<double>(in_bytes));
         for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
           b_ready[static_cast<std::size_t>((j - p.first_panel(b)) * kch + q)] =
-              arrive(b_tag, b_at, j * kch + q, kq * static_cast<double>(p.panel_cols(j)) * static_cast<double>(in_bytes));
+              arrive(b_tag, b_at, j * kch + q,
+                     kq * static_cast<double>(p.panel_cols(j)) * static_cast<double>(in_bytes));
         }
       }
       read_block();
       for (index_t q = 0; q < kch; ++q) {
         const auto kq = static_cast<double>(p.chunk_k(q));
         for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
-          const double ready = std::max({c_in, a_ready[static_cast<std::size_t>(q)],
-                                         b_ready[static_cast<std::size_t>((j - p.first_panel(b)) * kch + q)]});
+          const double ready =
+              std::max({c_in, a_ready[static_cast<std::size_t>(q)],
+                        b_ready[static_cast<std::size_t>((j - p.first_panel(b)) * kch + q)]});
           gpu = std::max(gpu, ready) +
                 compute_seconds * rows * static_cast<double>(p.panel_cols(j)) * kq / work;
         }
@@ -479,15 +486,13 @@ inline std::string ooc_plan::describe() const {
   auto gib = [](double b) { return std::to_string(b / 1073741824.0).substr(0, 6) + " GiB"; };
   std::string s =
       std::string(transposed ? "B resident (run as C^T = B^T A^T), " : "A resident, ") + "blocks " +
-      std::to_string(bm) + " x " + std::to_string(std::min(n, bn * group)) + " (" + std::to_string(row_panels) +
-      " x " + std::to_string(col_blocks) + (group > 1 ? ", " + std::to_string(group) + " B panels of " +
-                                                          std::to_string(bn) + " each" +
-                                                          (narrow_rows > 0 ? ", after a square start of " +
-                                                                                 std::to_string(narrow_rows) +
-                                                                                 " rows of " + std::to_string(bn) +
-                                                                                 "-wide blocks"
-                                                                           : std::string())
-                                                    : std::string()) +
+      std::to_string(bm) + " x " + std::to_string(std::min(n, bn * group)) + " (" +
+      std::to_string(row_panels) + " x " + std::to_string(col_blocks) +
+      (group > 1 ? ", " + std::to_string(group) + " B panels of " + std::to_string(bn) + " each" +
+                       (narrow_rows > 0 ? ", after a square start of " + std::to_string(narrow_rows) +
+                                              " rows of " + std::to_string(bn) + "-wide blocks"
+                                        : std::string())
+                 : std::string()) +
       "), k " +
       (k_chunks > 1 ? "in " + std::to_string(k_chunks) + " chunks of " + std::to_string(kc)
                     : std::string("whole (") + std::to_string(k) + ")") +
@@ -699,13 +704,16 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((want + line - 1) / line));
     for (; g > 1; --g) {
       const index_t cols = std::min(p.n, g * p.bn);
-      const std::size_t area = detail::ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
+      const std::size_t area =
+          detail::ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
       const std::size_t cblk = detail::ooc_aligned(detail::ooc_mul(area, r.out_bytes));
       std::size_t extra = 0;
-      if (p.k_chunks > 1 && !r.c_is_acc) extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(area, r.acc_bytes)));
+      if (p.k_chunks > 1 && !r.c_is_acc)
+        extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(area, r.acc_bytes)));
       if (r.split_k > 1)
-        extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(detail::ooc_mul(area, r.acc_bytes),
-                                                                           static_cast<std::size_t>(r.split_k))));
+        extra =
+            detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(detail::ooc_mul(area, r.acc_bytes),
+                                                                       static_cast<std::size_t>(r.split_k))));
       if (pick.s.stage_a) extra = detail::ooc_add(extra, p.a_panel_bytes);
       if (pick.s.stage_b) extra = detail::ooc_add(extra, p.b_panel_bytes);
       const index_t blocks = p.row_panels * detail::ooc_ceil(p.col_panels, g);
@@ -765,8 +773,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     if (r.compute_seconds > 0) {
       double ramp = 0;
       for (std::size_t d = 0; d < r.devices; ++d) {
-        ramp = std::max(ramp, detail::ooc_ramp(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes,
-                                               r.out_bytes, r.rates, r.compute_seconds));
+        ramp = std::max(ramp, detail::ooc_ramp(q, q.device_first[d], q.device_first[d + 1], r.read_c,
+                                               r.in_bytes, r.out_bytes, r.rates, r.compute_seconds));
       }
       q.ramp_seconds = std::max(ramp, q.copy_seconds);
     }
@@ -784,7 +792,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   ooc_plan cand = narrow;
   finish(cand, 0, 0);
   if (cand.ramp_seconds <= best_plan.ramp_seconds) best_plan = cand;
-  const bool resident = r.devices == 1 && p.k_chunks == 1 && p.a_slots >= static_cast<std::size_t>(p.row_panels) &&
+  const bool resident = r.devices == 1 && p.k_chunks == 1 &&
+                        p.a_slots >= static_cast<std::size_t>(p.row_panels) &&
                         p.b_slots >= static_cast<std::size_t>(p.col_panels);
   if (resident) {
     for (index_t S = 0; S < std::min(p.row_panels, p.col_panels); ++S) {

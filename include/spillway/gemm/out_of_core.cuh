@@ -17,7 +17,8 @@
 // that needs the new panel still needs the old one, and only after every stream that read the old
 // panel has passed the event recorded after that read. On its slot's stream a task waits for its
 // panels' copy events, copies the C block in when β ≠ 0, runs the in-core gemm_async over the
-// panels, and copies the block out. So panel copies run back to back during the GEMMs, and the
+// panels (one GEMM per B panel when the block spans several: ooc_options::c_min_line_bytes), and
+// copies the block out. So panel copies run back to back during the GEMMs, and the
 // device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied
 // by DMA directly (2-D copies of the sub-matrices; ooc_options::c_out can stage page-locked C's
 // blocks too); pageable memory goes through pinned staging filled by the pipeline's host threads
@@ -127,7 +128,6 @@ struct ooc_trace {
   /// Host seconds from the call to the scheduler's start (planning, device memory, events).
   double setup_seconds = 0;
 };
-
 
 /// A block of C in the caller's coordinates: rows [row0, row0 + rows), columns [col0, col0 + cols).
 struct c_block {
@@ -255,7 +255,7 @@ struct ooc_device_ctx {
   std::unique_ptr<event> origin;    // trace only: when the caches were ready
   std::vector<event> load_end;      // trace only: the end of each panel copy, in issue order
   std::vector<std::size_t> load_bytes;
-  std::vector<index_t> load_key;    // trace only: operand A: key + 1, B: -(key + 1)
+  std::vector<index_t> load_key;  // trace only: operand A: key + 1, B: -(key + 1)
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
@@ -288,7 +288,7 @@ struct ooc_job {
   std::vector<std::size_t> task_block;  // order index of task t (none: never started)
   bool traced = false;
   std::vector<std::unique_ptr<event>> ev_ready, ev_gemm, ev_out;  // trace only, per order index
-  std::vector<int> ev_ctx;                                         // trace only: which context ran it
+  std::vector<int> ev_ctx;                                        // trace only: which context ran it
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
   [[nodiscard]] index_t a_ld_dev() const {
@@ -738,7 +738,8 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   job.setup();
   if (ooc.trace != nullptr) {
     *ooc.trace = ooc_trace{};
-    ooc.trace->setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
+    ooc.trace->setup_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
   }
 
   task_job_options to;
