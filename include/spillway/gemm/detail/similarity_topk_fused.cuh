@@ -157,9 +157,27 @@ struct fused_topk_sink {
     }
   }
 
-  template <similarity_metric M, class Acc>
+  /// Scores one accumulator. Cosine and inner product make a padding row or column (aux NaN)
+  /// score NaN, which every comparison below rejects and fmaxf ignores; Euclidean distances clamp
+  /// NaN to 0, so there the padding is masked explicitly (`ok`). CZ: cosine with a nonzero
+  /// cosine_zero (a zero row's scores are that value, not the 0 that 0 · (1/|x| = 0) gives).
+  template <similarity_metric M, bool CZ>
+  __device__ __forceinline__ float score_of(float acc, float ia, float ib) const {
+    if constexpr (M == similarity_metric::cosine) {
+      if constexpr (CZ) return (ia == 0.0f || ib == 0.0f) ? cosine_zero : acc * ia * ib;
+      else return acc * ia * ib;
+    } else if constexpr (M == similarity_metric::inner_product) {
+      return acc * ia * ib;  // ia, ib: 1, or NaN for padding
+    } else {
+      return fused_score<M>(acc, ia, ib, cosine_zero);
+    }
+  }
+
+  template <similarity_metric M, bool CZ, class Acc>
   __device__ __forceinline__ void run(const Acc (&d)[128], int row0, int col0, int m, int n, std::uint32_t stage) const {
     constexpr bool larger = M != similarity_metric::euclidean;
+    constexpr bool euclid = M == similarity_metric::euclidean;
+    const float pad = euclid ? 0.0f : __int_as_float(0x7fc00000);
     float ia[2], bak[2];
     int bac[2];
     bool okr[2];
@@ -168,18 +186,19 @@ struct fused_topk_sink {
       const int r = row0 + 8 * h;
       okr[h] = r < m;
       const topk_bar b = okr[h] ? bar_a[r] : topk_bar{INFINITY, 0};
-      ia[h] = okr[h] ? aux_a[r] : 0.0f;
+      ia[h] = okr[h] ? (M == similarity_metric::inner_product ? 1.0f : aux_a[r]) : pad;
       bak[h] = b.key;
       bac[h] = b.col;
     }
-    // The fast path has no branch: per score two multiplies, two compares against the bars in
-    // registers, and a predicated 8-byte store of (score, position) into this thread's slots of
-    // shared memory when either compare passes (a branch per score would end a basic block per
-    // score and serialize their latencies: measured 2.7x slower). Columns go in groups of 4 x 8
-    // (16 scores, at most 16 staged, the slots there are), their values and bars loaded first:
-    // one 8-byte aux and one 16-byte bar load per column pair (col0 is even, a chunk starts at a
-    // multiple of 256, and both arrays hold one padding entry past the last row). The rare
-    // candidates are then committed one by one.
+    // Columns in groups of 4 x 8 (16 scores per thread), their values and bars loaded first: one
+    // 8-byte aux and one 16-byte bar load per column pair (col0 is even, a chunk starts at a
+    // multiple of 256, both arrays hold one padding entry past the last row). The fast test has no
+    // branch per score: the group's largest key per row against that row's bar, the larger key of
+    // each column's two rows against the column's bar (about 4.5 instructions per score). Only
+    // when the warp has a hit does it run the exact test per score, which stages (score,
+    // position) in the thread's shared-memory slots by predicated stores (a branch per score ends
+    // a basic block per score and serializes the latencies: 2.7x slower measured), then commits
+    // the staged candidates.
     const float* const aux_p = aux_b + col0;
     const topk_bar* const bar_p = bar_b + col0;
     const int lim = n - col0;  // column 8 j + e exists iff 8 j + e < lim
@@ -191,9 +210,34 @@ struct fused_topk_sink {
 #pragma unroll
       for (int jj = 0; jj < group; ++jj) {
         const bool ok = 8 * (j0 + jj) < lim;
-        ib[jj] = ok ? __ldg(reinterpret_cast<const float2*>(aux_p + 8 * (j0 + jj))) : make_float2(0.0f, 0.0f);
+        const bool ok1 = 8 * (j0 + jj) + 1 < lim;
+        ib[jj] = ok ? __ldg(reinterpret_cast<const float2*>(aux_p + 8 * (j0 + jj))) : make_float2(pad, pad);
+        if constexpr (M == similarity_metric::inner_product) ib[jj] = make_float2(ok ? 1.0f : pad, ok1 ? 1.0f : pad);
+        else if (!ok1) ib[jj].y = pad;
         bb[jj] = ok ? __ldg(reinterpret_cast<const int4*>(bar_p + 8 * (j0 + jj))) : make_int4(0, 0, 0, 0);
       }
+      float rmax0 = -INFINITY, rmax1 = -INFINITY;
+      bool hit = false;
+#pragma unroll
+      for (int jj = 0; jj < group; ++jj) {
+        const int j = j0 + jj;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float ibe = e == 0 ? ib[jj].x : ib[jj].y;
+          float k0 = score_of<M, CZ>(static_cast<float>(d[4 * j + e]), ia[0], ibe);
+          float k1 = score_of<M, CZ>(static_cast<float>(d[4 * j + 2 + e]), ia[1], ibe);
+          if constexpr (!larger) {
+            const bool okc = 8 * j + e < lim;
+            k0 = okc && okr[0] ? -k0 : -INFINITY;
+            k1 = okc && okr[1] ? -k1 : -INFINITY;
+          }
+          rmax0 = fmaxf(rmax0, k0);
+          rmax1 = fmaxf(rmax1, k1);
+          hit = hit || fmaxf(k0, k1) >= __int_as_float(e == 0 ? bb[jj].x : bb[jj].z);
+        }
+      }
+      hit = hit || rmax0 >= bak[0] || rmax1 >= bak[1];
+      if (!__any_sync(0xFFFFFFFFu, hit)) continue;
       std::uint32_t at = stage;
 #pragma unroll
       for (int jj = 0; jj < group; ++jj) {
@@ -205,7 +249,7 @@ struct fused_topk_sink {
           const float bkey = __int_as_float(e == 0 ? bb[jj].x : bb[jj].z);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float sc = fused_score<M>(static_cast<float>(d[4 * j + 2 * h + e]), ia[h], ibe, cosine_zero);
+            const float sc = score_of<M, CZ>(static_cast<float>(d[4 * j + 2 * h + e]), ia[h], ibe);
             const float key = larger ? sc : -sc;
             const bool pa = okc && key >= bak[h];
             const bool pb = okc && okr[h] && key >= bkey;
@@ -219,12 +263,10 @@ struct fused_topk_sink {
           }
         }
       }
-      if (at != stage) {
-        for (std::uint32_t q = stage; q != at; q += 1024u) {
-          unsigned sv, code;
-          asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(sv), "=r"(code) : "r"(q) : "memory");
-          commit<larger>(__uint_as_float(sv), code, row0, col0, bak[0], bac[0], bak[1], bac[1]);
-        }
+      for (std::uint32_t q = stage; q != at; q += 1024u) {
+        unsigned sv, code;
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(sv), "=r"(code) : "r"(q) : "memory");
+        commit<larger>(__uint_as_float(sv), code, row0, col0, bak[0], bac[0], bak[1], bac[1]);
       }
     }
   }
@@ -235,9 +277,12 @@ struct fused_topk_sink {
     // Strips and chunks are far below 2^31 rows and columns: 32-bit positions from here.
     const auto r = static_cast<int>(row0), c = static_cast<int>(col0), mm = static_cast<int>(m), nn = static_cast<int>(n);
     switch (metric) {
-      case similarity_metric::cosine: run<similarity_metric::cosine>(d, r, c, mm, nn, stage); break;
-      case similarity_metric::inner_product: run<similarity_metric::inner_product>(d, r, c, mm, nn, stage); break;
-      default: run<similarity_metric::euclidean>(d, r, c, mm, nn, stage); break;
+      case similarity_metric::cosine:
+        if (cosine_zero == 0.0f) run<similarity_metric::cosine, false>(d, r, c, mm, nn, stage);
+        else run<similarity_metric::cosine, true>(d, r, c, mm, nn, stage);
+        break;
+      case similarity_metric::inner_product: run<similarity_metric::inner_product, false>(d, r, c, mm, nn, stage); break;
+      default: run<similarity_metric::euclidean, false>(d, r, c, mm, nn, stage); break;
     }
   }
 };
