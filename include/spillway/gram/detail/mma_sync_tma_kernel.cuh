@@ -1,7 +1,17 @@
 // spillway/gram/detail/mma_sync_tma_kernel.cuh — the BMMA tile fed by the tensor copy engine, what
 // the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,472 bytes of shared memory
-// per block): 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages of 1024-bit
+// per block): 8 warps of 96 x 64 output tiles, block tile 192 x 256, 4 stages of 1024-bit
 // k-slices written by bulk tensor copies, fragments and epilogue as in mma_sync_kernel.cuh.
+//
+// Why 8 warps of 96 x 64 rather than 12 of 64 x 64 (same block tile and stages): per k256 step a
+// warp loads 6 A and 4 B fragments (ldmatrix.x4) for 48 independent BMMAs instead of 4 + 4 for
+// 32, i.e. 0.83 instead of 1 shared-memory wavefront per BMMA (with the copy engine's fills, 67%
+// instead of 77% of the shared-memory bandwidth at the 5.16 P ceiling), and the main loop's
+// other instructions (swizzled addresses, the barrier wait, the release) fall from 58 per 128 to
+// 45 per 192 BMMAs. Two warps per scheduler still cover the BMMAs' fixed 6-cycle issue stall
+// (one BMMA per 6.7 cycles per scheduler at the ceiling). 255 registers at 256 threads, 0 spills.
+// H200, 32,768 x 65,536, alternated with the 12-warp tile in one call: 4.08 / 3.89 / 4.11 against
+// 3.81 / 3.83 / 3.81 P bit-MAC/s (benchmarks/results/gram_ceiling.md).
 //
 // Why the copy engine: an ncu profile of the same tile fed by cp.async (H200) showed 491
 // instructions per warp per k-slice, of which 128 BMMA and 32 ldmatrix; the copy loop and its
@@ -12,18 +22,18 @@
 //
 // Stage hand-off without an empty barrier: every warp, once its BMMAs of slice n have consumed the
 // slice's fragments, adds 1 to a per-slot counter; the warp whose increment completes the slot's
-// use (the 12th) refills the slot at once with slice n + 4 of the same tile. Nobody waits for a
+// use (the last of the block's warps) refills the slot at once with slice n + 4 of the same tile. Nobody waits for a
 // free slot, and the copy has three slices of compute to land. Across tiles the ring restarts
 // (a block barrier per tile, which the epilogue needs anyway).
 //
 // Tiles are claimed (thread 0, from a counter: kernels.cuh, slot_record) rather than taken every gridDim-th:
 // blocks that start together then work on schedule neighbours that share k-slices in L2 (the same
 // reason as in wgmma_kernel.cuh; ncu at 32,768 x 65,536: L2 hit rate 85%). The int32 count store
-// goes through the copy engine (two 64 x 32 tensor stores per warp block, evict-first) where the
+// goes through the copy engine (32-column tensor stores per warp block, evict-first) where the
 // block lies wholly inside the output: the per-element epilogue was 12% of the warps' stall samples.
 // The tile origin and the cursor live in shared memory: in registers they pushed the 168-register
-// budget of the TMA-store instantiation into spills inside the main loop (48 bytes; 3.08 against
-// 3.77 P bit-MAC/s without the store).
+// budget of the 12-warp tile's TMA-store instantiation into spills inside the main loop (48
+// bytes; 3.08 against 3.77 P bit-MAC/s without the store).
 #pragma once
 
 #include <spillway/gram/detail/mma_sync_kernel.cuh>
@@ -39,24 +49,35 @@
 
 namespace spillway::gram::detail {
 
-/// 12 warps of 64 x 64 output tiles, block tile 192 x 256, 4 stages x 56 KiB written by the copy
-/// engine, a full mbarrier and a release counter per stage.
-struct bmma_tma_config : bmma_config<3, 4, 4, 8, 4, true> {
-  static constexpr int a_bytes = bm * 128;
-  static constexpr int bar_offset = stages * stage_bytes;  // from the 1024-aligned base
+/// WarpsM x 4 warps of (MT x 16) x 64 output tiles, block tile (WarpsM x MT x 16) x 256, 4 stages
+/// of 1024-bit k-slices written by the copy engine, a full mbarrier and a release counter per stage.
+template <int WarpsM, int MT>
+struct bmma_tma_config_t : bmma_config<WarpsM, 4, MT, 8, 4, true> {
+  using base = bmma_config<WarpsM, 4, MT, 8, 4, true>;
+  static constexpr int a_bytes = base::bm * 128;
+  static constexpr int bar_offset = base::stages * base::stage_bytes;  // from the 1024-aligned base
   /// Hides the base's count: + 1 KiB to align the stages to the swizzle atom, + full barriers,
   /// + release counters, + the next tile's origin and the schedule cursor.
   static constexpr int smem_bytes =
-      1024 + bar_offset + stages * 8 + stages * 4 + 8 + static_cast<int>(sizeof(tile_cursor));
-  static_assert(stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
-  /// Per-warp epilogue staging inside the stages: two 64 x 32 int32 pieces for the tensor stores,
-  /// or the per-element path's 64 x epi_pitch words.
-  static constexpr int warp_staging_bytes = 2 * 64 * 128;
-  static_assert(threads / 32 * warp_staging_bytes <= bar_offset, "the epilogue staging must not overlap the barriers");
-  static_assert(mt * 16 * epi_pitch * 4 <= warp_staging_bytes, "per-element staging fits a warp's share");
-  static_assert(mt * 16 == 64 && nt * 8 == 64, "a warp block is two 64 x 32 tensor-store pieces");
-  static_assert(bm <= 256 && bn <= 256, "a tensor-map box has at most 256 rows");
+      1024 + bar_offset + base::stages * 8 + base::stages * 4 + 8 + static_cast<int>(sizeof(tile_cursor));
+  static_assert(base::stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
+  /// Rows of one tensor-store piece (32 columns wide): the count map's box.
+  static constexpr int piece_rows = (MT * 16) % 64 == 0 ? 64 : 32;
+  /// Per-warp epilogue staging inside the stages: the warp block as (MT x 16 / piece_rows) x 2
+  /// pieces for the tensor stores, or the per-element path's MT x 16 x epi_pitch words.
+  static constexpr int warp_staging_bytes = MT * 16 * 64 * 4;
+  static_assert(warp_staging_bytes % 1024 == 0, "pieces on the swizzle atom");
+  static_assert(base::threads / 32 * warp_staging_bytes <= bar_offset,
+                "the epilogue staging must not overlap the barriers");
+  static_assert(MT * 16 * base::epi_pitch * 4 <= warp_staging_bytes, "per-element staging fits a warp's share");
+  static_assert(base::nt * 8 == 64 && (MT * 16) % piece_rows == 0, "a warp block is whole 32-column pieces");
+  static_assert(base::bm <= 256 && base::bn <= 256, "a tensor-map box has at most 256 rows");
 };
+
+/// 8 warps of 96 x 64 (2 per scheduler), block tile 192 x 256, 4 stages x 56 KiB; each warp block
+/// is stored as six 32 x 32 pieces. (bmma_tma_config_t<3, 4>, 12 warps of 64 x 64 stored as two
+/// 64 x 32 pieces, measured 7% slower: see the file comment.)
+using bmma_tma_config = bmma_tma_config_t<2, 6>;
 
 /// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (box 32
 /// columns x 64 rows, 128-byte swizzle: make_count_tensor_map); each warp block wholly inside the
@@ -69,7 +90,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #if defined(SPILLWAY_TILE_HAS_MMA) && defined(SPILLWAY_TILE_HAS_TMA)
   namespace t = ::spillway::tile;
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
-  static_assert(Cfg::stream_b, "the 64 x 64 warp tile streams its B fragments (register budget)");
+  static_assert(Cfg::stream_b, "the warp tile streams its B fragments (register budget)");
   constexpr unsigned warps = Cfg::threads / 32;
   extern __shared__ __align__(1024) unsigned char mma_tma_smem_raw[];
   const std::uint32_t raw = t::smem_addr(mma_tma_smem_raw);
@@ -189,6 +210,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       if (bulk) {
         // Two 64 x 32 pieces in the copy engine's 128-byte swizzle (16-byte chunk c of row r at
         // c ^ (r % 8)): the fragments' 8-byte writes spread over the banks.
+        constexpr int PR = Cfg::piece_rows, RP = MT * 16 / PR;
         const std::uint32_t g = static_cast<std::uint32_t>(lane >> 2);
         const std::uint32_t tig = static_cast<std::uint32_t>(lane & 3);
         const std::uint32_t lane_base = staging + g * 128u + (tig & 1u) * 8u;
@@ -200,7 +222,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               const std::int32_t* v = acc[mt][piece * 4 + nn];
-              const std::uint32_t row_lo = at + static_cast<std::uint32_t>(piece * 64 * 128 + mt * 16 * 128);
+              // Piece (row block mt * 16 / PR, column half `piece`), row (mt * 16) % PR + g inside it.
+              const std::uint32_t row_lo =
+                  at + static_cast<std::uint32_t>((piece * RP + mt * 16 / PR) * PR * 128 + (mt * 16) % PR * 128);
               asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo), "r"(v[0]), "r"(v[1]) : "memory");
               asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo + 8u * 128u), "r"(v[2]), "r"(v[3])
                            : "memory");
@@ -213,10 +237,13 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
           const int y = static_cast<int>(s.a_row0 - epi.row0 + wr0);
           const int x = static_cast<int>(s.b_row0 - epi.col0 + wc0);
 #pragma unroll
-          for (int piece = 0; piece < NT / 4; ++piece) {
-            t::tma_store_2d_hint(&map_c, x + piece * 32, y, staging + static_cast<std::uint32_t>(piece * 64 * 128),
-                                 t::l2_policy_evict_first());
-          }
+          for (int piece = 0; piece < NT / 4; ++piece)
+#pragma unroll
+            for (int rp = 0; rp < RP; ++rp) {
+              t::tma_store_2d_hint(&map_c, x + piece * 32, y + rp * PR,
+                                   staging + static_cast<std::uint32_t>((piece * RP + rp) * PR * 128),
+                                   t::l2_policy_evict_first());
+            }
           t::bulk_commit_group();
         }
       }

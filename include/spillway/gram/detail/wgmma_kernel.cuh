@@ -104,9 +104,10 @@ inline CUtensorMap make_bit_tensor_map(const std::uint32_t* base, std::int64_t r
 }
 
 /// Tensor map over an int32 output for the bulk-store epilogue: `rows` x `cols`, row pitch `ld`
-/// elements, box 32 columns x 64 rows, 128-byte swizzle (the staging layout). Nothing outside
-/// [0, cols) x [0, rows) is written.
-inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+/// elements, box 32 columns x `box_rows` rows, 128-byte swizzle (the staging layout). Nothing
+/// outside [0, cols) x [0, rows) is written.
+inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                         int box_rows = 64) {
   ::spillway::tile::tensor_map_spec spec;
   spec.data_type = ::spillway::tile::tensor_map_data_type<std::int32_t>();
   spec.elem_bytes = 4;
@@ -116,7 +117,7 @@ inline CUtensorMap make_count_tensor_map(std::int32_t* base, std::int64_t rows, 
   spec.dims[1] = rows;
   spec.pitch[0] = ld * 4;
   spec.box[0] = 32;
-  spec.box[1] = 64;
+  spec.box[1] = box_rows;
   spec.swz = ::spillway::tile::swizzle::b128;
   spec.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   spec.what = "gram wgmma: int32 count output";
