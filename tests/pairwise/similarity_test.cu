@@ -258,9 +258,9 @@ void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::in
   EXPECT_TRUE(rep.job.complete());
   EXPECT_EQ(last_done, rep.job.tasks_total);
   EXPECT_GE(calls, 2);
-  EXPECT_GE(hook.last_chunks, 19 * 2) << "chunks of doubling width";
-  if (cap_a > 0 && cap_a <= 2) EXPECT_GT(hook.last_recomputed_rows, 0u) << name << ": tiny buckets must overflow";
-  else EXPECT_EQ(hook.last_recomputed_rows, 0u) << name << ": no bucket should overflow on random rows";
+  EXPECT_GE(hook.last_chunks.load(), 19 * 2) << "chunks of doubling width";
+  if (cap_a > 0 && cap_a <= 2) EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << name << ": tiny buckets must overflow";
+  else EXPECT_EQ(hook.last_recomputed_rows.load(), 0u) << name << ": no bucket should overflow on random rows";
   check_topk(r, a, a, true, k, false, m, tf32, name);
 }
 
@@ -314,6 +314,23 @@ TEST(SimilarityGpu, FusedTopKExactTiesGoToTheSmallerColumns) {
     ASSERT_NEAR(r.value(i, 0), 1.0, eps_cos(d, false));
   }
   check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, "ties");
+
+  // A nonzero cosine_zero: row 2 (all zero) scores exactly 0.75 with every row, above any random
+  // pair, so it is the first neighbour of every row without a duplicate (the multiples of 3 have
+  // each other at 1, rows 4 and 5 each other), and its own list is the smallest columns.
+  g::similarity_options oz;
+  oz.cosine_zero = 0.75f;
+  const auto rz = g::similarity_topk(a, {k}, oz);
+  ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (i == 2 || i == 4 || i == 5 || i % 3 == 0) continue;
+    ASSERT_EQ(rz.index(i, 0), 2) << "row " << i;
+    ASSERT_EQ(rz.value(i, 0), 0.75f) << "row " << i;
+  }
+  for (int t = 0; t < k; ++t) {
+    ASSERT_EQ(rz.index(2, t), t < 2 ? t : t + 1) << "the zero row's list: ties to the smaller column";
+    ASSERT_EQ(rz.value(2, t), 0.75f);
+  }
 }
 
 TEST(SimilarityGpu, FusedTopKCancelFailAndRefuse) {

@@ -52,6 +52,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <chrono>
 #include <climits>
@@ -86,9 +87,10 @@ struct fused_topk_sizes {
 /// Test hook (detail): sizes for the next fused jobs of this process, and what the last one did.
 struct fused_topk_test_hook {
   fused_topk_sizes sizes{};
-  std::uint64_t last_recomputed_rows = 0;  ///< overflowed buckets recomputed on the CUDA cores
-  std::int64_t last_chunks = 0;
-  bool last_ran = false;                   ///< the last similarity_topk took the fused path
+  // Written by every job (atomics: jobs may run on several threads at once; then "last" is any).
+  std::atomic<std::uint64_t> last_recomputed_rows{0};  ///< overflowed buckets recomputed on the CUDA cores
+  std::atomic<std::int64_t> last_chunks{0};
+  std::atomic<bool> last_ran{false};                    ///< the last similarity_topk took the fused path
   /// With profile set, the next jobs time their phases with events (a sync per chunk's end):
   /// rows in + seeds, the chunks' GEMMs, their merges, the whole device part (milliseconds).
   bool profile = false;
