@@ -14,6 +14,8 @@
 #                                              pytest python/tests with SPILLWAY_REQUIRE_GPU=1 (a skip fails)
 #   scripts/gpu-check.sh python-bench           (GPU machine) the same build, then python/benchmarks/
 #                                              gram_topk_bench.py: Python vs C++ vs torch._int_mm top-32
+#   scripts/gpu-check.sh knn                    (GPU machine) spillway-knn, 10^6 x 768 bf16 top-32 cosine, three
+#                                              runs against the PyTorch blocked baseline on the same rows
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
 #                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
@@ -293,6 +295,27 @@ run_mpi_bench() {
   done
 }
 
+# Issue 11's all-pairs row: 10^6 x 768 bf16 rows, top-32 cosine, 8 GiB budget, spillway-knn three
+# times against the PyTorch blocked baseline (benchmarks/knn_torch_baseline.py) in the same call,
+# on the same rows (the script writes them; KNN_ROWS to shrink, KNN_FILE for where).
+run_knn() {
+  local rows=${KNN_ROWS:-1000000} f=${KNN_FILE:-/tmp/spillway_knn_emb.npy} log="$RESULTS/knn.log" r
+  if ! python3 benchmarks/knn_torch_baseline.py --rows "$rows" --dim 768 --k 32 --out "$f" >"$log" 2>&1; then
+    status=1
+    summary+=("knn: the PyTorch baseline failed (needs python3 with torch and a GPU): $(tail -1 "$log")")
+    return
+  fi
+  summary+=("$(printf '%-34s %s' "knn baseline (torch, same rows)" "$(grep -E '^torch' "$log" | cut -c1-90)")")
+  for r in 1 2 3; do
+    if ! timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway-knn" --input "$f" --bf16 --k 32 --budget 8GiB --check 4 >>"$log" 2>&1; then
+      status=1
+    fi
+  done
+  rm -f "$f"
+  while read -r line; do summary+=("$(printf '%-34s %s' "spillway-knn" "$(echo "$line" | cut -c1-90)")"); done < <(grep -E '^top-32' "$log")
+  grep -q 'all correct' "$log" || { status=1; summary+=("knn: a sampled row was wrong (see $log)"); }
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -318,13 +341,14 @@ case $mode in
   mpi) run_mpi ;;
   mpi-bench) run_mpi_bench ;;
   python-bench) run_python bench ;;
+  knn) run_knn ;;
   all)
     run_tests
     run_sanitizer
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|mpi|mpi-bench|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|mpi|mpi-bench|knn|all [...]" >&2
     exit 2
     ;;
 esac
