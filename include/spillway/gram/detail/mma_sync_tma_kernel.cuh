@@ -11,7 +11,9 @@
 // 45 per 192 BMMAs. Two warps per scheduler still cover the BMMAs' fixed 6-cycle issue stall
 // (one BMMA per 6.7 cycles per scheduler at the ceiling). 255 registers at 256 threads, 0 spills.
 // H200, 32,768 x 65,536, alternated with the 12-warp tile in one call: 4.08 / 3.89 / 4.11 against
-// 3.81 / 3.83 / 3.81 P bit-MAC/s (benchmarks/results/gram_ceiling.md).
+// 3.81 / 3.83 / 3.81 P bit-MAC/s (benchmarks/results/gram_ceiling.md). Fragment addresses fixed
+// per lane (bmma_tma_slice): pooled over three calls alternated with the previous loop, median
+// 4.10 against 4.04 P (14 runs each).
 //
 // Why the copy engine: an ncu profile of the same tile fed by cp.async (H200) showed 491
 // instructions per warp per k-slice, of which 128 BMMA and 32 ldmatrix; the copy loop and its
@@ -41,6 +43,7 @@
 #include <spillway/tile/barrier.cuh>
 #include <spillway/tile/cp_async.cuh>
 #include <spillway/tile/schedule.cuh>
+#include <spillway/tile/swizzle.cuh>
 
 #include <cuda.h>  // CUtensorMap only
 #include <cuda_runtime_api.h>
@@ -79,6 +82,42 @@ struct bmma_tma_config_t : bmma_config<WarpsM, 4, MT, 8, 4, true> {
 /// 64 x 32 pieces, measured 7% slower: see the file comment.)
 using bmma_tma_config = bmma_tma_config_t<2, 6>;
 
+/// One 1024-bit k-slice of the warp tile (as bmma_slice) from fragment addresses fixed per lane:
+/// `a_frag` / `b_frag` are the lane's ldmatrix addresses of k-step 0 in the slice's stage. Every row
+/// a lane reads is congruent mod 8 to its first (fragment rows step by 16), so the 128-byte swizzle
+/// of k-step ks is the XOR of ks << 5 into the chunk bits (4-6), which the stage base, the row
+/// offsets and the fragment steps (multiples of 1024, 128 and 2048 bytes) leave zero; the fragment
+/// steps are immediates. Why: bmma_slice recomputed the swizzled addresses every slice; here the
+/// slice costs 2 slot multiply-adds and 6 XORs, and the loop body's instructions other than BMMA
+/// and LDSM (release and refill paths included) fall from 92 to 77 per slice (SASS, nvcc 13.0).
+template <class Cfg>
+__device__ __forceinline__ void bmma_tma_slice(std::uint32_t a_frag, std::uint32_t b_frag,
+                                               std::int32_t (&acc)[Cfg::mt][Cfg::nt][4]) {
+  namespace t = ::spillway::tile;
+  constexpr int MT = Cfg::mt, NT = Cfg::nt;
+  constexpr std::uint32_t frag_step = 16u * t::swizzle128_row_bytes;  // 16 rows
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const std::uint32_t ka = a_frag ^ static_cast<std::uint32_t>(ks << 5);
+    const std::uint32_t kb = b_frag ^ static_cast<std::uint32_t>(ks << 5);
+    std::uint32_t af[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) t::ldmatrix_x4(af[mt], ka + static_cast<std::uint32_t>(mt) * frag_step);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      std::uint32_t bq[4];
+      t::ldmatrix_x4(bq, kb + static_cast<std::uint32_t>(np) * frag_step);
+      const std::uint32_t b_lo[2] = {bq[0], bq[1]};
+      const std::uint32_t b_hi[2] = {bq[2], bq[3]};
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        t::mma_m16n8k256_b1_and(acc[mt][2 * np], af[mt], b_lo);
+        t::mma_m16n8k256_b1_and(acc[mt][2 * np + 1], af[mt], b_hi);
+      }
+    }
+  }
+}
+
 /// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (box 32
 /// columns x 64 rows, 128-byte swizzle: make_count_tensor_map); each warp block wholly inside the
 /// output (and, upper-only, on or above the diagonal) is written by two tensor stores.
@@ -108,6 +147,12 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int wm = warp / Cfg::warps_n;
   const int wn = warp % Cfg::warps_n;
   const int num_k = static_cast<int>(ld_words / 32);
+  // The lane's ldmatrix addresses of k-step 0 in stage 0 (bmma_tma_slice; fragment layout as in
+  // bmma_slice: A rows (q & 1) * 8 + lr, chunk q >> 1; B rows (q >> 1) * 8 + lr, chunk q & 1).
+  const std::uint32_t a_frag0 =
+      smem0 + t::swizzle128(wm * MT * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), lane >> 4);
+  const std::uint32_t b_frag0 = smem0 + static_cast<std::uint32_t>(Cfg::a_bytes) +
+                                t::swizzle128(wn * NT * 8 + (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
 
   if (tid == 0) {
     t::prefetch_tensor_map(&map_a);
@@ -177,7 +222,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       const std::uint32_t n = n0 + static_cast<std::uint32_t>(kb);
       const std::uint32_t slot = n % S;
       t::mbar_wait(full0 + 8u * slot, (n / S) & 1u);
-      bmma_slice<Cfg>(smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes), wm, wn, lane, acc);
+      const std::uint32_t stage_off = slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
+      bmma_tma_slice<Cfg>(a_frag0 + stage_off, b_frag0 + stage_off, acc);
       // Every lane's ldmatrix of this slice has returned (its BMMAs consumed the registers). The
       // counter's acq_rel add orders this warp's reads before the copy the last warp issues.
       __syncwarp();
