@@ -616,7 +616,18 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   ma.aux = aux.data();
   ma.cosine_zero = cz;
   ma.recomputed = recomputed.data();
-  const auto merge = [&](const fused_merge_args<T>& m) {
+  // Local rows [0, rows) = global row0 + r, their buckets, and the global rows their pairs of the
+  // chunk are with (for a recomputation).
+  const auto merge = [&](std::int64_t rows_, std::int64_t row0_, unsigned* cnt, const entry* buck, std::int32_t cap,
+                         std::int64_t other0, std::int64_t other1) {
+    fused_merge_args<T> m = ma;
+    m.rows = rows_;
+    m.row0 = row0_;
+    m.cnt = cnt;
+    m.buck = buck;
+    m.cap = cap;
+    m.other0 = other0;
+    m.other1 = other1;
     const unsigned grid = pd::warp_grid((m.rows + m.rows_per_warp - 1) / m.rows_per_warp);
     switch (metric) {
       case similarity_metric::cosine:
@@ -686,24 +697,8 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
       mark();
       launch_wgmma(pr, s);
       mark();
-      fused_merge_args<T> mr = ma;  // the strip's rows
-      mr.rows = rn;
-      mr.row0 = r0;
-      mr.cnt = cnt_a.data();
-      mr.buck = buck_a.data();
-      mr.cap = L.cap_a;
-      mr.other0 = c0;
-      mr.other1 = c0 + w;
-      merge(mr);
-      fused_merge_args<T> mc = ma;  // the chunk's columns, as rows
-      mc.rows = w;
-      mc.row0 = c0;
-      mc.cnt = cnt_b.data();
-      mc.buck = buck_b.data();
-      mc.cap = L.cap_b;
-      mc.other0 = r0;
-      mc.other1 = r0 + rn;
-      merge(mc);
+      merge(rn, r0, cnt_a.data(), buck_a.data(), L.cap_a, c0, c0 + w);  // the strip's rows
+      merge(w, c0, cnt_b.data(), buck_b.data(), L.cap_b, r0, r0 + rn);   // the chunk's columns, as rows
       mark();
       seen += w;
       c0 += w;
