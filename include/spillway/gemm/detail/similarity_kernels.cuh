@@ -65,6 +65,25 @@ void row_aux_async(const T* rows, std::int64_t n, std::int64_t d, std::int64_t l
   SPILLWAY_CHECK_LAUNCH();
 }
 
+/// The score of inner product `v` of two rows whose per-row values are ia and ib (see
+/// row_aux_kernel). One definition for every place that scores: the GEMM epilogue below and the
+/// fused top-k's filter and recomputation, so all of them give the same value for a pair.
+template <class V>
+SPILLWAY_MAP_HD V similarity_score(similarity_metric m, V v, float ia, float ib, float cosine_zero) {
+  if (m == similarity_metric::cosine) {
+    return (ia == 0.0f || ib == 0.0f) ? static_cast<V>(cosine_zero) : v * ia * ib;
+  }
+  if (m == similarity_metric::euclidean) {
+    const V d2 = static_cast<V>(ia) + static_cast<V>(ib) - V(2) * v;
+    if constexpr (std::is_same_v<V, float>) {
+      return d2 > 0.0f ? sqrtf(d2) : 0.0f;
+    } else {
+      return d2 > V(0) ? static_cast<V>(sqrt(static_cast<double>(d2))) : V(0);
+    }
+  }
+  return v;
+}
+
 /// The GEMM epilogue of a panel pair: `v` is the inner product of A's row `r` and B's row `c`
 /// (positions in the panel's C), `aux_a` / `aux_b` point at the panel's first rows' values.
 struct similarity_epilogue {
@@ -74,19 +93,9 @@ struct similarity_epilogue {
   float cosine_zero = 0.0f;
   template <class V>
   SPILLWAY_MAP_HD V operator()(V v, index_t r, index_t c) const {
-    if (m == similarity_metric::cosine) {
-      const float ia = aux_a[r], ib = aux_b[c];
-      return (ia == 0.0f || ib == 0.0f) ? static_cast<V>(cosine_zero) : v * ia * ib;
-    }
-    if (m == similarity_metric::euclidean) {
-      const V d2 = static_cast<V>(aux_a[r]) + static_cast<V>(aux_b[c]) - V(2) * v;
-      if constexpr (std::is_same_v<V, float>) {
-        return d2 > 0.0f ? sqrtf(d2) : 0.0f;
-      } else {
-        return d2 > V(0) ? static_cast<V>(sqrt(static_cast<double>(d2))) : V(0);
-      }
-    }
-    return v;
+    // Inner products never read the per-row values.
+    if (m == similarity_metric::inner_product) return v;
+    return similarity_score(m, v, aux_a[r], aux_b[c], cosine_zero);
   }
 };
 

@@ -103,15 +103,7 @@ inline fused_topk_test_hook& fused_topk_hook() {
 
 template <similarity_metric M>
 __device__ __forceinline__ float fused_score(float acc, float ia, float ib, float cosine_zero) {
-  // The same arithmetic, in the same order, as similarity_epilogue.
-  if constexpr (M == similarity_metric::cosine) {
-    return (ia == 0.0f || ib == 0.0f) ? cosine_zero : acc * ia * ib;
-  } else if constexpr (M == similarity_metric::euclidean) {
-    const float d2 = ia + ib - 2.0f * acc;
-    return d2 > 0.0f ? sqrtf(d2) : 0.0f;
-  } else {
-    return acc;
-  }
+  return similarity_score(M, acc, ia, ib, cosine_zero);  // M is a constant: the branches fold away
 }
 
 __device__ __forceinline__ void fused_append(unsigned* cnt, pairwise::detail::topk_entry<float>* buck, std::int32_t cap,
