@@ -6,6 +6,8 @@
 // must agree byte for byte, and whatever is read must survive write_npy -> read_npy unchanged.
 #include <spillway/io/npy.hpp>
 
+#include <cuda_fp16.h>  // write_back<__half> needs the complete type
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +53,7 @@ void round_trip(const spillway::io::npy_array& a) {
     case npy_dtype::u2: write_back<std::uint16_t>(a); break;
     case npy_dtype::i4: write_back<std::int32_t>(a); break;
     case npy_dtype::i8: write_back<std::int64_t>(a); break;
+    case npy_dtype::f2: write_back<__half>(a); break;
     case npy_dtype::f4: write_back<float>(a); break;
     case npy_dtype::f8: write_back<double>(a); break;
     case npy_dtype::c8: write_back<std::complex<float>>(a); break;

@@ -5,8 +5,11 @@
 
 #include <support/gpu_test.hpp>
 
+#include <cuda_fp16.h>
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +28,9 @@ std::string tmp_path(const std::string& name) {
   const char* d = std::getenv("TMPDIR");
   return std::string(d != nullptr ? d : "/tmp") + "/spillway_npy_" + std::to_string(::getpid()) + "_" + name;
 }
+
+// __half compares by value (+0 == -0, NaN != NaN); the file must keep the exact bits.
+unsigned half_bits(const __half& h) { return static_cast<__half_raw>(h).x; }
 
 template <class T>
 void round_trip(const std::vector<std::int64_t>& shape, std::uint64_t seed) {
@@ -154,6 +160,62 @@ TEST(Npy, RejectsUnsupportedWithClearErrors) {
   EXPECT_THROW((void)a.data<float>(), spillway::logic_error);
 }
 
+TEST(NpyHalf, Float16RoundTripsBitExactAndReadsHandMadeFiles) {
+  // Every one of the 65,536 bit patterns (NaNs, infinities, -0, subnormals included) survives
+  // write -> read unchanged: the reader and writer move bytes, they never convert.
+  std::vector<__half> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    __half_raw r;
+    r.x = static_cast<unsigned short>(i);
+    all[i] = r;
+  }
+  const std::string p = tmp_path("f2.npy");
+  write_npy(p, all, {256, 256});
+  const npy_array a = read_npy(p);
+  EXPECT_EQ(a.header.dtype, npy_dtype::f2);
+  EXPECT_EQ(npy_itemsize(a.header.dtype), 2u);
+  EXPECT_EQ(a.header.shape, (std::vector<std::int64_t>{256, 256}));
+  ASSERT_EQ(a.bytes.size(), 2u * 65536u);
+  for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(half_bits(a.data<__half>()[i]), i) << "pattern " << i;
+  // The mapping agrees, and float16 is not uint16 (nor the reverse).
+  {
+    const npy_mapping m = map_npy(p);
+    EXPECT_EQ(half_bits(m.data<__half>()[12345]), 12345u);
+    EXPECT_THROW((void)m.data<std::uint16_t>(), spillway::logic_error);
+  }
+  EXPECT_THROW((void)a.data<std::uint16_t>(), spillway::logic_error);
+  // Scalars and empty shapes, as for the other dtypes.
+  for (const auto& shape : std::vector<std::vector<std::int64_t>>{{}, {0}, {0, 9}, {7}}) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    write_npy(p, all.data() + 1000, shape);
+    const npy_array s = read_npy(p);
+    EXPECT_EQ(s.header.shape, shape);
+    ASSERT_EQ(s.header.count(), n);
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(half_bits(s.data<__half>()[i]), 1000u + static_cast<unsigned>(i));
+  }
+  std::remove(p.c_str());
+  EXPECT_NE(make_npy_header(npy_dtype::f2, {4}).find("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }"),
+            std::string::npos);
+  const npy_array u =
+      read_string(raw_file(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", std::string(2, '\0')));
+  EXPECT_THROW((void)u.data<__half>(), spillway::logic_error);
+
+  // Hand-made: values from random floats rounded by __float2half_rn, Fortran order (2, 3).
+  std::mt19937_64 g(spillway::test::seed("NpyHalf"));
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  __half c_order[6];
+  for (auto& h : c_order) h = __float2half_rn(dist(g));
+  std::string fbytes;
+  for (int j = 0; j < 3; ++j)
+    for (int i = 0; i < 2; ++i) fbytes.append(reinterpret_cast<const char*>(&c_order[i * 3 + j]), 2);
+  const npy_array f = read_string(raw_file(2, "{'descr': '<f2', 'fortran_order': True, 'shape': (2, 3), }", fbytes));
+  EXPECT_TRUE(f.header.fortran_order);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(half_bits(f.data<__half>()[i]), half_bits(c_order[i])) << i;
+  // Big-endian float16 is refused like every big-endian type.
+  expect_rejects(raw_file(1, "{'descr': '>f2', 'fortran_order': False, 'shape': (1,), }", std::string(2, '\0')), ">f2");
+}
+
 // ---- NumPy interop (runs when SPILLWAY_PYTHON names a python3 that can import numpy) -------------
 
 std::string python() {
@@ -178,6 +240,7 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
          "np.save(d + '_fortran.npy', np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4)))\n"
          "np.save(d + '_c8.npy', (np.arange(6) + 1j * (np.arange(6) - 2.5)).astype(np.complex64).reshape(2, 3))\n"
          "np.save(d + '_c16.npy', np.array([1 / 3 - 1j / 7, -2.0 + 0.5j]))\n"
+         "np.save(d + '_f2.npy', np.array([[1 / 3, -2.5, 65504], [6e-8, -0.0, np.inf]], np.float16))\n"
          "np.savetxt(d + '_u1.txt', np.load(d + '_u1.npy').reshape(-1), fmt='%d')\n";
   }
   ASSERT_EQ(std::system((py + " " + script + " " + dir).c_str()), 0);
@@ -207,6 +270,12 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   const npy_array c16 = read_npy(dir + "_c16.npy");
   EXPECT_EQ(c16.data<std::complex<double>>()[0], std::complex<double>(1.0 / 3, -1.0 / 7));
   EXPECT_EQ(c16.data<std::complex<double>>()[1], std::complex<double>(-2.0, 0.5));
+  // float16: NumPy rounds to nearest even, as __float2half_rn does, so the bits must match.
+  const npy_array f2 = read_npy(dir + "_f2.npy");
+  ASSERT_EQ(f2.header.dtype, npy_dtype::f2);
+  ASSERT_EQ(f2.header.shape, (std::vector<std::int64_t>{2, 3}));
+  const float f2_want[6] = {1.0f / 3.0f, -2.5f, 65504.0f, 6e-8f, -0.0f, INFINITY};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(half_bits(f2.data<__half>()[i]), half_bits(__float2half_rn(f2_want[i]))) << i;
 
   // Ours → NumPy.
   std::vector<std::int64_t> idx = {0, -1, 1LL << 40, 7};
@@ -219,6 +288,8 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   write_npy(dir + "_o_c8.npy", cf, {2});
   std::vector<std::complex<double>> cd = {{1.0 / 3, 2.0 / 3}};
   write_npy(dir + "_o_c16.npy", cd, {1, 1});
+  std::vector<__half> hf = {__float2half_rn(0.5f), __float2half_rn(-1e-3f), __float2half_rn(1024.0f)};
+  write_npy(dir + "_o_f2.npy", hf, {3});
   const std::string check = dir + "_r.py";
   {
     std::ofstream s(check);
@@ -231,11 +302,13 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
          "c = np.load(d + '_o_u2.npy'); assert c.dtype == np.uint16 and c.shape == (3, 1) and c[1, 0] == 65535\n"
          "e = np.load(d + '_o_c8.npy'); assert e.dtype == np.complex64 and (e == np.array([1.5 - 2j, 1e-3j], np.complex64)).all(), e\n"
          "f = np.load(d + '_o_c16.npy'); assert f.dtype == np.complex128 and f.shape == (1, 1) and f[0, 0] == 1 / 3 + 2j / 3, f\n"
+         "h = np.load(d + '_o_f2.npy'); assert h.dtype == np.float16 and h.shape == (3,), h\n"
+         "assert (h == np.array([0.5, -1e-3, 1024], np.float16)).all(), h\n"
          "print('numpy read spillway output: ok')\n";
   }
   EXPECT_EQ(std::system((py + " " + check + " " + dir).c_str()), 0);
-  for (const char* suf : {"_u1.npy", "_b1.npy", "_f8.npy", "_i4.npy", "_fortran.npy", "_c8.npy", "_c16.npy", "_u1.txt",
-                          "_o_i8.npy", "_o_f4.npy", "_o_u2.npy", "_o_c8.npy", "_o_c16.npy"}) {
+  for (const char* suf : {"_u1.npy", "_b1.npy", "_f8.npy", "_i4.npy", "_fortran.npy", "_c8.npy", "_c16.npy", "_f2.npy",
+                          "_u1.txt", "_o_i8.npy", "_o_f4.npy", "_o_u2.npy", "_o_c8.npy", "_o_c16.npy", "_o_f2.npy"}) {
     std::remove((dir + suf).c_str());
   }
   std::remove(script.c_str());

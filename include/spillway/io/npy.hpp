@@ -1,11 +1,11 @@
 // spillway/io/npy.hpp — reading and writing NumPy .npy files (host only, no NumPy needed).
 //
 // Supported: arrays of uint8 ('|u1'), bool ('|b1'), int8 ('|i1'), uint16 ('<u2'), int32 ('<i4'),
-// int64 ('<i8'), float32 ('<f4'), float64 ('<f8'), complex64 ('<c8': std::complex<float> or
-// cuda::std::complex<float>) and complex128 ('<c16'); header versions 1.0, 2.0 and 3.0. C order is
-// read as is; a Fortran-order file (np.asfortranarray, MATLAB exports) is read and transposed into
-// C order by read_npy. Anything else (big-endian data, object arrays, structured dtypes) is a
-// spillway::logic_error that says what was found.
+// int64 ('<i8'), float16 ('<f2': __half), float32 ('<f4'), float64 ('<f8'), complex64 ('<c8':
+// std::complex<float> or cuda::std::complex<float>) and complex128 ('<c16'); header versions 1.0,
+// 2.0 and 3.0. C order is read as is; a Fortran-order file (np.asfortranarray, MATLAB exports) is
+// read and transposed into C order by read_npy. Anything else (big-endian data, object arrays,
+// structured dtypes) is a spillway::logic_error that says what was found.
 #pragma once
 
 #include <spillway/core/error.hpp>
@@ -28,10 +28,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// Declared as cuda_fp16.h declares it: __half names the float16 dtype even where CUDA's half
+// header is absent (CCCL's complex brings it in unless CCCL_DISABLE_FP16_SUPPORT), since reading a
+// '<f2' file does no arithmetic on the elements. Writing __half values needs the complete type.
+struct __half;
+
 namespace spillway::io {
 
 /// The element types a .npy file may hold here.
-enum class npy_dtype { u1, b1, i1, u2, i4, i8, f4, f8, c8, c16 };
+enum class npy_dtype { u1, b1, i1, u2, i4, i8, f2, f4, f8, c8, c16 };
 
 /// NumPy's descr string for a dtype ("|u1", "<f4", ...).
 inline const char* npy_descr(npy_dtype t) noexcept {
@@ -42,6 +47,7 @@ inline const char* npy_descr(npy_dtype t) noexcept {
     case npy_dtype::u2: return "<u2";
     case npy_dtype::i4: return "<i4";
     case npy_dtype::i8: return "<i8";
+    case npy_dtype::f2: return "<f2";
     case npy_dtype::f4: return "<f4";
     case npy_dtype::f8: return "<f8";
     case npy_dtype::c8: return "<c8";
@@ -56,7 +62,8 @@ inline std::size_t npy_itemsize(npy_dtype t) noexcept {
     case npy_dtype::u1:
     case npy_dtype::b1:
     case npy_dtype::i1: return 1;
-    case npy_dtype::u2: return 2;
+    case npy_dtype::u2:
+    case npy_dtype::f2: return 2;
     case npy_dtype::i4:
     case npy_dtype::f4: return 4;
     case npy_dtype::i8:
@@ -76,6 +83,7 @@ constexpr npy_dtype npy_dtype_of() {
   else if constexpr (std::is_same_v<T, std::uint16_t>) return npy_dtype::u2;
   else if constexpr (std::is_same_v<T, std::int32_t>) return npy_dtype::i4;
   else if constexpr (std::is_same_v<T, std::int64_t>) return npy_dtype::i8;
+  else if constexpr (std::is_same_v<T, ::__half>) return npy_dtype::f2;
   else if constexpr (std::is_same_v<T, float>) return npy_dtype::f4;
   else if constexpr (std::is_same_v<T, std::complex<float>> || std::is_same_v<T, cuda::std::complex<float>>)
     return npy_dtype::c8;
@@ -172,13 +180,14 @@ inline npy_header parse_npy_dict(const std::string& h, const std::string& path) 
     else if (d == "<u2") r.dtype = npy_dtype::u2;
     else if (d == "<i4") r.dtype = npy_dtype::i4;
     else if (d == "<i8") r.dtype = npy_dtype::i8;
+    else if (d == "<f2") r.dtype = npy_dtype::f2;
     else if (d == "<f4") r.dtype = npy_dtype::f4;
     else if (d == "<f8") r.dtype = npy_dtype::f8;
     else if (d == "<c8") r.dtype = npy_dtype::c8;
     else if (d == "<c16") r.dtype = npy_dtype::c16;
     else {
       throw logic_error(npy_where(path) + ": unsupported dtype '" + d +
-                        "' (supported: |u1 |b1 |i1 <u2 <i4 <i8 <f4 <f8 <c8 <c16; big-endian data is not)");
+                        "' (supported: |u1 |b1 |i1 <u2 <i4 <i8 <f2 <f4 <f8 <c8 <c16; big-endian data is not)");
     }
   }
   // fortran_order
