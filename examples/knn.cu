@@ -22,7 +22,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +40,7 @@ struct args {
   std::int64_t check = 16;
   bool tf32 = false;
   bool host = false;
+  bool profile = false;
   std::int64_t max_panel_rows = 0;
   std::uint64_t seed = 42;
 };
@@ -63,6 +63,9 @@ void print_usage(std::FILE* f) {
       "  --check S              rows sampled for the host check (default 16; 0: none)\n"
       "  --seed S               random rows and the sample (default 42)\n"
       "  --host                 run on the host implementation\n"
+      "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
+      "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
+      "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
       "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and PREFIX.scores.npy (float32 n x k)\n"
       "  -h, --help             this text\n\n"
       "example:\n"
@@ -101,6 +104,7 @@ args parse(int argc, char** argv) {
     else if (k == "--check") a.check = std::atoll(val().c_str());
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--host") a.host = true;
+    else if (k == "--profile") a.profile = true;
     else if (k == "--help" || k == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -128,26 +132,13 @@ struct rows_t {
 rows_t load(const args& a) {
   rows_t r;
   if (!a.input.empty()) {
-    std::ifstream in(a.input, std::ios::binary);
-    if (!in) usage(("cannot open " + a.input).c_str());
-    std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // float16 has the same 2-byte layout as uint16: the reader, which knows no '<f2', reads it as
-    // '<u2' (the descr is patched in the header only) and the bits are taken as half.
-    bool half = false;
-    const std::size_t head = std::min<std::size_t>(file.size(), 256);
-    for (std::size_t i = 0; i + 4 < head; ++i) {
-      if (std::memcmp(&file[i], "'<f2'", 5) == 0) {
-        file[i + 2] = 'u';
-        half = true;
-        break;
-      }
-    }
-    spillway::io::npy_array arr = spillway::io::read_npy_bytes(file.data(), file.size(), a.input);
+    if (!std::ifstream(a.input, std::ios::binary)) usage(("cannot open " + a.input).c_str());
+    spillway::io::npy_array arr = spillway::io::read_npy(a.input);
     if (arr.header.shape.size() != 2) usage("--input must be a 2-D array (rows x dim)");
     r.n = arr.header.shape[0];
     r.d = arr.header.shape[1];
     if (arr.header.dtype == spillway::io::npy_dtype::f4) r.type = rows_t::kind::f32;
-    else if (arr.header.dtype == spillway::io::npy_dtype::u2 && half) r.type = rows_t::kind::f16;
+    else if (arr.header.dtype == spillway::io::npy_dtype::f2) r.type = rows_t::kind::f16;
     else if (arr.header.dtype == spillway::io::npy_dtype::u2 && a.bf16) r.type = rows_t::kind::bf16;
     else if (arr.header.dtype == spillway::io::npy_dtype::u2) usage("a uint16 --input needs --bf16 (bf16 bit patterns)");
     else usage("--input must hold float32, float16, or bf16 as uint16");
@@ -195,6 +186,9 @@ int run(const args& a, const rows_t& r) {
   if (!a.host && spillway::device_count() > 0) {
     pin = spillway::host_registration(const_cast<unsigned char*>(r.bytes.data()), r.bytes.size());
   }
+  // The fused top-k times its phases only when asked (events on its stream, read after the job).
+  auto& hook = g::detail::fused_topk_hook();
+  hook.profile = a.profile;
   const auto t0 = std::chrono::steady_clock::now();
   const g::topk_result<float> nn = a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -207,6 +201,18 @@ int run(const args& a, const rows_t& r) {
                 rep.job.devices.size());
   }
   std::printf("\n");
+  if (a.profile) {
+    if (!a.host && hook.last_ran) {
+      std::printf("profile (fused top-k): rows in + seeds %.1f ms, GEMMs with the sink %.1f ms, merges %.1f ms, "
+                  "device part %.1f ms; %lld chunks, %llu rows recomputed on the CUDA cores\n",
+                  static_cast<double>(hook.seed_ms), static_cast<double>(hook.gemm_ms), static_cast<double>(hook.merge_ms),
+                  static_cast<double>(hook.device_ms), static_cast<long long>(hook.last_chunks.load()),
+                  static_cast<unsigned long long>(hook.last_recomputed_rows.load()));
+    } else {
+      std::printf("profile: none (the job did not take the fused top-k, which needs bf16 / float16 / --tf32 rows, "
+                  "a Hopper GPU and a budget that holds the rows)\n");
+    }
+  }
 
   if (!a.output.empty()) {
     spillway::io::write_npy(a.output + ".indices.npy", nn.indices, {r.n, a.k});
