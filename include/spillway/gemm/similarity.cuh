@@ -201,9 +201,11 @@ std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int devic
 
 /// A job over A·Aᵀ (b null) or A·Bᵀ into `sink`: rows in host memory stream through the scheduler;
 /// rows in device memory (both operands on one device) are used in place on that device.
+/// `a_device`: device_of(a.data) when the caller has already looked it up (a pointer query each).
 template <class T>
 similarity_job<T> make_job(const matrix_view<const T>& a, const matrix_view<const T>* b, const similarity_options& opt,
-                           ::spillway::pairwise::sink_kind sink, const char* who) {
+                           ::spillway::pairwise::sink_kind sink, const char* who,
+                           std::optional<int> a_device = std::nullopt) {
   similarity_job<T> job;
   auto& p = job.prod;
   p.a = a;
@@ -214,7 +216,7 @@ similarity_job<T> make_job(const matrix_view<const T>& a, const matrix_view<cons
   p.go = opt.gemm;
   constexpr index_t align = static_cast<index_t>(16 / sizeof(T));
   p.ldd = (std::max<index_t>(a.cols, 1) + align - 1) / align * align;
-  const int dev_a = device_of(a.data);
+  const int dev_a = a_device ? *a_device : device_of(a.data);
   const int dev_b = b != nullptr ? device_of(b->data) : dev_a;
   if (dev_a != dev_b) {
     throw logic_error(std::string(who) + ": A is in " + (dev_a < 0 ? "host memory" : "device " + std::to_string(dev_a) + "'s memory") +
@@ -328,9 +330,10 @@ topk_result<float> similarity_topk(matrix_view<T> a_, const topk_options& k, con
     return host_similarity_topk(a, k, opt.metric, opt.cosine_zero);
   }
   // bf16 / half / TF32 rows on a Hopper GPU: the fused job, which never writes the scores.
-  if (auto fused = detail::fused_similarity_topk(a, k, opt, detail::device_of(a.data), who)) return std::move(*fused);
+  const int rows_device = detail::device_of(a.data);
+  if (auto fused = detail::fused_similarity_topk(a, k, opt, rows_device, who)) return std::move(*fused);
   auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
-                              ::spillway::pairwise::sink_kind::topk, who);
+                              ::spillway::pairwise::sink_kind::topk, who, rows_device);
   job.topk = k;
   ::spillway::pairwise::detail::run_pair_job(job);
   return ::spillway::pairwise::detail::collect_topk(job);
