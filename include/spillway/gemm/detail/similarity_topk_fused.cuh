@@ -91,8 +91,9 @@ struct fused_topk_test_hook {
   std::atomic<std::uint64_t> last_recomputed_rows{0};  ///< overflowed buckets recomputed on the CUDA cores
   std::atomic<std::int64_t> last_chunks{0};
   std::atomic<bool> last_ran{false};                    ///< the last similarity_topk took the fused path
-  /// With profile set, the next jobs time their phases with events (a sync per chunk's end):
-  /// rows in + seeds, the chunks' GEMMs, their merges, the whole device part (milliseconds).
+  /// With profile set, the next jobs time their phases with events (three per chunk, read after
+  /// the job's one final synchronize): rows in + seeds, the chunks' GEMMs, their merges, the
+  /// whole device part (milliseconds). `spillway-knn --profile` prints them.
   bool profile = false;
   float seed_ms = 0, gemm_ms = 0, merge_ms = 0, device_ms = 0;
 };
