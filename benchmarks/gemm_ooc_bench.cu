@@ -12,18 +12,27 @@
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
 //   gemm_ooc/{tf32,bf16}/out_of_core_narrow  the same job with single-panel C blocks always
-//                                        (ooc_options::c_min_line_bytes = 1), the plan before the
-//                                        wide blocks; the default rows let the plan weigh C blocks
-//                                        with 64 KiB lines (see docs/gemm.md, "Out of core")
+//                                        (ooc_options::c_min_line_bytes = 1) copied out by 2-D DMA,
+//                                        the plan before the wide and the staged blocks; the default
+//                                        rows let the plan weigh C blocks with 64 KiB lines and
+//                                        staged copies out (see docs/gemm.md, "Out of core")
 //   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
 //                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
 //                                        alone and beside bf16 GEMMs: GB/s per shape (w2048_gemm
 //                                        becomes the short-line rate the later rows' plans use),
 //                                        and the GEMMs' time alone and beside each shape
-//   gemm_ooc/bf16/out_of_core_slots8     the same job with 8 blocks in flight
-//   gemm_ooc/bf16/out_of_core_staged     C blocks copied out whole into pinned buffers and then
-//                                        into C by the host (ooc_copy_out::staged) instead of by
-//                                        2-D DMA straight into C
+//   gemm_ooc/scatter                     host threads (1, 2, 4, 8, 15; memcpy or non-temporal
+//                                        stores) copying whole 2048² float blocks into a 32768-float
+//                                        pitch, alone and beside 1-D DMA both ways; and the job's
+//                                        pattern (out 1-D, then into C): GB/s (staged_t12_h2d becomes
+//                                        copy_rates::scatter of the later rows' plans)
+//   gemm_ooc/{bf16,tf32}/out_of_core_direct  C blocks out by 2-D DMA straight into C (the default
+//                                        rows choose by the plan's bound: ooc_copy_out::automatic)
+//   gemm_ooc/{bf16,tf32}/out_of_core_staged_slotsS[_tN]
+//                                        C blocks copied out whole into pinned buffers, then into C
+//                                        by N host threads in a host function of the block's stream
+//                                        (ooc_copy_out::staged; default 12 threads, non-temporal
+//                                        stores), S blocks in flight
 //
 // Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
 // vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
@@ -375,6 +384,130 @@ void bm_copy_lines(benchmark::State& state) {
   }
 }
 
+// ---- staged C blocks: host threads copying them into C, alone and beside the DMA --------------
+
+/// What ooc_copy_out::staged asks of the host: 2048 x 2048-float blocks, whole in a pinned buffer,
+/// copied into a pinned host matrix of 32768-float pitch (8 KiB lines) by N threads of the
+/// pipeline's pool, with plain memcpy or non-temporal stores; 512 MiB (32 blocks) per measurement,
+/// alone and while 3 GiB go host→device and 3 GiB device→host (1-D) on two streams, as in the job.
+/// Counters: `tN` / `tN_nt` GB/s alone, `tN_dma` / `tN_nt_dma` beside the DMA, and `dma_tN_nt`
+/// the two copies' combined GB/s while the host copied (does the host copy slow the link?),
+/// `dma_alone` without it. `staged_tN_h2d`: the job's pattern (each block 1-D out into one of 8
+/// pinned buffers, then into C by N threads with non-temporal stores, beside a host→device
+/// stream; `h2d_staged_tN` that stream's GB/s), GB/s of C; the rows below price staged blocks at
+/// staged_t12_h2d (copy_rates::scatter; 12 threads: ooc_scatter_threads).
+void bm_scatter(benchmark::State& state) {
+  if (spillway::bench::skip_without_gpu(state)) return;
+  try {
+    const std::size_t side = 2048, line = side * sizeof(float), pitch = 32768 * sizeof(float);
+    const std::size_t block = side * line, nblocks = 32, span = std::size_t{512} << 20;
+    spillway::pinned_buffer<unsigned char> src(nblocks * block), dst(side * pitch * 2);
+    std::memset(src.data(), 1, src.size());
+    std::memset(dst.data(), 0, dst.size());
+    const std::size_t dma = std::size_t{1} << 30;
+    spillway::pinned_buffer<unsigned char> h1(dma), h2(dma);
+    std::memset(h1.data(), 1, dma);
+    std::memset(h2.data(), 0, dma);
+    spillway::stream su, sd;
+    spillway::device_buffer<unsigned char> d1(dma, su.view()), d2(dma, su.view());
+    su.synchronize();
+    auto scatter = [&](std::size_t threads, bool nt) {
+      for (std::size_t bi = 0; bi < nblocks; ++bi) {
+        // 16 blocks side by side make a 2048-row band of the destination (256 MiB); two bands.
+        unsigned char* d = dst.data() + ((bi / 16) % 2) * side * pitch + (bi % 16) * line;
+        g::detail::ooc_copy_lines(d, pitch, src.data() + bi * block, line, line, side, threads, nt,
+                                  std::size_t{512} << 10);
+      }
+    };
+    const int reps = 3;
+    auto start_dma = [&](spillway::event& e0, spillway::event& e1, spillway::event& e2, bool out = true) {
+      e0.record(su.view());
+      sd.view().wait(e0);
+      for (int r = 0; r < reps; ++r) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(d1.data(), h1.data(), dma, cudaMemcpyHostToDevice, su.value()));
+        if (out)
+          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h2.data(), d2.data(), dma, cudaMemcpyDeviceToHost, sd.value()));
+      }
+      e1.record(su.view());
+      e2.record(sd.view());
+    };
+    auto dma_gbs = [&](spillway::event& e0, spillway::event& e1, spillway::event& e2, bool out = true) {
+      su.synchronize();
+      sd.synchronize();
+      float a = 0, b = 0;
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&a, e0.value(), e1.value()));
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&b, e0.value(), e2.value()));
+      return (out ? 2.0 : 1.0) * reps * static_cast<double>(dma) / (std::max(a, b) * 1e-3) / 1e9;
+    };
+    const std::size_t threads[] = {1, 2, 4, 8, 15};
+    std::map<std::string, std::vector<double>> rate;
+    for (auto _ : state) {
+      double total = 0;
+      {
+        spillway::event e0(spillway::event::timing::enabled), e1(spillway::event::timing::enabled),
+            e2(spillway::event::timing::enabled);
+        start_dma(e0, e1, e2);
+        rate["dma_alone"].push_back(dma_gbs(e0, e1, e2));
+      }
+      for (const std::size_t t : threads) {
+        for (const bool nt : {false, true}) {
+          for (const bool beside : {false, true}) {
+            spillway::event e0(spillway::event::timing::enabled), e1(spillway::event::timing::enabled),
+                e2(spillway::event::timing::enabled);
+            if (beside) {
+              start_dma(e0, e1, e2);
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            scatter(t, nt);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            total += sec;
+            const std::string name = "t" + std::to_string(t) + (nt ? "_nt" : "");
+            rate[name + (beside ? "_dma" : "")].push_back(static_cast<double>(span) / sec / 1e9);
+            if (beside) rate["dma_" + name].push_back(dma_gbs(e0, e1, e2));
+          }
+        }
+      }
+      // The job's own pattern: each block 1-D out of the device into one of 8 pinned buffers, then
+      // into C by the threads as soon as it has landed (while the DMA writes the next ones), beside
+      // a host→device stream only (a second device→host stream would take the copies out's
+      // engine): the rate at which staged C blocks reach C.
+      for (const std::size_t t : {std::size_t{8}, std::size_t{12}, std::size_t{15}}) {
+        spillway::event e0(spillway::event::timing::enabled), e1(spillway::event::timing::enabled),
+            e2(spillway::event::timing::enabled);
+        start_dma(e0, e1, e2, false);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const std::size_t ring = 8, count = 64;  // 1 GiB out of d2, 16 MiB a block
+        spillway::stream so;
+        std::vector<spillway::event> landed(ring);
+        auto out = [&](std::size_t bi) {
+          SPILLWAY_CUDA_TRY(cudaMemcpyAsync(src.data() + (bi % ring) * block, d2.data() + bi * block, block,
+                                            cudaMemcpyDeviceToHost, so.value()));
+          landed[bi % ring].record(so.view());
+        };
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::size_t bi = 0; bi < ring; ++bi) out(bi);
+        for (std::size_t bi = 0; bi < count; ++bi) {
+          landed[bi % ring].synchronize();
+          unsigned char* d = dst.data() + ((bi / 16) % 2) * side * pitch + (bi % 16) * line;
+          g::detail::ooc_copy_lines(d, pitch, src.data() + (bi % ring) * block, line, line, side, t, true,
+                                    std::size_t{512} << 10);
+          if (bi + ring < count) out(bi + ring);
+        }
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        total += sec;
+        rate["staged_t" + std::to_string(t) + "_h2d"].push_back(static_cast<double>(count * block) / sec / 1e9);
+        rate["h2d_staged_t" + std::to_string(t)].push_back(dma_gbs(e0, e1, e2, false));
+      }
+      state.SetIterationTime(total);
+    }
+    for (const auto& [k, v] : rate) state.counters[k] = median(v);
+    measured_rates().scatter = median(rate["staged_t12_h2d"]) * 1e9;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // ---- cublasXt ----------------------------------------------------------------------------------
 
 void bm_cublasxt(benchmark::State& state) {
@@ -518,9 +651,20 @@ void report_trace(benchmark::State& state, const g::ooc_trace& tr, const g::ooc_
   std::fclose(f);
 }
 
+/// One out-of-core row's options beyond the defaults (0 / false: the default) and its name.
+struct variant {
+  std::string name = "out_of_core";
+  std::size_t slots = 0;
+  bool staged = false;
+  std::size_t line = g_line;
+  std::size_t threads = 0;  // ooc_options::scatter_threads
+  bool plain_copy = false;  // scatter_streaming = false
+  bool direct = false;      // c_out = direct (2-D DMA straight into C)
+};
+
 template <class T>
 void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
-                 std::size_t slots = 0, bool staged = false, std::size_t line = g_line) {
+                 const variant& v) {
   host_set& h = host();
   const index_t n = g_n;
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
@@ -528,9 +672,12 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   oo.budget = spillway::memory_budget(g_budget);
   oo.devices = devices;
   oo.rates = measured_rates();
-  if (slots > 0) oo.slots_per_device = slots;
-  if (staged) oo.c_out = g::ooc_copy_out::staged;
-  oo.c_min_line_bytes = line;
+  if (v.slots > 0) oo.slots_per_device = v.slots;
+  if (v.staged) oo.c_out = g::ooc_copy_out::staged;
+  if (v.direct) oo.c_out = g::ooc_copy_out::direct;
+  oo.c_min_line_bytes = v.line;
+  if (v.threads > 0) oo.scatter_threads = v.threads;
+  if (v.plain_copy) oo.scatter_streaming = false;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
@@ -554,14 +701,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     state.SetIterationTime(secs.back());
   }
   const double med = median(secs);
-  const std::string key =
-      std::string(kind_name(kd)) + (devices.size() > 1 ? "/out_of_core_2gpu"
-                                    : staged           ? "/out_of_core_staged"
-                                    : slots > 0        ? "/out_of_core_slots" + std::to_string(slots)
-                                    : line != g_line
-                                        ? (line == 1 ? std::string("/out_of_core_narrow")
-                                                     : "/out_of_core_line" + std::to_string(line >> 10) + "k")
-                                        : "/out_of_core");
+  const std::string key = std::string(kind_name(kd)) + "/" + v.name;
   results()[key] = med;
   {
     g::ooc_trace tr;
@@ -612,8 +752,7 @@ void bm_in_core(benchmark::State& state, kind kd) {
   }
 }
 
-void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slots = 0, bool staged = false,
-                    std::size_t line = g_line) {
+void bm_out_of_core(benchmark::State& state, kind kd, int gpus, const variant& v = {}) {
   if (spillway::bench::skip_without_gpu(state)) return;
   if (spillway::device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
@@ -626,9 +765,9 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus, std::size_t slot
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, slots, staged, line);
+      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, v);
     else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, slots, staged, line);
+      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, v);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -640,6 +779,10 @@ void register_rows() {
       ->Iterations(5)
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_ooc/copy_lines", bm_copy_lines)
+      ->UseManualTime()
+      ->Iterations(3)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_ooc/scatter", bm_scatter)
       ->UseManualTime()
       ->Iterations(3)
       ->Unit(benchmark::kMillisecond);
@@ -661,30 +804,51 @@ void register_rows() {
         ->UseManualTime()
         ->Iterations(reps)
         ->Unit(benchmark::kMillisecond);
+    std::vector<variant> vs;
+    auto staged = [](std::string name, std::size_t slots, std::size_t threads = 0, bool plain = false) {
+      variant v;
+      v.name = std::move(name);
+      v.slots = slots;
+      v.staged = true;
+      v.threads = threads;
+      v.plain_copy = plain;
+      return v;
+    };
+    variant direct;
+    direct.name = "out_of_core_direct";
+    direct.direct = true;
     if (kd == kind::bf16) {
-      benchmark::RegisterBenchmark((base + "/out_of_core_slots8").c_str(),
-                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 8); })
-          ->UseManualTime()
-          ->Iterations(reps)
-          ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark((base + "/out_of_core_staged").c_str(),
-                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, true); })
-          ->UseManualTime()
-          ->Iterations(reps)
-          ->Unit(benchmark::kMillisecond);
+      vs.push_back(direct);
+      vs.push_back(staged("out_of_core_staged_slots8", 8));
+      vs.push_back(staged("out_of_core_staged_slots8_t8", 8, 8));
+      vs.push_back(staged("out_of_core_staged_slots6", 6));
+    } else if (kd == kind::tf32) {
+      vs.push_back(direct);
+      vs.push_back(staged("out_of_core_staged_slots8", 8));
     }
-    // Single-panel C blocks always (c_min_line_bytes 1: the plan of the sessions before), beside
-    // the default row (automatic: the plan weighs wider C blocks by its order's bound).
+    // Single-panel C blocks copied out by 2-D DMA (the plan of the sessions before), beside the
+    // default row (automatic: staged or direct copies out, wider C blocks, by the order's bound).
     if (kd != kind::f32 && g_line != 1) {
-      benchmark::RegisterBenchmark((base + "/out_of_core_narrow").c_str(),
-                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 1, 0, false, 1); })
+      variant nw;
+      nw.name = "out_of_core_narrow";
+      nw.line = 1;
+      nw.direct = true;
+      vs.push_back(nw);
+    }
+    for (const variant& v : vs) {
+      benchmark::RegisterBenchmark((base + "/" + v.name).c_str(),
+                                   [kd, v](benchmark::State& st) { bm_out_of_core(st, kd, 1, v); })
           ->UseManualTime()
           ->Iterations(reps)
           ->Unit(benchmark::kMillisecond);
     }
     if (kd == kind::f32) {
       benchmark::RegisterBenchmark((base + "/out_of_core_2gpu").c_str(),
-                                   [kd](benchmark::State& st) { bm_out_of_core(st, kd, 2); })
+                                   [kd](benchmark::State& st) {
+                                     variant v;
+                                     v.name = "out_of_core_2gpu";
+                                     bm_out_of_core(st, kd, 2, v);
+                                   })
           ->UseManualTime()
           ->Iterations(reps)
           ->Unit(benchmark::kMillisecond);

@@ -349,6 +349,39 @@ TEST(OocPlan, WeighsWideBlocksByTheOrdersBound) {
   EXPECT_EQ(make_ooc_plan(f).group, 1);
 }
 
+// Staged copies out (whole blocks out at the full rate, then into C by host threads): short lines
+// cost nothing on the link, so the automatic choice keeps single-panel blocks (the square order,
+// the bound of direct copies with no short-line penalty); the host copy, priced at rates.scatter,
+// is one more stage of the bound (each block's after the previous block's): slower than the blocks,
+// it bounds the job at C's bytes over its rate. An explicit c_min_line_bytes with no compute time
+// still groups.
+TEST(OocPlan, StagedCopiesOutKeepSinglePanelBlocksAndPriceTheHostCopy) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.rates = copy_rates{55.4e9, 55.3e9, 99.8e9, 31.4e9};
+  r.compute_seconds = 0.0878;
+  r.c_staged = true;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_TRUE(p.c_staged);
+  EXPECT_EQ(p.group, 1);
+  EXPECT_EQ(p.h2d_bytes, 4 * GiB);
+  EXPECT_EQ(p.d2h_bytes, 4 * GiB);
+  ooc_plan_request d = r;
+  d.c_staged = false;
+  d.rates.d2h_short = 0;
+  EXPECT_DOUBLE_EQ(p.ramp_seconds, make_ooc_plan(d).ramp_seconds);
+  r.rates.scatter = 10e9;
+  const ooc_plan q = make_ooc_plan(r);
+  EXPECT_GE(q.ramp_seconds, 4.0 * static_cast<double>(GiB) / 10e9);
+  EXPECT_GT(q.ramp_seconds, p.ramp_seconds);
+  r.rates.scatter = 1e12;  // a host copy far faster than the link: one block's copy after the last out
+  const double block = 2048.0 * 2048.0 * 4.0;
+  EXPECT_NEAR(make_ooc_plan(r).ramp_seconds, p.ramp_seconds, block / 1e12 + 1e-9);
+  r.c_min_line_bytes = std::size_t{64} << 10;
+  r.compute_seconds = 0;  // no bound to weigh the wide blocks by: the length asked for is taken
+  EXPECT_EQ(make_ooc_plan(r).group, 8);
+}
+
 TEST(OocPlan, KeepsTheOperandResidentThatMovesFewerBytes) {
   // A 2 GiB, B 1 GiB, budget 1.5 GiB, blocks at most 1024 wide: B (16 panels of 64 MiB) fits whole
   // beside two streamed A panels, so keeping B resident reads each operand once (3 GiB); keeping A

@@ -46,6 +46,8 @@ struct ooc_case {
   std::size_t c_min_line = 0;  // ooc_options::c_min_line_bytes (C blocks of several B panels)
   double compute_seconds = 0;  // ooc_options::compute_seconds: the plan weighs wide blocks by its bound
   double d2h_short = -1;       // ooc_options::rates.d2h_short when >= 0
+  std::size_t scatter_threads = 0;  // ooc_options::scatter_threads (staged C blocks)
+  bool scatter_streaming = true;    // ooc_options::scatter_streaming
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -80,6 +82,8 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.c_row_major = c.lc == layout::row_major;
   r.c_min_line_bytes = c.c_min_line;
   r.compute_seconds = c.compute_seconds;
+  r.c_staged = !c.pinned || c.c_out == ooc_copy_out::staged;
+  r.slots = r.c_staged ? 8 : 4;  // ooc_options::slots_per_device 0 (the default)
   if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
@@ -128,6 +132,8 @@ template <class T, class TC>
   oo.c_min_line_bytes = cs.c_min_line;
   oo.compute_seconds = cs.compute_seconds;
   if (cs.d2h_short >= 0) oo.rates.d2h_short = cs.d2h_short;
+  oo.scatter_threads = cs.scatter_threads;
+  oo.scatter_streaming = cs.scatter_streaming;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -368,11 +374,12 @@ TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
   EXPECT_GT(tr.setup_seconds, 0.0);
 }
 
-// Page-locked C, both ways out: 2-D DMA straight into C (the default), and whole blocks through the
-// slots' pinned buffers; β ≠ 0 reads C by DMA either way.
+// Page-locked C, every way out: 2-D DMA straight into C, whole blocks through the slots' pinned
+// buffers, and the automatic choice (direct here: no compute time, no bound to weigh them by);
+// β ≠ 0 reads C by DMA either way.
 TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
   SPILLWAY_GPU_TEST_OR_SKIP();
-  for (const ooc_copy_out how : {ooc_copy_out::direct, ooc_copy_out::staged}) {
+  for (const ooc_copy_out how : {ooc_copy_out::direct, ooc_copy_out::staged, ooc_copy_out::automatic}) {
     for (const bool beta_zero : {true, false}) {
       for (const layout lc : {layout::row_major, layout::col_major}) {
         ooc_case cs;
@@ -381,11 +388,50 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
         cs.beta_zero = beta_zero;
         cs.lc = lc;
         const auto seed = spillway::test::seed("ooc-c-out");
-        EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed)))
-            << (how == ooc_copy_out::direct ? "direct" : "staged");
+        ooc_report rep;
+        EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed, &rep)))
+            << (how == ooc_copy_out::direct ? "direct" : how == ooc_copy_out::staged ? "staged" : "automatic");
+        EXPECT_EQ(rep.plan.c_staged, how == ooc_copy_out::staged);
+        EXPECT_EQ(rep.plan.slots, std::min<std::size_t>(rep.plan.tasks(), how == ooc_copy_out::staged ? 8 : 4));
       }
     }
   }
+}
+
+// Staged C blocks (whole out of the device, then into C by host threads in a host function of the
+// block's stream) under every scatter setting: one thread, three, more than the pool has; plain
+// copies and non-temporal stores. bf16 C with its leading dimension padded by 2 elements puts every
+// other line of C at an 8-byte offset (the streaming copy's unaligned head); both layouts of C,
+// page-locked (staged by request) and pageable (always staged), β = 0 over NaN and β ≠ 0.
+TEST(OutOfCoreGemmGpu, StagedBlocksEveryScatterSetting) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-scatter");
+  std::uint64_t x = 0;
+  for (const std::size_t threads : {std::size_t{1}, std::size_t{3}, std::size_t{64}}) {
+    for (const bool streaming : {false, true}) {
+      for (const bool pinned : {true, false}) {
+        for (const layout lc : {layout::row_major, layout::col_major}) {
+          ooc_case cs;
+          cs.pinned = pinned;
+          cs.c_out = ooc_copy_out::staged;
+          cs.scatter_threads = threads;
+          cs.scatter_streaming = streaming;
+          cs.lc = lc;
+          cs.beta_zero = (x % 2) == 0;
+          EXPECT_TRUE((run_ooc<__nv_bfloat16, __nv_bfloat16>(cs, {}, seed + x++)))
+              << threads << " thread(s), " << (streaming ? "non-temporal stores" : "memcpy");
+        }
+      }
+    }
+  }
+  ooc_case cs;
+  cs.pinned = true;
+  cs.c_out = ooc_copy_out::staged;
+  cs.scatter_threads = 4;
+  ooc_report rep;
+  ASSERT_TRUE((run_ooc<float, float>(cs, {}, seed + x, &rep)));
+  EXPECT_TRUE(rep.plan.c_staged);
+  EXPECT_EQ(rep.plan.group, 1);
 }
 
 // C blocks of several B panels (ooc_options::c_min_line_bytes: lines of C at least this long), one
@@ -483,6 +529,33 @@ TEST(OutOfCoreGemmGpu, AutomaticWideBlocksByTheBound) {
   }
 }
 
+// The automatic way out with a compute time: short lines priced far below the full rate and the
+// host copy not priced, the staged plan's bound is the lower: C blocks go out staged, single-panel,
+// 8 slots; β = 0 and β ≠ 0.
+TEST(OutOfCoreGemmGpu, AutomaticCopyOutStagesWhenItsBoundIsLower) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-automatic-staged");
+  for (const bool beta_zero : {true, false}) {
+    ooc_case cs;
+    cs.m = 1400;
+    cs.n = 1000;
+    cs.k = 300;
+    cs.pinned = true;
+    cs.devices = {0};
+    cs.min_blocks = 4;
+    cs.beta_zero = beta_zero;
+    cs.c_out = ooc_copy_out::automatic;
+    cs.compute_seconds = 1e-3;
+    cs.d2h_short = 1e6;
+    ooc_report rep;
+    ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + (beta_zero ? 0 : 1), &rep)));
+    SCOPED_TRACE(rep.plan.describe());
+    EXPECT_TRUE(rep.plan.c_staged);
+    EXPECT_EQ(rep.plan.group, 1);
+    EXPECT_EQ(rep.plan.slots, std::min<std::size_t>(rep.plan.tasks(), 8));
+  }
+}
+
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   std::vector<float> c(40 * 30, 2.0f);
@@ -576,7 +649,9 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
     FAIL() << "a 1000-byte budget was accepted";
   } catch (const spillway::logic_error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("below the minimum of 524288 bytes"), std::string::npos) << msg;
+    // Pageable C: its blocks are staged, so 8 slots (each a 128 x 128 float C block) by default.
+    EXPECT_NE(msg.find("below the minimum of 786432 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("8 slot(s)"), std::string::npos) << msg;
   }
   for (float x : c) ASSERT_TRUE(std::isnan(x)) << "C was touched by a refused job";
 }

@@ -43,6 +43,9 @@ struct copy_rates {
   /// 41–42 for 32 KiB, 54–55 for 64 KiB and for 1-D copies (46 / 55 with no GEMM running).
   /// Only the order's bound (ramp_seconds) uses it, and through it the choice of C block widths.
   double d2h_short = 31.0e9;
+  /// Rate at which host threads copy a staged C block (1-D out of the device into pinned memory)
+  /// into C (0: not priced). Only the order's bound uses it.
+  double scatter = 0;
   /// Seconds to move `h2d` and `d2h` bytes: each direction at its rate, both sharing `both`.
   [[nodiscard]] double seconds(double h2d_bytes, double d2h_bytes) const {
     return std::max({h2d_bytes / h2d, d2h_bytes / d2h, (h2d_bytes + d2h_bytes) / both});
@@ -77,6 +80,10 @@ struct ooc_plan_request {
   /// panel, each waiting only for its own panel: the panels, the caches and the bytes moved stay
   /// those of the bm x bn plan, only the copies out get longer lines (and fewer).
   std::size_t c_min_line_bytes = 0;
+  /// C blocks leave the device whole (1-D, at the full D2H rate) into pinned buffers, and host
+  /// threads copy them into C (rates.scatter): no short-line penalty, so no C blocks of several
+  /// B panels are weighed unless c_min_line_bytes asks for them.
+  bool c_staged = false;
 };
 
 /// One C block in the executed frame: row panel i, columns of the B panels [j, j + w).
@@ -103,6 +110,7 @@ struct ooc_plan {
   /// the rest blocks of `group` panels (0 when every block has `group` panels).
   index_t narrow_rows = 0;
   bool c_row_lines = true;  ///< C's lines run along the executed frame's columns (row-major there)
+  bool c_staged = false;    ///< C blocks leave whole and host threads copy them into C (see the request)
   std::size_t a_slots = 0, b_slots = 0, slots = 0;
   std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
   std::size_t b_panel_bytes = 0;
@@ -355,8 +363,9 @@ inline void ooc_simulate(const ooc_plan& p, std::size_t begin, std::size_t end, 
 /// The order's bound on one device's part of the job (see ooc_plan::ramp_seconds): its two caches
 /// simulated as in ooc_simulate, each missing panel copied after the previous one at rates.h2d,
 /// each block computed (`compute_seconds` x its share of the product's work) once its panels are in
-/// and the previous block is done, its C block out at rates.d2h after the previous one. A block of
-/// several B panels runs one GEMM per panel, each once its own panel is in.
+/// and the previous block is done, its C block out at rates.d2h after the previous one (staged: then
+/// copied into C at rates.scatter after the previous block's host copy). A block of several B
+/// panels runs one GEMM per panel, each once its own panel is in.
 inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bool read_c,
                        std::size_t in_bytes, std::size_t out_bytes, const copy_rates& rates,
                        double compute_seconds) {
@@ -364,7 +373,7 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
   std::vector<double> a_at(p.a_slots, 0.0), b_at(p.b_slots, 0.0);
   const double work =
       static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(std::max<index_t>(p.k, 1));
-  double in = 0, gpu = 0, out = 0;
+  double in = 0, gpu = 0, out = 0, host = 0;
   const index_t kch = p.k_chunks;
   const double kk = static_cast<double>(std::max<index_t>(p.k, 1));
   for (std::size_t t = begin; t < end; ++t) {
@@ -416,13 +425,16 @@ inline double ooc_ramp(const ooc_plan& p, std::size_t begin, std::size_t end, bo
       read_block();
       gpu = std::max(gpu, c_in) + compute_seconds * rows * cols * kk / work;
     }
-    // A block whose lines in C are short leaves at the short-line rate (unless it is whole lines).
+    // A block whose lines in C are short leaves at the short-line rate (unless it is whole lines,
+    // or staged: copied out whole, then by host threads into C after the previous block).
     const double line = (p.c_row_lines ? cols : rows) * static_cast<double>(out_bytes);
     const bool whole = p.c_row_lines ? p.block_cols(b) == p.n : p.block_rows(b) == p.m;
-    const bool short_lines = rates.d2h_short > 0 && !whole && line < static_cast<double>(ooc_long_line);
+    const bool short_lines =
+        !p.c_staged && rates.d2h_short > 0 && !whole && line < static_cast<double>(ooc_long_line);
     out = std::max(out, gpu) + cbytes / (short_lines ? rates.d2h_short : rates.d2h);
+    if (p.c_staged && rates.scatter > 0) host = std::max(host, out) + cbytes / rates.scatter;
   }
-  return std::max(gpu, out);
+  return std::max({gpu, out, host});
 }
 
 /// Which block each device takes next: its own range of the plan's order from the front; when
@@ -694,11 +706,13 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   // least the block's panels, else a narrower group).
   const bool exec_row_major = r.c_row_major != p.transposed;
   p.c_row_lines = exec_row_major;
+  p.c_staged = r.c_staged;
   const ooc_plan narrow = p;  // single-panel blocks: the plan before any grouping
   // The line length asked for: c_min_line_bytes, or, when the product's compute time is known,
   // ooc_long_line as a candidate that the order's bound then accepts or refuses.
-  const std::size_t want =
-      r.c_min_line_bytes > 0 ? r.c_min_line_bytes : (r.compute_seconds > 0 ? ooc_long_line : 0);
+  const std::size_t want = r.c_min_line_bytes > 0
+                               ? r.c_min_line_bytes
+                               : (r.compute_seconds > 0 && !r.c_staged ? ooc_long_line : 0);
   const std::size_t line = static_cast<std::size_t>(p.bn) * r.out_bytes;
   if (want > line && exec_row_major && p.col_panels > 1 && p.k > 0) {
     index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((want + line - 1) / line));

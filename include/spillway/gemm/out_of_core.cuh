@@ -20,9 +20,10 @@
 // panels (one GEMM per B panel when the block spans several: ooc_options::c_min_line_bytes), and
 // copies the block out. So panel copies run back to back during the GEMMs, and the
 // device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied
-// by DMA directly (2-D copies of the sub-matrices; ooc_options::c_out can stage page-locked C's
-// blocks too); pageable memory goes through pinned staging filled by the pipeline's host threads
-// (double-buffered per device for panels, one block per slot for C).
+// by DMA directly (2-D copies of the sub-matrices), except C blocks that ooc_options::c_out stages:
+// out whole (1-D) into their slot's pinned buffer, then into C by the pipeline's host threads in a
+// host function of the block's stream. Pageable memory goes through pinned staging filled by those
+// threads (double-buffered per device for panels, one block per slot for C).
 #pragma once
 
 #include <spillway/core/detail/fault_hook.hpp>
@@ -45,16 +46,24 @@
 
 #include <cuda_runtime_api.h>
 
+#if (defined(__SSE2__) || defined(_M_X64)) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define SPILLWAY_OOC_HAS_SSE2 1
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace spillway::gemm {
@@ -66,12 +75,16 @@ struct ooc_trace;
 enum class ooc_copy_out {
   /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
   direct,
-  /// Whole (1-D) into a pinned buffer of its slot; the host copies it into C when the block is
-  /// complete. Measured on the lent H200 with the 32768² bf16 job (2048 x 2048 float blocks, 8 KiB
-  /// lines in C): the copies out take 0.35 ms a block instead of 0.52, but the job is no faster
-  /// (149 vs 146 ms, same run): the host copies and the blocks' serialized starts bound it instead
-  /// (docs/gemm.md, "Out of core").
+  /// Whole (1-D: the full D2H rate whatever the block's lines in C) into a pinned buffer of its
+  /// slot, then scattered into C by `ooc_options::scatter_threads` host threads in a host function
+  /// of the slot's stream (cudaLaunchHostFunc): the scheduler's thread copies nothing, and the slot
+  /// is free again once the block is in C. The plan prices the host copy at copy_rates::scatter and
+  /// asks for no wide C blocks (docs/gemm.md, "Out of core").
   staged,
+  /// `staged` when the plan's bound (ooc_plan::ramp_seconds, so only with
+  /// ooc_options::compute_seconds) is lower with staged copies out, priced at rates.scatter, than
+  /// with direct ones, priced at rates.d2h_short for short lines; else `direct`. Ties go to `direct`.
+  automatic,
 };
 
 /// How an out-of-core GEMM is laid out over the devices.
@@ -81,10 +94,12 @@ struct ooc_options {
   /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
   std::optional<memory_budget> budget;
   /// Blocks in flight per device (one stream each, one C block of device memory each). The
-  /// scheduler enqueues a block once the block `slots` before it has been copied out, so with 4 one
-  /// block copies out while one GEMM runs and two wait queued: the host has a whole block's time to
-  /// enqueue the next.
-  std::size_t slots_per_device = 4;
+  /// scheduler enqueues a block once the block `slots` before it is in C, so with 4 one block
+  /// copies out while one GEMM runs and two wait queued: the host has a whole block's time to
+  /// enqueue the next. 0: 4 when C blocks go out by DMA straight into C, 8 when they are staged
+  /// (a staged block holds its slot through its host copy too; the 32768² bf16 job on the H200:
+  /// 119.5 ms with 8, 123.9 with 4, 156 with 16).
+  std::size_t slots_per_device = 0;
   /// How A, B and C are copied: `detect` asks the runtime for each; page_locked: DMA directly;
   /// pageable: through pinned staging.
   host_memory memory = host_memory::detect;
@@ -102,13 +117,19 @@ struct ooc_options {
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block).
   ooc_trace* trace = nullptr;
   /// How C blocks are copied out of the device when C is page-locked.
-  ooc_copy_out c_out = ooc_copy_out::direct;
+  ooc_copy_out c_out = ooc_copy_out::automatic;
   /// Shortest line of C a block's copy out should write, in bytes: shorter lines make C blocks
   /// span several B panels (ooc_plan_request::c_min_line_bytes). 0: automatic — with
   /// `compute_seconds` the plan weighs blocks with lines of ooc_long_line (64 KiB) against
   /// single-panel blocks by the order's bound at `rates` (whose d2h_short prices short lines) and
   /// keeps the lower; without it, single-panel blocks. 1: single-panel blocks always.
   std::size_t c_min_line_bytes = 0;
+  /// Host threads that copy one staged C block into C (ooc_copy_out::staged, and pageable C): 0
+  /// takes ooc_scatter_threads (at most the pipeline's pool plus the calling thread).
+  std::size_t scatter_threads = 0;
+  /// Staged C blocks are written into C with non-temporal stores (x86; elsewhere a plain copy): C's
+  /// lines are not read before they are overwritten.
+  bool scatter_streaming = true;
 };
 
 /// When each part of an out-of-core job happened on its device, in ms after that device's panel
@@ -122,7 +143,8 @@ struct ooc_trace {
   std::vector<std::size_t> load_bytes;
   std::vector<float> load_end_ms;
   /// Per block of the plan's order: the device, when its stream reached its first GEMM (panels in,
-  /// C block in, the slot free), when its last GEMM (or combine) ended, and when its C block was out.
+  /// C block in, the slot free), when its last GEMM (or combine) ended, and when its C block was out
+  /// (staged: in C, after the host copy).
   std::vector<int> block_device;
   std::vector<float> ready_ms, gemm_end_ms, out_end_ms;
   /// Host seconds from the call to the scheduler's start (planning, device memory, events).
@@ -167,27 +189,95 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// One line of a host copy. `streaming`: the destination is written with non-temporal stores (x86
+/// SSE2), so its cache lines are not read first (a plain memcpy of short lines reads each
+/// destination line before overwriting it: a third stream of memory traffic beside the DMA's).
+inline void ooc_copy_line(unsigned char* d, const unsigned char* s, std::size_t n, bool streaming) {
+#if defined(SPILLWAY_OOC_HAS_SSE2)
+  if (streaming && n >= 256) {
+    const std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    const std::size_t body = n & ~std::size_t{63};
+    for (std::size_t i = 0; i < body; i += 64) {
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), x0);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), x1);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), x2);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), x3);
+    }
+    std::memcpy(d + body, s + body, n - body);
+    return;
+  }
+#else
+  (void)streaming;
+#endif
+  std::memcpy(d, s, n);
+}
+
+/// Orders a thread's non-temporal stores before whatever it does next (its part's completion).
+inline void ooc_store_fence() {
+#if defined(SPILLWAY_OOC_HAS_SSE2)
+  _mm_sfence();
+#endif
+}
+
 /// `lines` lines of `width` bytes from src (pitch spitch) to dst (pitch dpitch), split over the
-/// pipeline's host threads (pageable ⇄ pinned staging).
+/// pipeline's host threads (pageable ⇄ pinned staging, staged C blocks) into at most `max_parts`
+/// parts (0: as many as the pool has threads, plus the caller) of at least `min_part` bytes.
 inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
-                           std::size_t width, std::size_t lines) {
+                           std::size_t width, std::size_t lines, std::size_t max_parts = 0,
+                           bool streaming = false, std::size_t min_part = std::size_t{2} << 20) {
   if (lines == 0 || width == 0) return;
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   const std::size_t total = width * lines;
-  std::size_t parts = std::min<std::size_t>(::spillway::detail::staging_workers().size() + 1,
-                                            total / (std::size_t{2} << 20) + 1);
+  const std::size_t pool = ::spillway::detail::staging_workers().size() + 1;
+  std::size_t parts = std::min(max_parts == 0 ? pool : std::min(max_parts, pool), total / min_part + 1);
   parts = std::min(parts, lines);
+  auto part = [=](std::size_t l0, std::size_t l1) {
+    for (std::size_t l = l0; l < l1; ++l) ooc_copy_line(d + l * dpitch, s + l * spitch, width, streaming);
+    if (streaming) ooc_store_fence();
+  };
   if (parts <= 1) {
-    for (std::size_t l = 0; l < lines; ++l) std::memcpy(d + l * dpitch, s + l * spitch, width);
+    part(0, lines);
     return;
   }
   const std::size_t per = (lines + parts - 1) / parts;
   ::spillway::detail::staging_workers().run_parts(parts, [=](std::size_t p) {
-    const std::size_t l0 = p * per, l1 = std::min(lines, l0 + per);
-    for (std::size_t l = l0; l < l1; ++l) std::memcpy(d + l * dpitch, s + l * spitch, width);
+    const std::size_t l0 = std::min(lines, p * per);
+    part(l0, std::min(lines, l0 + per));
   });
 }
+
+/// Host threads per staged C block when ooc_options::scatter_threads is 0.
+inline constexpr std::size_t ooc_scatter_threads = 12;
+
+/// A staged C block's way from its slot's pinned buffer into C, run by the slot's stream as a host
+/// function once the block's 1-D copy out has landed (it makes no CUDA call; the stream's next
+/// work, and so the slot's completion event, waits for it). An exception is kept for the slot's
+/// on_complete, which rethrows it: the block's task is then reported failed.
+struct ooc_scatter {
+  unsigned char* dst = nullptr;
+  const unsigned char* src = nullptr;
+  std::size_t dpitch = 0, spitch = 0, width = 0, lines = 0, parts = 0;
+  bool streaming = false;
+  std::exception_ptr error;
+  static void CUDART_CB run(void* self) noexcept {
+    auto* x = static_cast<ooc_scatter*>(self);
+    try {
+      ooc_copy_lines(x->dst, x->dpitch, x->src, x->spitch, x->width, x->lines, x->parts, x->streaming,
+                     std::size_t{512} << 10);
+    } catch (...) {
+      x->error = std::current_exception();
+    }
+  }
+};
 
 /// A sub-matrix as 2-D copy geometry: `lines` runs of `len` contiguous elements, `ld` apart.
 template <class T>
@@ -259,6 +349,7 @@ struct ooc_device_ctx {
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
+  std::vector<ooc_scatter> scatter;  // per task slot: its staged C block's host copy
   ooc_device_ctx() = default;
   ooc_device_ctx(const ooc_device_ctx&) = delete;
   ooc_device_ctx& operator=(const ooc_device_ctx&) = delete;
@@ -279,6 +370,8 @@ struct ooc_job {
   bool read_c = false;
   bool a_pinned = false, b_pinned = false, c_pinned = false;
   bool c_staged_out = false;  // C blocks leave through the slot's pinned buffer (always when C is pageable)
+  std::size_t scatter_parts = 0;
+  bool scatter_streaming = false;
   bool use_work = false;
   gemm_options opt;
   ooc_plan plan;
@@ -334,6 +427,7 @@ struct ooc_job {
       c->first = plan.device_first[ctx.size()];
       c->last = plan.device_first[ctx.size() + 1];
       c->cursor = c->first;
+      c->scatter.resize(plan.slots);
       c->need_a.assign(static_cast<std::size_t>(plan.row_panels), 0);
       c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes,
@@ -570,6 +664,18 @@ struct ooc_job {
     } else {
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
           cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value())));
+      // The slot's previous host copy has run (its task completed before this enqueue).
+      ooc_scatter& sc = dc.scatter[slot.index()];
+      sc.dst = reinterpret_cast<unsigned char*>(const_cast<TC*>(csub.first));
+      sc.dpitch = static_cast<std::size_t>(c.ld) * sizeof(TC);
+      sc.src = reinterpret_cast<const unsigned char*>(slot.pinned<TC>(0));
+      sc.spitch = c_pitch;
+      sc.width = c_line;
+      sc.lines = static_cast<std::size_t>(csub.lines);
+      sc.parts = scatter_parts;
+      sc.streaming = scatter_streaming;
+      sc.error = nullptr;
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaLaunchHostFunc(s.value(), &ooc_scatter::run, &sc)));
     }
     moved += cb;
     stamp(ev_out);
@@ -616,15 +722,12 @@ struct ooc_job {
     }
   }
 
-  void complete(std::size_t t, task_slot& slot) {
+  /// Task t's C block is in C (its stream, host copy included, has passed the slot's event); a
+  /// staged block whose host copy threw fails its task here.
+  void complete(std::size_t, task_slot& slot) {
     if (!c_staged_out) return;
-    const ooc_block blk = plan.order[task_block[t]];
-    const index_t r0 = blk.i * plan.bm, rows = plan.block_rows(blk);
-    const index_t c0 = plan.block_col0(blk), cols = plan.block_cols(blk);
-    const ooc_rect<TC> csub = ooc_sub<TC>(matrix_view<const TC>(c), r0, rows, c0, cols);
-    ooc_copy_lines(const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC),
-                   slot.pinned<TC>(0), static_cast<std::size_t>(c_ld_dev(rows, cols)) * sizeof(TC),
-                   static_cast<std::size_t>(csub.len) * sizeof(TC), static_cast<std::size_t>(csub.lines));
+    ooc_scatter& sc = ctx[device_index(slot.device())]->scatter[slot.index()];
+    if (sc.error) std::rethrow_exception(std::exchange(sc.error, nullptr));
   }
 
   [[nodiscard]] c_block caller_block(std::size_t t, bool transposed) const {
@@ -693,7 +796,6 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.c_is_acc = std::is_same_v<TC, Acc>;
   r.read_c = !(be == Acc(0));
   r.budget_bytes = budget.bytes();
-  r.slots = ooc.slots_per_device;
   r.devices = devices.size();
   // The tensor-core launchers read K-major operands: an MN-major panel is first copied by the
   // in-core GEMM (A column-major, B row-major, whatever C's layout).
@@ -706,7 +808,20 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.compute_seconds = ooc.compute_seconds;
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
-  rep.plan = make_ooc_plan(r);
+  auto plan_for = [&](bool staged) {
+    r.c_staged = staged;
+    r.slots = ooc.slots_per_device != 0 ? ooc.slots_per_device : (staged ? 8 : 4);
+    return make_ooc_plan(r);
+  };
+  bool c_staged = !rep.c_page_locked || ooc.c_out == ooc_copy_out::staged;
+  rep.plan = plan_for(c_staged);
+  if (!c_staged && ooc.c_out == ooc_copy_out::automatic && r.compute_seconds > 0) {
+    ooc_plan staged = plan_for(true);
+    if (staged.ramp_seconds < rep.plan.ramp_seconds) {
+      rep.plan = std::move(staged);
+      c_staged = true;
+    }
+  }
   if (c.rows == 0 || c.cols == 0) return rep;
 
   detail::ooc_job<T, TC> job;
@@ -725,7 +840,9 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
     job.b_pinned = rep.b_page_locked;
   }
   job.c_pinned = rep.c_page_locked;
-  job.c_staged_out = !job.c_pinned || ooc.c_out == ooc_copy_out::staged;
+  job.c_staged_out = c_staged;
+  job.scatter_parts = ooc.scatter_threads == 0 ? detail::ooc_scatter_threads : ooc.scatter_threads;
+  job.scatter_streaming = ooc.scatter_streaming;
   job.alpha = al;
   job.beta = be;
   job.read_c = r.read_c;
