@@ -496,7 +496,8 @@ void bm_scatter(benchmark::State& state) {
         }
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         total += sec;
-        rate["staged_t" + std::to_string(t) + "_h2d"].push_back(static_cast<double>(count * block) / sec / 1e9);
+        rate["staged_t" + std::to_string(t) + "_h2d"].push_back(static_cast<double>(count * block) / sec /
+                                                                1e9);
         rate["h2d_staged_t" + std::to_string(t)].push_back(dma_gbs(e0, e1, e2, false));
       }
       state.SetIterationTime(total);

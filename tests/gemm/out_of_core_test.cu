@@ -43,9 +43,9 @@ struct ooc_case {
   bool bands = false;    // the budget is small enough that A's panels do not all fit (B re-streamed)
   std::vector<int> devices;
   ooc_copy_out c_out = ooc_copy_out::direct;
-  std::size_t c_min_line = 0;  // ooc_options::c_min_line_bytes (C blocks of several B panels)
-  double compute_seconds = 0;  // ooc_options::compute_seconds: the plan weighs wide blocks by its bound
-  double d2h_short = -1;       // ooc_options::rates.d2h_short when >= 0
+  std::size_t c_min_line = 0;       // ooc_options::c_min_line_bytes (C blocks of several B panels)
+  double compute_seconds = 0;       // ooc_options::compute_seconds: the plan weighs wide blocks by its bound
+  double d2h_short = -1;            // ooc_options::rates.d2h_short when >= 0
   std::size_t scatter_threads = 0;  // ooc_options::scatter_threads (staged C blocks)
   bool scatter_streaming = true;    // ooc_options::scatter_streaming
 };
@@ -390,9 +390,12 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
         const auto seed = spillway::test::seed("ooc-c-out");
         ooc_report rep;
         EXPECT_TRUE((run_ooc<float, float>(cs, {}, seed, &rep)))
-            << (how == ooc_copy_out::direct ? "direct" : how == ooc_copy_out::staged ? "staged" : "automatic");
+            << (how == ooc_copy_out::direct   ? "direct"
+                : how == ooc_copy_out::staged ? "staged"
+                                              : "automatic");
         EXPECT_EQ(rep.plan.c_staged, how == ooc_copy_out::staged);
-        EXPECT_EQ(rep.plan.slots, std::min<std::size_t>(rep.plan.tasks(), how == ooc_copy_out::staged ? 8 : 4));
+        EXPECT_EQ(rep.plan.slots,
+                  std::min<std::size_t>(rep.plan.tasks(), how == ooc_copy_out::staged ? 8 : 4));
       }
     }
   }
