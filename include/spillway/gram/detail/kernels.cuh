@@ -336,14 +336,13 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   const slot_record record(s);
   unsigned long long* const counter = record.get();  // the kernel claims its tiles from it
   if constexpr (is_int32_count_store<Epilogue>::value) {
+    // Counts stored from the accumulators (8-byte stores): the alignment the tensor stores needed
+    // covers them.
     if (tma_store_fits(args, epi)) {
-      const CUtensorMap map_c =
-          make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0, args.b_row0 + args.b_rows - epi.col0,
-                                epi.ldc, Cfg::piece_rows);
       ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, true>>(current_device(),
                                                                                          Cfg::smem_bytes);
       mma_sync_tma_gram_kernel<Cfg, Epilogue, true><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-          map_a, map_b, map_c, args.ld_words, sch, epi, counter);
+          map_a, map_b, map_a, args.ld_words, sch, epi, counter);
       SPILLWAY_CHECK_LAUNCH();
       return;
     }

@@ -1,5 +1,5 @@
 // spillway/gram/detail/mma_sync_tma_kernel.cuh — the BMMA tile fed by the tensor copy engine, what
-// the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,472 bytes of shared memory
+// the mma_sync path runs from compute capability 9.0 (sm_90+ code, 230,488 bytes of shared memory
 // per block): 8 warps of 96 x 64 output tiles, block tile 192 x 256, 4 stages of 1024-bit
 // k-slices written by bulk tensor copies, fragments and epilogue as in mma_sync_kernel.cuh.
 //
@@ -24,16 +24,26 @@
 //
 // Stage hand-off without an empty barrier: every warp, once its BMMAs of slice n have consumed the
 // slice's fragments, adds 1 to a per-slot counter; the warp whose increment completes the slot's
-// use (the last of the block's warps) refills the slot at once with slice n + 4 of the same tile. Nobody waits for a
-// free slot, and the copy has three slices of compute to land. Across tiles the ring restarts
-// (a block barrier per tile, which the epilogue needs anyway).
+// use (the last of the block's warps) refills the slot at once with slice n + 4, of the same tile
+// or (carried ring) of the block's next tile. Nobody waits for a free slot, and the copy has three
+// slices of compute to land.
 //
-// Tiles are claimed (thread 0, from a counter: kernels.cuh, slot_record) rather than taken every gridDim-th:
-// blocks that start together then work on schedule neighbours that share k-slices in L2 (the same
-// reason as in wgmma_kernel.cuh; ncu at 32,768 x 65,536: L2 hit rate 85%). The int32 count store
-// goes through the copy engine (32-column tensor stores per warp block, evict-first) where the
-// block lies wholly inside the output: the per-element epilogue was 12% of the warps' stall samples.
-// The tile origin and the cursor live in shared memory: in registers they pushed the 168-register
+// Tiles are claimed (thread 0, from a counter: kernels.cuh, slot_record) rather than taken every
+// gridDim-th: blocks that start together then work on schedule neighbours that share k-slices in
+// L2 (the same reason as in wgmma_kernel.cuh; ncu at 32,768 x 65,536: L2 hit rate 85%). Thread 0
+// claims a tile ahead, so the next tile's origin is known while this one runs. Where the whole
+// block tile lies inside the output (and, upper-only, on or above the diagonal), the int32 count
+// store goes from the accumulators straight to global memory (bmma_store_counts) and the stages are
+// not needed for the epilogue: the slots this tile frees last are refilled with the next tile's
+// first slices, which land while the warps finish and store. Before (tensor stores staged in the
+// stages, ring restarted per tile), ncu put ~8% of the warps' stall samples at the tile boundary:
+// the staging stores (4-way bank conflicts), the serialised tensor-store issue, the wait for their
+// reads and the next tile's first copy. H200, 32,768 x 65,536: 14.33 M SM cycles per launch
+// against 14.57-14.60 M (-1.7%, every alternated launch); the rate gains less, because the kernel
+// runs at the board's 700 W power limit and the clock settles lower for the busier loop
+// (benchmarks/results/gram_ceiling.md, 2026-11-24). Tiles that need the per-element epilogue
+// (diagonal and edge tiles, other epilogues) stage in the stages as before, behind a block barrier.
+// The tile origins and the cursor live in shared memory: in registers they pushed the 168-register
 // budget of the 12-warp tile's TMA-store instantiation into spills inside the main loop (48
 // bytes; 3.08 against 3.77 P bit-MAC/s without the store).
 #pragma once
@@ -60,26 +70,20 @@ struct bmma_tma_config_t : bmma_config<WarpsM, 4, MT, 8, 4, true> {
   static constexpr int a_bytes = base::bm * 128;
   static constexpr int bar_offset = base::stages * base::stage_bytes;  // from the 1024-aligned base
   /// Hides the base's count: + 1 KiB to align the stages to the swizzle atom, + full barriers,
-  /// + release counters, + the next tile's origin and the schedule cursor.
+  /// + release counters, + three tile origins and the schedule cursor.
   static constexpr int smem_bytes =
-      1024 + bar_offset + base::stages * 8 + base::stages * 4 + 8 + static_cast<int>(sizeof(tile_cursor));
+      1024 + bar_offset + base::stages * 8 + base::stages * 4 + 24 + static_cast<int>(sizeof(tile_cursor));
   static_assert(base::stage_bytes % 1024 == 0 && a_bytes % 1024 == 0, "stages and the B area on the swizzle atom");
-  /// Rows of one tensor-store piece (32 columns wide): the count map's box.
-  static constexpr int piece_rows = (MT * 16) % 64 == 0 ? 64 : 32;
-  /// Per-warp epilogue staging inside the stages: the warp block as (MT x 16 / piece_rows) x 2
-  /// pieces for the tensor stores, or the per-element path's MT x 16 x epi_pitch words.
+  /// Per-warp staging of the per-element epilogue inside the stages (1 KiB multiples).
   static constexpr int warp_staging_bytes = MT * 16 * 64 * 4;
-  static_assert(warp_staging_bytes % 1024 == 0, "pieces on the swizzle atom");
   static_assert(base::threads / 32 * warp_staging_bytes <= bar_offset,
                 "the epilogue staging must not overlap the barriers");
   static_assert(MT * 16 * base::epi_pitch * 4 <= warp_staging_bytes, "per-element staging fits a warp's share");
-  static_assert(base::nt * 8 == 64 && (MT * 16) % piece_rows == 0, "a warp block is whole 32-column pieces");
   static_assert(base::bm <= 256 && base::bn <= 256, "a tensor-map box has at most 256 rows");
 };
 
-/// 8 warps of 96 x 64 (2 per scheduler), block tile 192 x 256, 4 stages x 56 KiB; each warp block
-/// is stored as six 32 x 32 pieces. (bmma_tma_config_t<3, 4>, 12 warps of 64 x 64 stored as two
-/// 64 x 32 pieces, measured 7% slower: see the file comment.)
+/// 8 warps of 96 x 64 (2 per scheduler), block tile 192 x 256, 4 stages x 56 KiB.
+/// (bmma_tma_config_t<3, 4>, 12 warps of 64 x 64, measured 7% slower: see the file comment.)
 using bmma_tma_config = bmma_tma_config_t<2, 6>;
 
 /// One 1024-bit k-slice of the warp tile (as bmma_slice) from fragment addresses fixed per lane:
@@ -118,10 +122,37 @@ __device__ __forceinline__ void bmma_tma_slice(std::uint32_t a_frag, std::uint32
   }
 }
 
-/// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (box 32
-/// columns x 64 rows, 128-byte swizzle: make_count_tensor_map); each warp block wholly inside the
-/// output (and, upper-only, on or above the diagonal) is written by two tensor stores.
-template <class Cfg, class Epilogue, bool TmaStore>
+/// The warp block's int32 counts straight from the accumulator layout into `epi.c` (block origin
+/// `row`, `col` in the output's own indices, 8-byte aligned): each 8-byte store instruction writes 8
+/// rows x 32 contiguous bytes (4 lanes per row), whole sectors, evict-first in L2. Why not staged
+/// tensor stores: the staging needs the stages, so the next tile's first slices could only be
+/// loaded after the stores had read them (ncu: the staging, the serialised tensor-store issue and
+/// the wait for their reads were ~5% of the warps' samples).
+template <class Cfg, class Epilogue>
+__device__ __forceinline__ void bmma_store_counts(const Epilogue& epi, const std::int32_t (&acc)[Cfg::mt][Cfg::nt][4],
+                                                  std::int64_t row, std::int64_t col, int lane) {
+  namespace t = ::spillway::tile;
+  const std::uint64_t policy = t::l2_policy_evict_first();
+  std::int32_t* const p0 = epi.c + (row + (lane >> 2)) * epi.ldc + col + 2 * (lane & 3);
+#pragma unroll
+  for (int mt = 0; mt < Cfg::mt; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      std::int32_t* const p = p0 + static_cast<std::int64_t>(mt * 16 + h * 8) * epi.ldc;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::nt; ++nt) {
+        asm volatile("st.global.L1::no_allocate.L2::cache_hint.v2.s32 [%0], {%1, %2}, %3;\n" ::"l"(p + nt * 8),
+                     "r"(acc[mt][nt][2 * h]), "r"(acc[mt][nt][2 * h + 1]), "l"(policy)
+                     : "memory");
+      }
+    }
+}
+
+/// `DirectStore`: the epilogue is a store_counts<std::int32_t> into a 16-byte aligned output with a
+/// row pitch of whole 16-byte units (launch_mma_sync_tma_gram: tma_store_fits), so each warp block
+/// wholly inside the output (and, upper-only, on or above the diagonal) is written from its
+/// accumulators (bmma_store_counts). `map_c` is not read (the launch signature is shared).
+template <class Cfg, class Epilogue, bool DirectStore>
 __global__ void __launch_bounds__(Cfg::threads, 1)
     mma_sync_tma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_c, std::int64_t ld_words, tile_schedule s,
@@ -131,16 +162,19 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
   static_assert(Cfg::stream_b, "the warp tile streams its B fragments (register budget)");
   constexpr unsigned warps = Cfg::threads / 32;
+  constexpr bool direct_store = DirectStore;
   extern __shared__ __align__(1024) unsigned char mma_tma_smem_raw[];
   const std::uint32_t raw = t::smem_addr(mma_tma_smem_raw);
   const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
   unsigned char* const base_ptr = mma_tma_smem_raw + (smem0 - raw);
   const std::uint32_t full0 = smem0 + static_cast<std::uint32_t>(Cfg::bar_offset);
   unsigned* const released = reinterpret_cast<unsigned*>(base_ptr + Cfg::bar_offset + S * 8);
-  // The next tile's origin (ya, yb; ya < 0: no tile left) and thread 0's schedule cursor live in
-  // shared memory, so no warp keeps them in registers across the main loop.
-  volatile int* const next_tile = reinterpret_cast<volatile int*>(base_ptr + Cfg::bar_offset + S * 12);
-  tile_cursor* const cursor = reinterpret_cast<tile_cursor*>(base_ptr + Cfg::bar_offset + S * 12 + 8);
+  // The block's tiles in claim order, three entries (ya, yb; ya < 0: no tile): the current tile, the
+  // next one (claimed a tile ahead, so its first slices can be loaded while this one finishes) and
+  // the one thread 0 claims during this tile. Thread 0's schedule cursor sits beside them. Both
+  // live in shared memory, so no warp keeps them in registers across the main loop.
+  volatile int* const origin = reinterpret_cast<volatile int*>(base_ptr + Cfg::bar_offset + S * 12);
+  tile_cursor* const cursor = reinterpret_cast<tile_cursor*>(base_ptr + Cfg::bar_offset + S * 12 + 24);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -154,6 +188,23 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const std::uint32_t b_frag0 = smem0 + static_cast<std::uint32_t>(Cfg::a_bytes) +
                                 t::swizzle128(wn * NT * 8 + (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
 
+  // Thread 0 only: the block's next tile into origin entry `e`. The block's first tile is
+  // blockIdx.x, every later one the next unclaimed slot of the schedule (a counter zeroed for this
+  // launch), so the tiles that start at about the same time are neighbours in the schedule and share
+  // their k-slices in L2 while they are read.
+  auto claim_into = [&](int e, bool first) {
+    auto claim = [&] {
+      return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull));
+    };
+    std::int64_t ti = 0, tj = 0;
+    std::int64_t tt = first ? static_cast<std::int64_t>(blockIdx.x) : claim();
+    tile_cursor c = *cursor;
+    while (tt < s.total && !c.locate(s, tt, ti, tj)) tt = claim();
+    *cursor = c;
+    origin[2 * e] = tt < s.total ? static_cast<int>(ti * Cfg::bm) : -1;
+    origin[2 * e + 1] = static_cast<int>(tj * Cfg::bn);
+  };
+
   if (tid == 0) {
     t::prefetch_tensor_map(&map_a);
     t::prefetch_tensor_map(&map_b);
@@ -164,61 +215,66 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     }
     *cursor = tile_cursor{};
     t::fence_barrier_init();
+    claim_into(0, true);
+    if (origin[0] >= 0) claim_into(1, false);
+    else origin[2] = -1;
   }
-  __syncthreads();
 
   // Slice n (counted over this block's tiles) lives in slot n % S; it is the slot's use n / S, so
   // the full barrier's phase parity is (n / S) & 1.
   std::uint32_t n0 = 0;
+  // This tile's first S slices were issued during the previous tile (see `carry`).
+  bool carried = false;
 
-  for (bool first = true;; first = false) {
-    // Thread 0 claims the block's next tile: its first from blockIdx.x, then the next unclaimed
-    // slot of the schedule (a counter zeroed for this launch), so the tiles that start at about the same
-    // time are neighbours in the schedule and share their k-slices in L2 while they are read.
-    if (tid == 0) {
-      auto claim = [&] {
-        return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull));
-      };
-      std::int64_t ti = 0, tj = 0;
-      std::int64_t tt = first ? static_cast<std::int64_t>(blockIdx.x) : claim();
-      tile_cursor c = *cursor;
-      while (tt < s.total && !c.locate(s, tt, ti, tj)) tt = claim();
-      *cursor = c;
-      next_tile[0] = tt < s.total ? static_cast<int>(ti * Cfg::bm) : -1;
-      next_tile[1] = static_cast<int>(tj * Cfg::bn);
-    }
-    if constexpr (TmaStore) {
-      // The tensor stores of the previous tile have read their staging (the stages below).
-      if (lane == 0) t::bulk_wait_group_read<0>();
-    }
-    // Every warp is done with the previous tile's epilogue staging, and the slot is published.
+  for (int it = 0;; ++it) {
+    // Publishes the origin entries thread 0 wrote during the previous tile; every warp is done with
+    // the previous tile's epilogue staging (if it used the stages).
     __syncthreads();
-    const int ya = next_tile[0];
-    const int yb = next_tile[1];
+    const int cur = it % 3;
+    const int ya = origin[2 * cur];
+    const int yb = origin[2 * cur + 1];
     if (ya < 0) break;
+    const int nxt = cur == 2 ? 0 : cur + 1;
+    // Whole block tile inside the output and (upper-only) on or above the diagonal: every warp stores
+    // from its registers, the stages are not the epilogue's staging, so the slots this tile frees
+    // last can take the next tile's first slices (carry) while this tile's warps finish.
+    bool direct = false;
+    if constexpr (direct_store) {
+      direct = ya + Cfg::bm <= s.a_rows && yb + Cfg::bn <= s.b_rows &&
+               (!epi.upper_only || s.a_row0 + ya + Cfg::bm - 1 <= s.b_row0 + yb);
+    }
+    const bool carry = direct && num_k >= S && origin[2 * nxt] >= 0;
 
-    auto fill = [&](std::int64_t kb, std::uint32_t n) {
+    auto fill = [&](int kb, std::uint32_t n, int y0, int y1) {
       const std::uint32_t slot = n % S;
       const std::uint32_t dst = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
       const std::uint32_t bar = full0 + 8u * slot;
       t::mbar_arrive_expect_tx(bar, Cfg::stage_bytes);
-      const int x = static_cast<int>(kb * 32);
-      t::tma_load_2d(dst, &map_a, x, ya, bar);
-      t::tma_load_2d(dst + Cfg::a_bytes, &map_b, x, yb, bar);
+      t::tma_load_2d(dst, &map_a, kb * 32, y0, bar);
+      t::tma_load_2d(dst + Cfg::a_bytes, &map_b, kb * 32, y1, bar);
     };
 
     if (tid == 0) {
+      if (!carried) {
+        // The stages' last readers (ldmatrix, epilogue staging) precede these copies: the barrier above.
+        t::fence_proxy_async_shared();
 #pragma unroll
-      for (int st = 0; st < S; ++st) {
-        if (st < num_k) fill(st, n0 + static_cast<std::uint32_t>(st));
+        for (int st = 0; st < S; ++st) {
+          if (st < num_k) fill(st, n0 + static_cast<std::uint32_t>(st), ya, yb);
+        }
       }
+      // The tile after next, claimed now, so that whichever warp frees this tile's last slots knows
+      // the next tile's origin (the carried fills above).
+      const int after = nxt == 2 ? 0 : nxt + 1;
+      if (origin[2 * nxt] >= 0) claim_into(after, false);
+      else origin[2 * after] = -1;
     }
 
     std::int32_t acc[MT][NT][4];
     bmma_zero<Cfg>(acc);
 
 #pragma unroll 1
-    for (std::int64_t kb = 0; kb < num_k; ++kb) {
+    for (int kb = 0; kb < num_k; ++kb) {
       const std::uint32_t n = n0 + static_cast<std::uint32_t>(kb);
       const std::uint32_t slot = n % S;
       t::mbar_wait(full0 + 8u * slot, (n / S) & 1u);
@@ -233,66 +289,44 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
                      : "=r"(old)
                      : "r"(t::smem_addr(released + slot))
                      : "memory");
-        if (old % warps == warps - 1 && kb + S < num_k) {
-          t::fence_proxy_async_shared();
-          fill(kb + S, n + S);
+        if (old % warps == warps - 1) {
+          if (kb + S < num_k) {
+            t::fence_proxy_async_shared();
+            fill(kb + S, n + S, ya, yb);
+          } else if (carry) {
+            // Slice kb + S - num_k of the next tile (its origin was published by this tile's barrier).
+            t::fence_proxy_async_shared();
+            fill(kb + S - num_k, n + S, origin[2 * nxt], origin[2 * nxt + 1]);
+          }
         }
       }
     }
     n0 += static_cast<std::uint32_t>(num_k);
+    carried = carry;
+
+    if constexpr (direct_store) {
+      if (direct) {
+        // No staging and no barrier: the next tile's first slices land while these stores go out.
+        bmma_store_counts<Cfg>(epi, acc, s.a_row0 - epi.row0 + ya + wm * MT * 16,
+                               s.b_row0 - epi.col0 + yb + wn * NT * 8, lane);
+        continue;
+      }
+    }
+
     // Every warp has waited on every slice of this tile, so all copies have landed; after the
     // barrier no warp reads a stage any more and the stages become the epilogue's staging tiles.
     __syncthreads();
 
-    // Each warp stages its block in its own 16 KiB of the stages (1024-byte aligned).
+    // Each warp stages its block in its own 24 KiB of the stages.
     const std::uint32_t staging = smem0 + static_cast<std::uint32_t>(warp) * Cfg::warp_staging_bytes;
     bool bulk = false;
-    if constexpr (TmaStore) {
+    if constexpr (direct_store) {
       const std::int64_t wr0 = ya + static_cast<std::int64_t>(wm) * MT * 16;  // panel-local
       const std::int64_t wc0 = yb + static_cast<std::int64_t>(wn) * NT * 8;
       bulk = wr0 + MT * 16 <= s.a_rows && wc0 + NT * 8 <= s.b_rows;
       // Upper-only: every row of the block on or above the diagonal.
       if (bulk && epi.upper_only) bulk = s.a_row0 + wr0 + MT * 16 - 1 <= s.b_row0 + wc0;
-      if (bulk) {
-        // Two 64 x 32 pieces in the copy engine's 128-byte swizzle (16-byte chunk c of row r at
-        // c ^ (r % 8)): the fragments' 8-byte writes spread over the banks.
-        constexpr int PR = Cfg::piece_rows, RP = MT * 16 / PR;
-        const std::uint32_t g = static_cast<std::uint32_t>(lane >> 2);
-        const std::uint32_t tig = static_cast<std::uint32_t>(lane & 3);
-        const std::uint32_t lane_base = staging + g * 128u + (tig & 1u) * 8u;
-#pragma unroll
-        for (int nn = 0; nn < 4; ++nn) {
-          const std::uint32_t at = lane_base + (((2u * nn + tig / 2u) ^ g) << 4);
-#pragma unroll
-          for (int piece = 0; piece < NT / 4; ++piece)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              const std::int32_t* v = acc[mt][piece * 4 + nn];
-              // Piece (row block mt * 16 / PR, column half `piece`), row (mt * 16) % PR + g inside it.
-              const std::uint32_t row_lo =
-                  at + static_cast<std::uint32_t>((piece * RP + mt * 16 / PR) * PR * 128 + (mt * 16) % PR * 128);
-              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo), "r"(v[0]), "r"(v[1]) : "memory");
-              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(row_lo + 8u * 128u), "r"(v[2]), "r"(v[3])
-                           : "memory");
-            }
-        }
-        // Generic-proxy writes become visible to the copy engine, then one lane sends the pieces.
-        t::fence_proxy_async_shared();
-        __syncwarp();
-        if (lane == 0) {
-          const int y = static_cast<int>(s.a_row0 - epi.row0 + wr0);
-          const int x = static_cast<int>(s.b_row0 - epi.col0 + wc0);
-#pragma unroll
-          for (int piece = 0; piece < NT / 4; ++piece)
-#pragma unroll
-            for (int rp = 0; rp < RP; ++rp) {
-              t::tma_store_2d_hint(&map_c, x + piece * 32, y + rp * PR,
-                                   staging + static_cast<std::uint32_t>((piece * RP + rp) * PR * 128),
-                                   t::l2_policy_evict_first());
-            }
-          t::bulk_commit_group();
-        }
-      }
+      if (bulk) bmma_store_counts<Cfg>(epi, acc, s.a_row0 - epi.row0 + wr0, s.b_row0 - epi.col0 + wc0, lane);
     }
     if (!bulk) {
       bmma_epilogue<Cfg>(reinterpret_cast<int*>(base_ptr + (staging - smem0)), wm, wn, lane, acc, ya, yb, s, epi);
@@ -301,9 +335,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // stages (ordered by the block barrier at the top of the loop and this fence).
     t::fence_proxy_async_shared();
   }
-  if constexpr (TmaStore) {
-    if (lane == 0) t::bulk_wait_group<0>();
-  }
+  (void)map_c;
 #else
   (void)map_a, (void)map_b, (void)map_c, (void)ld_words, (void)s, (void)epi, (void)slot_counter;
   __trap();  // never launched: the dispatch runs this kernel only on sm_90+ code
