@@ -305,7 +305,8 @@ TEST(SimtKernelGpu, FloatEdgeShapes) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const std::uint64_t seed = test::seed("simt float edges");
   const index_t shapes[][3] = {{1, 1, 1},   {1, 257, 3}, {257, 1, 5},  {13, 17, 1}, {129, 129, 9},
-                               {64, 300, 33}, {63, 5, 2}, {37, 41, 4099}, {256, 384, 64}};
+                               {64, 300, 33}, {63, 5, 2}, {37, 41, 4099}, {256, 384, 64},
+                               {300, 260, 1003}};  // the large tile's hot k loop with partial tiles and a k edge
   std::uint64_t q = 0;
   for (const auto& sh : shapes)
     for (int aligned = 0; aligned < 2; ++aligned) {

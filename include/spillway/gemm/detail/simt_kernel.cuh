@@ -8,7 +8,9 @@
 // are live at once), then stored into the other stage with k as
 // the slow index ("M-major": Xs[kk][row]), transposing K-major operands on the way, so that the
 // inner loop reads a thread's rows and columns of one k step as 16-byte shared loads. Rows of a
-// stage are padded by 16 bytes: the transposing store of K-major tiles hits distinct banks.
+// stage are padded by 16 bytes: the transposing store of K-major tiles hits distinct banks. The
+// large float tile loads K-major operands row by row through one pointer each and runs its full
+// k-tiles in a loop with no edge handling (the row form; see simt_cfg_real_large).
 //
 // A warp is 4 x 8 lanes; a lane owns hm x hn sub-blocks of rm x rn outputs, the sub-blocks 4*rm
 // rows and 8*rn columns apart, so the warp's 16-byte shared loads of one k step cover 64 (A) and
@@ -87,8 +89,10 @@ inline constexpr bool simt_is_complex_v = std::is_same_v<E, float2>;
 /// SplitStage: the next k-tile's A is loaded during the first half of the k steps and B during the
 /// second (see the main loop).
 template <int WarpsM, int WarpsN, int RM, int HM, int RN, int HN, int BK, int MinBlocks, bool SplitStage = false,
-          bool Running = false>
+          bool Running = false, int RasterGroup = 8, bool RowLoads = false>
 struct simt_config {
+  static constexpr int raster_group = RasterGroup;
+  static constexpr bool row_loads = RowLoads;
   static constexpr bool split_stage = SplitStage;
   static constexpr bool running = Running;
   static constexpr int warps_m = WarpsM, warps_n = WarpsN;
@@ -116,9 +120,9 @@ struct simt_config {
 // bank conflicts: a lane's 4 k values of one row alternate banks against a fixed accumulator) and
 // more shared-load waits.
 // The large tile splits its staging (H200, float TN, same run as cuBLAS SGEMM at 51.2 / 50.2
-// TFLOP/s: 8192^3 43.0 -> 45.6, 4096^3 42.2 -> 44.9. The K-major vector instantiation spills 24
-// bytes: row pointers of the k-edge path, and one 4-byte store + reload per k-tile of ~1150
-// instructions, included in those figures). Measured slower on the same
+// TFLOP/s: 8192^3 43.0 -> 45.6, 4096^3 42.2 -> 44.9. The K-major vector instantiation then spilled
+// 24 bytes: row pointers of the k-edge path, and one 4-byte store + reload per k-tile of ~1150
+// instructions, included in those figures; the row loads below removed it). Measured slower on the same
 // device: 128x256 tiles with 16x8 or 8x16 per lane (one block per SM, 2-7%), 128x128 with 16x8 per
 // lane (128 threads, 5-7%), k-tile 8 (7%); for m <= 64: 64x256 tiles, a 16-deep k-tile, split
 // staging (each spills; none faster at the planned 8 slices of 64 x 8192 x 8192).
@@ -138,7 +142,22 @@ struct simt_config {
 // summing their partial tiles through distributed shared memory in slice order (sm_90; no
 // workspace, no reduce pass) ran 64 x 8192 x 8192 at 33.8 and 34.5 TFLOP/s in two processes of
 // one H200 call against 34.4 for the workspace form: no gain, not kept.
-using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true>;
+// The large tile's K-major vector loads are the row form (simt_operand::row_*, `RowLoads`): two
+// threads per row, one pointer per operand advanced by BK, and a k loop split into a hot loop whose
+// next k-tile lies wholly inside k (no edge tests, branches or zero-fills: threads past the tile's
+// rows read row 0, whose products land only in outputs that are never written) and a tail. SASS
+// (sm_90a): the hot k-tile is 1139 instructions per 1024 FFMA (64 LDS.128, 4 LDG.128, 16 STS,
+// 1 BAR, 30 others) and no spill, against 1288 static instructions with 2 LDL.64 + LDL + STL per
+// k-tile before (ncu, 4096^3: 2.49e9 warp instructions for 2.15e9 FFMA, issue slots 80% busy).
+// H200, float TN, same calls as cuBLAS: 32768^2 in core 1.552 -> 1.464 s (45.3 -> 48.1 TFLOP/s),
+// the out-of-core 32768^2 job 1.566 -> 1.481 s; 8192^3 46.7-46.8 either way, 4096^3 46.0-46.2 ->
+// 45.9-46.0, 8192 x 8192 x 256 41.4-41.6 -> 41.2-41.7 (benchmarks/results/gemm.md, 2026-11-24).
+// The 2048 x 2048 x 32768 problem alone (one wave of 256 tiles) ran 2.7% slower (46.3 -> 45.0),
+// the four concurrent ones of the out-of-core job 5.5% faster. Raster groups of 2, 4 or 16
+// row-tiles instead of 8: within 0.5% at 8192^3, 4096^3, 2048 x 2048 x 32768 and 32768^2.
+// 128 threads with 16x8 or 8x16 per lane at three blocks per SM (170 registers) spill 600-900
+// bytes (not run).
+using simt_cfg_real_large = simt_config<4, 2, 4, 2, 4, 2, 16, 2, true, false, 8, true>;
 using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 16, 4, false, true>;
 // complex<float>: 8x4 per lane (64 float accumulators), 128x64 (256 threads), k-tile 8 (1024
 // FFMA per barrier; 16 would need 49 KiB, past the static shared-memory limit). Whole-tile
@@ -146,8 +165,6 @@ using simt_cfg_real_narrow = simt_config<2, 2, 4, 2, 4, 2, 16, 4, false, true>;
 using simt_cfg_complex = simt_config<4, 2, 2, 4, 2, 2, 8, 2>;
 // double: 4x4 per lane, 64x64 (the speed path for double is DMMA; this one must be correct).
 using simt_cfg_double = simt_config<4, 2, 2, 2, 2, 2, 8, 2>;
-
-inline constexpr int simt_raster_group = 8;
 
 /// Operand load modes (per launch, per operand).
 enum simt_load_mode : int { simt_k_scalar = 0, simt_k_vector = 1, simt_m_scalar = 2, simt_m_vector = 3 };
@@ -280,6 +297,52 @@ struct simt_operand {
               (((run_ok >> v) & 1u) && kk + j < k) ? simt_elem<T>::from(run_ptr[v * run_step + j]) : E{};
     }
     run_ptr += BK;
+  }
+
+  // The row form (configurations with `row_loads`, K-major vector mode): each thread loads all its
+  // elements from one row, tpr threads per row, its vectors tpr * vw elements apart, so that a
+  // warp's vector load of one index covers whole 32-byte sectors of 16 rows, and the transposing
+  // stores (element k = v * tpr * vw + c * vw + j of row r) fall on 32 distinct banks for the float
+  // large tile (bank 16 * c + 4 * j + r mod 32, c < 2, r over 16 rows). One pointer per operand,
+  // advanced by BK with every k-tile loaded: no per-vector 64-bit pointers to keep or rebuild.
+  static constexpr int tpr = BK / ept > 0 ? BK / ept : 1;
+  const T* row_run;
+  bool row_in;
+
+  __device__ __forceinline__ void row_init(const T* __restrict__ base, index_t ld, int rows, int tid) {
+    static_assert(BK % ept == 0 && tpr * vw * nv == BK && R * tpr == NT, "one row per thread group");
+    const int r = tid / tpr;
+    row_in = r < rows;
+    row_run = base + index_t(row_in ? r : 0) * ld + (tid % tpr) * vw;
+  }
+  /// The next k-tile [k0, k0 + BK); `edge`: it crosses k (element by element).
+  __device__ __forceinline__ void row_load(index_t k0, index_t k, bool edge, int tid) {
+    if (!edge) {
+      // A thread past the tile's rows reads row 0 (row_init) and stores what it read: those
+      // shared rows feed only outputs past m or n, which are never written.
+#pragma unroll
+      for (int v = 0; v < nv; ++v) {
+        T x[vw];
+        simt_load_vec<vw>(row_run + v * tpr * vw, x);
+#pragma unroll
+        for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+      }
+    } else {
+      const index_t kk = k0 + (tid % tpr) * vw;
+#pragma unroll
+      for (int v = 0; v < nv; ++v)
+#pragma unroll
+        for (int j = 0; j < vw; ++j)
+          reg[v * vw + j] = (row_in && kk + v * tpr * vw + j < k) ? simt_elem<T>::from(row_run[v * tpr * vw + j]) : E{};
+    }
+    row_run += BK;
+  }
+  __device__ __forceinline__ void row_store(E* s, int tid) const {
+    const int r = tid / tpr, c = tid % tpr;
+#pragma unroll
+    for (int v = 0; v < nv; ++v)
+#pragma unroll
+      for (int j = 0; j < vw; ++j) s[(v * tpr * vw + c * vw + j) * ld_s + r] = reg[v * vw + j];
   }
 
   /// K-major vector mode, the k-tile [k0, k0 + BK) that crosses k: element by element.
@@ -495,20 +558,31 @@ struct simt_accum<float2, TM, TN> {
 
 // ---- kernel --------------------------------------------------------------------------------------
 
+/// A loop flag known at compile time (simt_flag) or at run time (simt_flag_rt), read as `.value`:
+/// the hot k loop's body is instantiated with its flags as constants.
+template <bool B>
+struct simt_flag {
+  static constexpr bool value = B;
+};
+struct simt_flag_rt {
+  bool value;
+};
+
 struct simt_modes {
   int a;           // simt_load_mode of A
   int b;           // simt_load_mode of B
   bool c_vector;   // C rows can be written rn elements at a time (alignment and ldc allow it)
 };
 
-/// Tile `linear` of a tiles_m x tiles_n grid, walked in groups of `simt_raster_group` row-tiles
-/// (column-major inside a group): blocks resident together share A's and B's panels in L2.
+/// Tile `linear` of a tiles_m x tiles_n grid, walked in groups of `Group` row-tiles (column-major
+/// inside a group): blocks resident together share A's and B's panels in L2.
+template <int Group>
 __device__ __forceinline__ void simt_raster(index_t linear, index_t tiles_m, index_t tiles_n, index_t& tm,
                                             index_t& tn) {
-  const index_t per_group = index_t(simt_raster_group) * tiles_n;
+  const index_t per_group = index_t(Group) * tiles_n;
   const index_t g = linear / per_group;
-  const index_t first = g * simt_raster_group;
-  const index_t rows = tiles_m - first < simt_raster_group ? tiles_m - first : index_t(simt_raster_group);
+  const index_t first = g * Group;
+  const index_t rows = tiles_m - first < Group ? tiles_m - first : index_t(Group);
   const index_t in = linear - g * per_group;
   tm = first + in % rows;
   tn = in / rows;
@@ -550,7 +624,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
   for (index_t work = blockIdx.x; work < total; work += gridDim.x) {
     const index_t q = work / tiles;
     index_t tm, tn;
-    simt_raster(work - q * tiles, tiles_m, tiles_n, tm, tn);
+    simt_raster<Cfg::raster_group>(work - q * tiles, tiles_m, tiles_n, tm, tn);
     const index_t row0 = tm * Cfg::bm, col0 = tn * Cfg::bn;
     // Rows left in this tile, clamped to the tile: 32-bit compares in the loads.
     const int rows_a = static_cast<int>(p.m - row0 < Cfg::bm ? p.m - row0 : index_t(Cfg::bm));
@@ -584,18 +658,30 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
         gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
       }
     };
+    constexpr bool row_form = lean && Cfg::row_loads;
+    static_assert(!Cfg::row_loads || Cfg::split_stage, "the row loads feed split staging only");
     if constexpr (lean && Cfg::running) {
       ga.running_init(a_base, p.lda, rows_a, tid);
       gb.running_init(b_base, p.ldb, rows_b, tid);
+    } else if constexpr (row_form) {
+      ga.row_init(a_base, p.lda, rows_a, tid);
+      gb.row_init(b_base, p.ldb, rows_b, tid);
     } else if constexpr (lean) {
       ga.full_init(a_base, p.lda, rows_a, tid);
       gb.full_init(b_base, p.ldb, rows_b, tid);
     }
 
     __syncthreads();  // the previous tile's last reads of stage 0 / 1 are done
-    load_tile(0);
-    ga.store(a_s[0], mode_a, tid);
-    gb.store(b_s[0], mode_b, tid);
+    if constexpr (row_form) {
+      ga.row_load(0, p.k, k_full == 0, tid);
+      gb.row_load(0, p.k, k_full == 0, tid);
+      ga.row_store(a_s[0], tid);
+      gb.row_store(b_s[0], tid);
+    } else {
+      load_tile(0);
+      ga.store(a_s[0], mode_a, tid);
+      gb.store(b_s[0], mode_b, tid);
+    }
     __syncthreads();
 
     int stage = 0;
@@ -650,22 +736,48 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
       using k0_t = std::integral_constant<int, 0>;
       using kh_t = std::integral_constant<int, BK / 2>;
       using kn_t = std::integral_constant<int, BK>;
-      for (index_t kt = 0; kt < k_tiles; ++kt) {
-        const bool more = kt + 1 < k_tiles;
-        const E* as = a_s[stage] + row_l;
-        const E* bs = b_s[stage] + col_l;
-        // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
-        if (more) load_a(kt + 1);
-        steps(as, bs, k0_t{}, kh_t{});
-        if (more) {
-          ga.store(a_s[stage ^ 1], mode_a, tid);
-          load_b(kt + 1);
-        }
-        steps(as, bs, kh_t{}, kn_t{});
-        if (more) {
-          gb.store(b_s[stage ^ 1], mode_b, tid);
-          __syncthreads();
-          stage ^= 1;
+      if constexpr (row_form) {
+        // more: a next k-tile exists; edge: it crosses k. The hot loop has both compiled in (the
+        // next tile lies wholly inside k), so its k-tile costs no edge tests and no branches.
+        auto iter = [&](index_t kt, auto more_c, auto edge_c) {
+          const bool more = more_c.value, edge = edge_c.value;
+          const E* as = a_s[stage] + row_l;
+          const E* bs = b_s[stage] + col_l;
+          // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
+          if (more) ga.row_load((kt + 1) * BK, p.k, edge, tid);
+          steps(as, bs, k0_t{}, kh_t{});
+          if (more) {
+            ga.row_store(a_s[stage ^ 1], tid);
+            gb.row_load((kt + 1) * BK, p.k, edge, tid);
+          }
+          steps(as, bs, kh_t{}, kn_t{});
+          if (more) {
+            gb.row_store(b_s[stage ^ 1], tid);
+            __syncthreads();
+            stage ^= 1;
+          }
+        };
+        index_t kt = 0;
+        for (; kt + 1 < k_full; ++kt) iter(kt, simt_flag<true>{}, simt_flag<false>{});
+        for (; kt < k_tiles; ++kt) iter(kt, simt_flag_rt{kt + 1 < k_tiles}, simt_flag_rt{kt + 1 >= k_full});
+      } else {
+        for (index_t kt = 0; kt < k_tiles; ++kt) {
+          const bool more = kt + 1 < k_tiles;
+          const E* as = a_s[stage] + row_l;
+          const E* bs = b_s[stage] + col_l;
+          // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
+          if (more) load_a(kt + 1);
+          steps(as, bs, k0_t{}, kh_t{});
+          if (more) {
+            ga.store(a_s[stage ^ 1], mode_a, tid);
+            load_b(kt + 1);
+          }
+          steps(as, bs, kh_t{}, kn_t{});
+          if (more) {
+            gb.store(b_s[stage ^ 1], mode_b, tid);
+            __syncthreads();
+            stage ^= 1;
+          }
         }
       }
     } else {
