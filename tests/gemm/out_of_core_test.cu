@@ -510,20 +510,27 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
 // full rate make the plan take wider C blocks (a square start of single-panel blocks and then
 // blocks of several panels, or wide blocks throughout: whichever its bound prefers); the blocks of
 // different widths all land in C, β = 0 and β ≠ 0.
+// The automatic tests' job: bf16 1400 x 1000 x 300 on device 0, pinned, at least 4 blocks, a
+// compute time stated and short lines priced at 1 MB/s.
+ooc_case automatic_case(bool beta_zero) {
+  ooc_case cs;
+  cs.m = 1400;
+  cs.n = 1000;
+  cs.k = 300;
+  cs.pinned = true;
+  cs.devices = {0};
+  cs.min_blocks = 4;
+  cs.beta_zero = beta_zero;
+  cs.compute_seconds = 1e-3;
+  cs.d2h_short = 1e6;
+  return cs;
+}
+
 TEST(OutOfCoreGemmGpu, AutomaticWideBlocksByTheBound) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = spillway::test::seed("ooc-c-automatic");
   for (const bool beta_zero : {true, false}) {
-    ooc_case cs;
-    cs.m = 1400;
-    cs.n = 1000;
-    cs.k = 300;
-    cs.pinned = true;
-    cs.devices = {0};
-    cs.min_blocks = 4;
-    cs.beta_zero = beta_zero;
-    cs.compute_seconds = 1e-3;
-    cs.d2h_short = 1e6;
+    const ooc_case cs = automatic_case(beta_zero);
     ooc_report rep;
     ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + (beta_zero ? 0 : 1), &rep)));
     SCOPED_TRACE(rep.plan.describe());
@@ -539,17 +546,8 @@ TEST(OutOfCoreGemmGpu, AutomaticCopyOutStagesWhenItsBoundIsLower) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = spillway::test::seed("ooc-c-automatic-staged");
   for (const bool beta_zero : {true, false}) {
-    ooc_case cs;
-    cs.m = 1400;
-    cs.n = 1000;
-    cs.k = 300;
-    cs.pinned = true;
-    cs.devices = {0};
-    cs.min_blocks = 4;
-    cs.beta_zero = beta_zero;
+    ooc_case cs = automatic_case(beta_zero);
     cs.c_out = ooc_copy_out::automatic;
-    cs.compute_seconds = 1e-3;
-    cs.d2h_short = 1e6;
     ooc_report rep;
     ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + (beta_zero ? 0 : 1), &rep)));
     SCOPED_TRACE(rep.plan.describe());
