@@ -467,11 +467,8 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanels) {
   }
 }
 
-// Traced C blocks of several B panels: each block's first GEMM waits only for its A panel and its
-// first B panel, and the bytes copied are the plan's.
-TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  const auto seed = spillway::test::seed("ooc-c-groups-trace");
+// The job of the C-block-shape tests below: 1400 x 1000 x 300 on device 0, pinned, at least 4 blocks.
+ooc_case block_shape_case(bool beta_zero = true) {
   ooc_case cs;
   cs.m = 1400;
   cs.n = 1000;
@@ -479,6 +476,24 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
   cs.pinned = true;
   cs.devices = {0};
   cs.min_blocks = 4;
+  cs.beta_zero = beta_zero;
+  return cs;
+}
+
+// ... with a compute time stated and short lines priced at 1 MB/s (the automatic choices).
+ooc_case automatic_case(bool beta_zero) {
+  ooc_case cs = block_shape_case(beta_zero);
+  cs.compute_seconds = 1e-3;
+  cs.d2h_short = 1e6;
+  return cs;
+}
+
+// Traced C blocks of several B panels: each block's first GEMM waits only for its A panel and its
+// first B panel, and the bytes copied are the plan's.
+TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-groups-trace");
+  ooc_case cs = block_shape_case();
   cs.c_min_line = 4096;
   ooc_report rep;
   ooc_trace tr;
@@ -510,22 +525,6 @@ TEST(OutOfCoreGemmGpu, CBlocksOfSeveralBPanelsTraced) {
 // full rate make the plan take wider C blocks (a square start of single-panel blocks and then
 // blocks of several panels, or wide blocks throughout: whichever its bound prefers); the blocks of
 // different widths all land in C, β = 0 and β ≠ 0.
-// The automatic tests' job: bf16 1400 x 1000 x 300 on device 0, pinned, at least 4 blocks, a
-// compute time stated and short lines priced at 1 MB/s.
-ooc_case automatic_case(bool beta_zero) {
-  ooc_case cs;
-  cs.m = 1400;
-  cs.n = 1000;
-  cs.k = 300;
-  cs.pinned = true;
-  cs.devices = {0};
-  cs.min_blocks = 4;
-  cs.beta_zero = beta_zero;
-  cs.compute_seconds = 1e-3;
-  cs.d2h_short = 1e6;
-  return cs;
-}
-
 TEST(OutOfCoreGemmGpu, AutomaticWideBlocksByTheBound) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = spillway::test::seed("ooc-c-automatic");
