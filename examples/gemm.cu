@@ -87,13 +87,10 @@ args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage("missing value after " + key);
       return argv[++i];
     };
-    if (key == "--m")
-      a.m = std::atoll(val().c_str());
-    else if (key == "--n")
-      a.n = std::atoll(val().c_str());
-    else if (key == "--k")
-      a.k = std::atoll(val().c_str());
-    else if (key == "--type")
+    if (key == "--m" || key == "--n" || key == "--k") {
+      (key == "--m" ? a.m : key == "--n" ? a.n : a.k) = std::atoll(val().c_str());
+      a.shape_given = true;
+    } else if (key == "--type")
       a.type = val();
     else if (key == "--path")
       a.path = val();
