@@ -52,6 +52,20 @@ struct bmma_config {
 // threads. Block tile 128 x 192, 4 stages x 40 KiB.
 using bmma_cp_async_config = bmma_config<2, 6, 4, 4, 4, false>;
 
+/// The BMMAs of one B ldmatrix.x4 (`bq`: n-tiles 2·np and 2·np + 1) against the warp's MT A
+/// fragments of the same k256 step; both mma_sync Gram kernels (cp.async and TMA) run it.
+template <int MT, int NT>
+__device__ __forceinline__ void bmma_b_pair(std::int32_t (&acc)[MT][NT][4], const std::uint32_t (&af)[MT][4],
+                                            const std::uint32_t (&bq)[4], int np) {
+  const std::uint32_t b_lo[2] = {bq[0], bq[1]};
+  const std::uint32_t b_hi[2] = {bq[2], bq[3]};
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ::spillway::tile::mma_m16n8k256_b1_and(acc[mt][2 * np], af[mt], b_lo);
+    ::spillway::tile::mma_m16n8k256_b1_and(acc[mt][2 * np + 1], af[mt], b_hi);
+  }
+}
+
 /// One warp's MMAs over one 1024-bit k-slice held in shared memory at `base` (4 k256 steps),
 /// accumulated into `acc`. ldmatrix lane roles (lane L addresses row L % 8 of matrix L / 8): A
 /// (m16 x k256 per MMA) = rows 0-7 / 8-15 of chunk 2s, then of chunk 2s+1; B (two n8 tiles per
@@ -81,13 +95,7 @@ __device__ __forceinline__ void bmma_slice(std::uint32_t base, int wm, int wn, i
         std::uint32_t bq[4];
         const int row = Cfg::bm + wn * NT * 8 + np * 16 + b_row_in;
         t::ldmatrix_x4(bq, base + t::swizzle128(row, 2 * ks + b_chunk_hi));
-        const std::uint32_t b_lo[2] = {bq[0], bq[1]};
-        const std::uint32_t b_hi[2] = {bq[2], bq[3]};
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          t::mma_m16n8k256_b1_and(acc[mt][2 * np], af[mt], b_lo);
-          t::mma_m16n8k256_b1_and(acc[mt][2 * np + 1], af[mt], b_hi);
-        }
+        bmma_b_pair(acc, af, bq, np);
       }
     } else {
       std::uint32_t bf[NT][2];

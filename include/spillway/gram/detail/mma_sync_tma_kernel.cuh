@@ -111,13 +111,7 @@ __device__ __forceinline__ void bmma_tma_slice(std::uint32_t a_frag, std::uint32
     for (int np = 0; np < NT / 2; ++np) {
       std::uint32_t bq[4];
       t::ldmatrix_x4(bq, kb + static_cast<std::uint32_t>(np) * frag_step);
-      const std::uint32_t b_lo[2] = {bq[0], bq[1]};
-      const std::uint32_t b_hi[2] = {bq[2], bq[3]};
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        t::mma_m16n8k256_b1_and(acc[mt][2 * np], af[mt], b_lo);
-        t::mma_m16n8k256_b1_and(acc[mt][2 * np + 1], af[mt], b_hi);
-      }
+      bmma_b_pair(acc, af, bq, np);
     }
   }
 }
