@@ -736,50 +736,40 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
       using k0_t = std::integral_constant<int, 0>;
       using kh_t = std::integral_constant<int, BK / 2>;
       using kn_t = std::integral_constant<int, BK>;
-      if constexpr (row_form) {
-        // more: a next k-tile exists; edge: it crosses k. The hot loop has both compiled in (the
-        // next tile lies wholly inside k), so its k-tile costs no edge tests and no branches.
-        auto iter = [&](index_t kt, auto more_c, auto edge_c) {
-          const bool more = more_c.value, edge = edge_c.value;
-          const E* as = a_s[stage] + row_l;
-          const E* bs = b_s[stage] + col_l;
-          // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
-          if (more) ga.row_load((kt + 1) * BK, p.k, edge, tid);
-          steps(as, bs, k0_t{}, kh_t{});
-          if (more) {
+      // more: a next k-tile exists; edge: it crosses k (the row form; the other loads test k
+      // themselves). The row form's hot loop has both compiled in (the next tile lies wholly inside
+      // k), so its k-tile costs no edge tests and no branches.
+      auto iter = [&](index_t kt, auto more_c, auto edge_c) {
+        const bool more = more_c.value, edge = edge_c.value;
+        const E* as = a_s[stage] + row_l;
+        const E* bs = b_s[stage] + col_l;
+        // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
+        if (more) {
+          if constexpr (row_form) ga.row_load((kt + 1) * BK, p.k, edge, tid);
+          else load_a(kt + 1);
+        }
+        steps(as, bs, k0_t{}, kh_t{});
+        if (more) {
+          if constexpr (row_form) {
             ga.row_store(a_s[stage ^ 1], tid);
             gb.row_load((kt + 1) * BK, p.k, edge, tid);
-          }
-          steps(as, bs, kh_t{}, kn_t{});
-          if (more) {
-            gb.row_store(b_s[stage ^ 1], tid);
-            __syncthreads();
-            stage ^= 1;
-          }
-        };
-        index_t kt = 0;
-        for (; kt + 1 < k_full; ++kt) iter(kt, simt_flag<true>{}, simt_flag<false>{});
-        for (; kt < k_tiles; ++kt) iter(kt, simt_flag_rt{kt + 1 < k_tiles}, simt_flag_rt{kt + 1 >= k_full});
-      } else {
-        for (index_t kt = 0; kt < k_tiles; ++kt) {
-          const bool more = kt + 1 < k_tiles;
-          const E* as = a_s[stage] + row_l;
-          const E* bs = b_s[stage] + col_l;
-          // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
-          if (more) load_a(kt + 1);
-          steps(as, bs, k0_t{}, kh_t{});
-          if (more) {
+          } else {
             ga.store(a_s[stage ^ 1], mode_a, tid);
             load_b(kt + 1);
           }
-          steps(as, bs, kh_t{}, kn_t{});
-          if (more) {
-            gb.store(b_s[stage ^ 1], mode_b, tid);
-            __syncthreads();
-            stage ^= 1;
-          }
         }
-      }
+        steps(as, bs, kh_t{}, kn_t{});
+        if (more) {
+          if constexpr (row_form) gb.row_store(b_s[stage ^ 1], tid);
+          else gb.store(b_s[stage ^ 1], mode_b, tid);
+          __syncthreads();
+          stage ^= 1;
+        }
+      };
+      index_t kt = 0;
+      if constexpr (row_form)
+        for (; kt + 1 < k_full; ++kt) iter(kt, simt_flag<true>{}, simt_flag<false>{});
+      for (; kt < k_tiles; ++kt) iter(kt, simt_flag_rt{kt + 1 < k_tiles}, simt_flag_rt{kt + 1 >= k_full});
     } else {
       for (index_t kt = 0; kt < k_tiles; ++kt) {
         const bool more = kt + 1 < k_tiles;
