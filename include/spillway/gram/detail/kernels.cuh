@@ -342,7 +342,7 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
       ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, true>>(current_device(),
                                                                                          Cfg::smem_bytes);
       mma_sync_tma_gram_kernel<Cfg, Epilogue, true><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-          map_a, map_b, map_a, args.ld_words, sch, epi, counter);
+          map_a, map_b, args.ld_words, sch, epi, counter);
       SPILLWAY_CHECK_LAUNCH();
       return;
     }
@@ -350,7 +350,7 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, false>>(current_device(),
                                                                                       Cfg::smem_bytes);
   mma_sync_tma_gram_kernel<Cfg, Epilogue, false><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-      map_a, map_b, map_a, args.ld_words, sch, epi, counter);
+      map_a, map_b, args.ld_words, sch, epi, counter);
   SPILLWAY_CHECK_LAUNCH();
 }
 

@@ -145,12 +145,11 @@ __device__ __forceinline__ void bmma_store_counts(const Epilogue& epi, const std
 /// `DirectStore`: the epilogue is a store_counts<std::int32_t> into a 16-byte aligned output with a
 /// row pitch of whole 16-byte units (launch_mma_sync_tma_gram: tma_store_fits), so each warp block
 /// wholly inside the output (and, upper-only, on or above the diagonal) is written from its
-/// accumulators (bmma_store_counts). `map_c` is not read (the launch signature is shared).
+/// accumulators (bmma_store_counts).
 template <class Cfg, class Epilogue, bool DirectStore>
 __global__ void __launch_bounds__(Cfg::threads, 1)
     mma_sync_tma_gram_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                             const __grid_constant__ CUtensorMap map_c, std::int64_t ld_words, tile_schedule s,
-                             Epilogue epi, unsigned long long* slot_counter) {
+                             std::int64_t ld_words, tile_schedule s, Epilogue epi, unsigned long long* slot_counter) {
 #if defined(SPILLWAY_TILE_HAS_MMA) && defined(SPILLWAY_TILE_HAS_TMA)
   namespace t = ::spillway::tile;
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
@@ -329,9 +328,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // stages (ordered by the block barrier at the top of the loop and this fence).
     t::fence_proxy_async_shared();
   }
-  (void)map_c;
 #else
-  (void)map_a, (void)map_b, (void)map_c, (void)ld_words, (void)s, (void)epi, (void)slot_counter;
+  (void)map_a, (void)map_b, (void)ld_words, (void)s, (void)epi, (void)slot_counter;
   __trap();  // never launched: the dispatch runs this kernel only on sm_90+ code
 #endif
 }
