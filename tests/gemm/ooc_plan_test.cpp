@@ -1,8 +1,8 @@
 // The out-of-core GEMM planner (host only): the bytes it says it moves against formulas computed
 // here from the plan's own shape, the block shapes it picks for the acceptance jobs, which operand
 // it keeps resident, when it splits k, the visiting order (square start, serpentine bands, every
-// block once, devices' shares), and the refusal of a budget below one block, whose stated minimum
-// must itself be enough.
+// block once, devices' shares), the raw buffers of MN-major operands (per device, not per slot),
+// and the refusal of a budget below one block, whose stated minimum must itself be enough.
 #include <spillway/gemm/ooc_plan.hpp>
 
 #include <gtest/gtest.h>
@@ -512,6 +512,110 @@ TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {
   r.budget_bytes = minimum;
   EXPECT_NO_THROW((void)make_ooc_plan(r));
   r.budget_bytes = minimum - 1;
+  EXPECT_THROW((void)make_ooc_plan(r), spillway::logic_error);
+}
+
+// An MN-major operand on a tensor-core path (stage_b: B row-major) lands in two raw buffers per
+// device and is transposed once into its cache slot: 2 x its panel of fixed memory, nothing per
+// slot, and the same bytes moved and floor as the K-major plan (the 32768^3 bf16 job in 8 GiB: B's
+// panels are 2048 x 32768 x 2 bytes = 128 MiB, so 256 MiB of raw buffers).
+TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  const ooc_plan base = make_ooc_plan(r);
+  r.stage_b = true;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  // In the executed frame the caller's B is "A" when the plan is transposed.
+  EXPECT_EQ(p.stage_a, p.transposed);
+  EXPECT_EQ(p.stage_b, !p.transposed);
+  const std::size_t panel = p.transposed ? p.a_panel_bytes : p.b_panel_bytes;
+  EXPECT_EQ(panel, std::size_t{128} << 20);
+  EXPECT_EQ(p.stage_bytes, 2 * panel);
+  EXPECT_EQ(p.slot_extra_bytes, 0u);
+  EXPECT_EQ(p.device_bytes, p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
+                                p.slots * (p.c_block_bytes + p.slot_extra_bytes) + p.stage_bytes);
+  EXPECT_LE(p.device_bytes, 8 * GiB);
+  EXPECT_EQ(p.h2d_bytes, base.h2d_bytes);
+  EXPECT_EQ(p.d2h_bytes, base.d2h_bytes);
+  EXPECT_EQ(p.min_h2d_bytes, base.min_h2d_bytes);
+  EXPECT_DOUBLE_EQ(p.floor_seconds, base.floor_seconds);
+  EXPECT_NE(p.describe().find("transposed on load"), std::string::npos);
+  EXPECT_EQ(base.describe().find("transposed on load"), std::string::npos);
+  // More slots: the same raw buffers (they are per device).
+  r.slots = 8;
+  const ooc_plan p8 = make_ooc_plan(r);
+  ASSERT_EQ(p8.transposed ? p8.a_panel_bytes : p8.b_panel_bytes, panel);
+  EXPECT_EQ(p8.stage_bytes, 2 * panel);
+  EXPECT_EQ(p8.slot_extra_bytes, 0u);
+  // Both operands MN-major: 2 panels of each.
+  r.stage_a = true;
+  const ooc_plan both = make_ooc_plan(r);
+  EXPECT_TRUE(both.stage_a && both.stage_b);
+  EXPECT_EQ(both.stage_bytes, 2 * both.a_panel_bytes + 2 * both.b_panel_bytes);
+  EXPECT_EQ(both.h2d_bytes, base.h2d_bytes);
+  EXPECT_LE(both.device_bytes, 8 * GiB);
+}
+
+// The budget arithmetic with raw buffers on a budget that is tight: every plan the search returns
+// fits, and the raw buffers are counted once per device, so a budget too small for one slot's
+// staging under the old per-slot rule (slots x panel) still plans.
+TEST(OocPlan, RawBuffersFitTheBudgetAtEveryBudget) {
+  for (std::size_t budget = std::size_t{64} << 20; budget >= (std::size_t{2} << 20);
+       budget = budget * 3 / 4) {
+    ooc_plan_request r;
+    r.m = 3000;
+    r.n = 2500;
+    r.k = 1700;
+    r.in_bytes = 2;
+    r.out_bytes = 2;
+    r.acc_bytes = 4;
+    r.c_is_acc = false;
+    r.stage_a = true;
+    r.stage_b = true;
+    r.slots = 8;
+    r.budget_bytes = budget;
+    const ooc_plan p = make_ooc_plan(r);
+    SCOPED_TRACE(p.describe());
+    EXPECT_EQ(p.stage_bytes, 2 * p.a_panel_bytes + 2 * p.b_panel_bytes);
+    EXPECT_EQ(p.device_bytes, p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
+                                  p.slots * (p.c_block_bytes + p.slot_extra_bytes) + p.stage_bytes);
+    EXPECT_LE(p.device_bytes, budget);
+    expect_permutation(p);
+  }
+}
+
+// The stated minimum counts the raw buffers: 128 x 128 x 128 panels of 64 KiB (float), A 2 and B 2
+// cached, 4 C blocks, and 2 raw buffers of each MN-major operand: 12 x 64 KiB.
+TEST(OocPlan, MinimumBudgetCountsTheRawBuffers) {
+  ooc_plan_request r;
+  r.m = 1000;
+  r.n = 900;
+  r.k = 700;
+  r.stage_a = true;
+  r.stage_b = true;
+  r.budget_bytes = 1000;
+  std::string msg;
+  try {
+    (void)make_ooc_plan(r);
+    FAIL() << "a 1000-byte budget was accepted";
+  } catch (const spillway::logic_error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("two raw panel buffers per MN-major operand"), std::string::npos) << msg;
+  const auto at = msg.find("minimum of ") + 11;
+  const std::size_t minimum = std::stoull(msg.substr(at));
+  EXPECT_EQ(minimum, 12u * 65536u) << msg;
+  r.budget_bytes = minimum;
+  const ooc_plan p = make_ooc_plan(r);
+  EXPECT_EQ(p.stage_bytes, 4u * 65536u);
+  EXPECT_EQ(p.device_bytes, minimum);
+  r.budget_bytes = minimum - 1;
+  EXPECT_THROW((void)make_ooc_plan(r), spillway::logic_error);
+  // One MN-major operand: 10 x 64 KiB.
+  r.stage_a = false;
+  r.budget_bytes = 10u * 65536u;
+  EXPECT_NO_THROW((void)make_ooc_plan(r));
+  r.budget_bytes = 10u * 65536u - 1;
   EXPECT_THROW((void)make_ooc_plan(r), spillway::logic_error);
 }
 

@@ -11,7 +11,9 @@
 // Device memory per device: `a_slots` cached A panels + `b_slots` cached B panels (each slot of
 // a cache holds one panel; panel p goes to slot p mod slots, guarded by events) + per in-flight
 // task (`slots`) one C block, and where needed an accumulator block (k split and C narrower than the
-// accumulator), the split-K workspace, and the tensor-core staging copies of MN-major panels.
+// accumulator) and the split-K workspace; plus, once per device, two raw panel buffers for each
+// operand that is MN-major on a tensor-core path (`stage_bytes`): such a panel lands there as the
+// host holds it and is transposed once into its cache slot K-major, so the GEMMs stage nothing.
 //
 // Bytes. A is read once per device when its row panels fit the A cache (a_slots ≥ the device's row
 // panels); otherwise in bands of a_slots panels, and B once per band, less the B panels still
@@ -63,7 +65,10 @@ struct ooc_plan_request {
   std::size_t budget_bytes = 0;  ///< device memory per device
   std::size_t slots = 4;         ///< tasks in flight per device (C blocks)
   std::size_t devices = 1;
-  bool stage_a = false;  ///< A is MN-major and the path is a tensor-core one: its panels are staged
+  /// A is MN-major and the path is a tensor-core one: each A panel lands in one of two raw buffers
+  /// of the device (ping-pong) and is transposed once into its cache slot (K-major). Fixed memory
+  /// per device, 2 x the panel; nothing per slot.
+  bool stage_a = false;
   bool stage_b = false;
   index_t split_k = 1;    ///< forced split-K slices of each block's GEMM (workspace per slot)
   index_t max_block = 0;  ///< cap on the C block's sides (0: none); tests force many blocks with it
@@ -115,8 +120,11 @@ struct ooc_plan {
   std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
   std::size_t b_panel_bytes = 0;
   std::size_t c_block_bytes = 0;     ///< one slot's C block (bm x bn·group)
-  std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K, staging
-  std::size_t device_bytes = 0;      ///< everything above on one device
+  std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K workspace
+  /// Executed frame: A's / B's panels land MN-major in raw buffers and are transposed into the cache.
+  bool stage_a = false, stage_b = false;
+  std::size_t stage_bytes = 0;   ///< once per device: the raw buffers (2 x a_panel_bytes, 2 x b_panel_bytes)
+  std::size_t device_bytes = 0;  ///< everything above on one device
   std::size_t devices = 1;
   std::vector<ooc_block> order;              ///< every block once, in visiting order
   std::vector<std::size_t> device_first;     ///< device d visits order[device_first[d], device_first[d+1])
@@ -204,7 +212,12 @@ inline std::size_t ooc_panel_bytes(index_t major, index_t minor, std::size_t ele
 
 struct ooc_sizes {
   std::size_t pa, pb, cblk, extra, slots;
+  std::size_t stage;  ///< per device, not per slot: the raw buffers of the transposed operands
 };
+
+/// Raw landing buffers per transposed operand and device: the next panel's copy fills one while
+/// the previous panel's transpose reads the other.
+inline constexpr std::size_t ooc_raw_buffers = 2;
 
 inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
   ooc_sizes z{};
@@ -218,9 +231,9 @@ inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
   if (r.split_k > 1)
     extra =
         ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
-  if (s.stage_a) extra = ooc_add(extra, z.pa);
-  if (s.stage_b) extra = ooc_add(extra, z.pb);
   z.extra = extra;
+  z.stage =
+      ooc_add(s.stage_a ? ooc_mul(ooc_raw_buffers, z.pa) : 0, s.stage_b ? ooc_mul(ooc_raw_buffers, z.pb) : 0);
   const std::size_t tasks =
       ooc_mul(static_cast<std::size_t>(ooc_ceil(s.m, s.bm)), static_cast<std::size_t>(ooc_ceil(s.n, s.bn)));
   z.slots = std::max<std::size_t>(1, std::min(r.slots, tasks));
@@ -511,6 +524,10 @@ inline std::string ooc_plan::describe() const {
       "; cached panels A " + std::to_string(a_slots) + " x " + gib(static_cast<double>(a_panel_bytes)) +
       ", B " + std::to_string(b_slots) + " x " + gib(static_cast<double>(b_panel_bytes)) + "; " +
       std::to_string(slots) + " slots x " + gib(static_cast<double>(c_block_bytes + slot_extra_bytes)) +
+      (stage_bytes > 0
+           ? std::string("; transposed on load: ") + (stage_a ? "A" : "") + (stage_a && stage_b ? ", " : "") +
+                 (stage_b ? "B" : "") + " (raw buffers " + gib(static_cast<double>(stage_bytes)) + ")"
+           : std::string()) +
       "; device " + gib(static_cast<double>(device_bytes)) + "; moves H2D " +
       gib(static_cast<double>(h2d_bytes)) + ", D2H " + gib(static_cast<double>(d2h_bytes)) + " (minimum " +
       gib(static_cast<double>(min_h2d_bytes)) + " / " + gib(static_cast<double>(min_d2h_bytes)) +
@@ -604,7 +621,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             const index_t want_devices =
                 std::min<index_t>(static_cast<index_t>(r.devices), detail::ooc_ceil(M, detail::ooc_min_side));
             if (detail::ooc_ceil(rp, rp_dev) < want_devices) continue;
-            const std::size_t fixed = detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra));
+            const std::size_t fixed =
+                detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)), z.stage);
             if (fixed > r.budget_bytes) continue;
             std::size_t rem = r.budget_bytes - fixed;
             // At least two B slots (one loading while one is read) when there is more than one B panel.
@@ -669,16 +687,20 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
       const index_t rp_dev = detail::ooc_ceil(detail::ooc_ceil(M, bm), static_cast<index_t>(r.devices));
       const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
       const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, detail::ooc_ceil(N, bn) * kch));
-      const std::size_t v =
+      const std::size_t v = detail::ooc_add(
           detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
                                           detail::ooc_mul(a_min, z.pa)),
-                          detail::ooc_mul(b_min, z.pb));
+                          detail::ooc_mul(b_min, z.pb)),
+          z.stage);
       need = std::min(need, v);
     }
-    fail("memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
-         std::to_string(need) +
-         " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
-         std::to_string(r.slots) + " slot(s))");
+    fail(
+        "memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
+        std::to_string(need) +
+        " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
+        std::to_string(r.slots) + " slot(s)" +
+        (r.stage_a || r.stage_b ? ", and two raw panel buffers per MN-major operand for its transpose" : "") +
+        ")");
   }
 
   ooc_plan& p = best;
@@ -698,6 +720,9 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   p.b_panel_bytes = pick.z.pb;
   p.c_block_bytes = pick.z.cblk;
   p.slot_extra_bytes = pick.z.extra;
+  p.stage_a = pick.s.stage_a;
+  p.stage_b = pick.s.stage_b;
+  p.stage_bytes = pick.z.stage;
   p.group = 1;
   p.col_blocks = p.col_panels;
   // C blocks of several B panels when C's lines in the caller's memory run along the executed
@@ -728,12 +753,12 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
         extra =
             detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(detail::ooc_mul(area, r.acc_bytes),
                                                                        static_cast<std::size_t>(r.split_k))));
-      if (pick.s.stage_a) extra = detail::ooc_add(extra, p.a_panel_bytes);
-      if (pick.s.stage_b) extra = detail::ooc_add(extra, p.b_panel_bytes);
       const index_t blocks = p.row_panels * detail::ooc_ceil(p.col_panels, g);
       const std::size_t slots = std::max<std::size_t>(1, std::min(r.slots, static_cast<std::size_t>(blocks)));
-      const std::size_t fixed = detail::ooc_add(detail::ooc_mul(slots, detail::ooc_add(cblk, extra)),
-                                                detail::ooc_mul(p.a_slots, p.a_panel_bytes));
+      const std::size_t fixed =
+          detail::ooc_add(detail::ooc_add(detail::ooc_mul(slots, detail::ooc_add(cblk, extra)),
+                                          detail::ooc_mul(p.a_slots, p.a_panel_bytes)),
+                          p.stage_bytes);
       if (fixed > r.budget_bytes) continue;
       // B keeps a block's panels where it held that many (else, as with more k chunks than slots,
       // the block copies its own panels in turn).
@@ -759,7 +784,7 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     q.h2d_bytes = q.d2h_bytes = 0;
     q.narrow_rows = mode == 2 ? S : 0;
     q.device_bytes = q.a_slots * q.a_panel_bytes + q.b_slots * q.b_panel_bytes +
-                     q.slots * (q.c_block_bytes + q.slot_extra_bytes);
+                     q.slots * (q.c_block_bytes + q.slot_extra_bytes) + q.stage_bytes;
     for (std::size_t d = 0; d < r.devices; ++d) {
       const index_t r0 = std::min(q.row_panels, static_cast<index_t>(d) * per_dev);
       const index_t r1 = std::min(q.row_panels, r0 + per_dev);
