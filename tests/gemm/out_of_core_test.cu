@@ -3,7 +3,9 @@
 // NaN-poisoned C and β ≠ 0, every element type once, against the double-precision host reference
 // with the bound of gemm_check.hpp and against the in-core GEMM of the same product; cancellation
 // (the blocks written are exact, the rest untouched), a failing progress callback (the report of
-// what was written), a budget below one block (refused, the minimum stated), k = 0, two GPUs.
+// what was written), a budget below one block (refused, the minimum stated), k = 0, two GPUs;
+// MN-major operands on the tensor-core paths (transposed once per panel as they land) and the
+// transpose kernel itself.
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/host_registration.hpp>
 #include <spillway/core/stream.hpp>
@@ -297,6 +299,127 @@ TEST(OutOfCoreGemmGpu, Int8ToFloat) {
 }
 TEST(OutOfCoreGemmGpu, ComplexFloat) {
   every_type_once<cfloat, cfloat>("cfloat");
+}
+
+// ---- MN-major operands on the tensor-core paths: each panel transposed once as it lands ----------
+
+/// The transpose kernel alone: src (lines x len, pitch round_up(len, 16)) random bytes, dst
+/// poisoned (0x7f) with 16 spare elements per row and 3 spare rows. dst must be the exact
+/// transpose, zeros in columns [lines, round_up(lines, V)), every other byte untouched.
+template <class T>
+::testing::AssertionResult check_transpose(index_t lines, index_t len, std::mt19937_64& g) {
+  constexpr index_t v = 16 / static_cast<index_t>(sizeof(T));
+  auto up = [](index_t x, index_t q) { return (x + q - 1) / q * q; };
+  const index_t sld = up(len, 16), dld = up(lines, 16) + 16, drows = len + 3;
+  std::vector<unsigned char> src(static_cast<std::size_t>(lines * sld) * sizeof(T));
+  for (auto& x : src) x = static_cast<unsigned char>(g());
+  std::vector<unsigned char> dst(static_cast<std::size_t>(drows * dld) * sizeof(T), 0x7f);
+  spillway::stream s;
+  auto ds = spillway::device_buffer<unsigned char>::from_host(
+      cuda::std::span<const unsigned char>(src.data(), src.size()), s.view());
+  auto dd = spillway::device_buffer<unsigned char>::from_host(
+      cuda::std::span<const unsigned char>(dst.data(), dst.size()), s.view());
+  spillway::gemm::detail::ooc_transpose<T>(reinterpret_cast<const T*>(ds.data()), sld, lines, len,
+                                           reinterpret_cast<T*>(dd.data()), dld, s.view());
+  SPILLWAY_CUDA_TRY(cudaGetLastError());
+  dd.copy_to_host_async(cuda::std::span<unsigned char>(dst.data(), dst.size()), s.view());
+  s.synchronize();
+  const std::size_t es = sizeof(T);
+  long bad = 0;
+  for (index_t r = 0; r < drows; ++r)
+    for (index_t x = 0; x < dld; ++x)
+      for (std::size_t b = 0; b < es; ++b) {
+        const unsigned char got = dst[static_cast<std::size_t>(r * dld + x) * es + b];
+        unsigned char want = 0x7f;
+        if (r < len && x < lines)
+          want = src[static_cast<std::size_t>(x * sld + r) * es + b];
+        else if (r < len && x < up(lines, v))
+          want = 0;
+        if (got != want && bad++ < 5)
+          std::cout << "  " << sizeof(T) << "-byte " << lines << " x " << len << ": dst(" << r << "," << x
+                    << ") byte " << b << " is " << int(got) << ", want " << int(want) << "\n";
+      }
+  if (bad != 0)
+    return ::testing::AssertionFailure()
+           << bad << " bytes wrong, " << sizeof(T) << "-byte elements, " << lines << " lines x " << len;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(OutOfCoreGemmGpu, TransposeKernelEveryElementSizeAndEdge) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-transpose");
+  std::mt19937_64 g(seed);
+  const index_t sizes[][2] = {{1, 1}, {1, 300}, {300, 1}, {37, 53}, {129, 257}, {512, 1000}, {1111, 130}};
+  for (const auto& sz : sizes) {
+    ASSERT_TRUE(check_transpose<std::int8_t>(sz[0], sz[1], g));
+    ASSERT_TRUE(check_transpose<__nv_bfloat16>(sz[0], sz[1], g));
+    ASSERT_TRUE(check_transpose<float>(sz[0], sz[1], g));
+    ASSERT_TRUE(check_transpose<double>(sz[0], sz[1], g));
+  }
+}
+
+/// Column-major A and row-major B (both MN-major) on the tensor-core path: the plan transposes
+/// both as they land (stage_a and stage_b, raw buffers of two panels each), odd sizes (no side a
+/// multiple of 16 or of the kernels' tiles), >= 9 blocks, beta = 0 over NaN and beta != 0, pageable
+/// and page-locked, row- and column-major C; then k in chunks (the last chunk shorter than the
+/// others, so its panels' padding is zero-filled by the transpose). Against the host reference.
+template <class T, class TC>
+void mn_major_transposed(const std::string& label, gemm_options o = {}) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-mn-major-" + label);
+  const bool tensor = resolve_path<T>(o, spillway::current_device()) != gemm_path::simt;
+  int n = 0;
+  for (bool pinned : {false, true})
+    for (bool beta_zero : {true, false}) {
+      ooc_case cs;
+      cs.m = 501;
+      cs.n = 613;
+      cs.k = 259;
+      cs.la = layout::col_major;
+      cs.lb = layout::row_major;
+      cs.lc = (n % 2) == 0 ? layout::row_major : layout::col_major;
+      cs.pinned = pinned;
+      cs.beta_zero = beta_zero;
+      ooc_report rep;
+      ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + static_cast<std::uint64_t>(n++), &rep)));
+      EXPECT_EQ(rep.plan.stage_a, tensor) << rep.plan.describe();
+      EXPECT_EQ(rep.plan.stage_b, tensor) << rep.plan.describe();
+      EXPECT_EQ(rep.plan.stage_bytes, tensor ? 2 * (rep.plan.a_panel_bytes + rep.plan.b_panel_bytes) : 0u);
+      EXPECT_EQ(rep.plan.slot_extra_bytes, 0u) << rep.plan.describe();
+    }
+  // Only B MN-major (NumPy's layout: both row-major), k in chunks.
+  ooc_case cs;
+  cs.m = 300;
+  cs.n = 283;
+  cs.k = 2100;
+  cs.la = layout::row_major;
+  cs.lb = layout::row_major;
+  cs.min_blocks = 1;
+  cs.split_k = true;
+  for (bool pinned : {false, true}) {
+    cs.pinned = pinned;
+    cs.beta_zero = !pinned;
+    ooc_report rep;
+    ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + static_cast<std::uint64_t>(n++), &rep)));
+    EXPECT_EQ(rep.plan.stage_a || rep.plan.stage_b, tensor) << rep.plan.describe();
+    EXPECT_FALSE(rep.plan.stage_a && rep.plan.stage_b) << rep.plan.describe();
+  }
+}
+
+TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadBf16ToFloat) {
+  mn_major_transposed<__nv_bfloat16, float>("bf16-float");
+}
+TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadHalfToHalf) {
+  mn_major_transposed<__half, __half>("half-half");
+}
+TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadTf32) {
+  mn_major_transposed<float, float>("tf32", tf32());
+}
+TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadInt8ToInt32Exact) {
+  mn_major_transposed<std::int8_t, std::int32_t>("int8-int32");
+}
+TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadDouble) {
+  mn_major_transposed<double, double>("double");
 }
 
 /// Budgets too small for full-k panels: k in chunks, accumulated in C (C the accumulator type) or

@@ -23,7 +23,11 @@
 // by DMA directly (2-D copies of the sub-matrices), except C blocks that ooc_options::c_out stages:
 // out whole (1-D) into their slot's pinned buffer, then into C by the pipeline's host threads in a
 // host function of the block's stream. Pageable memory goes through pinned staging filled by those
-// threads (double-buffered per device for panels, one block per slot for C).
+// threads (double-buffered per device for panels, one block per slot for C). On the tensor-core
+// paths an MN-major operand (A column-major, B row-major in the executed frame) would make every
+// block's GEMM stage a K-major copy of its panel; instead each panel lands in one of two raw
+// buffers of the device and is transposed once into its cache slot by ooc_transpose_kernel on a
+// second stream of the device, while the loader copies the next panel (ooc_job::load).
 #pragma once
 
 #include <spillway/core/detail/fault_hook.hpp>
@@ -192,6 +196,97 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// ---- MN-major panels: transposed once as they land --------------------------------------------------
+
+/// Threads of ooc_transpose_kernel; a block covers 8·V elements along a source line (128 bytes) and
+/// 32·V source lines (V = 16 / element size).
+inline constexpr int ooc_xpose_threads = 256;
+
+/// One thread's V x V elements (V 16-byte vectors in, V out), transposed in registers. in[v] is
+/// source line v; out row j holds element j of every line. Byte and half-word elements go through
+/// PRMT (__byte_perm); 4- and 8-byte elements are only renamed.
+template <int ES>
+__device__ __forceinline__ uint4 ooc_xpose_row(const uint4 (&in)[16 / ES], int j) {
+  constexpr int V = 16 / ES;
+  auto word = [&](int v, int q) -> std::uint32_t {
+    return q == 0 ? in[v].x : q == 1 ? in[v].y : q == 2 ? in[v].z : in[v].w;
+  };
+  std::uint32_t o[4];
+  if constexpr (ES == 8) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      o[2 * v] = word(v, 2 * j);
+      o[2 * v + 1] = word(v, 2 * j + 1);
+    }
+  } else if constexpr (ES == 4) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) o[v] = word(v, j);
+  } else if constexpr (ES == 2) {
+    const unsigned sel = (j & 1) != 0 ? 0x7632u : 0x5410u;  // the high or the low half of each word
+#pragma unroll
+    for (int q = 0; q < 4; ++q) o[q] = __byte_perm(word(2 * q, j >> 1), word(2 * q + 1, j >> 1), sel);
+  } else {
+    static_assert(ES == 1, "element sizes 1, 2, 4 and 8");
+    const unsigned b = static_cast<unsigned>(j & 3), sel = b | ((b + 4) << 4);  // byte b of x, then of y
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const std::uint32_t lo = __byte_perm(word(4 * q, j >> 2), word(4 * q + 1, j >> 2), sel);
+      const std::uint32_t hi = __byte_perm(word(4 * q + 2, j >> 2), word(4 * q + 3, j >> 2), sel);
+      o[q] = __byte_perm(lo, hi, 0x5410u);
+    }
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/// dst (len rows of `lines` elements, K-major, pitch dld) = the transpose of src (`lines` lines of
+/// `len` elements, pitch sld): dst[r·dld + x] = src[x·sld + r]. Elements are ES bytes; src, dst,
+/// sld·ES and dld·ES are multiples of 16 bytes and sld ≥ round_up(len, V), dld ≥ round_up(lines, V)
+/// (V = 16 / ES), so every access is a whole 16-byte vector. Each thread reads V vectors of V
+/// consecutive lines (8 lanes along a line: 128 contiguous bytes per line and instruction),
+/// transposes them in registers and writes V vectors, one per destination row (4 lanes along a row,
+/// 8 warps of the block side by side along it: 512 contiguous bytes of each row per block). Columns
+/// [lines, round_up(lines, V)) of dst are written as zeros; rows ≥ len are not written; source
+/// elements of the vectors past `len` (inside the pitch) are read and dropped.
+template <int ES>
+__global__ void __launch_bounds__(ooc_xpose_threads)
+    ooc_transpose_kernel(const std::byte* __restrict__ src, index_t sld, index_t lines, index_t len,
+                         std::byte* __restrict__ dst, index_t dld) {
+  constexpr int V = 16 / ES;
+  constexpr index_t tile_r = 8 * V, tile_x = 32 * V;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const index_t tiles_r = ceil_div(len, tile_r), tiles = tiles_r * ceil_div(lines, tile_x);
+  for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const index_t r0 = t % tiles_r * tile_r + (lane & 7) * V;
+    const index_t x0 = t / tiles_r * tile_x + (warp * 4 + (lane >> 3)) * V;
+    if (r0 >= len || x0 >= lines) continue;
+    uint4 in[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      in[v] = x0 + v < lines ? *reinterpret_cast<const uint4*>(src + ((x0 + v) * sld + r0) * ES)
+                             : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (r0 + j < len)
+        *reinterpret_cast<uint4*>(dst + ((r0 + j) * dld + x0) * ES) = ooc_xpose_row<ES>(in, j);
+    }
+  }
+}
+
+/// Enqueues ooc_transpose_kernel for elements of type T on s (see there for the preconditions).
+template <class T>
+void ooc_transpose(const T* src, index_t sld, index_t lines, index_t len, T* dst, index_t dld,
+                   stream_view s) {
+  constexpr int es = static_cast<int>(sizeof(T));
+  static_assert(es == 1 || es == 2 || es == 4 || es == 8, "ooc_transpose: element sizes 1, 2, 4 and 8");
+  constexpr index_t v = 16 / es;
+  if (lines <= 0 || len <= 0) return;
+  const index_t tiles = ceil_div(len, 8 * v) * ceil_div(lines, 32 * v);
+  const unsigned grid = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
+  ooc_transpose_kernel<es><<<grid, ooc_xpose_threads, 0, s.value()>>>(
+      reinterpret_cast<const std::byte*>(src), sld, lines, len, reinterpret_cast<std::byte*>(dst), dld);
+}
+
 /// One line of a host copy. `streaming`: the destination is written with non-temporal stores (x86
 /// SSE2), so its cache lines are not read first (a plain memcpy of short lines reads each
 /// destination line before overwriting it: a third stream of memory traffic beside the DMA's).
@@ -314,6 +409,15 @@ struct ooc_staging {
   int next = 0;
 };
 
+/// The two raw buffers of a device in which an MN-major operand's panels land (as the host holds
+/// them) before their transpose into the cache: `landed` after the copy in, `free` after the
+/// transpose that read it (the copy into it two panels later waits for that).
+struct ooc_raw {
+  std::byte* buf[2] = {nullptr, nullptr};
+  event landed[2], free[2];
+  int next = 0;
+};
+
 /// The panel caches of one device.
 struct ooc_cache {
   std::byte* base = nullptr;
@@ -344,6 +448,7 @@ struct ooc_device_ctx {
   int device = 0;
   std::unique_ptr<stream> setup;
   std::unique_ptr<stream> loader;   // every panel copy of this device, in the order they are needed
+  std::unique_ptr<stream> xposer;   // the transposes of MN-major panels, beside the loader's next copy
   std::size_t first = 0, last = 0;  // the device's own range of the plan's order
   std::size_t cursor = 0;           // blocks of its range before this have their panels requested
   std::vector<int> need_a, need_b;  // prefetch's scratch: readers of each panel in its window
@@ -355,6 +460,7 @@ struct ooc_device_ctx {
   device_buffer<std::byte> memory;
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
+  ooc_raw a_raw, b_raw;              // used where the plan transposes the operand (plan.stage_a / stage_b)
   std::vector<ooc_scatter> scatter;  // per task slot: its staged C block's host copy
   ooc_device_ctx() = default;
   ooc_device_ctx(const ooc_device_ctx&) = delete;
@@ -363,6 +469,7 @@ struct ooc_device_ctx {
   // another device) finish before the caches and the staging they use are freed.
   ~ooc_device_ctx() {
     if (loader) (void)cudaStreamSynchronize(loader->value());
+    if (xposer) (void)cudaStreamSynchronize(xposer->value());
     (void)cudaGetLastError();
   }
 };
@@ -390,12 +497,17 @@ struct ooc_job {
   std::vector<int> ev_ctx;                                        // trace only: which context ran it
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
+  /// The panels' layout in the caches: the host's, or K-major where the plan transposes them.
+  [[nodiscard]] layout a_dev_order() const { return plan.stage_a ? layout::row_major : a.order; }
+  [[nodiscard]] layout b_dev_order() const { return plan.stage_b ? layout::col_major : b.order; }
   [[nodiscard]] index_t a_ld_dev() const {
-    return a.order == layout::row_major ? ooc_r16(plan.kc) : ooc_r16(plan.bm);
+    return a_dev_order() == layout::row_major ? ooc_r16(plan.kc) : ooc_r16(plan.bm);
   }
   [[nodiscard]] index_t b_ld_dev() const {
-    return b.order == layout::row_major ? ooc_r16(plan.bn) : ooc_r16(plan.kc);
+    return b_dev_order() == layout::row_major ? ooc_r16(plan.bn) : ooc_r16(plan.kc);
   }
+  /// The pitch of a raw (MN-major) panel: its lines run along the panel's rows (A) / columns (B).
+  [[nodiscard]] index_t raw_ld(bool is_a) const { return is_a ? ooc_r16(plan.bm) : ooc_r16(plan.bn); }
   [[nodiscard]] index_t c_ld_dev(index_t rows, index_t cols) const {
     return std::max<index_t>(1, c.order == layout::row_major ? cols : rows);
   }
@@ -430,6 +542,7 @@ struct ooc_job {
       c->device = d;
       c->setup = std::make_unique<stream>(d);
       c->loader = std::make_unique<stream>(d);
+      if (plan.stage_a || plan.stage_b) c->xposer = std::make_unique<stream>(d);
       c->first = plan.device_first[ctx.size()];
       c->last = plan.device_first[ctx.size() + 1];
       c->cursor = c->first;
@@ -438,9 +551,18 @@ struct ooc_job {
       c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes,
                         b_bytes = plan.b_slots * plan.b_panel_bytes;
-      c->memory = device_buffer<std::byte>(a_bytes + b_bytes, c->setup->view());
+      c->memory = device_buffer<std::byte>(a_bytes + b_bytes + plan.stage_bytes, c->setup->view());
       c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
       c->b.init(c->memory.data() + a_bytes, plan.b_slots, plan.b_panel_bytes, plan.slots);
+      std::byte* raw = c->memory.data() + a_bytes + b_bytes;
+      for (int side = 0; side < 2; ++side) {
+        if (!(side == 0 ? plan.stage_a : plan.stage_b)) continue;
+        const std::size_t bytes = side == 0 ? plan.a_panel_bytes : plan.b_panel_bytes;
+        for (std::byte*& buf : (side == 0 ? c->a_raw : c->b_raw).buf) {
+          buf = raw;
+          raw += bytes;
+        }
+      }
       if (!a_pinned) {
         for (auto& s : c->a_stage.buf) s = ::spillway::detail::staging_block(plan.a_panel_bytes);
       }
@@ -461,20 +583,32 @@ struct ooc_job {
 
   /// Copies panel `key` into its cache slot on the device's loader stream (after every stream that
   /// read the slot's previous panel is past that read); the copy's end is the slot's ready event.
+  /// A panel the plan transposes lands in a raw buffer instead (after the transpose that read that
+  /// buffer last), and the transpose into the slot runs on the device's xposer stream, after the
+  /// copy and the slot's readers; its end is the ready event, so the next copy overlaps it.
   void load(ooc_device_ctx& dc, bool is_a, index_t key, std::size_t& moved) {
     ooc_cache& cache = is_a ? dc.a : dc.b;
     ooc_staging& stage = is_a ? dc.a_stage : dc.b_stage;
     const bool pinned = is_a ? a_pinned : b_pinned;
+    const bool xpose = is_a ? plan.stage_a : plan.stage_b;
+    ooc_raw& raw = is_a ? dc.a_raw : dc.b_raw;
     const stream_view ls = dc.loader->view();
     const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
-    T* dst = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
-    for (auto& e : cache.used[cs]) ls.wait(e);
+    T* const slot_ptr = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
+    const int rf = raw.next;
+    if (xpose) {
+      raw.next ^= 1;
+      ls.wait(raw.free[rf]);
+    } else {
+      for (auto& e : cache.used[cs]) ls.wait(e);
+    }
+    T* dst = xpose ? reinterpret_cast<T*>(raw.buf[rf]) : slot_ptr;
     const index_t panel = key / plan.k_chunks, q = key % plan.k_chunks;
     const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
     const ooc_rect<T> src =
         is_a ? ooc_sub<T>(a, panel * plan.bm, std::min(plan.bm, plan.m - panel * plan.bm), k0, kq)
              : ooc_sub<T>(b, k0, kq, panel * plan.bn, std::min(plan.bn, plan.n - panel * plan.bn));
-    const index_t dld = is_a ? a_ld_dev() : b_ld_dev();
+    const index_t dld = xpose ? raw_ld(is_a) : is_a ? a_ld_dev() : b_ld_dev();
     const std::size_t es = sizeof(T);
     const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
     if (lines > 0 && len > 0) {
@@ -495,11 +629,23 @@ struct ooc_job {
       }
       moved += lines * len * es;
     }
-    cache.ready[cs].record(ls);
+    stream_view done = ls;
+    if (xpose) {
+      // The raw panel has `lines` = k-chunk lines of `len` = rows (A) / columns (B) elements.
+      raw.landed[rf].record(ls);
+      done = dc.xposer->view();
+      done.wait(raw.landed[rf]);
+      for (auto& e : cache.used[cs]) done.wait(e);
+      ooc_transpose<T>(dst, dld, static_cast<index_t>(lines), static_cast<index_t>(len), slot_ptr,
+                       is_a ? a_ld_dev() : b_ld_dev(), done);
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+      raw.free[rf].record(done);
+    }
+    cache.ready[cs].record(done);
     cache.tag[cs] = key;
     if (traced) {
       dc.load_end.emplace_back(event::timing::enabled);
-      dc.load_end.back().record(ls);
+      dc.load_end.back().record(done);
       dc.load_bytes.push_back(lines * len * es);
       dc.load_key.push_back(is_a ? key + 1 : -(key + 1));
     }
@@ -639,12 +785,12 @@ struct ooc_job {
     for (index_t q = 0; q < (plan.k == 0 ? 0 : plan.k_chunks); ++q) {
       const index_t kq = plan.chunk_k(q);
       const T* ap = ensure(dc, true, blk.i * plan.k_chunks + q, s, moved);
-      const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a.order, 0};
+      const matrix_view<const T> av{ap, rows, kq, a_ld_dev(), a_dev_order(), 0};
       for (index_t j = plan.first_panel(blk); j < plan.last_panel(blk); ++j) {
         const T* bp = ensure(dc, false, j * plan.k_chunks + q, s, moved);
         if (q == 0 && j == plan.first_panel(blk)) stamp(ev_ready);
         const index_t off = (j - plan.first_panel(blk)) * plan.bn, w = plan.panel_cols(j);
-        const matrix_view<const T> bv{bp, kq, w, b_ld_dev(), b.order, 0};
+        const matrix_view<const T> bv{bp, kq, w, b_ld_dev(), b_dev_order(), 0};
         if (use_work) {
           gemm_async(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), sub(work, off, w), o);
         } else {
@@ -803,8 +949,9 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.read_c = !(be == Acc(0));
   r.budget_bytes = budget.bytes();
   r.devices = devices.size();
-  // The tensor-core launchers read K-major operands: an MN-major panel is first copied by the
-  // in-core GEMM (A column-major, B row-major, whatever C's layout).
+  // The tensor-core launchers read K-major operands: an MN-major operand's panels (A column-major,
+  // B row-major, whatever C's layout) are transposed once each as they land (ooc_job::load), so the
+  // in-core GEMMs of the blocks get K-major panels and stage nothing.
   const bool tensor = path != gemm_path::simt;
   r.stage_a = tensor && a.order == layout::col_major;
   r.stage_b = tensor && b.order == layout::row_major;
