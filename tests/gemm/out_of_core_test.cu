@@ -679,6 +679,24 @@ TEST(OutOfCoreGemmGpu, AutomaticCopyOutStagesWhenItsBoundIsLower) {
   }
 }
 
+// ... but not when the plan transposes panels on load (B row-major on the bf16 tensor-core path):
+// those jobs copy out by DMA whatever the bounds say (measured faster; docs/gemm.md).
+TEST(OutOfCoreGemmGpu, AutomaticCopyOutDirectWhenPanelsAreTransposed) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-c-automatic-transposed");
+  ooc_case cs = automatic_case(true);
+  cs.c_out = ooc_copy_out::automatic;
+  cs.lb = layout::row_major;
+  ooc_report rep;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed, &rep)));
+  SCOPED_TRACE(rep.plan.describe());
+  EXPECT_TRUE(rep.plan.stage_b || rep.plan.stage_a);
+  EXPECT_FALSE(rep.plan.c_staged);
+  cs.lb = layout::col_major;  // the same job with K-major B stages (the test above)
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + 1, &rep)));
+  EXPECT_TRUE(rep.plan.c_staged);
+}
+
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   std::vector<float> c(40 * 30, 2.0f);

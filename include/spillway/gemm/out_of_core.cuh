@@ -90,7 +90,9 @@ enum class ooc_copy_out {
   /// copies out (the host copy priced at rates.scatter, 0: not priced) than with direct ones
   /// (short lines priced at rates.d2h_short); else `direct`. The margin: the host copies' memory
   /// traffic slows the copies in, which the bound leaves out (the 32768² TF32 job: staged bound
-  /// 0.1% lower, measured the same as direct; bf16: 1.7% lower, measured 8–10% faster).
+  /// 0.1% lower, measured the same as direct; bf16: 1.7% lower, measured 8–10% faster). Never when
+  /// the plan transposes panels on load (an MN-major operand on a tensor-core path): measured
+  /// slower there (docs/gemm.md, "Layouts out of core").
   automatic,
 };
 
@@ -968,7 +970,12 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   };
   bool c_staged = !rep.c_page_locked || ooc.c_out == ooc_copy_out::staged;
   rep.plan = plan_for(c_staged);
-  if (!c_staged && ooc.c_out == ooc_copy_out::automatic && r.compute_seconds > 0) {
+  // Not with panels transposed on load: an MN-major B (row-major, NumPy's layout) arrives by 2-D
+  // copies of 4 KiB lines at ~19 GB/s, and staged copies out then measured 236–277 ms against
+  // 180–184 direct for the 32768² bf16 job on the H200 (the blocks' GEMMs ran 2.4x longer; not
+  // explained), while K-major B staged runs 117–127 ms (benchmarks/results/gemm_ooc.md).
+  if (!c_staged && ooc.c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !rep.plan.stage_a &&
+      !rep.plan.stage_b) {
     ooc_plan staged = plan_for(true);
     if (staged.ramp_seconds < rep.plan.ramp_seconds * (1 - detail::ooc_staged_margin)) {
       rep.plan = std::move(staged);
