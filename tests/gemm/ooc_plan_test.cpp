@@ -517,8 +517,7 @@ TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {
 
 // An MN-major operand on a tensor-core path (stage_b: B row-major) lands in two raw buffers per
 // device and is transposed once into its cache slot: 2 x its panel of fixed memory, nothing per
-// slot, and the same bytes moved and floor as the K-major plan (the 32768^3 bf16 job in 8 GiB: B's
-// panels are 2048 x 32768 x 2 bytes = 128 MiB, so 256 MiB of raw buffers).
+// slot, and the same bytes moved and floor as the K-major plan (the 32768^3 bf16 job in 8 GiB).
 TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
   ooc_plan_request r = square(32768, 2, 8 * GiB);
   const ooc_plan base = make_ooc_plan(r);
@@ -529,7 +528,11 @@ TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
   EXPECT_EQ(p.stage_a, p.transposed);
   EXPECT_EQ(p.stage_b, !p.transposed);
   const std::size_t panel = p.transposed ? p.a_panel_bytes : p.b_panel_bytes;
-  EXPECT_EQ(panel, std::size_t{128} << 20);
+  // Its panels are copied in as host lines of its MN side: at least ooc_mn_line_bytes (16 KiB,
+  // 8192 bf16) where the budget allows — here 8192 x 32768 x 2 bytes = 512 MiB.
+  const index_t mn_side = p.transposed ? p.bm : p.bn;
+  EXPECT_GE(static_cast<std::size_t>(mn_side) * 2, detail::ooc_mn_line_bytes);
+  EXPECT_EQ(panel, static_cast<std::size_t>(mn_side) * 32768 * 2);
   EXPECT_EQ(p.stage_bytes, 2 * panel);
   EXPECT_EQ(p.slot_extra_bytes, 0u);
   EXPECT_EQ(p.device_bytes, p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
@@ -559,6 +562,29 @@ TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
 // The budget arithmetic with raw buffers on a budget that is tight: every plan the search returns
 // fits, and the raw buffers are counted once per device, so a budget too small for one slot's
 // staging under the old per-slot rule (slots x panel) still plans.
+// The MN side of an MN-major operand's panels keeps host lines of at least ooc_mn_line_bytes
+// while a plan with full-k panels fits; below that budget the lines get shorter before k is split
+// (chunks of k would move more bytes).
+TEST(OocPlan, MnMajorPanelsKeepLongHostLinesBeforeFullK) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.stage_b = true;
+  r.allow_transpose = false;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  EXPECT_GE(p.bn * 2, static_cast<index_t>(detail::ooc_mn_line_bytes));
+  EXPECT_EQ(p.k_chunks, 1);
+  r.stage_b = false;
+  EXPECT_EQ(make_ooc_plan(r).bn, 2048);  // K-major B: lines of k, the panel width is free
+  // A budget too small for two 16 KiB-line panels of full k (2 x 512 MiB) and the raw buffers.
+  r.stage_b = true;
+  r.budget_bytes = 1200ull << 20;
+  const ooc_plan q = make_ooc_plan(r);
+  SCOPED_TRACE(q.describe());
+  EXPECT_EQ(q.k_chunks, 1);
+  EXPECT_LT(q.bn * 2, static_cast<index_t>(detail::ooc_mn_line_bytes));
+  EXPECT_LE(q.device_bytes, r.budget_bytes);
+}
+
 TEST(OocPlan, RawBuffersFitTheBudgetAtEveryBudget) {
   for (std::size_t budget = std::size_t{64} << 20; budget >= (std::size_t{2} << 20);
        budget = budget * 3 / 4) {

@@ -164,6 +164,11 @@ namespace detail {
 inline constexpr index_t ooc_granule = 16;    ///< panel sides are multiples of this (16 bytes for int8)
 inline constexpr index_t ooc_min_side = 128;  ///< the smallest block side / k chunk planned
 inline constexpr std::size_t ooc_align = 256;
+/// Shortest host line an MN-major panel is planned to be copied in by (see make_ooc_plan): the
+/// H200 copies 2-D host→device at 33.8 GB/s with 4 KiB lines alone (19 GB/s in the 32768² bf16 job,
+/// beside its GEMMs and copies out), 49.7 with 8 KiB, 48.8 with 16 KiB and 55.3 from 32 KiB on; the
+/// job with row-major B took 185 / 169 / 152 ms with 4 / 8 / 16 KiB lines.
+inline constexpr std::size_t ooc_mn_line_bytes = 16384;
 
 inline index_t ooc_ceil(index_t a, index_t b) {
   return b == 0 ? 0 : (a + b - 1) / b;
@@ -602,14 +607,24 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     }
     if (kcs.back() > detail::ooc_min_side) kcs.push_back(detail::ooc_min_side);
   }
+  // An MN-major panel is copied in as host lines of its MN side (bn elements of a row-major B,
+  // bm of a column-major A): for each k chunk, a first pass keeps those lines at least
+  // ooc_mn_line_bytes long (where the extent allows), a second, only if nothing fits, does not
+  // (full-k panels with short lines before chunks of k with long ones: chunks move more bytes).
+  const bool any_mn = r.stage_a || r.stage_b;
+  const index_t mn_min = detail::ooc_r16(detail::ooc_ceil(static_cast<index_t>(detail::ooc_mn_line_bytes),
+                                                          static_cast<index_t>(r.in_bytes)));
   for (const index_t kc : kcs) {
+    for (int pass = 0; pass < (any_mn ? 2 : 1) && !pick.found; ++pass)
     for (const index_t fl : floors) {
       for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
         const bool tr = orient == 1;
         const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
         const bool sa = tr ? r.stage_b : r.stage_a, sb = tr ? r.stage_a : r.stage_b;
-        const auto bms = detail::ooc_sides(M, std::min(M, fl), r.max_block);
-        const auto bns = detail::ooc_sides(N, std::min(N, fl), r.max_block);
+        const index_t lo_m = std::max(std::min(M, fl), pass == 0 && sa ? std::min(M, mn_min) : index_t{0});
+        const index_t lo_n = std::max(std::min(N, fl), pass == 0 && sb ? std::min(N, mn_min) : index_t{0});
+        const auto bms = detail::ooc_sides(M, lo_m, r.max_block);
+        const auto bns = detail::ooc_sides(N, lo_n, r.max_block);
         for (const index_t bm : bms) {
           for (const index_t bn : bns) {
             const detail::ooc_shape s{M, N, r.k, bm, bn, kc == 0 ? 0 : kc, sa, sb};
