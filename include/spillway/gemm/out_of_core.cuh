@@ -204,6 +204,16 @@ __global__ void __launch_bounds__(256)
 /// 32·V source lines (V = 16 / element size).
 inline constexpr int ooc_xpose_threads = 256;
 
+/// ooc_transpose_kernel's tile for ES-byte elements: `len` elements along a source line, `lines`
+/// source lines; tiles(len, lines) of them cover a panel (the launcher's grid, the kernel's loop).
+template <int ES>
+struct ooc_xpose_tile {
+  static constexpr int V = 16 / ES;
+  static constexpr index_t len = 8 * V, lines = 32 * V;
+  SPILLWAY_MAP_HD static constexpr index_t tiles_along(index_t n) { return ceil_div(n, len); }
+  SPILLWAY_MAP_HD static constexpr index_t tiles(index_t n, index_t l) { return tiles_along(n) * ceil_div(l, lines); }
+};
+
 /// One thread's V x V elements (V 16-byte vectors in, V out), transposed in registers. in[v] is
 /// source line v; out row j holds element j of every line. Byte and half-word elements go through
 /// PRMT (__byte_perm); 4- and 8-byte elements are only renamed.
@@ -253,10 +263,11 @@ template <int ES>
 __global__ void __launch_bounds__(ooc_xpose_threads)
     ooc_transpose_kernel(const std::byte* __restrict__ src, index_t sld, index_t lines, index_t len,
                          std::byte* __restrict__ dst, index_t dld) {
-  constexpr int V = 16 / ES;
-  constexpr index_t tile_r = 8 * V, tile_x = 32 * V;
+  using tile = ooc_xpose_tile<ES>;
+  constexpr int V = tile::V;
+  constexpr index_t tile_r = tile::len, tile_x = tile::lines;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const index_t tiles_r = ceil_div(len, tile_r), tiles = tiles_r * ceil_div(lines, tile_x);
+  const index_t tiles_r = tile::tiles_along(len), tiles = tile::tiles(len, lines);
   for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const index_t r0 = t % tiles_r * tile_r + (lane & 7) * V;
     const index_t x0 = t / tiles_r * tile_x + (warp * 4 + (lane >> 3)) * V;
@@ -281,9 +292,8 @@ void ooc_transpose(const T* src, index_t sld, index_t lines, index_t len, T* dst
                    stream_view s) {
   constexpr int es = static_cast<int>(sizeof(T));
   static_assert(es == 1 || es == 2 || es == 4 || es == 8, "ooc_transpose: element sizes 1, 2, 4 and 8");
-  constexpr index_t v = 16 / es;
   if (lines <= 0 || len <= 0) return;
-  const index_t tiles = ceil_div(len, 8 * v) * ceil_div(lines, 32 * v);
+  const index_t tiles = ooc_xpose_tile<es>::tiles(len, lines);
   const unsigned grid = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
   ooc_transpose_kernel<es><<<grid, ooc_xpose_threads, 0, s.value()>>>(
       reinterpret_cast<const std::byte*>(src), sld, lines, len, reinterpret_cast<std::byte*>(dst), dld);
@@ -415,9 +425,9 @@ struct ooc_staging {
 /// them) before their transpose into the cache: `landed` after the copy in, `free` after the
 /// transpose that read it (the copy into it two panels later waits for that).
 struct ooc_raw {
-  std::byte* buf[2] = {nullptr, nullptr};
-  event landed[2], free[2];
-  int next = 0;
+  std::byte* buf[ooc_raw_buffers] = {};
+  event landed[ooc_raw_buffers], free[ooc_raw_buffers];
+  std::size_t next = 0;
 };
 
 /// The panel caches of one device.
@@ -597,9 +607,9 @@ struct ooc_job {
     const stream_view ls = dc.loader->view();
     const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
     T* const slot_ptr = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
-    const int rf = raw.next;
+    const std::size_t rf = raw.next;
     if (xpose) {
-      raw.next ^= 1;
+      raw.next = (raw.next + 1) % ooc_raw_buffers;
       ls.wait(raw.free[rf]);
     } else {
       for (auto& e : cache.used[cs]) ls.wait(e);
@@ -970,10 +980,11 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   };
   bool c_staged = !rep.c_page_locked || ooc.c_out == ooc_copy_out::staged;
   rep.plan = plan_for(c_staged);
-  // Not with panels transposed on load: an MN-major B (row-major, NumPy's layout) arrives by 2-D
-  // copies of 4 KiB lines at ~19 GB/s, and staged copies out then measured 236–277 ms against
-  // 180–184 direct for the 32768² bf16 job on the H200 (the blocks' GEMMs ran 2.4x longer; not
-  // explained), while K-major B staged runs 117–127 ms (benchmarks/results/gemm_ooc.md).
+  // Not with panels transposed on load: for the 32768² bf16 job with a row-major B (NumPy's layout)
+  // staged copies out measured 231–277 ms against 180–186 direct on the H200 (the blocks' GEMMs ran
+  // 2.4x longer; not explained), while K-major B staged runs 117–127 ms. Measured with 2048-column
+  // B panels (4 KiB host lines), before the plan kept such lines ≥ ooc_mn_line_bytes; not
+  // re-measured since (benchmarks/results/gemm_ooc.md).
   if (!c_staged && ooc.c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !rep.plan.stage_a &&
       !rep.plan.stage_b) {
     ooc_plan staged = plan_for(true);
