@@ -29,8 +29,8 @@
 //   gemm_ooc/{bf16,tf32}/out_of_core_direct  C blocks out by 2-D DMA straight into C (the default
 //                                        rows choose by the plan's bound: ooc_copy_out::automatic)
 //   gemm_ooc/{bf16,tf32}/out_of_core_staged_slotsS[_tN]
-//                                        C blocks copied out whole into pinned buffers, then into C
-//                                        by N host threads in a host function of the block's stream
+//                                        C blocks copied out in pieces into pinned buffers, each
+//                                        written into C by one of N host threads of the job's own
 //                                        (ooc_copy_out::staged; default 12 threads, non-temporal
 //                                        stores), S blocks in flight
 //

@@ -524,9 +524,9 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
   }
 }
 
-// Staged C blocks (whole out of the device, then into C by host threads in a host function of the
-// block's stream) under every scatter setting: one thread, three, more than the pool has; plain
-// copies and non-temporal stores. bf16 C with its leading dimension padded by 2 elements puts every
+// Staged C blocks (out of the device in pieces of whole lines, each written into C by one of the
+// job's scatter threads as it lands) under every scatter setting: one thread, three, more than the
+// machine has cores; plain copies and non-temporal stores. bf16 C with its leading dimension padded by 2 elements puts every
 // other line of C at an 8-byte offset (the streaming copy's unaligned head); both layouts of C,
 // page-locked (staged by request) and pageable (always staged), β = 0 over NaN and β ≠ 0.
 TEST(OutOfCoreGemmGpu, StagedBlocksEveryScatterSetting) {
@@ -558,6 +558,22 @@ TEST(OutOfCoreGemmGpu, StagedBlocksEveryScatterSetting) {
   ASSERT_TRUE((run_ooc<float, float>(cs, {}, seed + x, &rep)));
   EXPECT_TRUE(rep.plan.c_staged);
   EXPECT_EQ(rep.plan.group, 1);
+  // Blocks of fewer lines than pieces (one row of a row-major C) and of an odd number of lines (3
+  // rows; 3 columns of a column-major C): the pieces split whole lines, none empty.
+  for (const index_t m : {1, 3}) {
+    for (const layout lc : {layout::row_major, layout::col_major}) {
+      ooc_case thin;
+      thin.m = m;
+      thin.n = 1500;
+      thin.k = 96;
+      thin.min_blocks = 4;
+      thin.pinned = (x % 2) == 0;
+      thin.c_out = ooc_copy_out::staged;
+      thin.lc = lc;
+      thin.beta_zero = (x % 3) == 0;
+      EXPECT_TRUE((run_ooc<float, float>(thin, {}, seed + ++x))) << m << " row(s), C " << (lc == layout::row_major ? "row" : "col") << "-major";
+    }
+  }
 }
 
 // C blocks of several B panels (ooc_options::c_min_line_bytes: lines of C at least this long), one

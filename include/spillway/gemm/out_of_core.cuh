@@ -21,9 +21,10 @@
 // copies the block out. So panel copies run back to back during the GEMMs, and the
 // device→host copy of one block overlaps the GEMM of the next. Page-locked host memory is copied
 // by DMA directly (2-D copies of the sub-matrices), except C blocks that ooc_options::c_out stages:
-// out whole (1-D) into their slot's pinned buffer, then into C by the pipeline's host threads in a
-// host function of the block's stream. Pageable memory goes through pinned staging filled by those
-// threads (double-buffered per device for panels, one block per slot for C). On the tensor-core
+// out in a few 1-D pieces into their slot's pinned buffer, each written into C by one of the job's
+// own host threads as soon as it lands (the block's stream waits for them before its slot is
+// free). Pageable panels go through pinned staging filled by the pipeline's host threads
+// (double-buffered per device); pageable C is staged like the blocks above. On the tensor-core
 // paths an MN-major operand (A column-major, B row-major in the executed frame) would make every
 // block's GEMM stage a K-major copy of its panel; instead each panel lands in one of two raw
 // buffers of the device and is transposed once into its cache slot by ooc_transpose_kernel on a
@@ -56,6 +57,8 @@
 #endif
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +69,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -79,11 +83,12 @@ struct ooc_trace;
 enum class ooc_copy_out {
   /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
   direct,
-  /// Whole (1-D: the full D2H rate whatever the block's lines in C) into a pinned buffer of its
-  /// slot, then scattered into C by `ooc_options::scatter_threads` host threads in a host function
-  /// of the slot's stream (cudaLaunchHostFunc): the scheduler's thread copies nothing, and the slot
-  /// is free again once the block is in C. The plan prices the host copy at copy_rates::scatter and
-  /// asks for no wide C blocks (docs/gemm.md, "Out of core").
+  /// In detail::ooc_scatter_pieces pieces of whole lines, each 1-D (the full D2H rate whatever the
+  /// block's lines in C) into a pinned buffer of its slot and written into C by one of
+  /// `ooc_options::scatter_threads` host threads of the job's own as soon as it lands; the slot's
+  /// stream waits for them in a host function, so the slot is free again once the block is in C.
+  /// The scheduler's thread copies nothing. The plan prices the host copy at copy_rates::scatter
+  /// and asks for no wide C blocks (docs/gemm.md, "Out of core").
   staged,
   /// `staged` when the plan's bound (ooc_plan::ramp_seconds, so only with
   /// ooc_options::compute_seconds) is lower by at least 1% (detail::ooc_staged_margin) with staged
@@ -133,8 +138,8 @@ struct ooc_options {
   /// single-panel blocks by the order's bound at `rates` (whose d2h_short prices short lines) and
   /// keeps the lower; without it, single-panel blocks. 1: single-panel blocks always.
   std::size_t c_min_line_bytes = 0;
-  /// Host threads that copy one staged C block into C (ooc_copy_out::staged, and pageable C): 0
-  /// takes ooc_scatter_threads (at most the pipeline's pool plus the calling thread).
+  /// Host threads of the job's own that write staged C blocks into C (ooc_copy_out::staged, and
+  /// pageable C), each one piece of a block at a time: 0 takes detail::ooc_scatter_threads (12).
   std::size_t scatter_threads = 0;
   /// Staged C blocks are written into C with non-temporal stores (x86; elsewhere a plain copy): C's
   /// lines are not read before they are overwritten.
@@ -368,28 +373,135 @@ inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::
 /// How much lower (relative) the staged plan's bound must be for ooc_copy_out::automatic to stage.
 inline constexpr double ooc_staged_margin = 0.01;
 
-/// Host threads per staged C block when ooc_options::scatter_threads is 0.
+/// Host threads that write staged C blocks into C when ooc_options::scatter_threads is 0.
 inline constexpr std::size_t ooc_scatter_threads = 12;
 
-/// A staged C block's way from its slot's pinned buffer into C, run by the slot's stream as a host
-/// function once the block's 1-D copy out has landed (it makes no CUDA call; the stream's next
-/// work, and so the slot's completion event, waits for it). An exception is kept for the slot's
-/// on_complete, which rethrows it: the block's task is then reported failed.
+/// Pieces a staged C block is copied out and written into C in (each one host thread's, from the
+/// moment its own copy out lands). On the H200, 2048 x 2048 float blocks paced at one every 375 µs
+/// beside 4 GiB of copies in (two runs): 1 piece 47.9 / 46.2 GB/s in, 2 49.4 / 48.7, 4 49.8 / 49.6,
+/// 8 49.4 / 50.4, the copies out keeping pace in each; one block at a time over 12 pool threads in a
+/// host function, the way before, 43.1 / 43.0. In the 32768² bf16 job (8 GiB) on machines in their
+/// normal state every variant ran 116.8–120.9 ms medians against 117.2–119.5 the way before (the
+/// panels in by 82–88 ms instead of 92–94, the last blocks then waiting on the host copies); on one
+/// in a slow state 2 pieces 124.9 ms, 4 pieces 130–143, the way before 144 and 321
+/// (benchmarks/results/gemm_ooc.md, "scatter threads").
+inline constexpr std::size_t ooc_scatter_pieces = 2;
+
+/// One slot's staged C block on its way into C: its pieces' copy-out events (blocking sync: the
+/// threads that wait on them sleep), how many pieces are not yet in C, and the first exception
+/// of a piece. The slot's stream waits in a host function (ooc_scatter::wait) until every piece is
+/// in C, so the slot's completion event, and the pipeline's reuse of the slot's buffers, come
+/// after the host writes.
 struct ooc_scatter {
-  unsigned char* dst = nullptr;
-  const unsigned char* src = nullptr;
-  std::size_t dpitch = 0, spitch = 0, width = 0, lines = 0, parts = 0;
-  bool streaming = false;
+  cudaEvent_t landed[ooc_scatter_pieces] = {};
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t left = 0;
   std::exception_ptr error;
-  static void CUDART_CB run(void* self) noexcept {
-    auto* x = static_cast<ooc_scatter*>(self);
-    try {
-      ooc_copy_lines(x->dst, x->dpitch, x->src, x->spitch, x->width, x->lines, x->parts, x->streaming,
-                     std::size_t{512} << 10);
-    } catch (...) {
-      x->error = std::current_exception();
+  explicit ooc_scatter(int device) {
+    device_guard g(device);
+    for (cudaEvent_t& e : landed) {
+      SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
     }
   }
+  ~ooc_scatter() {
+    for (cudaEvent_t e : landed)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  ooc_scatter(const ooc_scatter&) = delete;
+  ooc_scatter& operator=(const ooc_scatter&) = delete;
+  void done(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(m);
+    if (e && !error) error = e;
+    if (--left == 0) cv.notify_all();
+  }
+  void wait_all() {
+    std::unique_lock<std::mutex> l(m);
+    cv.wait(l, [this] { return left == 0; });
+  }
+  /// The host function the slot's stream runs after the block's last copy out.
+  static void CUDART_CB wait(void* self) noexcept { static_cast<ooc_scatter*>(self)->wait_all(); }
+};
+
+/// One piece of a staged C block: `lines` lines of `width` bytes from the slot's pinned buffer
+/// (pitch spitch) into C (pitch dpitch), once `landed` has completed. `fail`: an injected fault
+/// (tests) makes this piece throw instead of copying.
+struct ooc_piece {
+  ooc_scatter* owner = nullptr;
+  cudaEvent_t landed = nullptr;
+  unsigned char* dst = nullptr;
+  const unsigned char* src = nullptr;
+  std::size_t dpitch = 0, spitch = 0, width = 0, lines = 0;
+  bool streaming = false, fail = false;
+};
+
+/// The job's own host threads for staged C blocks: each takes the oldest piece, sleeps until its
+/// copy out has landed, writes it into C (non-temporal stores where asked) and counts it done in its
+/// block. Threads of their own, not the pipeline's pool: a piece waits on the GPU, and the pool's
+/// threads must stay free for the pageable panel copies the GEMMs themselves wait for. Destroyed
+/// (queue drained, threads joined) before the slots' scatter states.
+class ooc_scatter_pool {
+ public:
+  explicit ooc_scatter_pool(std::size_t threads) {
+    threads_.reserve(threads);
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~ooc_scatter_pool() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  ooc_scatter_pool(const ooc_scatter_pool&) = delete;
+  ooc_scatter_pool& operator=(const ooc_scatter_pool&) = delete;
+  void submit(const ooc_piece& p) {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      queue_.push_back(p);
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  static void run(const ooc_piece& p) {
+#if defined(SPILLWAY_FAULT_INJECTION)
+    if (p.fail) ::spillway::fault::detail::throw_staging_fault();
+#endif
+    const cudaError_t e = cudaEventSynchronize(p.landed);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      ::spillway::detail::throw_cuda_error(e, "cudaEventSynchronize on a staged C block's copy out", __FILE__,
+                                           __LINE__);
+    }
+    for (std::size_t l = 0; l < p.lines; ++l) ooc_copy_line(p.dst + l * p.dpitch, p.src + l * p.spitch, p.width, p.streaming);
+    if (p.streaming) ooc_store_fence();
+  }
+  void work() {
+    for (;;) {
+      ooc_piece p;
+      {
+        std::unique_lock<std::mutex> l(m_);
+        cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        p = queue_.front();
+        queue_.pop_front();
+      }
+      std::exception_ptr e;
+      try {
+        run(p);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      p.owner->done(e);
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<ooc_piece> queue_;
+  bool stopping_ = false;
 };
 
 /// A sub-matrix as 2-D copy geometry: `lines` runs of `len` contiguous elements, `ld` apart.
@@ -473,7 +585,7 @@ struct ooc_device_ctx {
   ooc_cache a, b;
   ooc_staging a_stage, b_stage;
   ooc_raw a_raw, b_raw;              // used where the plan transposes the operand (plan.stage_a / stage_b)
-  std::vector<ooc_scatter> scatter;  // per task slot: its staged C block's host copy
+  std::vector<std::unique_ptr<ooc_scatter>> scatter;  // per task slot: its staged C block's way into C
   ooc_device_ctx() = default;
   ooc_device_ctx(const ooc_device_ctx&) = delete;
   ooc_device_ctx& operator=(const ooc_device_ctx&) = delete;
@@ -495,13 +607,14 @@ struct ooc_job {
   bool read_c = false;
   bool a_pinned = false, b_pinned = false, c_pinned = false;
   bool c_staged_out = false;  // C blocks leave through the slot's pinned buffer (always when C is pageable)
-  std::size_t scatter_parts = 0;
+  std::size_t scatter_threads = 0;  // the scatter pool's threads (staged C blocks)
   bool scatter_streaming = false;
   bool use_work = false;
   gemm_options opt;
   ooc_plan plan;
   std::vector<int> devices;
   std::vector<std::unique_ptr<ooc_device_ctx>> ctx;
+  std::unique_ptr<ooc_scatter_pool> scatter_pool;  // staged C blocks; after ctx: joined before its states go
   std::unique_ptr<ooc_queue> queue;
   std::vector<std::size_t> task_block;  // order index of task t (none: never started)
   bool traced = false;
@@ -541,6 +654,7 @@ struct ooc_job {
   }
 
   void setup() {
+    if (c_staged_out) scatter_pool = std::make_unique<ooc_scatter_pool>(std::max<std::size_t>(1, scatter_threads));
     if (traced) {
       const std::size_t n = plan.tasks();
       ev_ready.resize(n);
@@ -558,7 +672,8 @@ struct ooc_job {
       c->first = plan.device_first[ctx.size()];
       c->last = plan.device_first[ctx.size() + 1];
       c->cursor = c->first;
-      c->scatter.resize(plan.slots);
+      if (c_staged_out)
+        for (std::size_t i = 0; i < plan.slots; ++i) c->scatter.push_back(std::make_unique<ooc_scatter>(d));
       c->need_a.assign(static_cast<std::size_t>(plan.row_panels), 0);
       c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes,
@@ -826,20 +941,50 @@ struct ooc_job {
           const_cast<TC*>(csub.first), static_cast<std::size_t>(c.ld) * sizeof(TC), cdev, c_pitch, c_line,
           static_cast<std::size_t>(csub.lines), cudaMemcpyDeviceToHost, s.value())));
     } else {
-      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
-          cudaMemcpyAsync(slot.pinned<TC>(0), cdev, cb, cudaMemcpyDeviceToHost, s.value())));
-      // The slot's previous host copy has run (its task completed before this enqueue).
-      ooc_scatter& sc = dc.scatter[slot.index()];
-      sc.dst = reinterpret_cast<unsigned char*>(const_cast<TC*>(csub.first));
-      sc.dpitch = static_cast<std::size_t>(c.ld) * sizeof(TC);
-      sc.src = reinterpret_cast<const unsigned char*>(slot.pinned<TC>(0));
-      sc.spitch = c_pitch;
-      sc.width = c_line;
-      sc.lines = static_cast<std::size_t>(csub.lines);
-      sc.parts = scatter_parts;
-      sc.streaming = scatter_streaming;
-      sc.error = nullptr;
-      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaLaunchHostFunc(s.value(), &ooc_scatter::run, &sc)));
+      // In pieces of whole lines, each 1-D into the slot's pinned buffer (the device block's own
+      // layout) with an event after it; each piece goes to the scatter pool, whose threads write it
+      // into C as soon as it lands. The slot's stream then waits for all of them (ooc_scatter::wait).
+      ooc_scatter& sc = *dc.scatter[slot.index()];  // its previous block is in C (the slot was free)
+      const std::size_t lines = static_cast<std::size_t>(csub.lines);
+      const std::size_t pieces = std::min(ooc_scatter_pieces, lines);
+      const std::size_t per = (lines + pieces - 1) / pieces;
+      auto* stage = reinterpret_cast<unsigned char*>(slot.pinned<TC>(0));
+      const auto* dev = reinterpret_cast<const unsigned char*>(cdev);
+      ooc_piece piece[ooc_scatter_pieces];
+      std::size_t issued = 0;
+      for (std::size_t l0 = 0; l0 < lines; l0 += per, ++issued) {
+        const std::size_t n = std::min(per, lines - l0);
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(stage + l0 * c_pitch, dev + l0 * c_pitch,
+                                                              n * c_pitch, cudaMemcpyDeviceToHost, s.value())));
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaEventRecord(sc.landed[issued], s.value())));
+        ooc_piece& p = piece[issued];
+        p.owner = &sc;
+        p.landed = sc.landed[issued];
+        p.dst = reinterpret_cast<unsigned char*>(const_cast<TC*>(csub.first)) +
+                l0 * static_cast<std::size_t>(c.ld) * sizeof(TC);
+        p.dpitch = static_cast<std::size_t>(c.ld) * sizeof(TC);
+        p.src = stage + l0 * c_pitch;
+        p.spitch = c_pitch;
+        p.width = c_line;
+        p.lines = n;
+        p.streaming = scatter_streaming;
+      }
+#if defined(SPILLWAY_FAULT_INJECTION)
+      // One pool call per block, as the host copies of pageable panels count: its last piece throws.
+      if (::spillway::fault::detail::staging_call_fault()) piece[issued - 1].fail = true;
+#endif
+      {
+        std::lock_guard<std::mutex> l(sc.m);
+        sc.left = issued;
+        sc.error = nullptr;
+      }
+      for (std::size_t i = 0; i < issued; ++i) scatter_pool->submit(piece[i]);
+      try {
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaLaunchHostFunc(s.value(), &ooc_scatter::wait, &sc)));
+      } catch (...) {
+        sc.wait_all();  // the pieces read the slot's buffer: they finish before the task fails
+        throw;
+      }
     }
     moved += cb;
     stamp(ev_out);
@@ -890,8 +1035,13 @@ struct ooc_job {
   /// staged block whose host copy threw fails its task here.
   void complete(std::size_t, task_slot& slot) {
     if (!c_staged_out) return;
-    ooc_scatter& sc = ctx[device_index(slot.device())]->scatter[slot.index()];
-    if (sc.error) std::rethrow_exception(std::exchange(sc.error, nullptr));
+    ooc_scatter& sc = *ctx[device_index(slot.device())]->scatter[slot.index()];
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> l(sc.m);
+      e = std::exchange(sc.error, nullptr);
+    }
+    if (e) std::rethrow_exception(e);
   }
 
   [[nodiscard]] c_block caller_block(std::size_t t, bool transposed) const {
@@ -1012,7 +1162,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   }
   job.c_pinned = rep.c_page_locked;
   job.c_staged_out = c_staged;
-  job.scatter_parts = ooc.scatter_threads == 0 ? detail::ooc_scatter_threads : ooc.scatter_threads;
+  job.scatter_threads = ooc.scatter_threads == 0 ? detail::ooc_scatter_threads : ooc.scatter_threads;
   job.scatter_streaming = ooc.scatter_streaming;
   job.alpha = al;
   job.beta = be;
