@@ -57,9 +57,8 @@
 #endif
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -69,7 +68,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -435,37 +433,13 @@ struct ooc_piece {
   bool streaming = false, fail = false;
 };
 
-/// The job's own host threads for staged C blocks: each takes the oldest piece, sleeps until its
-/// copy out has landed, writes it into C (non-temporal stores where asked) and counts it done in its
-/// block. Threads of their own, not the pipeline's pool: a piece waits on the GPU, and the pool's
-/// threads must stay free for the pageable panel copies the GEMMs themselves wait for. Destroyed
-/// (queue drained, threads joined) before the slots' scatter states.
-class ooc_scatter_pool {
- public:
-  explicit ooc_scatter_pool(std::size_t threads) {
-    threads_.reserve(threads);
-    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~ooc_scatter_pool() {
-    {
-      std::lock_guard<std::mutex> l(m_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  ooc_scatter_pool(const ooc_scatter_pool&) = delete;
-  ooc_scatter_pool& operator=(const ooc_scatter_pool&) = delete;
-  void submit(const ooc_piece& p) {
-    {
-      std::lock_guard<std::mutex> l(m_);
-      queue_.push_back(p);
-    }
-    cv_.notify_one();
-  }
-
- private:
-  static void run(const ooc_piece& p) {
+/// Writes one piece of a staged C block into C once its copy out has landed (the thread sleeps in
+/// the blocking-sync event), then counts it done in its block, exception included. Run by the job's
+/// own host threads (ooc_job::scatter_pool), not the pipeline's pool: a piece waits on the GPU,
+/// and the pool's threads must stay free for the pageable panel copies the GEMMs wait for.
+inline void ooc_write_piece(const ooc_piece& p) noexcept {
+  std::exception_ptr err;
+  try {
 #if defined(SPILLWAY_FAULT_INJECTION)
     if (p.fail) ::spillway::fault::detail::throw_staging_fault();
 #endif
@@ -477,32 +451,11 @@ class ooc_scatter_pool {
     }
     for (std::size_t l = 0; l < p.lines; ++l) ooc_copy_line(p.dst + l * p.dpitch, p.src + l * p.spitch, p.width, p.streaming);
     if (p.streaming) ooc_store_fence();
+  } catch (...) {
+    err = std::current_exception();
   }
-  void work() {
-    for (;;) {
-      ooc_piece p;
-      {
-        std::unique_lock<std::mutex> l(m_);
-        cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
-        p = queue_.front();
-        queue_.pop_front();
-      }
-      std::exception_ptr e;
-      try {
-        run(p);
-      } catch (...) {
-        e = std::current_exception();
-      }
-      p.owner->done(e);
-    }
-  }
-  std::vector<std::thread> threads_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<ooc_piece> queue_;
-  bool stopping_ = false;
-};
+  p.owner->done(err);
+}
 
 /// A sub-matrix as 2-D copy geometry: `lines` runs of `len` contiguous elements, `ld` apart.
 template <class T>
@@ -614,7 +567,8 @@ struct ooc_job {
   ooc_plan plan;
   std::vector<int> devices;
   std::vector<std::unique_ptr<ooc_device_ctx>> ctx;
-  std::unique_ptr<ooc_scatter_pool> scatter_pool;  // staged C blocks; after ctx: joined before its states go
+  // Staged C blocks' writers (ooc_write_piece); after ctx, so drained and joined before its states go.
+  std::unique_ptr<::spillway::detail::host_workers> scatter_pool;
   std::unique_ptr<ooc_queue> queue;
   std::vector<std::size_t> task_block;  // order index of task t (none: never started)
   bool traced = false;
@@ -654,7 +608,7 @@ struct ooc_job {
   }
 
   void setup() {
-    if (c_staged_out) scatter_pool = std::make_unique<ooc_scatter_pool>(std::max<std::size_t>(1, scatter_threads));
+    if (c_staged_out) scatter_pool = std::make_unique<::spillway::detail::host_workers>(std::max<std::size_t>(1, scatter_threads));
     if (traced) {
       const std::size_t n = plan.tasks();
       ev_ready.resize(n);
@@ -978,7 +932,7 @@ struct ooc_job {
         sc.left = issued;
         sc.error = nullptr;
       }
-      for (std::size_t i = 0; i < issued; ++i) scatter_pool->submit(piece[i]);
+      for (std::size_t i = 0; i < issued; ++i) scatter_pool->submit([p = piece[i]] { ooc_write_piece(p); });
       try {
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaLaunchHostFunc(s.value(), &ooc_scatter::wait, &sc)));
       } catch (...) {

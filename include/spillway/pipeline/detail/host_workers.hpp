@@ -47,6 +47,16 @@ class host_workers {
 
   [[nodiscard]] std::size_t size() const noexcept { return threads_.size(); }
 
+  /// Queues fn for the next free thread and returns (fn must not throw). The destructor runs every
+  /// queued fn before it joins.
+  void submit(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> l(mutex_);
+      queue_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
   /// Runs fn(i) for i in [0, parts): part 0 on the calling thread, the rest on the pool; returns
   /// when all are done. If parts throw, every part still finishes (they share the caller's
   /// frame) and then the first exception is rethrown on the calling thread, so a failing copy stops
