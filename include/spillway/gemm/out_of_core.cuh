@@ -392,20 +392,23 @@ inline constexpr std::size_t ooc_scatter_pieces = 2;
 /// after the host writes.
 struct ooc_scatter {
   cudaEvent_t landed[ooc_scatter_pieces] = {};
+  int device = 0;  // the events' (and the slot's) device
   std::mutex m;
   std::condition_variable cv;
   std::size_t left = 0;
   std::exception_ptr error;
-  explicit ooc_scatter(int device) {
-    device_guard g(device);
+  explicit ooc_scatter(int dev) : device(dev) {
+    device_guard g(dev);
     for (cudaEvent_t& e : landed) {
-      SPILLWAY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
+      const cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync);
+      if (r != cudaSuccess) {
+        e = nullptr;
+        release();
+        SPILLWAY_CUDA_CHECK(r, "cudaEventCreateWithFlags for a staged C block's pieces");
+      }
     }
   }
-  ~ooc_scatter() {
-    for (cudaEvent_t e : landed)
-      if (e != nullptr) (void)cudaEventDestroy(e);
-  }
+  ~ooc_scatter() { release(); }
   ooc_scatter(const ooc_scatter&) = delete;
   ooc_scatter& operator=(const ooc_scatter&) = delete;
   void done(std::exception_ptr e) {
@@ -419,6 +422,14 @@ struct ooc_scatter {
   }
   /// The host function the slot's stream runs after the block's last copy out.
   static void CUDART_CB wait(void* self) noexcept { static_cast<ooc_scatter*>(self)->wait_all(); }
+
+ private:
+  void release() noexcept {
+    for (cudaEvent_t& e : landed) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+      e = nullptr;
+    }
+  }
 };
 
 /// One piece of a staged C block: `lines` lines of `width` bytes from the slot's pinned buffer
@@ -443,6 +454,7 @@ inline void ooc_write_piece(const ooc_piece& p) noexcept {
 #if defined(SPILLWAY_FAULT_INJECTION)
     if (p.fail) ::spillway::fault::detail::throw_staging_fault();
 #endif
+    device_guard g(p.owner->device);  // the pool's threads serve every device of the job
     const cudaError_t e = cudaEventSynchronize(p.landed);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
