@@ -944,11 +944,18 @@ struct ooc_job {
         sc.left = issued;
         sc.error = nullptr;
       }
-      for (std::size_t i = 0; i < issued; ++i) scatter_pool->submit([p = piece[i]] { ooc_write_piece(p); });
+      std::size_t submitted = 0;
       try {
+        for (; submitted < issued; ++submitted) {
+          scatter_pool->submit([p = piece[submitted]] { ooc_write_piece(p); });
+        }
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaLaunchHostFunc(s.value(), &ooc_scatter::wait, &sc)));
       } catch (...) {
-        sc.wait_all();  // the pieces read the slot's buffer: they finish before the task fails
+        {
+          std::lock_guard<std::mutex> l(sc.m);
+          sc.left -= issued - submitted;  // never queued
+        }
+        sc.wait_all();  // the queued pieces read the slot's buffer: they finish before the task fails
         throw;
       }
     }
