@@ -392,9 +392,11 @@ void bm_copy_lines(benchmark::State& state) {
 /// alone and while 3 GiB go host→device and 3 GiB device→host (1-D) on two streams, as in the job.
 /// Counters: `tN` / `tN_nt` GB/s alone, `tN_dma` / `tN_nt_dma` beside the DMA, and `dma_tN_nt`
 /// the two copies' combined GB/s while the host copied (does the host copy slow the link?),
-/// `dma_alone` without it. `staged_tN_h2d`: the job's pattern (each block 1-D out into one of 8
-/// pinned buffers, then into C by N threads with non-temporal stores, beside a host→device
-/// stream; `h2d_staged_tN` that stream's GB/s), GB/s of C (12 threads: ooc_scatter_threads).
+/// `dma_alone` without it. `staged_tN_h2d`: the job's pattern before 3a2187a (each block 1-D out
+/// into one of 8 pinned buffers, then into C split over N pool threads with non-temporal stores,
+/// beside a host→device stream; `h2d_staged_tN` that stream's GB/s), GB/s of C. The job now writes
+/// each block in pieces on threads of its own (detail::ooc_scatter_pieces; measured in
+/// results/gemm_ooc.md, "scatter threads").
 void bm_scatter(benchmark::State& state) {
   if (spillway::bench::skip_without_gpu(state)) return;
   try {
@@ -467,10 +469,10 @@ void bm_scatter(benchmark::State& state) {
           }
         }
       }
-      // The job's own pattern: each block 1-D out of the device into one of 8 pinned buffers, then
-      // into C by the threads as soon as it has landed (while the DMA writes the next ones), beside
-      // a host→device stream only (a second device→host stream would take the copies out's
-      // engine): the rate at which staged C blocks reach C.
+      // The job's pattern before 3a2187a: each block 1-D out of the device into one of 8 pinned
+      // buffers, then into C by the threads as soon as it has landed (while the DMA writes the next
+      // ones), beside a host→device stream only (a second device→host stream would take the copies
+      // out's engine): the rate at which staged C blocks reached C that way.
       for (const std::size_t t : {std::size_t{8}, std::size_t{12}, std::size_t{15}}) {
         spillway::event e0(spillway::event::timing::enabled), e1(spillway::event::timing::enabled),
             e2(spillway::event::timing::enabled);

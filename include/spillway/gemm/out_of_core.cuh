@@ -340,9 +340,18 @@ inline void ooc_store_fence() {
 #endif
 }
 
+/// `lines` lines of `width` bytes from s (pitch spitch) to d (pitch dpitch) on the calling thread;
+/// with `streaming`, non-temporal stores fenced at the end (a staged C block's piece, a part below).
+inline void ooc_copy_run(unsigned char* d, std::size_t dpitch, const unsigned char* s, std::size_t spitch,
+                         std::size_t width, std::size_t lines, bool streaming) {
+  for (std::size_t l = 0; l < lines; ++l) ooc_copy_line(d + l * dpitch, s + l * spitch, width, streaming);
+  if (streaming) ooc_store_fence();
+}
+
 /// `lines` lines of `width` bytes from src (pitch spitch) to dst (pitch dpitch), split over the
-/// pipeline's host threads (pageable ⇄ pinned staging, staged C blocks) into at most `max_parts`
-/// parts (0: as many as the pool has threads, plus the caller) of at least `min_part` bytes.
+/// pipeline's host threads (pageable ⇄ pinned staging; the bench's host-copy measurement) into at
+/// most `max_parts` parts (0: as many as the pool has threads, plus the caller) of at least
+/// `min_part` bytes.
 inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
                            std::size_t width, std::size_t lines, std::size_t max_parts = 0,
                            bool streaming = false, std::size_t min_part = std::size_t{2} << 20) {
@@ -354,8 +363,7 @@ inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::
   std::size_t parts = std::min(max_parts == 0 ? pool : std::min(max_parts, pool), total / min_part + 1);
   parts = std::min(parts, lines);
   auto part = [=](std::size_t l0, std::size_t l1) {
-    for (std::size_t l = l0; l < l1; ++l) ooc_copy_line(d + l * dpitch, s + l * spitch, width, streaming);
-    if (streaming) ooc_store_fence();
+    ooc_copy_run(d + l0 * dpitch, dpitch, s + l0 * spitch, spitch, width, l1 - l0, streaming);
   };
   if (parts <= 1) {
     part(0, lines);
@@ -461,8 +469,7 @@ inline void ooc_write_piece(const ooc_piece& p) noexcept {
       ::spillway::detail::throw_cuda_error(e, "cudaEventSynchronize on a staged C block's copy out", __FILE__,
                                            __LINE__);
     }
-    for (std::size_t l = 0; l < p.lines; ++l) ooc_copy_line(p.dst + l * p.dpitch, p.src + l * p.spitch, p.width, p.streaming);
-    if (p.streaming) ooc_store_fence();
+    ooc_copy_run(p.dst, p.dpitch, p.src, p.spitch, p.width, p.lines, p.streaming);
   } catch (...) {
     err = std::current_exception();
   }
