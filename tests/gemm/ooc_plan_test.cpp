@@ -547,7 +547,10 @@ TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
   const index_t mn_side = p.transposed ? p.bm : p.bn;
   EXPECT_GE(static_cast<std::size_t>(mn_side) * 2, detail::ooc_mn_line_bytes);
   EXPECT_EQ(panel, static_cast<std::size_t>(mn_side) * 32768 * 2);
-  EXPECT_EQ(p.stage_bytes, 2 * panel);
+  // It lands in pieces of at most ooc_raw_piece_bytes (whole lines), in two raw buffers.
+  const std::size_t raw = p.transposed ? p.raw_a_bytes : p.raw_b_bytes;
+  EXPECT_EQ(raw, std::min(panel, detail::ooc_raw_piece_bytes));
+  EXPECT_EQ(p.stage_bytes, 2 * raw);
   EXPECT_EQ(p.slot_extra_bytes, 0u);
   EXPECT_EQ(p.device_bytes, p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
                                 p.slots * (p.c_block_bytes + p.slot_extra_bytes) + p.stage_bytes);
@@ -562,13 +565,15 @@ TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
   r.slots = 8;
   const ooc_plan p8 = make_ooc_plan(r);
   ASSERT_EQ(p8.transposed ? p8.a_panel_bytes : p8.b_panel_bytes, panel);
-  EXPECT_EQ(p8.stage_bytes, 2 * panel);
+  EXPECT_EQ(p8.stage_bytes, 2 * raw);
   EXPECT_EQ(p8.slot_extra_bytes, 0u);
   // Both operands MN-major: 2 panels of each.
   r.stage_a = true;
   const ooc_plan both = make_ooc_plan(r);
   EXPECT_TRUE(both.stage_a && both.stage_b);
-  EXPECT_EQ(both.stage_bytes, 2 * both.a_panel_bytes + 2 * both.b_panel_bytes);
+  EXPECT_EQ(both.stage_bytes, 2 * both.raw_a_bytes + 2 * both.raw_b_bytes);
+  EXPECT_LE(both.raw_a_bytes, std::min(both.a_panel_bytes, detail::ooc_raw_piece_bytes));
+  EXPECT_LE(both.raw_b_bytes, std::min(both.b_panel_bytes, detail::ooc_raw_piece_bytes));
   EXPECT_EQ(both.h2d_bytes, base.h2d_bytes);
   EXPECT_LE(both.device_bytes, 8 * GiB);
 }
@@ -599,6 +604,41 @@ TEST(OocPlan, MnMajorPanelsKeepLongHostLinesBeforeFullK) {
   EXPECT_LE(q.device_bytes, r.budget_bytes);
 }
 
+// A row-major B that fits the budget whole is one panel (C blocks of whole rows when C is
+// row-major), landing in raw pieces of whole rows: 512 MiB (8192 rows of 32768 bf16) by default,
+// 16 rows at least; the bytes moved stay the minimum.
+TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.stage_b = true;
+  const ooc_plan p = make_ooc_plan(r);
+  SCOPED_TRACE(p.describe());
+  ASSERT_FALSE(p.transposed);
+  EXPECT_EQ(p.bn, 32768);
+  EXPECT_EQ(p.col_panels, 1);
+  EXPECT_EQ(p.b_slots, 1u);
+  EXPECT_EQ(p.bm, 2048);  // the smallest streamed A panel of the first side floor
+  EXPECT_EQ(p.b_panel_bytes, std::size_t{32768} * 32768 * 2);
+  EXPECT_EQ(p.raw_b_lines, 8192);
+  EXPECT_EQ(p.raw_b_bytes, detail::ooc_raw_piece_bytes);
+  EXPECT_EQ(p.stage_bytes, 2 * detail::ooc_raw_piece_bytes);
+  EXPECT_EQ(p.h2d_bytes, p.min_h2d_bytes);
+  EXPECT_EQ(p.d2h_bytes, p.min_d2h_bytes);
+  EXPECT_LE(p.device_bytes, 8 * GiB);
+  expect_permutation(p);
+  r.raw_piece_bytes = 1 << 20;  // 16 rows of 64 KiB
+  const ooc_plan q = make_ooc_plan(r);
+  EXPECT_EQ(q.raw_b_lines, 16);
+  EXPECT_EQ(q.raw_b_bytes, std::size_t{1} << 20);
+  r.raw_piece_bytes = 1000;  // below one line: still 16 lines
+  EXPECT_EQ(make_ooc_plan(r).raw_b_lines, 16);
+  // Column-major C: whole-width blocks would have short lines; not preferred.
+  r.raw_piece_bytes = 0;
+  r.c_row_major = false;
+  const ooc_plan cm = make_ooc_plan(r);
+  SCOPED_TRACE(cm.describe());
+  EXPECT_FALSE(!cm.transposed && cm.bn == 32768 && cm.col_panels == 1);
+}
+
 TEST(OocPlan, RawBuffersFitTheBudgetAtEveryBudget) {
   for (std::size_t budget = std::size_t{64} << 20; budget >= (std::size_t{2} << 20);
        budget = budget * 3 / 4) {
@@ -616,7 +656,7 @@ TEST(OocPlan, RawBuffersFitTheBudgetAtEveryBudget) {
     r.budget_bytes = budget;
     const ooc_plan p = make_ooc_plan(r);
     SCOPED_TRACE(p.describe());
-    EXPECT_EQ(p.stage_bytes, 2 * p.a_panel_bytes + 2 * p.b_panel_bytes);
+    EXPECT_EQ(p.stage_bytes, 2 * p.raw_a_bytes + 2 * p.raw_b_bytes);
     EXPECT_EQ(p.device_bytes, p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes +
                                   p.slots * (p.c_block_bytes + p.slot_extra_bytes) + p.stage_bytes);
     EXPECT_LE(p.device_bytes, budget);

@@ -50,6 +50,7 @@ struct ooc_case {
   double d2h_short = -1;            // ooc_options::rates.d2h_short when >= 0
   std::size_t scatter_threads = 0;  // ooc_options::scatter_threads (staged C blocks)
   bool scatter_streaming = true;    // ooc_options::scatter_streaming
+  std::size_t raw_piece_bytes = 0;  // ooc_options::raw_piece_bytes (MN-major panels land in pieces)
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -87,6 +88,7 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.c_staged = !c.pinned || c.c_out == ooc_copy_out::staged;
   r.slots = r.c_staged ? 8 : 4;  // ooc_options::slots_per_device 0 (the default)
   if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
+  r.raw_piece_bytes = c.raw_piece_bytes;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {
@@ -136,6 +138,7 @@ template <class T, class TC>
   if (cs.d2h_short >= 0) oo.rates.d2h_short = cs.d2h_short;
   oo.scatter_threads = cs.scatter_threads;
   oo.scatter_streaming = cs.scatter_streaming;
+  oo.raw_piece_bytes = cs.raw_piece_bytes;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
@@ -384,7 +387,7 @@ void mn_major_transposed(const std::string& label, gemm_options o = {}) {
       ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + static_cast<std::uint64_t>(n++), &rep)));
       EXPECT_EQ(rep.plan.stage_a, tensor) << rep.plan.describe();
       EXPECT_EQ(rep.plan.stage_b, tensor) << rep.plan.describe();
-      EXPECT_EQ(rep.plan.stage_bytes, tensor ? 2 * (rep.plan.a_panel_bytes + rep.plan.b_panel_bytes) : 0u);
+      EXPECT_EQ(rep.plan.stage_bytes, tensor ? 2 * (rep.plan.raw_a_bytes + rep.plan.raw_b_bytes) : 0u);
       EXPECT_EQ(rep.plan.slot_extra_bytes, 0u) << rep.plan.describe();
     }
   // Only B MN-major (NumPy's layout: both row-major), k in chunks.
@@ -420,6 +423,51 @@ TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadInt8ToInt32Exact) {
 }
 TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadDouble) {
   mn_major_transposed<double, double>("double");
+}
+
+/// NumPy's layout (A and B row-major) with a budget that holds B whole: B is one panel of every
+/// column, landing in raw pieces of 32 of its 259 rows (the last piece 3 rows), each transposed
+/// into its k columns of the cache as the next lands; C blocks of whole rows. Odd sizes, pageable
+/// and page-locked, β = 0 over NaN and β ≠ 0, against the host reference.
+template <class T, class TC>
+void whole_b_in_pieces(const std::string& label, gemm_options o = {}) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-whole-b-" + label);
+  const bool tensor = resolve_path<T>(o, spillway::current_device()) != gemm_path::simt;
+  int n = 0;
+  for (bool pinned : {false, true})
+    for (bool beta_zero : {true, false}) {
+      ooc_case cs;
+      cs.m = 1000;
+      cs.n = 613;
+      cs.k = 259;
+      cs.la = layout::row_major;
+      cs.lb = layout::row_major;
+      cs.lc = layout::row_major;
+      cs.min_blocks = 1;
+      cs.pinned = pinned;
+      cs.beta_zero = beta_zero;
+      // 32 lines of 624 (613 padded to 16) elements.
+      cs.raw_piece_bytes = 32 * 624 * sizeof(T);
+      ooc_report rep;
+      ASSERT_TRUE((run_ooc<T, TC>(cs, o, seed + static_cast<std::uint64_t>(n++), &rep)));
+      if (!tensor) continue;
+      EXPECT_FALSE(rep.plan.transposed) << rep.plan.describe();
+      EXPECT_TRUE(rep.plan.stage_b) << rep.plan.describe();
+      EXPECT_EQ(rep.plan.bn, 613) << rep.plan.describe();
+      EXPECT_EQ(rep.plan.col_panels, 1) << rep.plan.describe();
+      EXPECT_EQ(rep.plan.raw_b_lines, 32) << rep.plan.describe();
+    }
+}
+
+TEST(OutOfCoreGemmGpu, RowMajorBWholeInPiecesBf16ToFloat) {
+  whole_b_in_pieces<__nv_bfloat16, float>("bf16-float");
+}
+TEST(OutOfCoreGemmGpu, RowMajorBWholeInPiecesInt8ToInt32Exact) {
+  whole_b_in_pieces<std::int8_t, std::int32_t>("int8-int32");
+}
+TEST(OutOfCoreGemmGpu, RowMajorBWholeInPiecesDouble) {
+  whole_b_in_pieces<double, double>("double");
 }
 
 /// Budgets too small for full-k panels: k in chunks, accumulated in C (C the accumulator type) or

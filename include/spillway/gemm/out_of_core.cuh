@@ -142,6 +142,9 @@ struct ooc_options {
   /// Staged C blocks are written into C with non-temporal stores (x86; elsewhere a plain copy): C's
   /// lines are not read before they are overwritten.
   bool scatter_streaming = true;
+  /// Largest piece (bytes) in which an MN-major panel lands before its transpose into the cache;
+  /// 0: detail::ooc_raw_piece_bytes (512 MiB). Tests force many pieces with it.
+  std::size_t raw_piece_bytes = 0;
 };
 
 /// When each part of an out-of-core job happened on its device, in ms after that device's panel
@@ -657,7 +660,7 @@ struct ooc_job {
       std::byte* raw = c->memory.data() + a_bytes + b_bytes;
       for (int side = 0; side < 2; ++side) {
         if (!(side == 0 ? plan.stage_a : plan.stage_b)) continue;
-        const std::size_t bytes = side == 0 ? plan.a_panel_bytes : plan.b_panel_bytes;
+        const std::size_t bytes = side == 0 ? plan.raw_a_bytes : plan.raw_b_bytes;
         for (std::byte*& buf : (side == 0 ? c->a_raw : c->b_raw).buf) {
           buf = raw;
           raw += bytes;
@@ -695,51 +698,61 @@ struct ooc_job {
     const stream_view ls = dc.loader->view();
     const std::size_t cs = static_cast<std::size_t>(key) % cache.tag.size();
     T* const slot_ptr = reinterpret_cast<T*>(cache.base + cs * cache.panel_bytes);
-    const std::size_t rf = raw.next;
-    if (xpose) {
-      raw.next = (raw.next + 1) % ooc_raw_buffers;
-      ls.wait(raw.free[rf]);
-    } else {
-      for (auto& e : cache.used[cs]) ls.wait(e);
-    }
-    T* dst = xpose ? reinterpret_cast<T*>(raw.buf[rf]) : slot_ptr;
     const index_t panel = key / plan.k_chunks, q = key % plan.k_chunks;
     const index_t k0 = q * plan.kc, kq = plan.chunk_k(q);
     const ooc_rect<T> src =
         is_a ? ooc_sub<T>(a, panel * plan.bm, std::min(plan.bm, plan.m - panel * plan.bm), k0, kq)
              : ooc_sub<T>(b, k0, kq, panel * plan.bn, std::min(plan.bn, plan.n - panel * plan.bn));
-    const index_t dld = xpose ? raw_ld(is_a) : is_a ? a_ld_dev() : b_ld_dev();
     const std::size_t es = sizeof(T);
     const auto lines = static_cast<std::size_t>(src.lines), len = static_cast<std::size_t>(src.len);
-    if (lines > 0 && len > 0) {
+    // Lines [l0, l0 + n) of the panel into dst (pitch dld elements) on the loader stream.
+    auto copy_in = [&](T* dst, index_t dld, std::size_t l0, std::size_t n) {
+      if (n == 0 || len == 0) return;
+      const T* from = src.first + l0 * static_cast<std::size_t>(src.ld);
       if (pinned) {
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpy2DAsync(
-            dst, static_cast<std::size_t>(dld) * es, src.first, static_cast<std::size_t>(src.ld) * es,
-            len * es, lines, cudaMemcpyHostToDevice, ls.value())));
+            dst, static_cast<std::size_t>(dld) * es, from, static_cast<std::size_t>(src.ld) * es, len * es, n,
+            cudaMemcpyHostToDevice, ls.value())));
       } else {
         const int f = stage.next;
         stage.next ^= 1;
         stage.done[f].synchronize();  // the previous copy out of this staging buffer has finished
-        ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, src.first,
-                       static_cast<std::size_t>(src.ld) * es, len * es, lines);
+        ooc_copy_lines(stage.buf[f].data(), static_cast<std::size_t>(dld) * es, from,
+                       static_cast<std::size_t>(src.ld) * es, len * es, n);
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyAsync(
-            dst, stage.buf[f].data(), ((lines - 1) * static_cast<std::size_t>(dld) + len) * es,
+            dst, stage.buf[f].data(), ((n - 1) * static_cast<std::size_t>(dld) + len) * es,
             cudaMemcpyHostToDevice, ls.value())));
         stage.done[f].record(ls);
       }
-      moved += lines * len * es;
-    }
+      moved += n * len * es;
+    };
     stream_view done = ls;
-    if (xpose) {
-      // The raw panel has `lines` = k-chunk lines of `len` = rows (A) / columns (B) elements.
-      raw.landed[rf].record(ls);
+    if (!xpose) {
+      for (auto& e : cache.used[cs]) ls.wait(e);
+      copy_in(slot_ptr, is_a ? a_ld_dev() : b_ld_dev(), 0, lines);
+    } else {
+      // The raw panel has `lines` = k-chunk lines of `len` = rows (A) / columns (B) elements. It
+      // lands in pieces of whole lines, alternating between the two raw buffers; each piece is
+      // transposed on the xposer stream into its k columns of the slot (after the slot's readers)
+      // while the next one lands.
+      const index_t rld = raw_ld(is_a);
+      const auto per = static_cast<std::size_t>(std::max<index_t>(1, is_a ? plan.raw_a_lines : plan.raw_b_lines));
       done = dc.xposer->view();
-      done.wait(raw.landed[rf]);
       for (auto& e : cache.used[cs]) done.wait(e);
-      ooc_transpose<T>(dst, dld, static_cast<index_t>(lines), static_cast<index_t>(len), slot_ptr,
-                       is_a ? a_ld_dev() : b_ld_dev(), done);
-      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-      raw.free[rf].record(done);
+      for (std::size_t l0 = 0; l0 < std::max<std::size_t>(lines, 1); l0 += per) {
+        const std::size_t n = std::min(per, lines - std::min(lines, l0));
+        const std::size_t rf = raw.next;
+        raw.next = (raw.next + 1) % ooc_raw_buffers;
+        ls.wait(raw.free[rf]);
+        T* const rbuf = reinterpret_cast<T*>(raw.buf[rf]);
+        copy_in(rbuf, rld, l0, n);
+        raw.landed[rf].record(ls);
+        done.wait(raw.landed[rf]);
+        ooc_transpose<T>(rbuf, rld, static_cast<index_t>(n), static_cast<index_t>(len), slot_ptr + l0,
+                         is_a ? a_ld_dev() : b_ld_dev(), done);
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+        raw.free[rf].record(done);
+      }
     }
     cache.ready[cs].record(done);
     cache.tag[cs] = key;
@@ -1103,6 +1116,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.compute_seconds = ooc.compute_seconds;
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
+  r.raw_piece_bytes = ooc.raw_piece_bytes;
   auto plan_for = [&](bool staged) {
     r.c_staged = staged;
     r.slots = ooc.slots_per_device != 0 ? ooc.slots_per_device : (staged ? 8 : 4);
