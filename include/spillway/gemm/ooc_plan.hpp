@@ -581,8 +581,9 @@ inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, s
 /// Plans an out-of-core GEMM. Searches, for each orientation (A or B resident), C block sides
 /// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
 /// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
-/// the fewest bytes moved, then the smaller panels (the first block starts sooner), then fewer
-/// blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
+/// the fewest bytes moved, then a row-major B held whole (one panel of every column, C blocks of
+/// whole rows; see the search), then the smaller panels (the first block starts sooner), then
+/// fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
 /// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
 /// that minimum in bytes.
 inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
@@ -636,7 +637,6 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   // ooc_mn_line_bytes long (where the extent allows), a second, only if nothing fits, does not
   // (full-k panels with short lines before chunks of k with long ones: chunks move more bytes).
   const bool any_mn = r.stage_a || r.stage_b;
-
   const index_t mn_min = detail::ooc_r16(detail::ooc_ceil(static_cast<index_t>(detail::ooc_mn_line_bytes),
                                                           static_cast<index_t>(r.in_bytes)));
   for (const index_t kc : kcs) {
