@@ -604,7 +604,7 @@ TEST(OocPlan, MnMajorPanelsKeepLongHostLinesBeforeFullK) {
   EXPECT_LE(q.device_bytes, r.budget_bytes);
 }
 
-// A row-major B that fits the budget whole is one panel (C blocks of whole rows when C is
+// A row-major bf16 B that fits the budget whole is one panel (C blocks of whole rows when C is
 // row-major), landing in raw pieces of whole rows: 512 MiB (8192 rows of 32768 bf16) by default,
 // 16 rows at least; the bytes moved stay the minimum.
 TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
@@ -631,6 +631,12 @@ TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
   EXPECT_EQ(q.raw_b_bytes, std::size_t{1} << 20);
   r.raw_piece_bytes = 1000;  // below one line: still 16 lines
   EXPECT_EQ(make_ooc_plan(r).raw_b_lines, 16);
+  // 4-byte elements (TF32): not preferred (measured slower there).
+  ooc_plan_request f = square(32768, 4, 8 * GiB);
+  f.stage_b = true;
+  const ooc_plan pf = make_ooc_plan(f);
+  SCOPED_TRACE(pf.describe());
+  EXPECT_FALSE(!pf.transposed && pf.bn == 32768 && pf.col_panels == 1);
   // Column-major C: whole-width blocks would have short lines; not preferred.
   r.raw_piece_bytes = 0;
   r.c_row_major = false;
