@@ -604,7 +604,7 @@ TEST(OocPlan, MnMajorPanelsKeepLongHostLinesBeforeFullK) {
   EXPECT_LE(q.device_bytes, r.budget_bytes);
 }
 
-// A row-major bf16 B that fits the budget whole is one panel (C blocks of whole rows when C is
+// A row-major bf16 (or int8) B that fits the budget whole is one panel (C blocks of whole rows when C is
 // row-major), landing in raw pieces of whole rows: 512 MiB (8192 rows of 32768 bf16) by default,
 // 16 rows at least; the bytes moved stay the minimum.
 TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
@@ -631,6 +631,12 @@ TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
   EXPECT_EQ(q.raw_b_bytes, std::size_t{1} << 20);
   r.raw_piece_bytes = 1000;  // below one line: still 16 lines
   EXPECT_EQ(make_ooc_plan(r).raw_b_lines, 16);
+  // int8: held whole as well (1 GiB).
+  ooc_plan_request i8 = square(32768, 1, 8 * GiB);
+  i8.stage_b = true;
+  const ooc_plan p8 = make_ooc_plan(i8);
+  SCOPED_TRACE(p8.describe());
+  EXPECT_TRUE(!p8.transposed && p8.bn == 32768 && p8.col_panels == 1);
   // 4-byte elements (TF32): not preferred (measured slower there).
   ooc_plan_request f = square(32768, 4, 8 * GiB);
   f.stage_b = true;

@@ -425,8 +425,8 @@ TEST(OutOfCoreGemmGpu, MnMajorTransposedOnLoadDouble) {
   mn_major_transposed<double, double>("double");
 }
 
-/// NumPy's layout (A and B row-major) with a budget that holds B whole: B's panels (for 2-byte
-/// elements one panel of every column, with C blocks of whole rows) land in raw pieces of at
+/// NumPy's layout (A and B row-major) with a budget that holds B whole: B's panels (for 1- and
+/// 2-byte elements one panel of every column, with C blocks of whole rows) land in raw pieces of at
 /// least 32 of its 259 rows (32 for the whole-width panel: the last piece 3 rows), each transposed
 /// into its k columns of the cache as the next lands. Odd sizes, pageable and page-locked, β = 0
 /// over NaN and β ≠ 0, against the host reference.
@@ -457,7 +457,7 @@ void row_major_b_in_pieces(const std::string& label, gemm_options o = {}) {
       const index_t raw_lines = rep.plan.transposed ? rep.plan.raw_a_lines : rep.plan.raw_b_lines;
       EXPECT_GE(raw_lines, 32) << rep.plan.describe();
       EXPECT_LT(raw_lines, 259) << rep.plan.describe();  // several pieces per panel
-      if (sizeof(T) == 2) {
+      if (sizeof(T) <= 2) {
         EXPECT_FALSE(rep.plan.transposed) << rep.plan.describe();
         EXPECT_EQ(rep.plan.bn, 613) << rep.plan.describe();
         EXPECT_EQ(rep.plan.col_panels, 1) << rep.plan.describe();

@@ -581,7 +581,7 @@ inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, s
 /// Plans an out-of-core GEMM. Searches, for each orientation (A or B resident), C block sides
 /// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
 /// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
-/// the fewest bytes moved, then a row-major B of 2-byte elements held whole (one panel of every
+/// the fewest bytes moved, then a row-major B of 1- or 2-byte elements held whole (one panel of every
 /// column, C blocks of whole rows; see the search), then the smaller panels (the first block starts sooner), then
 /// fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
 /// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
@@ -689,15 +689,15 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             a_slots = std::max<std::size_t>(a_slots, 1);
             b_slots = std::max<std::size_t>(b_slots, 1);
             const double bytes = detail::ooc_estimate(r, s, a_slots, b_slots, r.devices);
-            // A row-major B (MN-major in the executed frame) of 2-byte elements held whole as one
-            // panel, landing in pieces of whole rows (1-D copies at the full rate, each transposed
-            // as the next lands), with C blocks of whole rows (1-D copies out) when C is row-major
-            // there: preferred among the plans that move the fewest bytes (the 32768^3 bf16 job on
-            // the H200: 140.5-144.4 ms against 141.7-153.6 for 8192-column panels with 16 KiB host
-            // lines). Not for 4-byte elements: TF32 measured 260.7 ms whole against 254.1 (its
-            // 4 GiB B delays the first block to 84 ms); other sizes not measured.
-            // Such candidates share that panel; the smaller streamed one decides between them.
-            const bool whole = r.in_bytes == 2 && sb && bn == N && N > 0 && (r.c_row_major != tr);
+            // A row-major B (MN-major in the executed frame) of 1- or 2-byte elements held whole as
+            // one panel, landing in pieces of whole rows (1-D copies at the full rate, each
+            // transposed as the next lands), with C blocks of whole rows (1-D copies out) when C is
+            // row-major there: preferred among the plans that move the fewest bytes (32768^3 on the
+            // H200: bf16 140.5-144.4 ms against 141.7-153.6 for 8192-column panels with 16 KiB
+            // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
+            // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
+            // not measured. Such candidates share that panel; the smaller streamed one decides.
+            const bool whole = r.in_bytes <= 2 && sb && bn == N && N > 0 && (r.c_row_major != tr);
             const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
             const std::size_t tasks = static_cast<std::size_t>(rp * np);
             const bool same_bytes = pick.found && bytes <= pick.bytes * (1 + 1e-9);
