@@ -17,7 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -549,6 +551,34 @@ TEST(OutOfCoreGemmGpu, ResidentPanelsTraced) {
     EXPECT_LE(tr.gemm_end_ms[x], tr.out_end_ms[x] + tick) << "block " << x;
   }
   EXPECT_GT(tr.setup_seconds, 0.0);
+}
+
+// A traced job with staged copies out: each block's end (its host copy into C) comes from the host
+// clock, against the origin's host time taken when the caches were ready (no timing event follows
+// the slot's host function), so it is present for every block and after the block's GEMM (within
+// the host clock's offset, well under 0.5 ms).
+TEST(OutOfCoreGemmGpu, StagedTraced) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-trace-staged");
+  ooc_case cs;
+  cs.pinned = true;
+  cs.devices = {0};
+  cs.c_out = ooc_copy_out::staged;
+  ooc_report rep;
+  ooc_trace tr;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed, &rep, &tr)));
+  const ooc_plan& p = rep.plan;
+  SCOPED_TRACE(p.describe());
+  ASSERT_TRUE(p.c_staged);
+  ASSERT_EQ(tr.out_end_ms.size(), p.tasks());
+  float last = 0;
+  for (std::size_t x = 0; x < p.tasks(); ++x) {
+    EXPECT_TRUE(std::isfinite(tr.gemm_end_ms[x])) << "block " << x;
+    ASSERT_TRUE(std::isfinite(tr.out_end_ms[x])) << "block " << x;
+    EXPECT_GE(tr.out_end_ms[x] + 0.5f, tr.gemm_end_ms[x]) << "block " << x;
+    last = std::max(last, tr.out_end_ms[x]);
+  }
+  EXPECT_GT(last, 0.0f);
 }
 
 // Page-locked C, every way out: 2-D DMA straight into C, whole blocks through the slots' pinned

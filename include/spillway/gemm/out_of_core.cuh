@@ -126,7 +126,8 @@ struct ooc_options {
   /// The in-core time of the whole product on one device, if known: the plan then states the
   /// bound its order puts on the job (ooc_plan::ramp_seconds). Nothing else depends on it.
   double compute_seconds = 0;
-  /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block).
+  /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block;
+  /// a staged block's end is read on the host clock; docs/gemm.md, "Out of core").
   ooc_trace* trace = nullptr;
   /// How C blocks are copied out of the device when C is page-locked.
   ooc_copy_out c_out = ooc_copy_out::automatic;
@@ -159,7 +160,8 @@ struct ooc_trace {
   std::vector<float> load_end_ms;
   /// Per block of the plan's order: the device, when its stream reached its first GEMM (panels in,
   /// C block in, the slot free), when its last GEMM (or combine) ended, and when its C block was out
-  /// (staged: in C, after the host copy).
+  /// (staged: in C, after the host copy — read on the host clock against the origin's host time,
+  /// taken when the caches were ready, so within a few µs of the device's times).
   std::vector<int> block_device;
   std::vector<float> ready_ms, gemm_end_ms, out_end_ms;
   /// Host seconds from the call to the scheduler's start (planning, device memory, events).
@@ -408,6 +410,8 @@ struct ooc_scatter {
   std::condition_variable cv;
   std::size_t left = 0;
   std::exception_ptr error;
+  // Trace only: where the block's last piece writes the host time it finished (null: untraced).
+  std::chrono::steady_clock::time_point* finished = nullptr;
   explicit ooc_scatter(int dev) : device(dev) {
     device_guard g(dev);
     for (cudaEvent_t& e : landed) {
@@ -425,7 +429,10 @@ struct ooc_scatter {
   void done(std::exception_ptr e) {
     std::lock_guard<std::mutex> l(m);
     if (e && !error) error = e;
-    if (--left == 0) cv.notify_all();
+    if (--left == 0) {
+      if (finished != nullptr) *finished = std::chrono::steady_clock::now();
+      cv.notify_all();
+    }
   }
   void wait_all() {
     std::unique_lock<std::mutex> l(m);
@@ -553,6 +560,7 @@ struct ooc_device_ctx {
   std::vector<int> need_a, need_b;  // prefetch's scratch: readers of each panel in its window
   bool resident = false;            // the caches hold every panel of its range: nothing is evicted
   std::unique_ptr<event> origin;    // trace only: when the caches were ready
+  std::chrono::steady_clock::time_point host_origin;  // trace only: the host clock at `origin`
   std::vector<event> load_end;      // trace only: the end of each panel copy, in issue order
   std::vector<std::size_t> load_bytes;
   std::vector<index_t> load_key;  // trace only: operand A: key + 1, B: -(key + 1)
@@ -595,6 +603,10 @@ struct ooc_job {
   std::vector<std::size_t> task_block;  // order index of task t (none: never started)
   bool traced = false;
   std::vector<std::unique_ptr<event>> ev_ready, ev_gemm, ev_out;  // trace only, per order index
+  // Trace only: a staged block's end on the host clock (its host copy into C), per order index.
+  // No timing event follows the slot's host function: one there, with the next block's ready
+  // event, slowed the 32768^3 bf16 job from 119 to 153 ms (results/gemm_ooc.md, "fifth session").
+  std::vector<std::chrono::steady_clock::time_point> host_out;
   std::vector<int> ev_ctx;                                        // trace only: which context ran it
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
@@ -637,6 +649,7 @@ struct ooc_job {
       ev_gemm.resize(n);
       ev_out.resize(n);
       ev_ctx.assign(n, -1);
+      host_out.assign(n, std::chrono::steady_clock::time_point{});
     }
     for (int d : devices) {
       device_guard g(d);  // the context's events belong to device d
@@ -679,6 +692,8 @@ struct ooc_job {
       if (traced) {
         c->origin = std::make_unique<event>(event::timing::enabled);
         c->origin->record(c->loader->view());
+        c->origin->synchronize();  // the loader is idle: the host clock now is the origin's (within µs)
+        c->host_origin = std::chrono::steady_clock::now();
       }
       ctx.push_back(std::move(c));
     }
@@ -963,6 +978,7 @@ struct ooc_job {
         std::lock_guard<std::mutex> l(sc.m);
         sc.left = issued;
         sc.error = nullptr;
+        sc.finished = traced ? &host_out[idx] : nullptr;
       }
       std::size_t submitted = 0;
       try {
@@ -980,7 +996,7 @@ struct ooc_job {
       }
     }
     moved += cb;
-    stamp(ev_out);
+    if (!c_staged_out) stamp(ev_out);
     prefetch(dc, idx, moved);
     slot.add_bytes_moved(moved);
   }
@@ -1020,7 +1036,13 @@ struct ooc_job {
       tr.block_device[x] = dc.device;
       tr.ready_ms[x] = ms(*dc.origin, ev_ready[x].get());
       tr.gemm_end_ms[x] = ms(*dc.origin, ev_gemm[x].get());
-      tr.out_end_ms[x] = ms(*dc.origin, ev_out[x].get());
+      if (c_staged_out) {
+        if (host_out[x] != std::chrono::steady_clock::time_point{})
+          tr.out_end_ms[x] = static_cast<float>(
+              std::chrono::duration<double, std::milli>(host_out[x] - dc.host_origin).count());
+      } else {
+        tr.out_end_ms[x] = ms(*dc.origin, ev_out[x].get());
+      }
     }
   }
 
