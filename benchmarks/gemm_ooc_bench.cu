@@ -692,9 +692,11 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   g::ooc_report rep;
   const g::matrix_view<const T> bv =
       v.b_row_major ? g::row_major<const T>(hb, n, n) : g::col_major<const T>(hb, n, n);
-  auto run = [&] {
-    rep = g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), bv, 0.0f, g::row_major(h.c.data(), n, n), o, oo);
+  auto job = [&](const g::ooc_options& opts) {
+    return g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), bv, 0.0f, g::row_major(h.c.data(), n, n), o,
+                               opts);
   };
+  auto run = [&] { rep = job(oo); };
   poison(h.c.data(), count);
   run();
   if (!rep.a_page_locked || !rep.c_page_locked)
@@ -716,8 +718,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     g::ooc_trace tr;
     g::ooc_options traced = oo;
     traced.trace = &tr;
-    const g::ooc_report tr_rep =
-        g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), bv, 0.0f, g::row_major(h.c.data(), n, n), o, traced);
+    const g::ooc_report tr_rep = job(traced);
     std::string file = key;
     std::replace(file.begin(), file.end(), '/', '_');
     report_trace(state, tr, tr_rep.plan, file);

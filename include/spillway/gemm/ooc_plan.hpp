@@ -222,6 +222,7 @@ inline std::size_t ooc_panel_bytes(index_t major, index_t minor, std::size_t ele
 
 struct ooc_sizes {
   std::size_t pa, pb, cblk, extra, slots;
+  index_t la, lb;      ///< k lines per raw piece of a transposed A / B (0: not transposed)
   std::size_t ra, rb;  ///< one raw buffer of a transposed A / B (0: not transposed)
   std::size_t stage;   ///< per device, not per slot: the raw buffers of the transposed operands
 };
@@ -241,9 +242,9 @@ inline index_t ooc_raw_lines(index_t mn, index_t kc, std::size_t elem, std::size
   const index_t fit = static_cast<index_t>(cap / std::max<std::size_t>(line, 1)) / 16 * 16;
   return std::min(kc, std::max<index_t>(16, fit));
 }
-inline std::size_t ooc_raw_bytes(index_t mn, index_t kc, std::size_t elem, std::size_t cap) {
-  return ooc_aligned(ooc_mul(static_cast<std::size_t>(ooc_raw_lines(mn, kc, elem, cap)),
-                             ooc_mul(static_cast<std::size_t>(ooc_r16(mn)), elem)));
+/// One raw buffer: `lines` lines of `mn` elements (padded to 16).
+inline std::size_t ooc_raw_bytes(index_t mn, index_t lines, std::size_t elem) {
+  return ooc_aligned(ooc_mul(static_cast<std::size_t>(lines), ooc_mul(static_cast<std::size_t>(ooc_r16(mn)), elem)));
 }
 
 inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
@@ -259,8 +260,10 @@ inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
     extra =
         ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
   z.extra = extra;
-  z.ra = s.stage_a && s.k > 0 ? ooc_raw_bytes(s.bm, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
-  z.rb = s.stage_b && s.k > 0 ? ooc_raw_bytes(s.bn, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
+  z.la = s.stage_a && s.k > 0 ? ooc_raw_lines(s.bm, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
+  z.lb = s.stage_b && s.k > 0 ? ooc_raw_lines(s.bn, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
+  z.ra = z.la > 0 ? ooc_raw_bytes(s.bm, z.la, r.in_bytes) : 0;
+  z.rb = z.lb > 0 ? ooc_raw_bytes(s.bn, z.lb, r.in_bytes) : 0;
   z.stage = ooc_add(ooc_mul(ooc_raw_buffers, z.ra), ooc_mul(ooc_raw_buffers, z.rb));
   const std::size_t tasks =
       ooc_mul(static_cast<std::size_t>(ooc_ceil(s.m, s.bm)), static_cast<std::size_t>(ooc_ceil(s.n, s.bn)));
@@ -697,7 +700,7 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
             // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
             // not measured. Such candidates share that panel; the smaller streamed one decides.
-            const bool whole = r.in_bytes <= 2 && sb && bn == N && N > 0 && (r.c_row_major != tr);
+            const bool whole = r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr);
             const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
             const std::size_t tasks = static_cast<std::size_t>(rp * np);
             const bool same_bytes = pick.found && bytes <= pick.bytes * (1 + 1e-9);
@@ -777,8 +780,8 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   p.stage_bytes = pick.z.stage;
   p.raw_a_bytes = pick.z.ra;
   p.raw_b_bytes = pick.z.rb;
-  if (p.stage_a && p.k > 0) p.raw_a_lines = detail::ooc_raw_lines(p.bm, p.kc, r.in_bytes, r.raw_piece_bytes);
-  if (p.stage_b && p.k > 0) p.raw_b_lines = detail::ooc_raw_lines(p.bn, p.kc, r.in_bytes, r.raw_piece_bytes);
+  p.raw_a_lines = pick.z.la;
+  p.raw_b_lines = pick.z.lb;
   p.group = 1;
   p.col_blocks = p.col_panels;
   // C blocks of several B panels when C's lines in the caller's memory run along the executed

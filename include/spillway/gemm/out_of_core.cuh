@@ -754,8 +754,8 @@ struct ooc_job {
       const auto per = static_cast<std::size_t>(std::max<index_t>(1, is_a ? plan.raw_a_lines : plan.raw_b_lines));
       done = dc.xposer->view();
       for (auto& e : cache.used[cs]) done.wait(e);
-      for (std::size_t l0 = 0; l0 < std::max<std::size_t>(lines, 1); l0 += per) {
-        const std::size_t n = std::min(per, lines - std::min(lines, l0));
+      for (std::size_t l0 = 0; l0 < lines; l0 += per) {
+        const std::size_t n = std::min(per, lines - l0);
         const std::size_t rf = raw.next;
         raw.next = (raw.next + 1) % ooc_raw_buffers;
         ls.wait(raw.free[rf]);
