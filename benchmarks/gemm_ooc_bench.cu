@@ -11,6 +11,11 @@
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
 //
+// The out_of_core rows run as a caller would: default options but the budget (the plan weighs its
+// choices at its own estimate of the compute time and the default copy rates).
+//   gemm_ooc/{tf32,bf16}/out_of_core_given_time  the same job told the in-core time of this run
+//                                        (ooc_options::compute_seconds) and the rates measured
+//                                        here (the way these rows ran before 2026-11-24, sixth session)
 //   gemm_ooc/{tf32,bf16}/out_of_core_narrow  the same job with single-panel C blocks always
 //                                        (ooc_options::c_min_line_bytes = 1) copied out by 2-D DMA,
 //                                        the plan before the wide and the staged blocks; the default
@@ -36,8 +41,10 @@
 //
 // Counters: seconds (median), TFLOP/s, for out-of-core rows vs_cublasXt (its time / ours),
 // vs_in_core (ours / in-core time), floor_ms (the independent copy floor: A and B in, C out, at the
-// measured rates), vs_bound (ours / max(floor, in-core)), ramp_ms (the bound the plan's order puts
-// on the job with the in-core time as its compute time: ooc_plan::ramp_seconds) and vs_ramp,
+// measured rates), vs_bound (ours / max(floor, in-core)), compute_ms (the in-core time the plan
+// weighed: its estimate from the device, or the one measured in this run where given) and
+// compute_vs_in_core, ramp_ms (the bound the plan's order puts on the job at that compute time and
+// its copy rates: ooc_plan::ramp_seconds) and vs_ramp,
 // plan_h2d_GB / plan_d2h_GB (what the plan moves). One more run after the timed ones is traced
 // (ooc_options::trace): tr_* counters are its device times in ms after the caches were ready —
 // tr_in (last panel in), tr_gemm (last GEMM done), tr_out (last C block out), tr_busy (time some
@@ -668,6 +675,10 @@ struct variant {
   bool plain_copy = false;  // scatter_streaming = false
   bool direct = false;      // c_out = direct (2-D DMA straight into C)
   bool b_row_major = false;  // B's buffer read as row-major (NumPy's layout; a different product, same cost)
+  // The plan told the in-core time measured in this run (ooc_options::compute_seconds) and the
+  // copy rates measured by gemm_ooc/copy_rates, instead of what a caller gets without them: its
+  // estimate of the compute time from the device and the H200's default rates.
+  bool given = false;
 };
 
 template <class T>
@@ -679,7 +690,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   g::ooc_options oo;
   oo.budget = spillway::memory_budget(g_budget);
   oo.devices = devices;
-  oo.rates = measured_rates();
+  if (v.given) oo.rates = measured_rates();
   if (v.slots > 0) oo.slots_per_device = v.slots;
   if (v.staged) oo.c_out = g::ooc_copy_out::staged;
   if (v.direct) oo.c_out = g::ooc_copy_out::direct;
@@ -687,7 +698,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   if (v.threads > 0) oo.scatter_threads = v.threads;
   if (v.plain_copy) oo.scatter_streaming = false;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
-  if (ic0 != results().end()) oo.compute_seconds = ic0->second;
+  if (v.given && ic0 != results().end()) oo.compute_seconds = ic0->second;
   const g::gemm_options o = options_for(kd);
   g::ooc_report rep;
   const g::matrix_view<const T> bv =
@@ -723,8 +734,11 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     std::replace(file.begin(), file.end(), '/', '_');
     report_trace(state, tr, tr_rep.plan, file);
   }
-  const double floor = rep.plan.floor_seconds;
+  // The independent floor at the rates measured in this run (the plan's own is at its rates).
+  const double floor = measured_rates().seconds(static_cast<double>(rep.plan.min_h2d_bytes),
+                                                static_cast<double>(rep.plan.min_d2h_bytes));
   state.counters["seconds"] = med;
+  state.counters["compute_ms"] = rep.compute_seconds * 1e3;
   state.counters["TFLOP/s"] = flops() / med / 1e12;
   state.counters["floor_ms"] = floor * 1e3;
   state.counters["plan_h2d_GB"] = static_cast<double>(rep.plan.h2d_bytes) / 1e9;
@@ -737,6 +751,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   const auto ic = results().find(std::string(kind_name(kd)) + "/in_core");
   if (ic != results().end()) {
     state.counters["vs_in_core"] = med / ic->second;
+    state.counters["compute_vs_in_core"] = rep.compute_seconds / ic->second;
     state.counters["vs_bound"] = med / std::max(floor, ic->second);
   }
   if (kd == kind::f32) {
@@ -826,6 +841,10 @@ void register_rows() {
     variant direct;
     direct.name = "out_of_core_direct";
     direct.direct = true;
+    variant given;
+    given.name = "out_of_core_given_time";
+    given.given = true;
+    if (kd != kind::f32) vs.push_back(given);
     if (kd == kind::bf16) {
       // NumPy's layout for B (row-major): the plan holds B whole, in pieces of whole rows.
       variant rm;

@@ -78,6 +78,10 @@ struct gemm_case {
     }
     o.devices = std::move(devices);
     o.max_block = max_block;
+    // The blocks these cases count on: single-panel, and page-locked C out by DMA straight into C
+    // (what the automatic choices take at the device's compute estimate is the plan's business).
+    o.c_min_line_bytes = 1;
+    if (page_locked) o.c_out = spillway::gemm::ooc_copy_out::direct;
     o.budget = memory_budget(budget);
     o.report_on_error = &rep;
   }

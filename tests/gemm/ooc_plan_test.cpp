@@ -723,3 +723,127 @@ TEST(OocPlan, EmptyAndDegenerateShapes) {
 }
 
 }  // namespace
+
+// The compute estimate against the in-core times measured on the lent H200 (132 SMs, 1980 MHz;
+// benchmarks/RESULTS.md, 2026-11-23/24): 32768³ bf16 99.3–107.3 ms, TF32 206–219 ms, exact float
+// 1.458–1.530 s, int8 into int32 55.4 ms; 8192³ double (DMMA) 47.0 TFLOP/s, complex<float> 49.0
+// (8 flops a complex multiply-add). Each within 6% of the measured figure.
+TEST(OocPlan, ComputeEstimateMatchesTheH200) {
+  const ooc_device_shape h200{90, 132, 1.98e9};
+  const index_t n = 32768, s = 8192;
+  auto near = [](double got, double lo, double hi) {
+    return got >= lo * 0.94 && got <= hi * 1.06;
+  };
+  EXPECT_PRED3(near, ooc_compute_estimate(n, n, n, ooc_arith::fp16, ooc_unit::wgmma, h200), 0.0993, 0.1073);
+  EXPECT_PRED3(near, ooc_compute_estimate(n, n, n, ooc_arith::tf32, ooc_unit::wgmma, h200), 0.206, 0.219);
+  EXPECT_PRED3(near, ooc_compute_estimate(n, n, n, ooc_arith::fp32, ooc_unit::simt, h200), 1.458, 1.530);
+  EXPECT_PRED3(near, ooc_compute_estimate(n, n, n, ooc_arith::int8, ooc_unit::wgmma, h200), 0.0554, 0.0554);
+  const double s3 = static_cast<double>(s) * s * s;
+  EXPECT_PRED3(near, ooc_compute_estimate(s, s, s, ooc_arith::fp64, ooc_unit::mma_sync, h200), 2 * s3 / 47.0e12,
+               2 * s3 / 47.0e12);
+  EXPECT_PRED3(near, ooc_compute_estimate(s, s, s, ooc_arith::complex_fp32, ooc_unit::simt, h200),
+               8 * s3 / 49.0e12, 8 * s3 / 49.0e12);
+  // The forced mma_sync path: 0.61–0.68 of cuBLAS there (bf16 409, TF32 212, int8 839 T/s).
+  EXPECT_PRED3(near, ooc_compute_estimate(s, s, s, ooc_arith::fp16, ooc_unit::mma_sync, h200), 2 * s3 / 409e12,
+               2 * s3 / 409e12);
+  EXPECT_PRED3(near, ooc_compute_estimate(s, s, s, ooc_arith::int8, ooc_unit::mma_sync, h200), 2 * s3 / 839e12,
+               2 * s3 / 839e12);
+  // Scales with the SMs and the clock.
+  EXPECT_DOUBLE_EQ(ooc_compute_estimate(n, n, n, ooc_arith::fp16, ooc_unit::wgmma, {90, 66, 1.98e9}),
+                   2 * ooc_compute_estimate(n, n, n, ooc_arith::fp16, ooc_unit::wgmma, h200));
+}
+
+TEST(OocPlan, ComputeEstimateIsZeroWhereThereIsNoRate) {
+  const ooc_device_shape a100{80, 108, 1.41e9};
+  EXPECT_EQ(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp16, ooc_unit::wgmma, a100), 0.0) << "no wgmma on 8.0";
+  EXPECT_EQ(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp16, ooc_unit::mma_sync, {75, 40, 1.5e9}), 0.0);
+  EXPECT_EQ(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp32, ooc_unit::mma_sync, a100), 0.0)
+      << "exact FP32 has no tensor-core form";
+  EXPECT_EQ(ooc_compute_estimate(0, 4096, 4096, ooc_arith::fp16, ooc_unit::mma_sync, a100), 0.0);
+  EXPECT_EQ(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp16, ooc_unit::mma_sync, {80, 0, 1.41e9}), 0.0);
+  // Where there is one: the A100's mma_sync and its half-width FP32 lanes.
+  EXPECT_GT(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp16, ooc_unit::mma_sync, a100), 0.0);
+  EXPECT_DOUBLE_EQ(ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp32, ooc_unit::simt, a100),
+                   2 * ooc_compute_estimate(4096, 4096, 4096, ooc_arith::fp32, ooc_unit::simt, {90, 108, 1.41e9}));
+}
+
+// At the estimate the 32768² jobs of the acceptance rows (8 GiB, C row-major, pinned) plan as they
+// do at the in-core times measured with them: the same blocks, order and slots, and the same way
+// out (staged where the staged bound is detail::ooc_staged_margin lower: bf16 and int8; direct for
+// TF32 and exact float) — the measured figures are what a caller gets without stating a time.
+TEST(OocPlan, TheEstimatePlansTheAcceptanceJobsAsTheMeasuredTime) {
+  const ooc_device_shape h200{90, 132, 1.98e9};
+  struct job {
+    std::size_t in;
+    ooc_arith a;
+    ooc_unit u;
+    double measured;
+    bool staged;
+  };
+  for (const job& j : {job{2, ooc_arith::fp16, ooc_unit::wgmma, 0.1046, true},
+                       job{4, ooc_arith::tf32, ooc_unit::wgmma, 0.2135, false},
+                       job{4, ooc_arith::fp32, ooc_unit::simt, 1.46, false},
+                       job{1, ooc_arith::int8, ooc_unit::wgmma, 0.0554, true}}) {
+    ooc_plan_request r = square(32768, j.in, 8 * GiB);
+    auto choose = [&](double compute) {
+      r.compute_seconds = compute;
+      r.c_staged = false;
+      r.slots = 4;
+      ooc_plan direct = make_ooc_plan(r);
+      r.c_staged = true;
+      r.slots = 8;
+      ooc_plan staged = make_ooc_plan(r);
+      return staged.ramp_seconds < direct.ramp_seconds * (1 - detail::ooc_staged_margin) ? staged : direct;
+    };
+    const ooc_plan est = choose(ooc_compute_estimate(32768, 32768, 32768, j.a, j.u, h200));
+    const ooc_plan meas = choose(j.measured);
+    SCOPED_TRACE(est.describe() + " | " + meas.describe());
+    EXPECT_EQ(est.c_staged, j.staged);
+    EXPECT_EQ(meas.c_staged, j.staged);
+    EXPECT_EQ(est.order, meas.order);
+    EXPECT_EQ(est.group, meas.group);
+    EXPECT_EQ(est.narrow_rows, meas.narrow_rows);
+    EXPECT_EQ(est.slots, meas.slots);
+    EXPECT_EQ(est.bm, meas.bm);
+    EXPECT_EQ(est.bn, meas.bn);
+  }
+}
+
+// The square-start length S of the hybrid order is searched on a grid and refined around its best
+// (not every S: each candidate simulates the whole order). Against every S by hand, for bf16 jobs
+// whose operands stay resident (20 and 40 panels a side) at compute times around their copy times:
+// the plan's bound is the lowest of them all.
+TEST(OocPlan, SquareStartSearchFindsTheLowestBound) {
+  int hybrids = 0;
+  for (const index_t k : {16384, 32768}) {
+    for (const index_t panels : {20, 40}) {
+      for (const double compute : {0.05, 0.2, 0.6}) {
+        ooc_plan_request r;
+        r.m = r.n = panels * 2048;
+        r.k = k;
+        r.in_bytes = 2;
+        r.out_bytes = 4;
+        r.acc_bytes = 4;
+        r.c_is_acc = false;
+        r.budget_bytes = 40 * GiB;
+        r.compute_seconds = compute;
+        const ooc_plan p = make_ooc_plan(r);
+        SCOPED_TRACE(p.describe());
+        if (p.group == 1) continue;  // no hybrid weighed
+        hybrids += p.narrow_rows > 0;
+        for (index_t S = 0; S < std::min(p.row_panels, p.col_panels); ++S) {
+          ooc_plan q = p;
+          q.order.clear();
+          detail::ooc_hybrid_order(0, q.row_panels, q.col_panels, q.group, S, q.order);
+          q.narrow_rows = S;
+          std::size_t h = 0, o = 0;
+          detail::ooc_simulate(q, 0, q.order.size(), false, 2, 4, h, o);
+          const double ramp = std::max(detail::ooc_ramp(q, 0, q.order.size(), false, 2, 4, r.rates, compute),
+                                       r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
+          EXPECT_LE(p.ramp_seconds, ramp * (1 + 1e-12)) << "S = " << S << " of " << p.row_panels;
+        }
+      }
+    }
+  }
+  EXPECT_GE(hybrids, 3) << "too few cases chose a square start to test the search";
+}

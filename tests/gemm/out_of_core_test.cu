@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -65,10 +66,19 @@ std::string describe(const ooc_case& c, const gemm_options& o) {
          (c.c_min_line > 0 ? " C lines >= " + std::to_string(c.c_min_line) : "");
 }
 
+/// The in-core time gemm_out_of_core plans the case with: the case's, else the device's estimate.
+template <class T>
+double plan_compute(const ooc_case& c, const gemm_options& o, gemm_path path) {
+  if (c.compute_seconds > 0) return c.compute_seconds;
+  const std::vector<int> devices = c.devices.empty() ? spillway::all_devices() : c.devices;
+  return spillway::gemm::detail::ooc_estimate<T>(c.m, c.n, c.k, o, path, devices);
+}
+
 /// The largest budget (from the operands' size down by 3/4 steps) whose plan has at least
-/// `min_blocks` blocks — or, with `split`, chunks of k — as gemm_out_of_core will plan it.
+/// `min_blocks` blocks — or, with `split`, chunks of k — as gemm_out_of_core will plan it (at
+/// `compute`, the in-core time it plans with).
 template <class T, class TC>
-std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
+std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b, double compute) {
   using Acc = accumulator_t<T>;
   ooc_plan_request r;
   r.m = c.m;
@@ -86,7 +96,7 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b) {
   r.stage_b = stage_b;
   r.c_row_major = c.lc == layout::row_major;
   r.c_min_line_bytes = c.c_min_line;
-  r.compute_seconds = c.compute_seconds;
+  r.compute_seconds = compute;
   r.c_staged = !c.pinned || c.c_out == ooc_copy_out::staged;
   r.slots = r.c_staged ? 8 : 4;  // ooc_options::slots_per_device 0 (the default)
   if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
@@ -131,7 +141,8 @@ template <class T, class TC>
   const bool tensor = path != gemm_path::simt;
   ooc_options oo;
   oo.budget = spillway::memory_budget(
-      budget_for<T, TC>(cs, tensor && cs.la == layout::col_major, tensor && cs.lb == layout::row_major));
+      budget_for<T, TC>(cs, tensor && cs.la == layout::col_major, tensor && cs.lb == layout::row_major,
+                        plan_compute<T>(cs, o, path)));
   oo.devices = cs.devices;
   oo.trace = trace;
   oo.c_out = cs.c_out;
@@ -200,7 +211,8 @@ template <class T, class TC>
     s.synchronize();
   }
   ooc_options oo;
-  oo.budget = spillway::memory_budget(budget_for<T, TC>(cs, false, false));
+  oo.budget = spillway::memory_budget(
+      budget_for<T, TC>(cs, false, false, plan_compute<T>(cs, o, resolve_path<T>(o, spillway::current_device()))));
   const ooc_report rep =
       gemm_out_of_core(static_cast<float>(alpha), a.cview(), b.cview(), 0.0f, c.view, o, oo);
   if (rep.plan.tasks() < 9) return ::testing::AssertionFailure() << "only " << rep.plan.tasks() << " blocks";
@@ -582,8 +594,9 @@ TEST(OutOfCoreGemmGpu, StagedTraced) {
 }
 
 // Page-locked C, every way out: 2-D DMA straight into C, whole blocks through the slots' pinned
-// buffers, and the automatic choice (direct here: no compute time, no bound to weigh them by);
-// β ≠ 0 reads C by DMA either way.
+// buffers, and the automatic choice (by the bounds at the device's compute estimate: for these
+// small products the copies decide, and staged blocks leave whole at the full rate); β ≠ 0 reads C
+// by DMA either way.
 TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   for (const ooc_copy_out how : {ooc_copy_out::direct, ooc_copy_out::staged, ooc_copy_out::automatic}) {
@@ -600,9 +613,9 @@ TEST(OutOfCoreGemmGpu, PinnedCOutDirectAndStaged) {
             << (how == ooc_copy_out::direct   ? "direct"
                 : how == ooc_copy_out::staged ? "staged"
                                               : "automatic");
-        EXPECT_EQ(rep.plan.c_staged, how == ooc_copy_out::staged);
-        EXPECT_EQ(rep.plan.slots,
-                  std::min<std::size_t>(rep.plan.tasks(), how == ooc_copy_out::staged ? 8 : 4));
+        if (how != ooc_copy_out::automatic) EXPECT_EQ(rep.plan.c_staged, how == ooc_copy_out::staged);
+        EXPECT_EQ(rep.plan.slots, std::min<std::size_t>(rep.plan.tasks(), rep.plan.c_staged ? 8 : 4));
+        EXPECT_TRUE(rep.compute_estimated);
       }
     }
   }
@@ -795,6 +808,62 @@ TEST(OutOfCoreGemmGpu, AutomaticCopyOutDirectWhenPanelsAreTransposed) {
   cs.lb = layout::col_major;  // the same job with K-major B stages (the test above)
   ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + 1, &rep)));
   EXPECT_TRUE(rep.plan.c_staged);
+}
+
+// Without ooc_options::compute_seconds the plan weighs its choices (copies out, C block widths, its
+// order's bound) at the device's estimate — ooc_compute_estimate from the SM count, the peak clock
+// and the compute capability, for the arithmetic and the path that ran — and the report says so; a
+// stated time is taken as given.
+TEST(OutOfCoreGemmGpu, DefaultPlansAtTheDevicesEstimate) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-compute-estimate");
+  ooc_case cs = block_shape_case(true);
+  cs.c_out = ooc_copy_out::automatic;
+  int major = 0, minor = 0, sms = 0, khz = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0), cudaSuccess);
+  const ooc_device_shape dev{major * 10 + minor, sms, khz * 1e3};
+  auto unit = [](gemm_path p) {
+    return p == gemm_path::wgmma ? ooc_unit::wgmma : p == gemm_path::mma_sync ? ooc_unit::mma_sync : ooc_unit::simt;
+  };
+  ooc_report rep;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed, &rep)));
+  const double bf16 =
+      ooc_compute_estimate(cs.m, cs.n, cs.k, ooc_arith::fp16, unit(resolve_path<__nv_bfloat16>({}, 0)), dev);
+  EXPECT_TRUE(rep.compute_estimated);
+  EXPECT_GT(bf16, 0.0);
+  EXPECT_EQ(rep.compute_seconds, bf16);
+  EXPECT_GT(rep.plan.ramp_seconds, 0.0) << rep.plan.describe();
+  // Exact float on the CUDA cores, its own rate.
+  ASSERT_TRUE((run_ooc<float, float>(cs, {}, seed + 1, &rep)));
+  const double f32 = ooc_compute_estimate(cs.m, cs.n, cs.k, ooc_arith::fp32, ooc_unit::simt, dev);
+  EXPECT_TRUE(rep.compute_estimated);
+  EXPECT_EQ(rep.compute_seconds, f32);
+  EXPECT_GT(f32, bf16) << "the CUDA cores estimated faster than the tensor cores";
+  cs.compute_seconds = 0.25;
+  ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, {}, seed + 2, &rep)));
+  EXPECT_FALSE(rep.compute_estimated);
+  EXPECT_EQ(rep.compute_seconds, 0.25);
+}
+
+// A compute time that is not one is refused before anything runs (no GPU needed), naming it.
+TEST(OutOfCoreGemm, ComputeSecondsThatIsNotATimeIsRefused) {
+  std::vector<float> a(40 * 30, 1.0f), b(30 * 20, 1.0f), c(40 * 20, std::nanf(""));
+  for (const double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    ooc_options oo;
+    oo.compute_seconds = bad;
+    try {
+      (void)gemm_out_of_core(1.0f, row_major<const float>(a.data(), 40, 30),
+                             row_major<const float>(b.data(), 30, 20), 0.0f, row_major(c.data(), 40, 20), {}, oo);
+      ADD_FAILURE() << "compute_seconds " << bad << " was accepted";
+    } catch (const spillway::logic_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("compute_seconds is " + std::to_string(bad)), std::string::npos) << msg;
+    }
+  }
+  for (float x : c) ASSERT_TRUE(std::isnan(x)) << "C was touched by a refused job";
 }
 
 TEST(OutOfCoreGemmGpu, KZeroScalesC) {

@@ -54,6 +54,68 @@ struct copy_rates {
   }
 };
 
+/// What a product's in-core GEMM computes in (ooc_compute_estimate): `fp16` stands for half and
+/// bf16, `complex_fp32` counts complex multiply-adds.
+enum class ooc_arith { fp32, complex_fp32, fp64, tf32, fp16, int8 };
+/// The kernel family that computes it (gemm_path without `automatic`).
+enum class ooc_unit { simt, mma_sync, wgmma };
+
+/// Multiply-adds per SM and clock that spillway's in-core GEMM sustains on large products.
+/// Compute capability 9.0: measured on the lent H200 (132 SMs, 1980 MHz; 32768³ and 8192³ in core,
+/// benchmarks/RESULTS.md): wgmma bf16/half 1300, TF32 630, int8 2430; mma_sync bf16/half 770,
+/// TF32 400, int8 1600, double (DMMA) 90; SIMT float 92, complex<float> 23; SIMT double (not
+/// measured) 45. Elsewhere the cc 9.0 mma_sync and SIMT figures scaled by the width of the units
+/// (not measured): cc 8.0 half the FP32 and FP64 lanes and DMMA; other cc 8.x and 12.x half the
+/// tensor rate and 1/32 of the FP64 one; 10.x as 9.0 (no wgmma there). 0 where the unit cannot
+/// compute the arithmetic.
+inline double ooc_macs_per_sm_clock(ooc_arith a, ooc_unit u, int cc) {
+  if (u == ooc_unit::wgmma) {
+    if (cc != 90) return 0;
+    switch (a) {
+      case ooc_arith::fp16: return 1300;
+      case ooc_arith::tf32: return 630;
+      case ooc_arith::int8: return 2430;
+      default: return 0;
+    }
+  }
+  const bool ampere = cc == 80;
+  const bool narrow = (cc >= 81 && cc < 90) || cc >= 120;  // consumer-class tensor and FP64 units
+  if (u == ooc_unit::mma_sync) {
+    if (cc < 80) return 0;
+    const double tensor = narrow ? 0.5 : 1.0;
+    switch (a) {
+      case ooc_arith::fp16: return 770 * tensor;
+      case ooc_arith::tf32: return 400 * tensor;
+      case ooc_arith::int8: return 1600 * tensor;
+      case ooc_arith::fp64: return ampere ? 45 : narrow ? 90.0 / 32 : 90;
+      default: return 0;
+    }
+  }
+  switch (a) {
+    case ooc_arith::fp32: return ampere ? 46 : 92;
+    case ooc_arith::complex_fp32: return ampere ? 11.5 : 23;
+    case ooc_arith::fp64: return ampere ? 22.5 : narrow ? 45.0 / 32 : 45;
+    default: return 0;
+  }
+}
+
+/// What the estimate needs of a device.
+struct ooc_device_shape {
+  int cc = 0;             ///< compute capability, major·10 + minor
+  int sms = 0;            ///< multiprocessors
+  double clock_hz = 0;    ///< the SM clock's peak
+};
+
+/// An estimate of the in-core time of an m x n x k product on one device (seconds; 0 where the
+/// device or unit gives no rate): the multiply-adds at ooc_macs_per_sm_clock x SMs x clock. The
+/// out-of-core GEMM plans with it when ooc_options::compute_seconds is not given.
+inline double ooc_compute_estimate(index_t m, index_t n, index_t k, ooc_arith a, ooc_unit u,
+                                   const ooc_device_shape& d) {
+  const double rate = ooc_macs_per_sm_clock(a, u, d.cc) * d.sms * d.clock_hz;
+  if (!(rate > 0) || m <= 0 || n <= 0 || k <= 0) return 0;
+  return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / rate;
+}
+
 /// What an out-of-core GEMM plan is made from (sizes in the caller's frame).
 struct ooc_plan_request {
   index_t m = 0, n = 0, k = 0;
@@ -165,6 +227,9 @@ struct ooc_plan {
 };
 
 namespace detail {
+
+/// How much lower (relative) the staged plan's bound must be for ooc_copy_out::automatic to stage.
+inline constexpr double ooc_staged_margin = 0.01;
 
 inline constexpr index_t ooc_granule = 16;    ///< panel sides are multiples of this (16 bytes for int8)
 inline constexpr index_t ooc_min_side = 128;  ///< the smallest block side / k chunk planned
@@ -894,10 +959,30 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
                         p.a_slots >= static_cast<std::size_t>(p.row_panels) &&
                         p.b_slots >= static_cast<std::size_t>(p.col_panels);
   if (resident) {
-    for (index_t S = 0; S < std::min(p.row_panels, p.col_panels); ++S) {
+    // S in [0, top): every S below 16, then a geometric grid (steps of 1/4), then a pattern search
+    // around the best of those (halving steps): each candidate simulates the whole order, so the
+    // search stays ~40 candidates where it would take `top` (489 for 10^6-row bf16 operands held
+    // whole: seconds of planning).
+    const index_t top = std::min(p.row_panels, p.col_panels);
+    std::vector<index_t> tried;
+    index_t best_s = -1;
+    auto try_s = [&](index_t S) {
+      if (S < 0 || S >= top || std::find(tried.begin(), tried.end(), S) != tried.end()) return;
+      tried.push_back(S);
       cand = p;
       finish(cand, 2, S);
-      if (cand.ramp_seconds < best_plan.ramp_seconds) best_plan = cand;
+      if (cand.ramp_seconds < best_plan.ramp_seconds) {
+        best_plan = cand;
+        best_s = S;
+      }
+    };
+    for (index_t S = 0; S < top; S = S < 16 ? S + 1 : S + S / 4) try_s(S);
+    if (best_s >= 16) {
+      for (index_t step = std::max<index_t>(1, best_s / 8); step >= 1; step /= 2) {
+        const index_t centre = best_s;
+        try_s(centre - step);
+        try_s(centre + step);
+      }
     }
   }
   return best_plan;

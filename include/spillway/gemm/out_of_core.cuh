@@ -88,8 +88,8 @@ enum class ooc_copy_out {
   /// The scheduler's thread copies nothing. The plan prices the host copy at copy_rates::scatter
   /// and asks for no wide C blocks (docs/gemm.md, "Out of core").
   staged,
-  /// `staged` when the plan's bound (ooc_plan::ramp_seconds, so only with
-  /// ooc_options::compute_seconds) is lower by at least 1% (detail::ooc_staged_margin) with staged
+  /// `staged` when the plan's bound (ooc_plan::ramp_seconds, at ooc_options::compute_seconds or
+  /// its estimate) is lower by at least 1% (detail::ooc_staged_margin) with staged
   /// copies out (the host copy priced at rates.scatter, 0: not priced) than with direct ones
   /// (short lines priced at rates.d2h_short); else `direct`. The margin: the host copies' memory
   /// traffic slows the copies in, which the bound leaves out (the 32768² TF32 job: staged bound
@@ -123,8 +123,12 @@ struct ooc_options {
   copy_rates rates{};
   /// If set, also receives the report when the job fails (pipeline_error): which blocks were written.
   ooc_report* report_on_error = nullptr;
-  /// The in-core time of the whole product on one device, if known: the plan then states the
-  /// bound its order puts on the job (ooc_plan::ramp_seconds). Nothing else depends on it.
+  /// The in-core time of the whole product on one device, in seconds. The plan weighs its choices
+  /// by the bound its order puts on the job at that rate (ooc_plan::ramp_seconds): staged or direct
+  /// copies out (`c_out` automatic), C blocks of several B panels (`c_min_line_bytes` 0). 0 (the
+  /// default): estimated from the device (ooc_compute_estimate: its SMs and peak clock at the rate
+  /// spillway's in-core GEMM sustains per SM and clock; measured on the H200, within ~5% of its
+  /// in-core times there); ooc_report::compute_seconds says which was used.
   double compute_seconds = 0;
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block;
   /// a staged block's end is read on the host clock; docs/gemm.md, "Out of core").
@@ -132,10 +136,10 @@ struct ooc_options {
   /// How C blocks are copied out of the device when C is page-locked.
   ooc_copy_out c_out = ooc_copy_out::automatic;
   /// Shortest line of C a block's copy out should write, in bytes: shorter lines make C blocks
-  /// span several B panels (ooc_plan_request::c_min_line_bytes). 0: automatic — with
-  /// `compute_seconds` the plan weighs blocks with lines of ooc_long_line (64 KiB) against
-  /// single-panel blocks by the order's bound at `rates` (whose d2h_short prices short lines) and
-  /// keeps the lower; without it, single-panel blocks. 1: single-panel blocks always.
+  /// span several B panels (ooc_plan_request::c_min_line_bytes). 0: automatic — the plan weighs
+  /// blocks with lines of ooc_long_line (64 KiB) against single-panel blocks by the order's bound
+  /// at `rates` (whose d2h_short prices short lines) and `compute_seconds` (or its estimate), and
+  /// keeps the lower. 1: single-panel blocks always.
   std::size_t c_min_line_bytes = 0;
   /// Host threads of the job's own that write staged C blocks into C (ooc_copy_out::staged, and
   /// pageable C), each one piece of a block at a time: 0 takes detail::ooc_scatter_threads (12).
@@ -182,6 +186,11 @@ struct ooc_report {
   std::vector<c_block> block_of_task;
   std::size_t budget_bytes = 0;
   bool a_page_locked = false, b_page_locked = false, c_page_locked = false;
+  /// The in-core time of the product the plan weighed (its order's bound, the choice of copies out
+  /// and of C block widths): ooc_options::compute_seconds, or where that is 0 the estimate from the
+  /// device (ooc_compute_estimate; `compute_estimated` set).
+  double compute_seconds = 0;
+  bool compute_estimated = false;
   /// The blocks whose C is written, in the caller's coordinates.
   [[nodiscard]] std::vector<c_block> written() const {
     std::vector<c_block> v;
@@ -380,9 +389,6 @@ inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::
     part(l0, std::min(lines, l0 + per));
   });
 }
-
-/// How much lower (relative) the staged plan's bound must be for ooc_copy_out::automatic to stage.
-inline constexpr double ooc_staged_margin = 0.01;
 
 /// Host threads that write staged C blocks into C when ooc_options::scatter_threads is 0.
 inline constexpr std::size_t ooc_scatter_threads = 12;
@@ -1068,6 +1074,32 @@ struct ooc_job {
   }
 };
 
+/// ooc_compute_estimate of the product on the slowest of `devices` (its SM count, peak clock and
+/// compute capability read from the runtime), for the element type and the resolved path.
+template <class T>
+double ooc_estimate(index_t m, index_t n, index_t k, const gemm_options& o, gemm_path path,
+                    const std::vector<int>& devices) {
+  using U = std::remove_cv_t<T>;
+  const ooc_arith a = std::is_same_v<U, float>    ? (o.math == math_mode::tf32 ? ooc_arith::tf32 : ooc_arith::fp32)
+                      : std::is_same_v<U, double> ? ooc_arith::fp64
+                      : std::is_same_v<U, std::int8_t> ? ooc_arith::int8
+                      : (std::is_same_v<U, __half> || std::is_same_v<U, __nv_bfloat16>) ? ooc_arith::fp16
+                                                                                        : ooc_arith::complex_fp32;
+  const ooc_unit u = path == gemm_path::wgmma      ? ooc_unit::wgmma
+                     : path == gemm_path::mma_sync ? ooc_unit::mma_sync
+                                                   : ooc_unit::simt;
+  double worst = 0;
+  for (int d : devices) {
+    int major = 0, minor = 0, sms = 0, khz = 0;
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
+    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, d));
+    worst = std::max(worst, ooc_compute_estimate(m, n, k, a, u, {major * 10 + minor, sms, khz * 1e3}));
+  }
+  return worst;
+}
+
 template <class T>
 bool ooc_page_locked(host_memory mode, const matrix_view<const T>& v) {
   const index_t fp = footprint(v);
@@ -1099,6 +1131,9 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   SPILLWAY_EXPECTS(opt.batch_count == 1, "gemm_out_of_core: batch_count is " +
                                              std::to_string(opt.batch_count) +
                                              "; out-of-core GEMMs take one matrix each (batch_count 1)");
+  SPILLWAY_EXPECTS(ooc.compute_seconds >= 0 && ooc.compute_seconds < std::numeric_limits<double>::infinity(),
+                   "gemm_out_of_core: ooc_options::compute_seconds is " + std::to_string(ooc.compute_seconds) +
+                       "; give the in-core time of the product in seconds, or 0 to have it estimated");
   const std::vector<int> devices = ::spillway::detail::resolve_devices(ooc.devices, "gemm_out_of_core");
   gemm_options o = opt;
   if (o.split_k == 0) o.split_k = 1;  // blocks are planned large enough to fill the device
@@ -1135,7 +1170,10 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.split_k = o.split_k;
   r.max_block = ooc.max_block;
   r.rates = ooc.rates;
-  r.compute_seconds = ooc.compute_seconds;
+  rep.compute_estimated = ooc.compute_seconds == 0;
+  r.compute_seconds = rep.compute_estimated ? detail::ooc_estimate<T>(a.rows, b.cols, a.cols, o, path, devices)
+                                            : ooc.compute_seconds;
+  rep.compute_seconds = r.compute_seconds;
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
   r.raw_piece_bytes = ooc.raw_piece_bytes;
