@@ -769,8 +769,8 @@ TEST(OocPlan, ComputeEstimateIsZeroWhereThereIsNoRate) {
 
 // At the estimate the 32768² jobs of the acceptance rows (8 GiB, C row-major, pinned) plan as they
 // do at the in-core times measured with them: the same blocks, order and slots, and the same way
-// out (staged where the staged bound is detail::ooc_staged_margin lower: bf16 and int8; direct for
-// TF32 and exact float) — the measured figures are what a caller gets without stating a time.
+// out (ooc_copy_out::automatic: staged for bf16 and int8, direct for TF32 and exact float) — the
+// measured figures are what a caller gets without stating a time.
 TEST(OocPlan, TheEstimatePlansTheAcceptanceJobsAsTheMeasuredTime) {
   const ooc_device_shape h200{90, 132, 1.98e9};
   struct job {
@@ -787,13 +787,7 @@ TEST(OocPlan, TheEstimatePlansTheAcceptanceJobsAsTheMeasuredTime) {
     ooc_plan_request r = square(32768, j.in, 8 * GiB);
     auto choose = [&](double compute) {
       r.compute_seconds = compute;
-      r.c_staged = false;
-      r.slots = 4;
-      ooc_plan direct = make_ooc_plan(r);
-      r.c_staged = true;
-      r.slots = 8;
-      ooc_plan staged = make_ooc_plan(r);
-      return staged.ramp_seconds < direct.ramp_seconds * (1 - detail::ooc_staged_margin) ? staged : direct;
+      return choose_ooc_plan(r, ooc_copy_out::automatic, true, 0);
     };
     const ooc_plan est = choose(ooc_compute_estimate(32768, 32768, 32768, j.a, j.u, h200));
     const ooc_plan meas = choose(j.measured);
@@ -846,4 +840,28 @@ TEST(OocPlan, SquareStartSearchFindsTheLowestBound) {
     }
   }
   EXPECT_GE(hybrids, 3) << "too few cases chose a square start to test the search";
+}
+
+// How C blocks leave, as gemm_out_of_core chooses it: pageable C and `staged` stage, `direct`
+// does not, `automatic` stages where its bound is lower by the margin (the bf16 job's is) but not
+// when panels are transposed on load, and never without a compute time; slots 8 staged, 4 direct,
+// unless stated.
+TEST(OocPlan, ChooseCopyOut) {
+  ooc_plan_request r = square(32768, 2, 8 * GiB);
+  r.compute_seconds = 0.1046;
+  EXPECT_TRUE(choose_ooc_plan(r, ooc_copy_out::direct, false, 0).c_staged) << "pageable C is staged";
+  EXPECT_TRUE(choose_ooc_plan(r, ooc_copy_out::staged, true, 0).c_staged);
+  const ooc_plan d = choose_ooc_plan(r, ooc_copy_out::direct, true, 0);
+  EXPECT_FALSE(d.c_staged);
+  EXPECT_EQ(d.slots, 4u);
+  const ooc_plan a = choose_ooc_plan(r, ooc_copy_out::automatic, true, 0);
+  EXPECT_TRUE(a.c_staged) << a.describe();
+  EXPECT_EQ(a.slots, 8u);
+  EXPECT_LT(a.ramp_seconds, d.ramp_seconds * (1 - detail::ooc_staged_margin));
+  EXPECT_EQ(choose_ooc_plan(r, ooc_copy_out::automatic, true, 6).slots, 6u);
+  r.stage_b = true;  // a row-major B transposed on load
+  EXPECT_FALSE(choose_ooc_plan(r, ooc_copy_out::automatic, true, 0).c_staged);
+  r.stage_b = false;
+  r.compute_seconds = 0;
+  EXPECT_FALSE(choose_ooc_plan(r, ooc_copy_out::automatic, true, 0).c_staged) << "no bound to weigh";
 }

@@ -97,15 +97,15 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b, double com
   r.c_row_major = c.lc == layout::row_major;
   r.c_min_line_bytes = c.c_min_line;
   r.compute_seconds = compute;
-  r.c_staged = !c.pinned || c.c_out == ooc_copy_out::staged;
-  r.slots = r.c_staged ? 8 : 4;  // ooc_options::slots_per_device 0 (the default)
   if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
   r.raw_piece_bytes = c.raw_piece_bytes;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {
     r.budget_bytes = b;
-    const ooc_plan p = make_ooc_plan(r);  // throws (failing the test) below the minimum
+    // As gemm_out_of_core plans it (staged or direct by c_out; ooc_options::slots_per_device 0);
+    // throws (failing the test) below the minimum.
+    const ooc_plan p = choose_ooc_plan(r, c.c_out, c.pinned, 0);
     const auto rows_per_device = static_cast<std::size_t>(
         (p.row_panels + static_cast<index_t>(r.devices) - 1) / static_cast<index_t>(r.devices));
     const bool grouped = (c.c_min_line == 0 && c.compute_seconds == 0) ||

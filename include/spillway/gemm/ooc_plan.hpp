@@ -116,6 +116,28 @@ inline double ooc_compute_estimate(index_t m, index_t n, index_t k, ooc_arith a,
   return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / rate;
 }
 
+/// How C blocks leave the device when C is page-locked (pageable C is always staged).
+enum class ooc_copy_out {
+  /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
+  direct,
+  /// In detail::ooc_scatter_pieces pieces of whole lines, each 1-D (the full D2H rate whatever the
+  /// block's lines in C) into a pinned buffer of its slot and written into C by one of
+  /// `ooc_options::scatter_threads` host threads of the job's own as soon as it lands; the slot's
+  /// stream waits for them in a host function, so the slot is free again once the block is in C.
+  /// The scheduler's thread copies nothing. The plan prices the host copy at copy_rates::scatter
+  /// and asks for no wide C blocks (docs/gemm.md, "Out of core").
+  staged,
+  /// `staged` when the plan's bound (ooc_plan::ramp_seconds, at ooc_options::compute_seconds or
+  /// its estimate) is lower by at least 1% (detail::ooc_staged_margin) with staged
+  /// copies out (the host copy priced at rates.scatter, 0: not priced) than with direct ones
+  /// (short lines priced at rates.d2h_short); else `direct`. The margin: the host copies' memory
+  /// traffic slows the copies in, which the bound leaves out (the 32768² TF32 job: staged bound
+  /// 0.1% lower, measured the same as direct; bf16: 1.7% lower, measured 8–10% faster). Never when
+  /// the plan transposes panels on load (an MN-major operand on a tensor-core path): measured
+  /// slower there (docs/gemm.md, "Layouts out of core").
+  automatic,
+};
+
 /// What an out-of-core GEMM plan is made from (sizes in the caller's frame).
 struct ooc_plan_request {
   index_t m = 0, n = 0, k = 0;
@@ -986,6 +1008,31 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     }
   }
   return best_plan;
+}
+
+/// The plan gemm_out_of_core runs, C blocks staged or copied straight into C: staged where `c_out`
+/// asks for it or C is pageable (`c_page_locked` false); `automatic` stages where the staged plan's
+/// bound is at least detail::ooc_staged_margin below the direct one's (both at r.compute_seconds),
+/// except when panels are transposed on load: for the 32768² bf16 job with a row-major B (NumPy's
+/// layout) staged copies out measured 231–277 ms against 180–186 direct on the H200 (the blocks'
+/// GEMMs ran 2.4x longer; not explained), while K-major B staged runs 117–127 ms; measured with
+/// 2048-column B panels (4 KiB host lines), before the plan kept such lines ≥ ooc_mn_line_bytes, not
+/// re-measured since (benchmarks/results/gemm_ooc.md). `slots_per_device` 0: 8 slots when staged, 4
+/// when direct. Sets r.c_staged and r.slots.
+inline ooc_plan choose_ooc_plan(ooc_plan_request r, ooc_copy_out c_out, bool c_page_locked,
+                                std::size_t slots_per_device) {
+  auto plan_for = [&](bool staged) {
+    r.c_staged = staged;
+    r.slots = slots_per_device != 0 ? slots_per_device : (staged ? 8 : 4);
+    return make_ooc_plan(r);
+  };
+  const bool staged = !c_page_locked || c_out == ooc_copy_out::staged;
+  ooc_plan p = plan_for(staged);
+  if (!staged && c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !p.stage_a && !p.stage_b) {
+    ooc_plan s = plan_for(true);
+    if (s.ramp_seconds < p.ramp_seconds * (1 - detail::ooc_staged_margin)) return s;
+  }
+  return p;
 }
 
 }  // namespace spillway::gemm

@@ -77,28 +77,6 @@ namespace spillway::gemm {
 struct ooc_report;
 struct ooc_trace;
 
-/// How C blocks leave the device when C is page-locked (pageable C is always staged).
-enum class ooc_copy_out {
-  /// By DMA straight into C: a 2-D copy, one line per row of the block (column for column-major C).
-  direct,
-  /// In detail::ooc_scatter_pieces pieces of whole lines, each 1-D (the full D2H rate whatever the
-  /// block's lines in C) into a pinned buffer of its slot and written into C by one of
-  /// `ooc_options::scatter_threads` host threads of the job's own as soon as it lands; the slot's
-  /// stream waits for them in a host function, so the slot is free again once the block is in C.
-  /// The scheduler's thread copies nothing. The plan prices the host copy at copy_rates::scatter
-  /// and asks for no wide C blocks (docs/gemm.md, "Out of core").
-  staged,
-  /// `staged` when the plan's bound (ooc_plan::ramp_seconds, at ooc_options::compute_seconds or
-  /// its estimate) is lower by at least 1% (detail::ooc_staged_margin) with staged
-  /// copies out (the host copy priced at rates.scatter, 0: not priced) than with direct ones
-  /// (short lines priced at rates.d2h_short); else `direct`. The margin: the host copies' memory
-  /// traffic slows the copies in, which the bound leaves out (the 32768² TF32 job: staged bound
-  /// 0.1% lower, measured the same as direct; bf16: 1.7% lower, measured 8–10% faster). Never when
-  /// the plan transposes panels on load (an MN-major operand on a tensor-core path): measured
-  /// slower there (docs/gemm.md, "Layouts out of core").
-  automatic,
-};
-
 /// How an out-of-core GEMM is laid out over the devices.
 struct ooc_options {
   /// Devices to use (each once). Empty: every visible device.
@@ -1177,26 +1155,8 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
   r.raw_piece_bytes = ooc.raw_piece_bytes;
-  auto plan_for = [&](bool staged) {
-    r.c_staged = staged;
-    r.slots = ooc.slots_per_device != 0 ? ooc.slots_per_device : (staged ? 8 : 4);
-    return make_ooc_plan(r);
-  };
-  bool c_staged = !rep.c_page_locked || ooc.c_out == ooc_copy_out::staged;
-  rep.plan = plan_for(c_staged);
-  // Not with panels transposed on load: for the 32768² bf16 job with a row-major B (NumPy's layout)
-  // staged copies out measured 231–277 ms against 180–186 direct on the H200 (the blocks' GEMMs ran
-  // 2.4x longer; not explained), while K-major B staged runs 117–127 ms. Measured with 2048-column
-  // B panels (4 KiB host lines), before the plan kept such lines ≥ ooc_mn_line_bytes; not
-  // re-measured since (benchmarks/results/gemm_ooc.md).
-  if (!c_staged && ooc.c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !rep.plan.stage_a &&
-      !rep.plan.stage_b) {
-    ooc_plan staged = plan_for(true);
-    if (staged.ramp_seconds < rep.plan.ramp_seconds * (1 - detail::ooc_staged_margin)) {
-      rep.plan = std::move(staged);
-      c_staged = true;
-    }
-  }
+  rep.plan = choose_ooc_plan(r, ooc.c_out, rep.c_page_locked, ooc.slots_per_device);
+  const bool c_staged = rep.plan.c_staged;
   if (c.rows == 0 || c.cols == 0) return rep;
 
   detail::ooc_job<T, TC> job;
