@@ -10,6 +10,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
   ``np.load(..., mmap_mode="r")`` file is read in row blocks, never copied whole).
 - ``spillway.stream(fn, inputs, outputs, budget=...)`` -- host arrays larger than the card through
   your own GPU code (CuPy, PyTorch or Numba) chunk by chunk, copies overlapped with compute.
+- ``spillway.matmul(a, b)`` -- ``a @ b`` of host arrays larger than the card (float32, float64,
+  float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM).
 - ``spillway.rk4.lorenz_ensemble`` / ``spillway.rk4.mean_field`` -- RK4 with the state on the device.
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
@@ -24,6 +26,7 @@ from . import _core, rk4
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._gram import from_packed_bytes, gram, pack_bits
+from ._matmul import matmul
 from ._stream import Chunk, stream
 
 __version__: str = _core.__version__
@@ -38,6 +41,7 @@ __all__ = [
     "from_packed_bytes",
     "gpu_available",
     "gram",
+    "matmul",
     "no_gpu_reason",
     "pack_bits",
     "rk4",

@@ -135,16 +135,16 @@ def from_packed_bytes(bytes_, cols: int, *, bitorder: str = "big", pinned: Optio
     return _core._from_packed_bytes(b, int(cols), bitorder, _gpu() if pinned is None else bool(pinned))
 
 
-def _budget_bytes(budget) -> int:
+def _budget_bytes(budget, who: str = "gram") -> int:
     if budget is None:
         return 0
     if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool):
         if budget <= 0:
-            raise ValueError(f"gram: budget must be a positive byte count, got {budget}")
+            raise ValueError(f"{who}: budget must be a positive byte count, got {budget}")
         return int(budget)
     if isinstance(budget, str):
         return int(_core._parse_byte_size(budget))
-    raise TypeError(f"gram: budget must be bytes (int), a size like '8GiB', or None; got {type(budget).__name__}")
+    raise TypeError(f"{who}: budget must be bytes (int), a size like '8GiB', or None; got {type(budget).__name__}")
 
 
 def _row_ld(d: _arrays.DeviceArray) -> int:

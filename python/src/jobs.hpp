@@ -139,6 +139,33 @@ void mean_field_device(const mean_field_request& r, std::uintptr_t f, std::uintp
                        int device, std::uintptr_t stream);
 void mean_field_host(const mean_field_request& r, void* f, void* g, void* trajectory, bool on_host, int device);
 
+// ---- matmul (jobs_gemm.cu) ---------------------------------------------------------------------
+
+/// A host matrix as the binding hands it over: row-major (element (i, j) at data[i·ld + j]) or
+/// column-major (data[i + j·ld]).
+struct host_matrix {
+  void* data = nullptr;
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  bool row_major = true;
+};
+
+struct matmul_request {
+  /// The inputs' element type: 'f' float32 (C float32), 'd' float64 (C float64), 'h' float16
+  /// (C float32), 'b' int8 (C int32).
+  char dtype = 'f';
+  bool tf32 = false;  ///< float32 on the TF32 tensor cores (else exact FP32)
+  double alpha = 1, beta = 0;
+  std::size_t budget_bytes = 0;  ///< 0: spillway's default (80% of free memory)
+  std::vector<int> devices;
+  bool host_fallback = false;  ///< with no GPU: the host GEMM, in row blocks
+};
+
+/// C = α·A·B + β·C of host matrices: gemm_out_of_core on the GPUs, or with no GPU and
+/// host_fallback the host GEMM in row blocks (TF32 there is exact FP32). Runs on the calling
+/// thread; `p` is updated as blocks complete and polled for cancellation.
+job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
+                       job_progress& p);
+
 /// The C++ side of the binding-overhead benchmark: gram_topk<int32> (counts, diagonal excluded)
 /// of `a` on `device` under `budget`, called straight from C++ `reps` times after one warm-up;
 /// the wall seconds of each call (the job is synchronous: it returns with the lists on the host).

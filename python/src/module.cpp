@@ -347,6 +347,85 @@ nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const
   return d;
 }
 
+// ---- matmul --------------------------------------------------------------------------------------
+
+/// The element type code of an array for spillway.matmul ('f', 'd', 'h', 'b'; 0 when unsupported).
+char matmul_code(const nb::dlpack::dtype& t) {
+  const auto fl = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float);
+  const auto in = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int);
+  if (t.lanes != 1) return 0;
+  if (t.code == fl && t.bits == 32) return 'f';
+  if (t.code == fl && t.bits == 64) return 'd';
+  if (t.code == fl && t.bits == 16) return 'h';
+  if (t.code == in && t.bits == 8) return 'b';
+  return 0;
+}
+
+/// A 2-D array as a row- or column-major matrix: one of its strides must be 1 (element units)
+/// and the other at least the extent it steps over.
+sp::host_matrix matrix_of(void* data, std::int64_t rows, std::int64_t cols, std::int64_t s0, std::int64_t s1,
+                          const char* name) {
+  sp::host_matrix m;
+  m.data = data;
+  m.rows = rows;
+  m.cols = cols;
+  if (rows == 0 || cols == 0) {  // no elements: any layout (NumPy gives such arrays zero strides)
+    m.ld = std::max<std::int64_t>(cols, 1);
+    return m;
+  }
+  if ((s1 == 1 || cols <= 1) && (rows <= 1 || s0 >= std::max<std::int64_t>(cols, 1))) {
+    m.row_major = true;
+    m.ld = rows > 1 ? s0 : std::max<std::int64_t>(cols, 1);
+    return m;
+  }
+  if ((s0 == 1 || rows <= 1) && (cols <= 1 || s1 >= std::max<std::int64_t>(rows, 1))) {
+    m.row_major = false;
+    m.ld = cols > 1 ? s1 : std::max<std::int64_t>(rows, 1);
+    return m;
+  }
+  throw sp_logic(std::string("matmul: ") + name + " must be C- or Fortran-ordered in one of its dimensions (strides " +
+                 std::to_string(s0) + ", " + std::to_string(s1) + " elements for shape (" + std::to_string(rows) +
+                 ", " + std::to_string(cols) + ")): pass np.ascontiguousarray(" + name + ")");
+}
+
+/// C = α·A·B + β·C into `c` (float32 for float32 and float16 inputs, float64, int32 for int8).
+/// Returns {"report", "interrupted"}.
+nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::ndim<2>, nb::device::cpu>& c,
+                     double alpha, double beta, bool tf32, std::size_t budget, const std::vector<int>& devices,
+                     bool host_fallback, const nb::object& progress) {
+  sp::matmul_request r;
+  r.dtype = matmul_code(a.dtype());
+  if (r.dtype == 0 || matmul_code(b.dtype()) != r.dtype) {
+    throw sp_logic("matmul: a and b must both be float32, float64, float16 or int8 (the same type)");
+  }
+  const auto want = r.dtype == 'd' ? nb::dtype<double>() : r.dtype == 'b' ? nb::dtype<std::int32_t>() : nb::dtype<float>();
+  if (c.dtype() != want) throw sp_logic("matmul: out has the wrong dtype for these inputs");
+  const auto m = static_cast<std::int64_t>(a.shape(0)), k = static_cast<std::int64_t>(a.shape(1)),
+             n = static_cast<std::int64_t>(b.shape(1));
+  if (static_cast<std::int64_t>(b.shape(0)) != k || static_cast<std::int64_t>(c.shape(0)) != m ||
+      static_cast<std::int64_t>(c.shape(1)) != n) {
+    throw sp_logic("matmul: shapes (" + std::to_string(m) + ", " + std::to_string(k) + ") @ (" +
+                   std::to_string(b.shape(0)) + ", " + std::to_string(n) + ") into (" + std::to_string(c.shape(0)) +
+                   ", " + std::to_string(c.shape(1)) + ") do not match");
+  }
+  const sp::host_matrix ha = matrix_of(const_cast<void*>(a.data()), m, k, a.stride(0), a.stride(1), "a");
+  const sp::host_matrix hb = matrix_of(const_cast<void*>(b.data()), k, n, b.stride(0), b.stride(1), "b");
+  const sp::host_matrix hc = matrix_of(c.data(), m, n, c.stride(0), c.stride(1), "out");
+  r.tf32 = tf32;
+  r.alpha = alpha;
+  r.beta = beta;
+  r.budget_bytes = budget;
+  r.devices = devices;
+  r.host_fallback = host_fallback;
+  sp::job_progress p;
+  sp::job_summary s;
+  const bool interrupted = run_polled([&] { s = sp::run_matmul(ha, hb, hc, r, p); }, p, progress);
+  nb::dict d;
+  d["report"] = summary_dict(s);
+  d["interrupted"] = interrupted;
+  return d;
+}
+
 sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                                    const std::string& dtype) {
   sp::device_matrix m;
@@ -524,6 +603,8 @@ NB_MODULE(_core, m) {
                (b.memory() == spillway::host_memory::pinned ? ", pinned=True)" : ")");
       });
 
+  m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
+        "host_fallback"_a, "progress"_a.none());
   m.def("_parse_byte_size", [](const std::string& t) { return spillway::parse_byte_size(t); });
   m.def("_pack_rows", &pack_rows, "dst"_a, "a"_a, "first_row"_a, "nonzero_as_one"_a);
   m.def(

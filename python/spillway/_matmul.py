@@ -1,0 +1,129 @@
+"""spillway.matmul: C = alpha·A·B + beta·C of host arrays, out of core on the GPUs."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from . import _arrays, _core
+from ._errors import Cancelled, warn_host_fallback
+from ._gram import _budget_bytes
+from ._progress import make_progress
+
+# Input dtype -> the dtype of C (the accumulator's for float16 and int8).
+RESULT_DTYPES = {
+    np.dtype(np.float32): np.dtype(np.float32),
+    np.dtype(np.float64): np.dtype(np.float64),
+    np.dtype(np.float16): np.dtype(np.float32),
+    np.dtype(np.int8): np.dtype(np.int32),
+}
+
+
+def _host_matrix(x, name: str) -> np.ndarray:
+    if _arrays.is_device_array(x):
+        raise TypeError(f"matmul: {name} is a device array; spillway.matmul multiplies host arrays larger than the "
+                        "card (use the framework's own matmul, e.g. cupy.matmul or torch.mm, for device arrays)")
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise ValueError(f"matmul: {name} must be 2-D, got {a.ndim}-D with shape {a.shape}")
+    if a.dtype not in RESULT_DTYPES:
+        raise TypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes float32, float64, float16 or "
+                        "int8 (convert with .astype(...))")
+    return a
+
+
+def matmul(
+    a,
+    b,
+    *,
+    out: Optional[np.ndarray] = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    tf32: bool = False,
+    budget: Union[str, int, None] = None,
+    devices: Optional[Sequence[int]] = None,
+    progress=True,
+    host_fallback: Optional[bool] = None,
+    report: Optional[dict] = None,
+):
+    """``alpha * a @ b + beta * out`` of host arrays, streamed through the GPUs under a budget.
+
+    The out-of-core GEMM of spillway (``gemm_out_of_core``): A, B and C stay in host memory
+    (NumPy arrays, ``np.load(..., mmap_mode="r")`` files included) and move through the cards in
+    panels and blocks chosen to move the fewest bytes, copies overlapped with the tensor-core
+    (or, for exact float32, CUDA-core) GEMMs of the blocks; one or several GPUs.
+
+    Parameters
+    ----------
+    a, b : 2-D host arrays of one dtype, ``a.shape[1] == b.shape[0]``: float32 (exact FP32, or
+        TF32 tensor cores with ``tf32=True``), float64, float16 (results in float32) or int8
+        (results in int32, exact). C- or Fortran-ordered (a transposed view such as ``x.T`` is
+        read in place); other strides are refused.
+    out : the result array (a new C-ordered array if None): shape (a.shape[0], b.shape[1]),
+        dtype float32 / float64 / int32 as above, C- or Fortran-ordered, not overlapping a or b.
+        Needed when ``beta != 0`` (C is read); with ``beta == 0`` it is never read.
+    alpha, beta : the scalars.
+    budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
+    devices : GPU ordinals (default: all visible).
+    progress : True for a tqdm bar (when tqdm is installed), False for none, or ``fn(done, total)``.
+    host_fallback : with no GPU, run the host GEMM (default: yes, with a
+        :class:`HostFallbackWarning` once; float32 is then exact even with ``tf32=True``); False
+        raises RuntimeError instead.
+    report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved).
+
+    NumPy memory is pageable: copies go through pinned staging buffers. Ctrl-C cancels:
+    :class:`spillway.Cancelled` carries the report (``completed_tasks``) and ``out``, whose
+    completed blocks are written and the rest untouched.
+    """
+    a = _host_matrix(a, "a")
+    b = _host_matrix(b, "b")
+    if a.dtype != b.dtype:
+        raise TypeError(f"matmul: a is {a.dtype} and b is {b.dtype}; both must have the same dtype")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not chain (a has {a.shape[1]} columns, b "
+                         f"{b.shape[0]} rows)")
+    if tf32 and a.dtype != np.float32:
+        raise ValueError(f"matmul: tf32=True is for float32 inputs, not {a.dtype}")
+    rdt = RESULT_DTYPES[a.dtype]
+    shape = (a.shape[0], b.shape[1])
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"matmul: beta={beta} reads C; pass out= (the C to scale and add to)")
+        out = np.empty(shape, dtype=rdt)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"matmul: out must be a NumPy array, got {type(out).__name__}")
+        if out.shape != shape:
+            raise ValueError(f"matmul: out has shape {out.shape}; the product is {shape}")
+        if out.dtype != rdt:
+            raise TypeError(f"matmul: out has dtype {out.dtype}; {a.dtype} inputs give {rdt}")
+        if not out.flags.writeable:
+            raise ValueError("matmul: out is read-only")
+        if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+            raise ValueError("matmul: out overlaps a or b; blocks of C would be written while A and B are read")
+    budget_bytes = _budget_bytes(budget, "matmul")
+    devs = [] if devices is None else [int(d) for d in devices]
+    if host_fallback is None:
+        host_fallback = not devs and _core.device_count() == 0
+        if host_fallback:
+            warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
+    bar = make_progress(progress, "spillway.matmul")
+    try:
+        res = _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
+                            bool(host_fallback), bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    rep = res["report"]
+    if report is not None:
+        report.clear()
+        report.update(rep)
+    if res["interrupted"] or rep["cancelled"]:
+        raise Cancelled(
+            f"spillway.matmul cancelled: {rep['tasks_completed']} of {rep['tasks_total']} blocks completed "
+            "(the exception's .report lists them, .partial is out)",
+            rep,
+            out,
+        )
+    return out

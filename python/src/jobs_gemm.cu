@@ -1,0 +1,101 @@
+// python/src/jobs_gemm.cu — spillway.matmul's C++ side: the out-of-core GEMM of host matrices
+// (spillway::gemm::gemm_out_of_core) for float32, float64, float16 and int8 inputs, or the host
+// GEMM in row blocks where no GPU is present.
+#include "jobs.hpp"
+
+#include <spillway/gemm.cuh>
+#include <spillway/gemm/host_gemm.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+namespace spillway::python {
+namespace {
+
+namespace sg = ::spillway::gemm;
+
+template <class T>
+sg::matrix_view<T> view_of(const host_matrix& m) {
+  T* d = static_cast<T*>(m.data);
+  return m.row_major ? sg::row_major<T>(d, m.rows, m.cols, m.ld) : sg::col_major<T>(d, m.rows, m.cols, m.ld);
+}
+
+/// Rows [r0, r0 + rows) of m.
+template <class T>
+sg::matrix_view<T> rows_of(sg::matrix_view<T> m, std::int64_t r0, std::int64_t rows) {
+  m.data += m.order == sg::layout::row_major ? r0 * m.ld : r0;
+  m.rows = rows;
+  return m;
+}
+
+template <class T, class TC>
+job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_matrix& hc, const matmul_request& r,
+                      job_progress& p) {
+  using S = sg::accumulator_t<T>;
+  const auto a = view_of<const T>(ha);
+  const auto b = view_of<const T>(hb);
+  const auto c = view_of<TC>(hc);
+  sg::gemm_options o;
+  if (r.tf32) o.math = sg::math_mode::tf32;
+  const S alpha = static_cast<S>(r.alpha), beta = static_cast<S>(r.beta);
+  job_summary s;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (::spillway::detail::run_on_host_instead(r.host_fallback, r.devices, "spillway.matmul", "host_fallback",
+                                              "the host GEMM")) {
+    // Row blocks of ~2^26 multiply-adds (at least one row), so progress and Ctrl-C reach Python.
+    sg::gemm_options ho;  // the host GEMM computes exact FP32 for float
+    const std::int64_t work = std::max<std::int64_t>(1, b.rows * b.cols);
+    const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 26) / work);
+    const std::int64_t blocks = a.rows == 0 ? 0 : (a.rows + step - 1) / step;
+    s.on_host = true;
+    s.tasks_total = static_cast<std::size_t>(blocks);
+    s.completed.assign(s.tasks_total, false);
+    p.update(0, s.tasks_total);
+    std::int64_t done = 0;
+    for (; done < blocks; ++done) {
+      if (p.cancel.load()) {
+        s.cancelled = true;
+        break;
+      }
+      const std::int64_t r0 = done * step, rows = std::min(step, a.rows - r0);
+      sg::host_gemm(alpha, rows_of(a, r0, rows), b, beta, rows_of(c, r0, rows), ho);
+      s.completed[static_cast<std::size_t>(done)] = true;
+      p.update(static_cast<std::size_t>(done + 1), s.tasks_total);
+    }
+    s.tasks_completed = static_cast<std::size_t>(done);
+    s.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
+  sg::ooc_options oo;
+  if (r.budget_bytes > 0) oo.budget = memory_budget(r.budget_bytes);
+  oo.devices = r.devices;
+  oo.progress = [&p](const progress_info& i) {
+    p.update(i.tasks_done, i.tasks_total);
+    return !p.cancel.load();
+  };
+  const sg::ooc_report rep = sg::gemm_out_of_core(alpha, a, b, beta, c, o, oo);
+  s.cancelled = rep.job.cancelled;
+  s.tasks_total = rep.job.tasks_total;
+  s.tasks_completed = rep.job.tasks_completed;
+  s.completed = rep.job.completed;
+  s.devices = rep.job.devices;
+  s.elapsed_seconds = rep.job.elapsed_seconds;
+  s.bytes_moved = rep.job.bytes_moved;
+  return s;
+}
+
+}  // namespace
+
+job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
+                       job_progress& p) {
+  switch (r.dtype) {
+    case 'f': return run_typed<float, float>(a, b, c, r, p);
+    case 'd': return run_typed<double, double>(a, b, c, r, p);
+    case 'h': return run_typed<__half, float>(a, b, c, r, p);
+    case 'b': return run_typed<std::int8_t, std::int32_t>(a, b, c, r, p);
+    default: throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
+  }
+}
+
+}  // namespace spillway::python

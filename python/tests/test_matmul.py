@@ -1,0 +1,213 @@
+"""spillway.matmul: host arrays through the out-of-core GEMM. The tests without the `gpu` fixture
+run everywhere: with no GPU on the host GEMM (CI), on a GPU machine on the GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import spillway
+
+SUPPORTED = [np.float32, np.float64, np.float16, np.int8]
+
+
+def no_gpu_env():
+    env = dict(os.environ)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def mm(*args, **kw):
+    kw.setdefault("progress", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        return spillway.matmul(*args, **kw)
+
+
+def operand(rng, shape, dtype, order="C"):
+    if np.dtype(dtype) == np.int8:
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+    else:
+        x = rng.uniform(-1, 1, size=shape).astype(dtype)
+    return np.asarray(x, order=order)
+
+
+def check(got, a, b, alpha=1.0, beta=0.0, c0=None, tf32=False):
+    """Against float64 (int64 for int8) NumPy, within the GEMM's bound for the type."""
+    if a.dtype == np.int8:
+        want = alpha * (a.astype(np.int64) @ b.astype(np.int64))
+        if beta != 0:
+            want = want + beta * c0.astype(np.int64)
+        np.testing.assert_array_equal(got.astype(np.int64), want)
+        return
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = alpha * (a64 @ b64) + (beta * c0.astype(np.float64) if beta != 0 else 0)
+    s = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + (abs(beta) * np.abs(c0.astype(np.float64)) if beta != 0 else 0)
+    k = a.shape[1]
+    eps = {np.float64: 2.0**-52, np.float32: 2.0**-23, np.float16: 2.0**-23}[a.dtype.type]
+    u = 2.0**-10 if tf32 else 0.0
+    bound = 1.25 * ((k + 2) * eps + 2 * u) * s + 1e-30
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= bound), f"worst err/bound {np.max(err / bound):.3g} at {np.unravel_index(np.argmax(err / bound), err.shape)}"
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED)
+@pytest.mark.parametrize("orders", ["CC", "CF", "FC", "FF"])
+def test_matches_numpy_every_type_and_order(rng, dtype, orders):
+    a = operand(rng, (67, 45), dtype, orders[0])
+    b = operand(rng, (45, 38), dtype, orders[1])
+    rep = {}
+    c = mm(a, b, report=rep)
+    assert c.shape == (67, 38) and c.dtype == spillway._matmul.RESULT_DTYPES[np.dtype(dtype)]
+    check(c, a, b)
+    assert rep["tasks_completed"] == rep["tasks_total"] >= 1 and not rep["cancelled"]
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED)
+def test_alpha_beta_into_out_of_either_order(rng, dtype):
+    a = operand(rng, (50, 33), dtype)
+    b = operand(rng, (33, 41), dtype, "F")
+    rdt = spillway._matmul.RESULT_DTYPES[np.dtype(dtype)]
+    for order in "CF":
+        c0 = np.asarray(operand(rng, (50, 41), np.int8 if rdt == np.int32 else rdt).astype(rdt), order=order)
+        c = c0.copy(order=order)
+        alpha, beta = (2, -3) if dtype == np.int8 else (1.5, -0.75)
+        got = mm(a, b, out=c, alpha=alpha, beta=beta)
+        assert got is c
+        check(c, a, b, alpha, beta, c0)
+
+
+def test_beta_zero_never_reads_out(rng):
+    a, b = operand(rng, (20, 10), np.float32), operand(rng, (10, 30), np.float32)
+    c = np.full((20, 30), np.nan, dtype=np.float32)
+    mm(a, b, out=c)
+    check(c, a, b)
+
+
+def test_transposed_views_and_read_only_memmap(rng, tmp_path):
+    x = operand(rng, (40, 60), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    xm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    c = mm(xm.T, xm)  # (60, 40) @ (40, 60), the first operand a Fortran-ordered view
+    check(c, x.T, x)
+
+
+def test_empty_and_k_zero(rng):
+    a = np.zeros((5, 0), np.float32)
+    b = np.zeros((0, 7), np.float32)
+    c = np.full((5, 7), 3.0, np.float32)
+    mm(a, b, out=c, beta=0.5)
+    np.testing.assert_array_equal(c, np.full((5, 7), 1.5, np.float32))
+    assert mm(np.zeros((0, 4), np.float64), np.zeros((4, 3), np.float64)).shape == (0, 3)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32)), ValueError, "do not chain"),
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float64)), TypeError, "same dtype"),
+        (lambda: mm(np.zeros((3, 4), np.int32), np.zeros((4, 2), np.int32)), TypeError, "dtype int32"),
+        (lambda: mm(np.zeros((3,), np.float32), np.zeros((3, 2), np.float32)), ValueError, "must be 2-D"),
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), beta=1.0), ValueError, "pass out="),
+        (lambda: mm(np.zeros((3, 4), np.float64), np.zeros((4, 2), np.float64), tf32=True), ValueError, "tf32"),
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), out=np.zeros((3, 3), np.float32)),
+         ValueError, "out has shape"),
+        (lambda: mm(np.zeros((3, 4), np.float16), np.zeros((4, 2), np.float16), out=np.zeros((3, 2), np.float16)),
+         TypeError, "float32"),
+        (lambda: mm(np.zeros((6, 8), np.float32)[::2, ::2], np.zeros((4, 2), np.float32)), ValueError,
+         "np.ascontiguousarray"),
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), budget=-5), ValueError, "budget"),
+    ],
+)
+def test_bad_input_is_refused_clearly(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_out_overlapping_an_operand_is_refused():
+    x = np.zeros((4, 4), np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        mm(x, x, out=x)
+
+
+def test_progress_callback_sees_every_block(rng):
+    a, b = operand(rng, (300, 64), np.float32), operand(rng, (64, 200), np.float32)
+    seen = []
+    c = mm(a, b, progress=lambda done, total: seen.append((done, total)), budget=2 << 20)
+    check(c, a, b)
+    assert seen and seen[-1][0] == seen[-1][1] >= 1, seen
+
+
+def test_progress_exception_cancels_and_leaves_unwritten_blocks(rng):
+    a, b = operand(rng, (2048, 256), np.float32), operand(rng, (256, 2048), np.float32)
+    c = np.full((2048, 2048), np.nan, np.float32)
+
+    def stop(done, total):
+        if done >= 1 and done < total:
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        mm(a, b, out=c, progress=stop, budget=8 << 20)
+    # Whatever was written is right; the rest is untouched (NaN).
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    written = ~np.isnan(c)
+    assert np.all(np.abs(c[written] - want[written]) <= 1e-3)
+
+
+# ---- on the GPU -------------------------------------------------------------------------------------
+
+
+def test_gpu_out_of_core_many_blocks_matches_numpy(gpu, rng):
+    """A budget far below the operands: many blocks, k whole, every type, the GPU path."""
+    for dtype in SUPPORTED:
+        a = operand(rng, (1500, 700), dtype)
+        b = operand(rng, (700, 1300), dtype, "F")
+        rep = {}
+        c = mm(a, b, budget=6 << 20, report=rep)
+        check(c, a, b)
+        assert not rep["on_host"] and rep["devices"] and rep["tasks_total"] >= 9, rep
+        assert rep["bytes_moved"] > 0
+
+
+def test_gpu_tf32_within_its_bound(gpu, rng):
+    a, b = operand(rng, (900, 1100), np.float32), operand(rng, (1100, 700), np.float32)
+    check(mm(a, b, tf32=True, budget=8 << 20), a, b, tf32=True)
+
+
+def test_gpu_no_fallback_with_a_gpu(gpu, rng):
+    a, b = operand(rng, (30, 20), np.float32), operand(rng, (20, 10), np.float32)
+    rep = {}
+    mm(a, b, host_fallback=False, report=rep)
+    assert not rep["on_host"]
+
+
+def test_no_gpu_without_fallback_raises():
+    """With the GPUs hidden: host_fallback=False refuses, naming the option; the default runs on
+    the host and says so."""
+    code = textwrap.dedent(
+        """
+        import warnings
+        import numpy as np, spillway
+        assert not spillway.gpu_available()
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        try:
+            spillway.matmul(a, a.T, host_fallback=False, progress=False)
+        except RuntimeError as e:
+            print(e)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            rep = {}
+            c = spillway.matmul(a, a.T, progress=False, report=rep)
+        print(rep["on_host"], c.tolist(), [type(x.message).__name__ for x in w])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=no_gpu_env()).stdout
+    assert "needs a GPU, and there is none" in out and "host_fallback" in out, out
+    assert "True [[5.0, 14.0], [14.0, 50.0]] ['HostFallbackWarning']" in out, out
