@@ -1,6 +1,7 @@
 """spillway.matmul of NumPy arrays (32768² by default) against the route a Python user takes today.
 
-Rows, in one process on the same arrays (pageable NumPy memory, as a user has it):
+Rows, in one process on the same arrays (pageable NumPy memory, as a user has it; then the same in
+page-locked arrays from spillway.pinned_empty, for both):
 1. spillway.matmul(a, b, tf32=True, budget="8GiB") (float32 in and out, TF32 tensor cores), and
    float16 in, float32 out;
 2. PyTorch: torch.from_numpy(x).cuda() for A and B, torch.mm on the GPU (TF32 allowed; float16 in,
@@ -114,10 +115,36 @@ def main():
     row("spillway.matmul float16 -> float32", med, f"moved {rep['bytes_moved'] / 1e9:.2f} GB, check {w:.3f}")
     med, _ = timed(lambda: torch_route(a16, b16, torch.float16), args.reps)
     row("torch: .cuda(), mm (float16 out), .cpu()", med)
+    # Page-locked arrays (spillway.pinned_empty): spillway's copies by DMA, torch's .cuda() too.
+    ap, bp, cp = (spillway.pinned_empty((n, n), np.float32) for _ in range(3))
+    ap[...] = a
+    bp[...] = b
+    med, _ = timed(lambda: spillway.matmul(ap, bp, out=cp, tf32=True, budget=args.budget, progress=False, report=rep),
+                   args.reps)
+    w = check(cp, a, b, True, rng, "spillway tf32 pinned")
+    row("spillway.matmul float32 (tf32), pinned arrays", med, f"moved {rep['bytes_moved'] / 1e9:.2f} GB, check {w:.3f}")
+    med, _ = timed(lambda: torch_route(ap, bp, torch.float32), args.reps)
+    row("torch route (tf32), pinned arrays", med)
+    del ap, bp
+    a16p, b16p = spillway.pinned_empty((n, n), np.float16), spillway.pinned_empty((n, n), np.float16)
+    a16p[...] = a16
+    b16p[...] = b16
+    med, _ = timed(lambda: spillway.matmul(a16p, b16p, out=cp, budget=args.budget, progress=False, report=rep),
+                   args.reps)
+    w = check(cp, a16, b16, False, rng, "spillway float16 pinned")
+    row("spillway.matmul float16 -> float32, pinned", med, f"moved {rep['bytes_moved'] / 1e9:.2f} GB, check {w:.3f}")
+    med, _ = timed(lambda: torch_route(a16p, b16p, torch.float16), args.reps)
+    row("torch route (float16 out), pinned arrays", med)
     res["spillway_vs_torch_route_tf32"] = res["torch: .cuda(), mm (tf32), .cpu()"] / res["spillway.matmul float32 (tf32=True)"]
     res["spillway_vs_torch_route_f16"] = res["torch: .cuda(), mm (float16 out), .cpu()"] / res["spillway.matmul float16 -> float32"]
+    res["spillway_vs_torch_route_tf32_pinned"] = (res["torch route (tf32), pinned arrays"] /
+                                                  res["spillway.matmul float32 (tf32), pinned arrays"])
+    res["spillway_vs_torch_route_f16_pinned"] = (res["torch route (float16 out), pinned arrays"] /
+                                                 res["spillway.matmul float16 -> float32, pinned"])
     print(f"torch route / spillway: tf32 {res['spillway_vs_torch_route_tf32']:.2f}x, "
-          f"float16 {res['spillway_vs_torch_route_f16']:.2f}x", flush=True)
+          f"float16 {res['spillway_vs_torch_route_f16']:.2f}x; pinned arrays: tf32 "
+          f"{res['spillway_vs_torch_route_tf32_pinned']:.2f}x, float16 {res['spillway_vs_torch_route_f16_pinned']:.2f}x",
+          flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -11,7 +11,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
 - ``spillway.stream(fn, inputs, outputs, budget=...)`` -- host arrays larger than the card through
   your own GPU code (CuPy, PyTorch or Numba) chunk by chunk, copies overlapped with compute.
 - ``spillway.matmul(a, b)`` -- ``a @ b`` of host arrays larger than the card (float32, float64,
-  float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM).
+  float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM);
+  ``spillway.pinned_empty(shape, dtype)`` for page-locked arrays its copies read at the full rate.
 - ``spillway.rk4.lorenz_ensemble`` / ``spillway.rk4.mean_field`` -- RK4 with the state on the device.
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
@@ -26,7 +27,7 @@ from . import _core, rk4
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._gram import from_packed_bytes, gram, pack_bits
-from ._matmul import matmul
+from ._matmul import matmul, pinned_empty
 from ._stream import Chunk, stream
 
 __version__: str = _core.__version__
@@ -44,6 +45,7 @@ __all__ = [
     "matmul",
     "no_gpu_reason",
     "pack_bits",
+    "pinned_empty",
     "rk4",
     "stream",
 ]

@@ -6,6 +6,7 @@
 
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
+#include <spillway/core/pinned_buffer.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/streamed_job.hpp>
@@ -603,6 +604,24 @@ NB_MODULE(_core, m) {
                (b.memory() == spillway::host_memory::pinned ? ", pinned=True)" : ")");
       });
 
+  m.def(
+      "_host_bytes",
+      [](std::size_t nbytes, bool pinned) {
+        sp::owned_buffer o;
+        const std::size_t n = std::max<std::size_t>(nbytes, 1);
+        if (pinned) {
+          auto h = std::make_shared<spillway::pinned_buffer<std::uint8_t>>(n);
+          o.data = h->data();
+          o.holder = h;
+        } else {
+          auto h = std::make_shared<std::vector<std::uint8_t>>(n);
+          o.data = h->data();
+          o.holder = h;
+        }
+        o.count = nbytes;
+        return numpy_1d<std::uint8_t>(std::move(o));
+      },
+      "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
         "host_fallback"_a, "progress"_a.none());
   m.def("_parse_byte_size", [](const std::string& t) { return spillway::parse_byte_size(t); });

@@ -211,3 +211,26 @@ def test_no_gpu_without_fallback_raises():
                          env=no_gpu_env()).stdout
     assert "needs a GPU, and there is none" in out and "host_fallback" in out, out
     assert "True [[5.0, 14.0], [14.0, 50.0]] ['HostFallbackWarning']" in out, out
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_pinned_empty_is_an_array_of_that_layout(order):
+    x = spillway.pinned_empty((7, 5), np.float16, order=order)
+    assert x.shape == (7, 5) and x.dtype == np.float16
+    assert x.flags.c_contiguous if order == "C" else x.flags.f_contiguous
+    x[...] = np.arange(35, dtype=np.float16).reshape(7, 5)
+    assert float(x[6, 4]) == 34.0
+    assert spillway.pinned_empty(0, np.int8).shape == (0,)
+    with pytest.raises(ValueError, match="order"):
+        spillway.pinned_empty((2, 2), order="K")
+
+
+def test_matmul_of_pinned_arrays(rng):
+    a = spillway.pinned_empty((90, 70), np.float32)
+    b = spillway.pinned_empty((70, 60), np.float32, order="F")
+    a[...] = operand(rng, (90, 70), np.float32)
+    b[...] = operand(rng, (70, 60), np.float32)
+    c = spillway.pinned_empty((90, 60), np.float32)
+    rep = {}
+    assert mm(a, b, out=c, report=rep) is c
+    check(c, a, b)

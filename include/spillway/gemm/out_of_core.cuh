@@ -663,11 +663,17 @@ struct ooc_job {
           raw += bytes;
         }
       }
+      // Pageable panels are staged a copy at a time: a whole panel, or for a transposed one a
+      // piece (its raw buffer's size: a row-major bf16 B held whole stages 2 x 512 MiB, not 2 x
+      // 2 GiB, which the pinned cache would not keep between jobs; pinning 4 GiB anew each call
+      // made spillway.matmul of 32768² float16 NumPy arrays take 3.3 s).
       if (!a_pinned) {
-        for (auto& s : c->a_stage.buf) s = ::spillway::detail::staging_block(plan.a_panel_bytes);
+        for (auto& s : c->a_stage.buf)
+          s = ::spillway::detail::staging_block(plan.stage_a ? plan.raw_a_bytes : plan.a_panel_bytes);
       }
       if (!b_pinned) {
-        for (auto& s : c->b_stage.buf) s = ::spillway::detail::staging_block(plan.b_panel_bytes);
+        for (auto& s : c->b_stage.buf)
+          s = ::spillway::detail::staging_block(plan.stage_b ? plan.raw_b_bytes : plan.b_panel_bytes);
       }
       c->setup->synchronize();  // the caches are ready for every stream of the ring
       const index_t rows = c->first == c->last ? 0 : rows_of_range(c->first, c->last);
