@@ -37,8 +37,10 @@ def pinned_empty(shape, dtype=np.float32, order: str = "C") -> np.ndarray:
     """An uninitialised NumPy array in page-locked host memory (``cudaHostAlloc``), C- or
     Fortran-ordered; ordinary memory where no GPU is usable. GPU copies of page-locked arrays run
     by DMA at the link's full rate, where NumPy's own (pageable) memory is copied through pinned
-    staging buffers by host threads first (python/benchmarks/matmul_bench.py measures both). The
-    memory is freed with the last array viewing it."""
+    staging buffers by host threads first: ``spillway.matmul`` of 32768² arrays on the H200 took
+    0.27 s (float32, ``tf32=True``) and 0.15-0.16 s (float16) from page-locked arrays, 0.71-0.73 s
+    and 1.45 s from NumPy's (python/benchmarks/matmul_bench.py). The memory is freed with the last
+    array viewing it."""
     dt = np.dtype(dtype)
     if order not in ("C", "F"):
         raise ValueError(f"pinned_empty: order must be 'C' or 'F', got {order!r}")
