@@ -643,19 +643,8 @@ TEST(OocPlan, RowMajorBHeldWholeLandsInPieces) {
   const ooc_plan pf = make_ooc_plan(f);
   SCOPED_TRACE(pf.describe());
   EXPECT_FALSE(!pf.transposed && pf.bn == 32768 && pf.col_panels == 1);
-  // A pageable B: host threads would stage all of it before the first block; not preferred (nor
-  // for a pageable A that the executed frame makes its B).
-  r.raw_piece_bytes = 0;
-  r.b_pageable = true;
-  const ooc_plan pg = make_ooc_plan(r);
-  SCOPED_TRACE(pg.describe());
-  EXPECT_FALSE(!pg.transposed && pg.bn == 32768 && pg.col_panels == 1);
-  EXPECT_EQ(pg.h2d_bytes, pg.min_h2d_bytes);
-  r.b_pageable = false;
-  r.a_pageable = true;  // A's memory does not matter while B is the executed frame's B
-  EXPECT_EQ(make_ooc_plan(r).bn, 32768);
-  r.a_pageable = false;
   // Column-major C: whole-width blocks would have short lines; not preferred.
+  r.raw_piece_bytes = 0;
   r.c_row_major = false;
   const ooc_plan cm = make_ooc_plan(r);
   SCOPED_TRACE(cm.describe());

@@ -99,7 +99,6 @@ std::size_t budget_for(const ooc_case& c, bool stage_a, bool stage_b, double com
   r.compute_seconds = compute;
   if (c.d2h_short >= 0) r.rates.d2h_short = c.d2h_short;
   r.raw_piece_bytes = c.raw_piece_bytes;
-  r.a_pageable = r.b_pageable = !c.pinned;
   std::size_t b = static_cast<std::size_t>(c.m * c.k + c.k * c.n) * sizeof(T) +
                   static_cast<std::size_t>(c.m * c.n) * sizeof(TC);
   for (;; b = b * 3 / 4) {

@@ -173,8 +173,6 @@ struct ooc_plan_request {
   /// threads copy them into C (rates.scatter): no short-line penalty, so no C blocks of several
   /// B panels are weighed unless c_min_line_bytes asks for them.
   bool c_staged = false;
-  /// A or B (the caller's) lies in pageable memory: its panels are staged by host threads.
-  bool a_pageable = false, b_pageable = false;
   /// Largest piece in which an MN-major panel lands before its transpose (0:
   /// detail::ooc_raw_piece_bytes); tests force many pieces with it.
   std::size_t raw_piece_bytes = 0;
@@ -789,10 +787,7 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
             // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
             // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
             // not measured. Such candidates share that panel; the smaller streamed one decides.
-            // Page-locked B only: a pageable one is staged by host threads before any block could
-            // run (spillway.matmul of 32768² float16 NumPy arrays: 1.45 s held whole).
-            const bool whole =
-                r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr) && !(tr ? r.a_pageable : r.b_pageable);
+            const bool whole = r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr);
             const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
             const std::size_t tasks = static_cast<std::size_t>(rp * np);
             const bool same_bytes = pick.found && bytes <= pick.bytes * (1 + 1e-9);

@@ -1161,8 +1161,6 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
   r.raw_piece_bytes = ooc.raw_piece_bytes;
-  r.a_pageable = !rep.a_page_locked;
-  r.b_pageable = !rep.b_page_locked;
   rep.plan = choose_ooc_plan(r, ooc.c_out, rep.c_page_locked, ooc.slots_per_device);
   const bool c_staged = rep.plan.c_staged;
   if (c.rows == 0 || c.cols == 0) return rep;
