@@ -262,9 +262,12 @@ int run(args a, bool gpu) {
                                  g::row_major(hc.data(), m, n), o, oo);
     };
     g::ooc_report rep = job();  // warm-up: pools, pinned staging, kernel set-up
-    std::printf("out of core on %zu GPU(s), budget %s each, path %s%s, %s memory\nplan: %s\n",
+    std::printf("out of core on %zu GPU(s), budget %s each, path %s%s, %s memory\nplan: %s\n"
+                "planned at an in-core time of %.1f ms (%s), C blocks %s\n",
                 rep.job.devices.size(), spillway::detail::format_bytes(a.budget).c_str(), g::to_string(path),
-                tf32 ? " (TF32)" : "", rep.a_page_locked ? "page-locked" : "pageable", rep.plan.describe().c_str());
+                tf32 ? " (TF32)" : "", rep.a_page_locked ? "page-locked" : "pageable", rep.plan.describe().c_str(),
+                rep.compute_seconds * 1e3, rep.compute_estimated ? "estimated for the device" : "given",
+                rep.plan.c_staged ? "staged through pinned buffers" : "copied straight into C");
     std::vector<double> secs;
     for (int r = 0; r < a.reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();  // a synchronous job: host to host
