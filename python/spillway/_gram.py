@@ -10,7 +10,7 @@ import numpy as np
 from . import _arrays, _core
 from ._core import BitMatrix
 from ._errors import Cancelled, warn_host_fallback
-from ._progress import make_progress
+from ._progress import run_with_progress
 
 METRICS = ("counts", "jaccard", "cosine", "hamming")
 SINKS = ("full", "triangle", "condensed", "topk", "threshold")
@@ -269,18 +269,13 @@ def gram(
         host_fallback = not devs and not _gpu()
         if host_fallback:
             warn_host_fallback("spillway.gram", _core.no_gpu_reason())
-    bar = make_progress(progress, f"spillway.gram {sink}")
-    try:
-        res = _core._gram(a_bits, b_bits, metric, sink, int(k or 0), float(threshold or 0.0), bool(include_diagonal),
-                          bool(both_halves), budget_bytes, devs, bool(host_fallback), int(max_panel_rows),
-                          int(_host_block_rows), float(jaccard_empty), float(cosine_zero), bar)
-    finally:
-        if bar is not None:
-            bar.close()
+    res = run_with_progress(
+        lambda bar: _core._gram(a_bits, b_bits, metric, sink, int(k or 0), float(threshold or 0.0),
+                                bool(include_diagonal), bool(both_halves), budget_bytes, devs, bool(host_fallback),
+                                int(max_panel_rows), int(_host_block_rows), float(jaccard_empty),
+                                float(cosine_zero), bar),
+        progress, f"spillway.gram {sink}", report)
     rep = res["report"]
-    if report is not None:
-        report.clear()
-        report.update(rep)
     n = a_bits.rows
     m = n if b_bits is None else b_bits.rows
     if sink == "topk":

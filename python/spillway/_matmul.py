@@ -9,7 +9,7 @@ import numpy as np
 from . import _arrays, _core
 from ._errors import Cancelled, warn_host_fallback
 from ._gram import _budget_bytes
-from ._progress import make_progress
+from ._progress import run_with_progress
 
 # Input dtype -> the dtype of C (the accumulator's for float16 and int8).
 RESULT_DTYPES = {
@@ -128,17 +128,11 @@ def matmul(
         host_fallback = not devs and _core.device_count() == 0
         if host_fallback:
             warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
-    bar = make_progress(progress, "spillway.matmul")
-    try:
-        res = _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
-                            bool(host_fallback), bar)
-    finally:
-        if bar is not None:
-            bar.close()
+    res = run_with_progress(
+        lambda bar: _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
+                                  bool(host_fallback), bar),
+        progress, "spillway.matmul", report)
     rep = res["report"]
-    if report is not None:
-        report.clear()
-        report.update(rep)
     if res["interrupted"] or rep["cancelled"]:
         raise Cancelled(
             f"spillway.matmul cancelled: {rep['tasks_completed']} of {rep['tasks_total']} blocks completed "

@@ -40,3 +40,19 @@ def make_progress(progress, desc: str):
         return _Bar(desc)
     except ImportError:
         return None
+
+
+def run_with_progress(call, progress, desc: str, report=None) -> dict:
+    """``call(bar)`` -- a ``_core`` job taking the progress object -- with the bar ``progress`` asks
+    for (closed whatever happens); ``report``, when a dict, is filled with the job's report.
+    Returns the job's result."""
+    bar = make_progress(progress, desc)
+    try:
+        res = call(bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if report is not None:
+        report.clear()
+        report.update(res["report"])
+    return res

