@@ -44,13 +44,14 @@ nvcc_version=$("$nvcc_path" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 echo "setup: nvcc $nvcc_path (CUDA ${nvcc_version:-unknown}; $nvcc_why)"
 
 # Python venv with NumPy for the .npy interoperability tests, and what the Python package
-# (python/) needs to build and test: nanobind, scikit-build-core, pytest, SciPy, tqdm.
+# (python/) needs to build and test: nanobind, scikit-build-core, pytest, SciPy, tqdm, ml_dtypes
+# (NumPy's bfloat16, for spillway.similarity's bf16 rows).
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 py_need=()
-for m in numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest scipy:scipy tqdm:tqdm; do
+for m in numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest scipy:scipy tqdm:tqdm ml_dtypes:ml_dtypes; do
   .venv/bin/python -c "import ${m%%:*}" 2>/dev/null || py_need+=("${m#*:}")
 done
 if ((${#py_need[@]})); then

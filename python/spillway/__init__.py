@@ -10,6 +10,9 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
   ``np.load(..., mmap_mode="r")`` file is read in row blocks, never copied whole).
 - ``spillway.stream(fn, inputs, outputs, budget=...)`` -- host arrays larger than the card through
   your own GPU code (CuPy, PyTorch or Numba) chunk by chunk, copies overlapped with compute.
+- ``spillway.similarity(emb, sink="topk", k=32)`` -- all-pairs cosine / inner-product /
+  Euclidean similarity of float32, float16 or bf16 rows (embeddings): every row's k nearest rows,
+  all scores, or the pairs past a threshold, on the tensor cores, out of core.
 - ``spillway.matmul(a, b)`` -- ``a @ b`` of host arrays larger than the card (float32, float64,
   float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM);
   ``spillway.pinned_empty(shape, dtype)`` for page-locked arrays its copies read at the full rate.
@@ -28,6 +31,7 @@ from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._gram import from_packed_bytes, gram, pack_bits
 from ._matmul import matmul, pinned_empty
+from ._similarity import similarity
 from ._stream import Chunk, stream
 
 __version__: str = _core.__version__
@@ -47,6 +51,7 @@ __all__ = [
     "pack_bits",
     "pinned_empty",
     "rk4",
+    "similarity",
     "stream",
 ]
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import _core
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_INT, _DL_UINT, _DL_BOOL = 0, 1, 6
+_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL = 0, 1, 2, 4, 6
 
 
 @dataclass
@@ -102,7 +102,8 @@ def _dtype_name(code: int, bits: int) -> str:
         return "int8"
     if bits == 8 and code == _DL_BOOL:
         return "bool"
-    kind = {_DL_INT: "int", _DL_UINT: "uint", 2: "float", _DL_BOOL: "bool", 5: "complex"}.get(code, f"code{code}_")
+    kind = {_DL_INT: "int", _DL_UINT: "uint", _DL_FLOAT: "float", _DL_BFLOAT: "bfloat", _DL_BOOL: "bool",
+            5: "complex"}.get(code, f"code{code}_")
     return f"{kind}{bits}"
 
 
@@ -159,6 +160,30 @@ def _c_strides(shape):
     return tuple(reversed(out))
 
 
+class _StreamHandle:
+    """A raw CUDA stream handle offered through the CUDA stream protocol (``__cuda_stream__``)."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: int):
+        self._handle = int(handle)
+
+    def __cuda_stream__(self):
+        return (0, self._handle)
+
+
+def cupy_stream(handle: int, device: int):
+    """A CuPy stream object for a stream spillway owns (call inside ``cupy.cuda.Device(device)``):
+    ``Stream.from_external`` where CuPy has it (CuPy 14 deprecates ``ExternalStream``), else
+    ``ExternalStream``. The caller keeps the stream alive while the object is used."""
+    import cupy
+
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(handle))
+    return cupy.cuda.ExternalStream(handle, device)
+
+
 def empty_like_framework(d: DeviceArray, shape: tuple, dtype: str):
     """A new device array of the input's framework on its device; returns (array, pointer)."""
     fw = d.framework
@@ -170,7 +195,7 @@ def empty_like_framework(d: DeviceArray, shape: tuple, dtype: str):
         import cupy
 
         with cupy.cuda.Device(d.device):
-            s = cupy.cuda.ExternalStream(d.stream) if d.stream else cupy.cuda.Stream.null
+            s = cupy_stream(d.stream, d.device) if d.stream else cupy.cuda.Stream.null
             with s:
                 out = cupy.empty(shape, dtype=dtype)
         return out, int(out.data.ptr)

@@ -167,6 +167,27 @@ def _device_matrix(x, stream, who: str) -> _arrays.DeviceArray:
     return d
 
 
+def _check_sink_args(who: str, sink: str, k, threshold, has_b: bool) -> None:
+    """The checks on k / threshold / b that every pairwise entry point makes for its sink."""
+    if sink == "topk":
+        if k is None:
+            raise ValueError(f"{who}: sink='topk' needs k (1..{MAX_TOP_K})")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_TOP_K:
+            raise ValueError(f"{who}: k must be an integer in [1, {MAX_TOP_K}]; got {k!r}")
+    elif k is not None:
+        raise ValueError(f"{who}: k is for sink='topk', not sink={sink!r}")
+    if sink == "threshold":
+        if threshold is None:
+            raise ValueError(f"{who}: sink='threshold' needs threshold=")
+        if not np.isfinite(float(threshold)):
+            raise ValueError(f"{who}: threshold must be a finite number; got {threshold!r}")
+    elif threshold is not None:
+        raise ValueError(f"{who}: threshold is for sink='threshold', not sink={sink!r}")
+    if has_b and sink in ("triangle", "condensed"):
+        raise ValueError(f"{who}: sink={sink!r} is a layout of the symmetric A·Aᵀ; with b given use "
+                         "'full', 'topk' or 'threshold'")
+
+
 def gram(
     a,
     b=None,
@@ -226,22 +247,8 @@ def gram(
         raise ValueError(f"gram: metric must be one of {', '.join(map(repr, METRICS))}; got {metric!r}")
     if sink not in SINKS:
         raise ValueError(f"gram: sink must be one of {', '.join(map(repr, SINKS))}; got {sink!r}")
-    if sink == "topk":
-        if k is None:
-            raise ValueError("gram: sink='topk' needs k (1..64)")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_TOP_K:
-            raise ValueError(f"gram: k must be an integer in [1, {MAX_TOP_K}]; got {k!r}")
-    elif k is not None:
-        raise ValueError(f"gram: k is for sink='topk', not sink={sink!r}")
-    if sink == "threshold":
-        if threshold is None:
-            raise ValueError("gram: sink='threshold' needs threshold=")
-        coo_array = _scipy_coo()
-    elif threshold is not None:
-        raise ValueError(f"gram: threshold is for sink='threshold', not sink={sink!r}")
-    if b is not None and sink in ("triangle", "condensed"):
-        raise ValueError(f"gram: sink={sink!r} is a layout of the symmetric A·Aᵀ; with b given use "
-                         "'full', 'topk' or 'threshold'")
+    _check_sink_args("gram", sink, k, threshold, b is not None)
+    coo_array = _scipy_coo("gram") if sink == "threshold" else None
     budget_bytes = _budget_bytes(budget)
     devs = [] if devices is None else [int(d) for d in devices]
 
@@ -296,11 +303,11 @@ def gram(
     return out
 
 
-def _scipy_coo():
+def _scipy_coo(who: str = "gram"):
     try:
         from scipy.sparse import coo_array
     except ImportError as e:  # SciPy is optional: only the threshold sink needs it
-        raise ImportError("gram: sink='threshold' returns a scipy.sparse.coo_array; install SciPy "
+        raise ImportError(f"{who}: sink='threshold' returns a scipy.sparse.coo_array; install SciPy "
                           "(pip install scipy) or use sink='topk' / 'full'") from e
     return coo_array
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _core
+from . import _arrays, _core
 from ._errors import Cancelled
 from ._gram import _budget_bytes
 from ._progress import run_with_progress
@@ -158,7 +158,7 @@ def _wrapper(kind: str):
 
         def wrap(device, handle, specs):
             with cupy.cuda.Device(device):
-                s = cupy.cuda.ExternalStream(handle, device)
+                s = _arrays.cupy_stream(handle, device)
                 views = [cupy.asarray(_CAI(p, sh, _typestr(dt))) for p, sh, dt in specs]
             return views, s, _Both(cupy.cuda.Device(device), s)
 

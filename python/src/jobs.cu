@@ -1,6 +1,7 @@
 // python/src/jobs.cu — the CUDA side of the Python binding: every template of spillway that the
 // module calls is instantiated here, for int32 and float32 values only (what spillway.gram
 // returns), so the extension compiles in one nvcc pass per architecture.
+#include "host_job.hpp"
 #include "jobs.hpp"
 
 #include <spillway/core/device.hpp>
@@ -18,38 +19,10 @@
 namespace spillway::python {
 namespace {
 
-template <class T>
-owned_buffer own_vector(std::vector<T>&& v) {
-  auto h = std::make_shared<std::vector<T>>(std::move(v));
-  owned_buffer b;
-  b.data = h->data();
-  b.count = h->size();
-  b.holder = std::move(h);
-  return b;
-}
+using detail::own_vector;
 
-// Dense results: pinned when a GPU writes them (the device-to-host copies then overlap compute
-// and run at full rate), ordinary heap memory for the host implementation.
-template <class V>
-owned_buffer dense_output(std::size_t n, bool pinned) {
-  owned_buffer b;
-  b.count = n;
-  if (pinned) {
-    auto h = std::make_shared<pinned_buffer<V>>(n);
-    b.data = h->data();
-    b.holder = std::move(h);
-  } else {
-    auto h = std::make_shared<std::vector<V>>(n);
-    b.data = h->data();
-    b.holder = std::move(h);
-  }
-  return b;
-}
-
-gram::triangle_layout layout_of(sink k) {
-  return k == sink::full ? gram::triangle_layout::full
-                         : (k == sink::triangle ? gram::triangle_layout::upper_packed : gram::triangle_layout::condensed);
-}
+using detail::dense_output;
+using detail::layout_of;
 
 void summarize(job_summary& s, const job_report& r) {
   s.cancelled = r.cancelled;
@@ -61,160 +34,33 @@ void summarize(job_summary& s, const job_report& r) {
   s.bytes_moved = r.bytes_moved;
 }
 
-// ---- the host implementation, in row blocks so that progress and Ctrl-C reach Python ----------
-//
-// Each block of rows [i0, i1) is one A·Bᵀ call of the host Gram against the columns it needs
-// (from i0 on for the symmetric upper triangle): the library's host functions, unchanged, on
-// sub-views. The block's lower-left corner (j < i inside the diagonal block) is computed and
-// discarded: (block rows / n) of the work, a small price for interruptibility.
+// ---- the host implementation, in row blocks (host_job.hpp) -------------------------------------
 
 template <class V>
-struct host_job {
-  const gram::bit_matrix_view& a;
-  const gram::bit_matrix_view* b;
-  const gram_request& r;
-  job_progress& p;
-  gram_result out;
-  std::int64_t n = 0, m = 0, block = 0;
-
-  host_job(const gram::bit_matrix_view& a_, const gram::bit_matrix_view* b_, const gram_request& r_, job_progress& p_)
-      : a(a_), b(b_), r(r_), p(p_) {
-    n = a.rows;
-    m = b ? b->rows : n;
-    // About 64 blocks per job, at least 64 rows each: progress every ~1.5%, and the per-block
-    // popcount pass over the column operand stays under 2% of the block's work.
-    block = r.host_block_rows > 0 ? r.host_block_rows : std::max<std::int64_t>(64, (n + 63) / 64);
+struct gram_host_ops {
+  using view = gram::bit_matrix_view;
+  gram::metric mt;
+  gram::score_options scores;
+  view rows(const view& m, std::int64_t first, std::int64_t count) const { return gram::row_range(m, first, count); }
+  void dense(const view& a, const view& b, V* out, std::int64_t ldc) const {
+    gram::host_gram_dense(a, b, out, ldc, mt, scores);
   }
-
-  template <class Body>
-  void blocks(Body&& body) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::size_t total = static_cast<std::size_t>((n + block - 1) / block);
-    std::size_t done = 0;
-    p.update(0, total);
-    out.summary.completed.assign(total, false);
-    for (std::int64_t i0 = 0; i0 < n; i0 += block) {
-      if (p.cancel.load()) {
-        out.summary.cancelled = true;
-        break;
-      }
-      body(i0, std::min(n, i0 + block));
-      out.summary.completed[done] = true;
-      p.update(++done, total);
-    }
-    out.summary.on_host = true;
-    out.summary.tasks_total = total;
-    out.summary.tasks_completed = done;
-    out.summary.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  gram::topk_result<V> topk(const view& a, const gram::topk_options& k) const {
+    return gram::host_gram_topk<V>(a, k, mt, scores);
   }
-
-  void dense() {
-    const gram::metric mt = r.metric;
-    if (b != nullptr) {
-      out.values = dense_output<V>(static_cast<std::size_t>(n * m), false);
-      V* o = static_cast<V*>(out.values.data);
-      blocks([&](std::int64_t i0, std::int64_t i1) {
-        gram::host_gram_dense(gram::row_range(a, i0, i1 - i0), *b, o + i0 * m, m, mt, r.scores);
-      });
-      return;
-    }
-    const gram::triangle_layout lay = layout_of(r.kind);
-    out.values = dense_output<V>(static_cast<std::size_t>(gram::layout_size(lay, n)), false);
-    V* o = static_cast<V*>(out.values.data);
-    std::vector<V> strip;
-    blocks([&](std::int64_t i0, std::int64_t i1) {
-      const std::int64_t w = n - i0;
-      const auto cols = gram::row_range(a, i0, w);
-      if (lay == gram::triangle_layout::full) {
-        gram::host_gram_dense(gram::row_range(a, i0, i1 - i0), cols, o + i0 * n + i0, n, mt, r.scores);
-        for (std::int64_t i = i0; i < i1; ++i)  // mirror below the diagonal block
-          for (std::int64_t j = i1; j < n; ++j) o[j * n + i] = o[i * n + j];
-        return;
-      }
-      strip.resize(static_cast<std::size_t>((i1 - i0) * w));
-      gram::host_gram_dense(gram::row_range(a, i0, i1 - i0), cols, strip.data(), w, mt, r.scores);
-      const bool wd = lay == gram::triangle_layout::upper_packed;
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const std::int64_t j0 = wd ? i : i + 1;
-        V* dst = o + (wd ? gram::packed_row_offset(n, i) : gram::condensed_row_offset(n, i));
-        const V* src = strip.data() + (i - i0) * w + (j0 - i0);
-        std::copy(src, src + (n - j0), dst);
-      }
-    });
+  gram::topk_result<V> topk(const view& a, const view& b, const gram::topk_options& k) const {
+    return gram::host_gram_topk<V>(a, b, k, mt, scores);
   }
-
-  void topk() {
-    const gram::bit_matrix_view& cols = b ? *b : a;
-    const int k = r.k;
-    std::vector<V> vals(static_cast<std::size_t>(n * k), V{});
-    std::vector<std::int64_t> idx(static_cast<std::size_t>(n * k), -1);
-    // Symmetric without the diagonal: the block's top-(k+1) against all rows holds the top-k of
-    // the others (removing one candidate keeps the order of the rest).
-    const bool drop_self = b == nullptr && !r.include_diagonal;
-    const int kk = std::min(drop_self ? k + 1 : k, static_cast<int>(gram::max_top_k));
-    if (drop_self && kk == k) {  // k == max_top_k: one call of the symmetric form, no blocks
-      auto t = gram::host_gram_topk<V>(a, gram::topk_options{k, false}, r.metric, r.scores);
-      blocks([](std::int64_t, std::int64_t) {});
-      out.values = own_vector(std::move(t.values));
-      out.indices = own_vector(std::move(t.indices));
-      return;
-    }
-    blocks([&](std::int64_t i0, std::int64_t i1) {
-      auto t = gram::host_gram_topk<V>(gram::row_range(a, i0, i1 - i0), cols, gram::topk_options{kk, false}, r.metric,
-                                       r.scores);
-      for (std::int64_t i = i0; i < i1; ++i) {
-        int put = 0;
-        for (int s = 0; s < kk && put < k; ++s) {
-          const std::int64_t j = t.index(i - i0, s);
-          if (j < 0) break;
-          if (drop_self && j == i) continue;
-          vals[static_cast<std::size_t>(i * k + put)] = t.value(i - i0, s);
-          idx[static_cast<std::size_t>(i * k + put)] = j;
-          ++put;
-        }
-      }
-    });
-    out.values = own_vector(std::move(vals));
-    out.indices = own_vector(std::move(idx));
-  }
-
-  void threshold() {
-    std::vector<std::int64_t> ro, co;
-    std::vector<V> va;
-    const bool sym = b == nullptr;
-    blocks([&](std::int64_t i0, std::int64_t i1) {
-      // Symmetric, upper half only: columns from i0 on suffice; both halves need them all.
-      const std::int64_t c0 = sym && !r.both_halves ? i0 : 0;
-      const gram::bit_matrix_view cols = sym ? gram::row_range(a, c0, n - c0) : *b;
-      gram::threshold_options o{r.threshold, false, false};
-      auto c = gram::host_gram_threshold<V>(gram::row_range(a, i0, i1 - i0), cols, o, r.metric, r.scores);
-      for (std::size_t e = 0; e < c.size(); ++e) {
-        const std::int64_t i = c.row[e] + i0, j = c.col[e] + c0;
-        if (sym) {
-          if (j == i && !r.include_diagonal) continue;
-          if (j < i && !r.both_halves) continue;
-        }
-        ro.push_back(i);
-        co.push_back(j);
-        va.push_back(c.value[e]);
-      }
-    });
-    out.values = own_vector(std::move(va));
-    out.rows = own_vector(std::move(ro));
-    out.cols = own_vector(std::move(co));
+  gram::coo_result<V> threshold(const view& a, const view& b, const gram::threshold_options& t) const {
+    return gram::host_gram_threshold<V>(a, b, t, mt, scores);
   }
 };
 
 template <class V>
 gram_result run_gram_on_host(const gram::bit_matrix_view& a, const gram::bit_matrix_view* b, const gram_request& r,
                              job_progress& p) {
-  host_job<V> j(a, b, r, p);
-  switch (r.kind) {
-    case sink::topk: j.topk(); break;
-    case sink::threshold: j.threshold(); break;
-    default: j.dense(); break;
-  }
-  return std::move(j.out);
+  const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
+  return detail::host_job<V, gram_host_ops<V>>(gram_host_ops<V>{r.metric, r.scores}, a, b, shape, p).run();
 }
 
 // ---- the GPU path: spillway's out-of-core entry points ----------------------------------------

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace spillway::python {
@@ -165,6 +166,51 @@ struct matmul_request {
 /// thread; `p` is updated as blocks complete and polled for cancellation.
 job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
                        job_progress& p);
+
+// ---- similarity (jobs_similarity.cu) -------------------------------------------------------------
+
+/// Row-major rows (element (i, j) at data[i·ld + j]) in host memory or in one device's memory.
+struct rows_matrix {
+  std::uintptr_t data = 0;
+  std::int64_t rows = 0, cols = 0, ld = 0;
+};
+
+struct similarity_request {
+  /// The rows' element type: 'f' float32, 'h' float16, 'b' bf16.
+  char dtype = 'f';
+  /// 'i' inner product, 'c' cosine, 'e' Euclidean distance.
+  char metric = 'c';
+  sink kind = sink::full;
+  int k = 8;
+  double threshold = 0;
+  bool include_diagonal = false;
+  bool both_halves = false;
+  float cosine_zero = 0;
+  bool tf32 = false;         ///< float32 rows on the TF32 tensor cores (else exact FP32)
+  bool check_finite = true;  ///< refuse NaN / infinite rows, naming the first
+  std::size_t budget_bytes = 0;  ///< 0: spillway's default (80% of free memory)
+  std::vector<int> devices;
+  bool host_fallback = false;  ///< with no GPU: the host implementation (double), in row blocks
+  std::int64_t max_panel_rows = 0;
+  std::int64_t host_block_rows = 0;  ///< 0: automatic
+  /// Host rows not page-locked: page-lock them (cudaHostRegister) for the job where the GPU runs
+  /// it, so their copies run by DMA; false copies them from pageable memory.
+  bool register_host = true;
+};
+
+/// Similarities of A·Aᵀ (b null) or A·Bᵀ, values float32: spillway::gemm::similarity_* on the GPUs
+/// (host rows out of core; device rows in core on their device, after `stream` (0: legacy
+/// default) is synchronized), or with no GPU and host_fallback the host implementation in row
+/// blocks. Runs on the calling thread; `p` is updated as strips complete and polled for
+/// cancellation.
+gram_result run_similarity(const rows_matrix& a, const rows_matrix* b, const similarity_request& r, job_progress& p,
+                           int device = -1, std::uintptr_t stream = 0);
+
+/// The C++ side of the Python similarity benchmark: similarity_topk (cosine, diagonal excluded)
+/// of host rows `a` under `budget` on `device`, called straight from C++ `reps` times after one
+/// warm-up; the wall seconds of each call.
+std::vector<double> bench_cpp_similarity_topk(const rows_matrix& a, char dtype, int k, std::size_t budget, int device,
+                                              int reps);
 
 /// The C++ side of the binding-overhead benchmark: gram_topk<int32> (counts, diagonal excluded)
 /// of `a` on `device` under `budget`, called straight from C++ `reps` times after one warm-up;

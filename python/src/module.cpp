@@ -301,14 +301,39 @@ sp::gram_request make_request(const std::string& metric, const std::string& sink
   return r;
 }
 
-nb::object values_1d(const sp::gram_request& r, sp::owned_buffer b) {
-  return r.float_values ? numpy_1d<float>(std::move(b)) : numpy_1d<std::int32_t>(std::move(b));
-}
-nb::object values_2d(const sp::gram_request& r, sp::owned_buffer b, std::size_t rows, std::size_t cols) {
-  return r.float_values ? numpy_2d<float>(std::move(b), rows, cols) : numpy_2d<std::int32_t>(std::move(b), rows, cols);
+/// A pairwise job's result as {"values", ["indices" | "rows", "cols"], "report", "interrupted"}:
+/// dense layouts, top-k lists (n x k) or threshold COO; values float32 or int32.
+nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std::size_t n, std::size_t m, int k,
+                     bool interrupted) {
+  const auto v1 = [&](sp::owned_buffer b) {
+    return float_values ? numpy_1d<float>(std::move(b)) : numpy_1d<std::int32_t>(std::move(b));
+  };
+  const auto v2 = [&](sp::owned_buffer b, std::size_t r, std::size_t c) {
+    return float_values ? numpy_2d<float>(std::move(b), r, c) : numpy_2d<std::int32_t>(std::move(b), r, c);
+  };
+  nb::dict d;
+  switch (kind) {
+    case sp::sink::full: d["values"] = v2(std::move(res.values), n, m); break;
+    case sp::sink::triangle:
+    case sp::sink::condensed: d["values"] = v1(std::move(res.values)); break;
+    case sp::sink::topk: {
+      const auto kk = static_cast<std::size_t>(k);
+      d["values"] = v2(std::move(res.values), n, kk);
+      d["indices"] = numpy_2d<std::int64_t>(std::move(res.indices), n, kk);
+      break;
+    }
+    case sp::sink::threshold:
+      d["values"] = v1(std::move(res.values));
+      d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
+      d["cols"] = numpy_1d<std::int64_t>(std::move(res.cols));
+      break;
+  }
+  d["report"] = summary_dict(res.summary);
+  d["interrupted"] = interrupted;
+  return d;
 }
 
-/// Returns {"values", ["indices" | "rows", "cols"], "report", "interrupted"}.
+/// The host-input Gram job (see result_dict).
 nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric,
                          const std::string& sink, int k, double threshold, bool include_diagonal, bool both_halves,
                          std::size_t budget, const std::vector<int>& devices, bool host_fallback,
@@ -324,28 +349,57 @@ nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const
   sp::job_progress p;
   sp::gram_result res;
   const bool interrupted = run_polled([&] { res = sp::run_gram(av, b ? &bv : nullptr, r, p); }, p, progress);
-  nb::dict d;
-  const auto n = static_cast<std::size_t>(a.rows());
-  const auto m = static_cast<std::size_t>(b ? b->rows() : a.rows());
-  switch (r.kind) {
-    case sp::sink::full: d["values"] = values_2d(r, std::move(res.values), n, m); break;
-    case sp::sink::triangle:
-    case sp::sink::condensed: d["values"] = values_1d(r, std::move(res.values)); break;
-    case sp::sink::topk: {
-      const auto kk = static_cast<std::size_t>(r.k);
-      d["values"] = values_2d(r, std::move(res.values), n, kk);
-      d["indices"] = numpy_2d<std::int64_t>(std::move(res.indices), n, kk);
-      break;
-    }
-    case sp::sink::threshold:
-      d["values"] = values_1d(r, std::move(res.values));
-      d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
-      d["cols"] = numpy_1d<std::int64_t>(std::move(res.cols));
-      break;
+  return result_dict(r.kind, r.float_values, res, static_cast<std::size_t>(a.rows()),
+                     static_cast<std::size_t>(b ? b->rows() : a.rows()), r.k, interrupted);
+}
+
+// ---- similarity ----------------------------------------------------------------------------------
+
+char similarity_metric_code(const std::string& s) {
+  if (s == "ip") return 'i';
+  if (s == "cosine") return 'c';
+  if (s == "euclidean") return 'e';
+  throw sp_logic("similarity: metric must be 'cosine', 'ip' or 'euclidean', got '" + s + "'");
+}
+
+/// A·Aᵀ (b == 0) or A·Bᵀ similarities of row-major rows at the given addresses (host memory, or
+/// `device`'s memory with device >= 0; the Python side keeps the arrays alive and checks shapes).
+nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::uintptr_t b,
+                        std::int64_t b_rows, std::int64_t b_ld, const std::string& dtype, const std::string& metric,
+                        const std::string& sink, int k, double threshold, bool include_diagonal, bool both_halves,
+                        float cosine_zero, bool tf32, bool check_finite, std::size_t budget,
+                        const std::vector<int>& devices, bool host_fallback, std::int64_t max_panel_rows,
+                        std::int64_t host_block_rows, bool register_host, int device, std::uintptr_t stream,
+                        const nb::object& progress) {
+  sp::similarity_request r;
+  if (dtype != "f" && dtype != "h" && dtype != "b") throw sp_logic("similarity: element type code must be f, h or b");
+  r.dtype = dtype[0];
+  r.metric = similarity_metric_code(metric);
+  r.kind = parse_sink(sink);
+  r.k = k;
+  r.threshold = threshold;
+  r.include_diagonal = include_diagonal;
+  r.both_halves = both_halves;
+  r.cosine_zero = cosine_zero;
+  r.tf32 = tf32;
+  r.check_finite = check_finite;
+  r.budget_bytes = budget;
+  r.devices = devices;
+  r.host_fallback = host_fallback;
+  r.max_panel_rows = max_panel_rows;
+  r.host_block_rows = host_block_rows;
+  r.register_host = register_host;
+  if (b != 0 && (r.kind == sp::sink::triangle || r.kind == sp::sink::condensed)) {
+    throw sp_logic("similarity: sink '" + sink + "' is a layout of the symmetric A·Aᵀ; with b given use 'full', 'topk' or 'threshold'");
   }
-  d["report"] = summary_dict(res.summary);
-  d["interrupted"] = interrupted;
-  return d;
+  const sp::rows_matrix ma{a, rows, cols, ld};
+  const sp::rows_matrix mb{b, b_rows, cols, b_ld};
+  sp::job_progress p;
+  sp::gram_result res;
+  const bool interrupted = run_polled(
+      [&] { res = sp::run_similarity(ma, b != 0 ? &mb : nullptr, r, p, device, stream); }, p, progress);
+  return result_dict(r.kind, true, res, static_cast<std::size_t>(rows), static_cast<std::size_t>(b != 0 ? b_rows : rows),
+                     r.k, interrupted);
 }
 
 // ---- matmul --------------------------------------------------------------------------------------
@@ -624,6 +678,19 @@ NB_MODULE(_core, m) {
       "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
         "host_fallback"_a, "progress"_a.none());
+  m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
+        "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
+        "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,
+        "register_host"_a, "device"_a, "stream"_a, "progress"_a.none());
+  m.def(
+      "_bench_cpp_similarity_topk",
+      [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, const std::string& dtype, int k,
+         std::size_t budget, int device, int reps) {
+        if (dtype != "f" && dtype != "h" && dtype != "b") throw sp_logic("element type code must be f, h or b");
+        nb::gil_scoped_release unlocked;
+        return sp::bench_cpp_similarity_topk(sp::rows_matrix{a, rows, cols, ld}, dtype[0], k, budget, device, reps);
+      },
+      "a"_a, "rows"_a, "cols"_a, "ld"_a, "dtype"_a, "k"_a, "budget"_a, "device"_a, "reps"_a);
   m.def("_parse_byte_size", [](const std::string& t) { return spillway::parse_byte_size(t); });
   m.def("_pack_rows", &pack_rows, "dst"_a, "a"_a, "first_row"_a, "nonzero_as_one"_a);
   m.def(

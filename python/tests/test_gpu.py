@@ -317,7 +317,7 @@ def _axpb_on_numba_arrays(x, y, z, ch):
         assert cuda.is_cuda_array(v) and _arrays.framework_of(v) == "numba", type(v)
     handle = int(ch.stream)  # a Numba stream's int() is its CUstream handle
     assert _arrays.stream_handle(ch.stream) == handle  # what stream= makes of a Numba stream object
-    with cp.cuda.Device(ch.device), cp.cuda.ExternalStream(handle, ch.device):
+    with cp.cuda.Device(ch.device), _arrays.cupy_stream(handle, ch.device):
         xs, ys, zs = (cp.asarray(v) for v in (x, y, z))
         for v, c in zip((x, y, z), (xs, ys, zs)):
             assert c.data.ptr == v.__cuda_array_interface__["data"][0], "CuPy copied the Numba array"

@@ -1,0 +1,210 @@
+// python/src/jobs_similarity.cu — spillway.similarity's C++ side: all-pairs similarity of float32,
+// float16 and bf16 rows (spillway::gemm::similarity_*: host rows out of core through the
+// scheduler, device rows in core on their device), or the host implementation in row blocks
+// where no GPU is present.
+#include "host_job.hpp"
+#include "jobs.hpp"
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/host_registration.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/similarity.cuh>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spillway::python {
+namespace {
+
+namespace sg = ::spillway::gemm;
+namespace pw = ::spillway::pairwise;
+using detail::dense_output;
+using detail::own_vector;
+
+constexpr const char* who = "spillway.similarity";
+
+sg::similarity_metric metric_of(char c) {
+  switch (c) {
+    case 'i': return sg::similarity_metric::inner_product;
+    case 'c': return sg::similarity_metric::cosine;
+    case 'e': return sg::similarity_metric::euclidean;
+    default: throw logic_error(std::string(who) + ": unknown metric code '" + c + "'");
+  }
+}
+
+template <class T>
+sg::matrix_view<const T> view_of(const rows_matrix& m) {
+  return sg::row_major(reinterpret_cast<const T*>(m.data), m.rows, m.cols, m.ld);
+}
+
+template <class T>
+struct similarity_host_ops {
+  using view = sg::matrix_view<const T>;
+  sg::similarity_metric mt;
+  float cosine_zero;
+  view rows(view m, std::int64_t first, std::int64_t count) const {
+    m.data += first * m.ld;
+    m.rows = count;
+    return m;
+  }
+  void dense(const view& a, const view& b, float* out, std::int64_t ldc) const {
+    sg::host_similarity_dense(a, b, out, ldc, mt, cosine_zero);
+  }
+  pw::topk_result<float> topk(const view& a, const pw::topk_options& k) const {
+    return sg::host_similarity_topk(a, k, mt, cosine_zero);
+  }
+  pw::topk_result<float> topk(const view& a, const view& b, const pw::topk_options& k) const {
+    return sg::host_similarity_topk(a, b, k, mt, cosine_zero);
+  }
+  pw::coo_result<float> threshold(const view& a, const view& b, const pw::threshold_options& t) const {
+    return sg::host_similarity_threshold(a, b, t, mt, cosine_zero);
+  }
+};
+
+/// Page-locks host rows for the job where they are not page-locked already; where the driver
+/// refuses (a read-only file mapping, the locked-memory limit) the rows stay pageable and their
+/// copies are staged by the driver: slower, still correct.
+struct maybe_registered {
+  host_registration reg;
+  maybe_registered(const rows_matrix& m, std::size_t elem, bool wanted) {
+    if (!wanted || m.rows == 0 || m.cols == 0) return;
+    void* p = reinterpret_cast<void*>(m.data);
+    if (is_page_locked(p)) return;
+    const std::size_t bytes = (static_cast<std::size_t>(m.rows - 1) * static_cast<std::size_t>(m.ld) +
+                               static_cast<std::size_t>(m.cols)) * elem;
+    try {
+      reg = host_registration(p, bytes);
+    } catch (const std::exception&) {
+      (void)cudaGetLastError();
+    }
+  }
+};
+
+template <class T>
+gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarity_request& r, job_progress& p, int device,
+                   std::uintptr_t stream) {
+  const auto a = view_of<T>(ra);
+  const sg::matrix_view<const T> b = rb ? view_of<T>(*rb) : sg::matrix_view<const T>{};
+  sg::similarity_options o;
+  o.metric = metric_of(r.metric);
+  o.cosine_zero = r.cosine_zero;
+  if (r.tf32) o.gemm.math = sg::math_mode::tf32;
+  o.check_finite = r.check_finite;
+  if (r.budget_bytes > 0) o.budget = memory_budget(r.budget_bytes);
+  o.devices = r.devices;
+  o.max_panel_rows = r.max_panel_rows;
+  o.progress = [&p](const progress_info& i) {
+    p.update(i.tasks_done, i.tasks_total);
+    return !p.cancel.load();
+  };
+  pw::pair_report rep;
+  o.report = &rep;
+  if (device >= 0) {
+    // Device rows: the caller's pending writes to them come first (the job runs on its own streams).
+    device_guard g(device);
+    stream_view(stream == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(stream)).synchronize();
+  }
+  const bool host_rows = device < 0;
+  const maybe_registered pin_a(ra, sizeof(T), host_rows && r.register_host);
+  const maybe_registered pin_b(rb ? *rb : rows_matrix{}, sizeof(T), host_rows && r.register_host && rb != nullptr);
+  gram_result out;
+  switch (r.kind) {
+    case sink::topk: {
+      const pw::topk_options k{r.k, r.include_diagonal};
+      auto t = rb ? sg::similarity_topk(a, b, k, o) : sg::similarity_topk(a, k, o);
+      out.values = own_vector(std::move(t.values));
+      out.indices = own_vector(std::move(t.indices));
+      break;
+    }
+    case sink::threshold: {
+      const pw::threshold_options t{r.threshold, r.both_halves, r.include_diagonal};
+      auto c = rb ? sg::similarity_threshold(a, b, t, o) : sg::similarity_threshold(a, t, o);
+      out.values = own_vector(std::move(c.value));
+      out.rows = own_vector(std::move(c.row));
+      out.cols = own_vector(std::move(c.col));
+      break;
+    }
+    default: {
+      if (rb != nullptr) {
+        out.values = dense_output<float>(static_cast<std::size_t>(a.rows * b.rows), true);
+        sg::similarity_dense(a, b, static_cast<float*>(out.values.data), b.rows, o);
+      } else {
+        const auto lay = detail::layout_of(r.kind);
+        out.values = dense_output<float>(static_cast<std::size_t>(pw::layout_size(lay, a.rows)), true);
+        sg::similarity_dense(a, static_cast<float*>(out.values.data), lay, o);
+      }
+      break;
+    }
+  }
+  const job_report& jr = rep.job;
+  out.summary.cancelled = jr.cancelled;
+  out.summary.tasks_total = jr.tasks_total;
+  out.summary.tasks_completed = jr.tasks_completed;
+  out.summary.completed = jr.completed;
+  out.summary.devices = jr.devices;
+  out.summary.elapsed_seconds = jr.elapsed_seconds;
+  out.summary.bytes_moved = jr.bytes_moved;
+  return out;
+}
+
+template <class T>
+gram_result run_typed(const rows_matrix& ra, const rows_matrix* rb, const similarity_request& r, job_progress& p,
+                      int device, std::uintptr_t stream) {
+  if (device < 0 && ::spillway::detail::run_on_host_instead(r.host_fallback, r.devices, who, "host_fallback",
+                                                            "the host similarity")) {
+    const auto a = view_of<T>(ra);
+    const sg::matrix_view<const T> b = rb ? view_of<T>(*rb) : sg::matrix_view<const T>{};
+    if (r.check_finite) {
+      sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(a), who, "A");
+      if (rb != nullptr) sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(b), who, "B");
+    }
+    const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
+    const similarity_host_ops<T> ops{metric_of(r.metric), r.cosine_zero};
+    return detail::host_job<float, similarity_host_ops<T>>(ops, a, rb ? &b : nullptr, shape, p).run();
+  }
+  return on_gpu<T>(ra, rb, r, p, device, stream);
+}
+
+}  // namespace
+
+gram_result run_similarity(const rows_matrix& a, const rows_matrix* b, const similarity_request& r, job_progress& p,
+                           int device, std::uintptr_t stream) {
+  switch (r.dtype) {
+    case 'f': return run_typed<float>(a, b, r, p, device, stream);
+    case 'h': return run_typed<__half>(a, b, r, p, device, stream);
+    case 'b': return run_typed<__nv_bfloat16>(a, b, r, p, device, stream);
+    default: throw logic_error(std::string(who) + ": unknown element type code '" + r.dtype + "'");
+  }
+}
+
+std::vector<double> bench_cpp_similarity_topk(const rows_matrix& a, char dtype, int k, std::size_t budget, int device,
+                                              int reps) {
+  const auto timed = [&](auto typed_view) {
+    sg::similarity_options o;  // cosine, the defaults
+    o.budget = memory_budget(budget);
+    o.devices = {device};
+    std::vector<double> secs;
+    for (int i = -1; i < reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto res = sg::similarity_topk(typed_view, pw::topk_options{k, false}, o);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 0) secs.push_back(dt);  // i = -1: the warm-up
+    }
+    return secs;
+  };
+  switch (dtype) {
+    case 'f': return timed(view_of<float>(a));
+    case 'h': return timed(view_of<__half>(a));
+    case 'b': return timed(view_of<__nv_bfloat16>(a));
+    default: throw logic_error(std::string(who) + ": unknown element type code '" + dtype + "'");
+  }
+}
+
+}  // namespace spillway::python
