@@ -15,6 +15,8 @@
 #   scripts/gpu-check.sh python-bench           (GPU machine) the same build, then python/benchmarks/
 #                                              gram_topk_bench.py: Python vs C++ vs torch._int_mm top-32
 #                                              (PY_BENCH=matmul_bench.py: spillway.matmul vs the PyTorch route)
+#                                              (PY_BENCH=similarity_bench.py: spillway.similarity top-32 of 10^6 x 768
+#                                              bf16 vs the C++ call; PY_BENCH_ARGS="--torch" adds the PyTorch route)
 #   scripts/gpu-check.sh knn                    (GPU machine) spillway-knn, 10^6 x 768 bf16 top-32 cosine, three
 #                                              runs against the PyTorch blocked baseline on the same rows
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
@@ -211,7 +213,7 @@ run_python() {
   summary+=("$(printf '%-34s built for sm_90a in %ss' "python package" "$((SECONDS - t0))")")
   if [[ $what == bench ]]; then
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-400}" "$py" \
-      "python/benchmarks/${PY_BENCH:-gram_topk_bench.py}" --json "$RESULTS/python_bench.json" 2>&1 | tee "$RESULTS/python_bench.txt"
+      "python/benchmarks/${PY_BENCH:-gram_topk_bench.py}" ${PY_BENCH_ARGS:-} --json "$RESULTS/python_bench.json" 2>&1 | tee "$RESULTS/python_bench.txt"
     [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
     return
   fi
