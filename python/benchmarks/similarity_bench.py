@@ -13,7 +13,8 @@ Rows (wall clock around each synchronous call, median of --reps after one warm-u
    .cpu() — one timed run after a warm-up block (benchmarks/knn_torch_baseline.py's route).
 
 Every result is checked on --check sampled rows against float64 NumPy: each listed index's exact
-score within 2e of the exact 32nd score (e = 4(d + 8)·2^-24, the C++ suite's bound). Prints a
+score within 2e of the exact 32nd score (e = 4(d + 8)·2^-24, the C++ suite's bound; PyTorch's route,
+which rounds its normalised rows to bf16, e + 2^-8). Prints a
 table; --json PATH writes the figures. On the GPU machine:
 PY_BENCH=similarity_bench.py scripts/gpu-check.sh python-bench.
 """
@@ -54,8 +55,8 @@ def exact_scores(a, sample):
     return out
 
 
-def check(values, indices, exact, sample, k, dim, what):
-    e = 4.0 * (dim + 8) * 2.0**-24
+def check(values, indices, exact, sample, k, dim, what, extra=0.0):
+    e = 4.0 * (dim + 8) * 2.0**-24 + extra
     for row, full in zip(sample, exact):
         kth = np.sort(full)[::-1][k - 1]
         for t in range(k):
@@ -132,7 +133,9 @@ def main():
         t0 = time.perf_counter()
         v, i = torch_route()
         sec = time.perf_counter() - t0
-        check(v, i, exact, sample, k, args.dim, "torch")
+        # The route rounds the normalised rows to bf16 before its product: each score is off by up to
+        # ~2·2^-9 more (two unit vectors' roundings), so its check allows that.
+        check(v, i, exact, sample, k, args.dim, "torch", extra=2.0**-8)
         table.append(("PyTorch: .cuda(), blocked torch.mm + torch.topk, .cpu()", sec, [sec]))
 
     print(f"\n| row | median s | runs | vs C++ |")
