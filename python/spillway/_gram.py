@@ -282,9 +282,16 @@ def gram(
                                 int(max_panel_rows), int(_host_block_rows), float(jaccard_empty),
                                 float(cosine_zero), bar),
         progress, f"spillway.gram {sink}", report)
+    return _pairwise_out(res, sink, a_bits.rows, a_bits.rows if b_bits is None else b_bits.rows, da, coo_array,
+                         "spillway.gram", "tasks")
+
+
+def _pairwise_out(res, sink: str, n: int, m: int, da, coo_array, who: str, unit: str):
+    """A pairwise job's result from the binding's dict: (values, indices) for top-k, a SciPy COO
+    array for threshold, the values for dense sinks; the top-k lists of device input (``da``) as
+    arrays of its framework. Raises Cancelled, carrying the partial result, when the
+    job was cancelled."""
     rep = res["report"]
-    n = a_bits.rows
-    m = n if b_bits is None else b_bits.rows
     if sink == "topk":
         out = (res["values"], res["indices"])
         if da is not None:
@@ -295,7 +302,7 @@ def gram(
         out = res["values"]
     if res["interrupted"] or rep["cancelled"]:
         raise Cancelled(
-            f"spillway.gram cancelled: {rep['tasks_completed']} of {rep['tasks_total']} tasks completed "
+            f"{who} cancelled: {rep['tasks_completed']} of {rep['tasks_total']} {unit} completed "
             "(the exception's .report lists them, .partial holds what they produced)",
             rep,
             out,

@@ -7,8 +7,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import _arrays, _core
-from ._errors import Cancelled, warn_host_fallback
-from ._gram import SINKS, _budget_bytes, _check_sink_args, _gpu, _scipy_coo
+from ._errors import warn_host_fallback
+from ._gram import SINKS, _budget_bytes, _check_sink_args, _gpu, _pairwise_out, _scipy_coo
 from ._progress import run_with_progress
 
 METRICS = ("cosine", "ip", "euclidean")
@@ -186,21 +186,6 @@ def similarity(
                                       bool(host_fallback), int(max_panel_rows), int(_host_block_rows), bool(_register),
                                       device, strm, bar),
         progress, f"spillway.similarity {sink}", report)
-    rep = res["report"]
-    m = n if b is None else b_rows
-    if sink == "topk":
-        out = (res["values"], res["indices"])
-        if da is not None:
-            out = (_arrays.from_numpy_like(da, out[0]), _arrays.from_numpy_like(da, out[1]))
-    elif sink == "threshold":
-        out = coo_array((res["values"], (res["rows"], res["cols"])), shape=(n, m))
-    else:
-        out = res["values"] if da is None else _arrays.from_numpy_like(da, res["values"])
-    if res["interrupted"] or rep["cancelled"]:
-        raise Cancelled(
-            f"spillway.similarity cancelled: {rep['tasks_completed']} of {rep['tasks_total']} strips completed "
-            "(the exception's .report lists them, .partial holds what they produced)",
-            rep,
-            out,
-        )
-    return out
+    if sink not in ("topk", "threshold") and da is not None:  # dense results of device input, on its GPU
+        res["values"] = _arrays.from_numpy_like(da, res["values"])
+    return _pairwise_out(res, sink, n, n if b is None else b_rows, da, coo_array, "spillway.similarity", "strips")

@@ -1,4 +1,5 @@
-// python/src/host_job.hpp — the host implementation of a pairwise job (bit Gram or float
+// python/src/host_job.hpp — what the CUDA translation units of the binding share: results handed
+// over without a copy, the scheduler's report and progress, and the host implementation of a pairwise job (bit Gram or float
 // similarity) in row blocks, so that progress and Ctrl-C reach Python: each block of rows
 // [i0, i1) is one A·Bᵀ call of the library's host functions, unchanged, on sub-views, against the
 // columns it needs (from i0 on for the symmetric upper triangle). The block's lower-left corner
@@ -18,9 +19,11 @@
 
 #include "jobs.hpp"
 
+#include <spillway/core/host_registration.hpp>
 #include <spillway/core/pinned_buffer.hpp>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/sinks.hpp>
+#include <spillway/pipeline/job.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -52,6 +55,42 @@ owned_buffer dense_output(std::size_t n, bool pinned) {
   b.data = h->data();
   b.holder = std::move(h);
   return b;
+}
+
+/// Page-locks a caller's host memory for one job where it is not page-locked already, so GPU
+/// copies of it run by DMA at the link's rate (no staging copy by host threads); undone when the
+/// job ends. Where the driver refuses (a read-only file mapping, the locked-memory limit, a range
+/// overlapping one registered already) the memory stays pageable: slower copies, same results.
+struct maybe_registered {
+  host_registration reg;
+  maybe_registered(void* p, std::size_t bytes, bool wanted) {
+    if (!wanted || p == nullptr || bytes == 0 || is_page_locked(p)) return;
+    try {
+      reg = host_registration(p, bytes);
+    } catch (const std::exception&) {
+      (void)cudaGetLastError();
+    }
+  }
+};
+
+/// The scheduler's report as the binding hands it to Python.
+inline void summarize(job_summary& s, const job_report& r) {
+  s.cancelled = r.cancelled;
+  s.tasks_total = r.tasks_total;
+  s.tasks_completed = r.tasks_completed;
+  s.completed = r.completed;
+  s.devices = r.devices;
+  s.elapsed_seconds = r.elapsed_seconds;
+  s.bytes_moved = r.bytes_moved;
+}
+
+/// A job's progress callback that feeds `p` (read by the waiting thread) and stops the job once
+/// the waiting thread asks to cancel.
+inline progress_callback forward_progress(job_progress& p) {
+  return [&p](const progress_info& i) {
+    p.update(i.tasks_done, i.tasks_total);
+    return !p.cancel.load();
+  };
 }
 
 /// What a host job needs to know of the request, whichever kind of rows it runs on.

@@ -22,17 +22,10 @@ namespace {
 using detail::own_vector;
 
 using detail::dense_output;
+using detail::forward_progress;
+using detail::summarize;
 using detail::layout_of;
 
-void summarize(job_summary& s, const job_report& r) {
-  s.cancelled = r.cancelled;
-  s.tasks_total = r.tasks_total;
-  s.tasks_completed = r.tasks_completed;
-  s.completed = r.completed;
-  s.devices = r.devices;
-  s.elapsed_seconds = r.elapsed_seconds;
-  s.bytes_moved = r.bytes_moved;
-}
 
 // ---- the host implementation, in row blocks (host_job.hpp) -------------------------------------
 
@@ -74,10 +67,7 @@ gram_result run_gram_on_gpu(const gram::bit_matrix_view& a, const gram::bit_matr
   if (r.budget_bytes > 0) o.budget = memory_budget(r.budget_bytes);
   o.devices = r.devices;
   o.max_panel_rows = r.max_panel_rows;
-  o.progress = [&p](const progress_info& i) {
-    p.update(i.tasks_done, i.tasks_total);
-    return !p.cancel.load();
-  };
+  o.progress = forward_progress(p);
   gram_result out;
   job_report rep;
   switch (r.kind) {

@@ -1,6 +1,7 @@
 // python/src/jobs_gemm.cu — spillway.matmul's C++ side: the out-of-core GEMM of host matrices
 // (spillway::gemm::gemm_out_of_core) for float32, float64, float16 and int8 inputs, or the host
 // GEMM in row blocks where no GPU is present.
+#include "host_job.hpp"
 #include "jobs.hpp"
 
 #include <spillway/gemm.cuh>
@@ -67,21 +68,22 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
     s.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   }
+  // NumPy memory is pageable: page-locked for the job, the blocks move by DMA instead of through
+  // host threads' staging copies (see host_job.hpp; where refused, the staging path runs).
+  const auto extent = [](const host_matrix& m, std::size_t elem) {
+    if (m.rows == 0 || m.cols == 0) return std::size_t{0};
+    const std::int64_t lines = m.row_major ? m.rows : m.cols, line = m.row_major ? m.cols : m.rows;
+    return (static_cast<std::size_t>(lines - 1) * static_cast<std::size_t>(m.ld) + static_cast<std::size_t>(line)) * elem;
+  };
+  const detail::maybe_registered pin_a(ha.data, extent(ha, sizeof(T)), r.register_host);
+  const detail::maybe_registered pin_b(hb.data, extent(hb, sizeof(T)), r.register_host);
+  const detail::maybe_registered pin_c(hc.data, extent(hc, sizeof(TC)), r.register_host);
   sg::ooc_options oo;
   if (r.budget_bytes > 0) oo.budget = memory_budget(r.budget_bytes);
   oo.devices = r.devices;
-  oo.progress = [&p](const progress_info& i) {
-    p.update(i.tasks_done, i.tasks_total);
-    return !p.cancel.load();
-  };
+  oo.progress = detail::forward_progress(p);
   const sg::ooc_report rep = sg::gemm_out_of_core(alpha, a, b, beta, c, o, oo);
-  s.cancelled = rep.job.cancelled;
-  s.tasks_total = rep.job.tasks_total;
-  s.tasks_completed = rep.job.tasks_completed;
-  s.completed = rep.job.completed;
-  s.devices = rep.job.devices;
-  s.elapsed_seconds = rep.job.elapsed_seconds;
-  s.bytes_moved = rep.job.bytes_moved;
+  detail::summarize(s, rep.job);
   return s;
 }
 

@@ -6,7 +6,6 @@
 #include "jobs.hpp"
 
 #include <spillway/core/device.hpp>
-#include <spillway/core/host_registration.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/similarity.cuh>
 
@@ -68,25 +67,6 @@ struct similarity_host_ops {
   }
 };
 
-/// Page-locks host rows for the job where they are not page-locked already; where the driver
-/// refuses (a read-only file mapping, the locked-memory limit) the rows stay pageable and their
-/// copies are staged by the driver: slower, still correct.
-struct maybe_registered {
-  host_registration reg;
-  maybe_registered(const rows_matrix& m, std::size_t elem, bool wanted) {
-    if (!wanted || m.rows == 0 || m.cols == 0) return;
-    void* p = reinterpret_cast<void*>(m.data);
-    if (is_page_locked(p)) return;
-    const std::size_t bytes = (static_cast<std::size_t>(m.rows - 1) * static_cast<std::size_t>(m.ld) +
-                               static_cast<std::size_t>(m.cols)) * elem;
-    try {
-      reg = host_registration(p, bytes);
-    } catch (const std::exception&) {
-      (void)cudaGetLastError();
-    }
-  }
-};
-
 template <class T>
 gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarity_request& r, job_progress& p, int device,
                    std::uintptr_t stream) {
@@ -100,10 +80,7 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
   if (r.budget_bytes > 0) o.budget = memory_budget(r.budget_bytes);
   o.devices = r.devices;
   o.max_panel_rows = r.max_panel_rows;
-  o.progress = [&p](const progress_info& i) {
-    p.update(i.tasks_done, i.tasks_total);
-    return !p.cancel.load();
-  };
+  o.progress = detail::forward_progress(p);
   pw::pair_report rep;
   o.report = &rep;
   if (device >= 0) {
@@ -112,8 +89,14 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
     stream_view(stream == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(stream)).synchronize();
   }
   const bool host_rows = device < 0;
-  const maybe_registered pin_a(ra, sizeof(T), host_rows && r.register_host);
-  const maybe_registered pin_b(rb ? *rb : rows_matrix{}, sizeof(T), host_rows && r.register_host && rb != nullptr);
+  const auto extent = [](const rows_matrix& m) {
+    return m.rows == 0 || m.cols == 0 ? std::size_t{0}
+                                      : (static_cast<std::size_t>(m.rows - 1) * static_cast<std::size_t>(m.ld) +
+                                         static_cast<std::size_t>(m.cols)) * sizeof(T);
+  };
+  const detail::maybe_registered pin_a(reinterpret_cast<void*>(ra.data), extent(ra), host_rows && r.register_host);
+  const detail::maybe_registered pin_b(rb ? reinterpret_cast<void*>(rb->data) : nullptr, rb ? extent(*rb) : 0,
+                                       host_rows && r.register_host);
   gram_result out;
   switch (r.kind) {
     case sink::topk: {
@@ -143,14 +126,7 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
       break;
     }
   }
-  const job_report& jr = rep.job;
-  out.summary.cancelled = jr.cancelled;
-  out.summary.tasks_total = jr.tasks_total;
-  out.summary.tasks_completed = jr.tasks_completed;
-  out.summary.completed = jr.completed;
-  out.summary.devices = jr.devices;
-  out.summary.elapsed_seconds = jr.elapsed_seconds;
-  out.summary.bytes_moved = jr.bytes_moved;
+  detail::summarize(out.summary, rep.job);
   return out;
 }
 
