@@ -3,8 +3,8 @@
 Rows, in one process on the same arrays (pageable NumPy memory, as a user has it; then the same in
 page-locked arrays from spillway.pinned_empty, for both):
 1. spillway.matmul(a, b, tf32=True, budget="8GiB") (float32 in and out, TF32 tensor cores), and
-   float16 in, float32 out; NumPy arrays page-locked for the call (the default), and staged
-   through pinned buffers by host threads (_register=False);
+   float16 in, float32 out; NumPy arrays page-locked for the call (the default), and with
+   some or none of them page-locked (the others staged through pinned buffers by host threads);
 2. PyTorch: torch.from_numpy(x).cuda() for A and B, torch.mm on the GPU (TF32 allowed; float16 in,
    float16 out), .cpu() of C — the whole route timed, and its torch.mm alone (CUDA events);
 3. spillway.matmul told nothing but the budget runs the plan it estimates for the device (see
@@ -80,10 +80,11 @@ def main():
                    args.reps)
     w = check(c, a, b, True, rng, "spillway tf32")
     row("spillway.matmul float32 (tf32=True)", med, f"moved {rep['bytes_moved'] / 1e9:.2f} GB, check {w:.3f}")
-    med, _ = timed(lambda: spillway.matmul(a, b, out=c, tf32=True, budget=args.budget, progress=False,
-                                           _register=False), args.reps)
-    w = check(c, a, b, True, rng, "spillway tf32 staged")
-    row("spillway.matmul float32 (tf32), NumPy staged", med, f"check {w:.3f}")
+    for mask, what in ((0, "staged"), (3, "A, B page-locked"), (2, "B page-locked")):
+        med, _ = timed(lambda: spillway.matmul(a, b, out=c, tf32=True, budget=args.budget, progress=False,
+                                               _register=mask), args.reps)
+        w = check(c, a, b, True, rng, "spillway tf32 " + what)
+        row(f"spillway.matmul float32 (tf32), NumPy {what}", med, f"check {w:.3f}")
 
     import torch
 
@@ -118,10 +119,11 @@ def main():
     med, _ = timed(lambda: spillway.matmul(a16, b16, out=c, budget=args.budget, progress=False, report=rep), args.reps)
     w = check(c, a16, b16, False, rng, "spillway float16")
     row("spillway.matmul float16 -> float32", med, f"moved {rep['bytes_moved'] / 1e9:.2f} GB, check {w:.3f}")
-    med, _ = timed(lambda: spillway.matmul(a16, b16, out=c, budget=args.budget, progress=False, _register=False),
-                   args.reps)
-    w = check(c, a16, b16, False, rng, "spillway float16 staged")
-    row("spillway.matmul float16 -> float32, NumPy staged", med, f"check {w:.3f}")
+    for mask, what in ((0, "staged"), (3, "A, B page-locked"), (2, "B page-locked")):
+        med, _ = timed(lambda: spillway.matmul(a16, b16, out=c, budget=args.budget, progress=False, _register=mask),
+                       args.reps)
+        w = check(c, a16, b16, False, rng, "spillway float16 " + what)
+        row(f"spillway.matmul float16 -> float32, NumPy {what}", med, f"check {w:.3f}")
     med, _ = timed(lambda: torch_route(a16, b16, torch.float16), args.reps)
     row("torch: .cuda(), mm (float16 out), .cpu()", med)
     # Page-locked arrays (spillway.pinned_empty): spillway's copies by DMA, torch's .cuda() too.

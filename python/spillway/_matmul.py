@@ -65,7 +65,7 @@ def matmul(
     progress=True,
     host_fallback: Optional[bool] = None,
     report: Optional[dict] = None,
-    _register: bool = True,
+    _register: Optional[int] = None,
 ):
     """``alpha * a @ b + beta * out`` of host arrays, streamed through the GPUs under a budget.
 
@@ -131,7 +131,7 @@ def matmul(
             warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
     res = run_with_progress(
         lambda bar: _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
-                                  bool(host_fallback), bool(_register), bar),
+                                  bool(host_fallback), 7 if _register is None else int(_register), bar),
         progress, "spillway.matmul", report)
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:

@@ -159,9 +159,10 @@ struct matmul_request {
   std::size_t budget_bytes = 0;  ///< 0: spillway's default (80% of free memory)
   std::vector<int> devices;
   bool host_fallback = false;  ///< with no GPU: the host GEMM, in row blocks
-  /// A, B and C not page-locked: page-lock them (cudaHostRegister) for the job, so their blocks
-  /// move by DMA; false leaves them pageable (staged by host threads).
-  bool register_host = true;
+  /// Which of A (bit 0), B (bit 1) and C (bit 2) to page-lock (cudaHostRegister) for the job
+  /// where they are not page-locked, so their blocks move by DMA; the others stay pageable
+  /// (staged by host threads).
+  unsigned register_mask = 7;
 };
 
 /// C = α·A·B + β·C of host matrices: gemm_out_of_core on the GPUs, or with no GPU and

@@ -75,9 +75,9 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
     const std::int64_t lines = m.row_major ? m.rows : m.cols, line = m.row_major ? m.cols : m.rows;
     return (static_cast<std::size_t>(lines - 1) * static_cast<std::size_t>(m.ld) + static_cast<std::size_t>(line)) * elem;
   };
-  const detail::maybe_registered pin_a(ha.data, extent(ha, sizeof(T)), r.register_host);
-  const detail::maybe_registered pin_b(hb.data, extent(hb, sizeof(T)), r.register_host);
-  const detail::maybe_registered pin_c(hc.data, extent(hc, sizeof(TC)), r.register_host);
+  const detail::maybe_registered pin_a(ha.data, extent(ha, sizeof(T)), (r.register_mask & 1u) != 0);
+  const detail::maybe_registered pin_b(hb.data, extent(hb, sizeof(T)), (r.register_mask & 2u) != 0);
+  const detail::maybe_registered pin_c(hc.data, extent(hc, sizeof(TC)), (r.register_mask & 4u) != 0);
   sg::ooc_options oo;
   if (r.budget_bytes > 0) oo.budget = memory_budget(r.budget_bytes);
   oo.devices = r.devices;

@@ -447,7 +447,7 @@ sp::host_matrix matrix_of(void* data, std::int64_t rows, std::int64_t cols, std:
 /// Returns {"report", "interrupted"}.
 nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::ndim<2>, nb::device::cpu>& c,
                      double alpha, double beta, bool tf32, std::size_t budget, const std::vector<int>& devices,
-                     bool host_fallback, bool register_host, const nb::object& progress) {
+                     bool host_fallback, unsigned register_mask, const nb::object& progress) {
   sp::matmul_request r;
   r.dtype = matmul_code(a.dtype());
   if (r.dtype == 0 || matmul_code(b.dtype()) != r.dtype) {
@@ -472,7 +472,7 @@ nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::n
   r.budget_bytes = budget;
   r.devices = devices;
   r.host_fallback = host_fallback;
-  r.register_host = register_host;
+  r.register_mask = register_mask;
   sp::job_progress p;
   sp::job_summary s;
   const bool interrupted = run_polled([&] { s = sp::run_matmul(ha, hb, hc, r, p); }, p, progress);
@@ -678,7 +678,7 @@ NB_MODULE(_core, m) {
       },
       "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
-        "host_fallback"_a, "register_host"_a, "progress"_a.none());
+        "host_fallback"_a, "register_mask"_a, "progress"_a.none());
   m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
         "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
         "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,
