@@ -20,6 +20,15 @@ RESULT_DTYPES = {
 }
 
 
+def _register_mask(dtype: np.dtype) -> int:
+    """Which operands the job page-locks where they are pageable (bit 0 A, 1 B, 2 C), by what ran
+    fastest from NumPy memory on the H200 (32768², 8 GiB budget, python/benchmarks/matmul_bench.py):
+    float16 all three (0.52 s; 0.60 s with A and B, 0.83 s with B, 1.52 s staged), float32 B only
+    (0.53 s; 0.66 s staged, 0.68 s with A and B, 0.81 s with all three: locking a 4-byte A or C
+    costs more than staging it). int8 follows float16 and float64 float32, by element size."""
+    return 7 if dtype.itemsize <= 2 else 2
+
+
 def _host_matrix(x, name: str) -> np.ndarray:
     if _arrays.is_device_array(x):
         raise TypeError(f"matmul: {name} is a device array; spillway.matmul multiplies host arrays larger than the "
@@ -36,10 +45,11 @@ def _host_matrix(x, name: str) -> np.ndarray:
 def pinned_empty(shape, dtype=np.float32, order: str = "C") -> np.ndarray:
     """An uninitialised NumPy array in page-locked host memory (``cudaHostAlloc``), C- or
     Fortran-ordered; ordinary memory where no GPU is usable. GPU copies of page-locked arrays run
-    by DMA at the link's full rate, where NumPy's own (pageable) memory is copied through pinned
-    staging buffers by host threads first: ``spillway.matmul`` of 32768² arrays on the H200 took
-    0.27 s (float32, ``tf32=True``) and 0.15-0.16 s (float16) from page-locked arrays, 0.71-0.73 s
-    and 1.45 s from NumPy's (python/benchmarks/matmul_bench.py). The memory is freed with the last
+    by DMA at the link's full rate, where NumPy's own (pageable) memory is page-locked for each
+    call or copied through pinned staging buffers by host threads: ``spillway.matmul`` of 32768²
+    arrays on the H200 took 0.27 s (float32, ``tf32=True``) and 0.15 s (float16) from page-locked
+    arrays, 0.53 s and 0.52 s from NumPy's (python/benchmarks/matmul_bench.py). The memory is freed
+    with the last
     array viewing it."""
     dt = np.dtype(dtype)
     if order not in ("C", "F"):
@@ -92,8 +102,9 @@ def matmul(
         raises RuntimeError instead.
     report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved).
 
-    NumPy memory is pageable: copies go through pinned staging buffers, several times slower than
-    the DMA of page-locked arrays (:func:`pinned_empty`). Ctrl-C cancels:
+    NumPy memory is pageable: the job page-locks the operands whose staging costs more than locking
+    them (``cudaHostRegister``, undone after; B for float32/float64, all three for float16/int8) and
+    copies the others through pinned staging buffers; arrays from :func:`pinned_empty` skip both. Ctrl-C cancels:
     :class:`spillway.Cancelled` carries the report (``completed_tasks``) and ``out``, whose
     completed blocks are written and the rest untouched.
     """
@@ -129,9 +140,10 @@ def matmul(
         host_fallback = not devs and _core.device_count() == 0
         if host_fallback:
             warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
+    mask = _register_mask(a.dtype) if _register is None else int(_register)
     res = run_with_progress(
         lambda bar: _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
-                                  bool(host_fallback), 7 if _register is None else int(_register), bar),
+                                  bool(host_fallback), mask, bar),
         progress, "spillway.matmul", report)
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import spillway
+from conftest import need
 
 SUPPORTED = [np.float32, np.float64, np.float16, np.int8]
 
@@ -173,6 +174,29 @@ def test_gpu_out_of_core_many_blocks_matches_numpy(gpu, rng):
         check(c, a, b)
         assert not rep["on_host"] and rep["devices"] and rep["tasks_total"] >= 9, rep
         assert rep["bytes_moved"] > 0
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED)
+def test_gpu_pageable_operands_page_locked_or_staged(gpu, rng, dtype):
+    """NumPy operands page-locked for the job (each subset of A, B, C) or staged: the same product,
+    and the caller's memory is pageable again afterwards."""
+    a = operand(rng, (1100, 600), dtype)
+    b = operand(rng, (600, 900), dtype)  # C-ordered: NumPy's layout, B MN-major
+    c0 = operand(rng, (1100, 900), {np.float16: np.float32, np.int8: np.int32}.get(dtype, dtype))
+    for mask in (0, 1, 2, 4, 7):
+        c = c0.copy()
+        mm(a, b, out=c, alpha=2.0, beta=-1.0, budget=6 << 20, _register=mask)
+        check(c, a, b, alpha=2.0, beta=-1.0, c0=c0)
+    c = c0.copy()
+    mm(a, b, out=c, alpha=2.0, beta=-1.0, budget=6 << 20)  # the default subset for the type
+    check(c, a, b, alpha=2.0, beta=-1.0, c0=c0)
+    import importlib.util
+
+    need(importlib.util.find_spec("cupy") is not None, "CuPy is not installed (it reads the pointers' attributes)")
+    import cupy
+
+    for x in (a, b, c):  # 0: cudaMemoryTypeUnregistered -- no registration outlived the job
+        assert cupy.cuda.runtime.pointerGetAttributes(x.ctypes.data).type == 0
 
 
 def test_gpu_tf32_within_its_bound(gpu, rng):
