@@ -26,6 +26,10 @@ def _dtype_code(name: str, bf16: bool, who: str, what: str) -> str:
     if name == "uint16":
         raise TypeError(f"{who}: {what} is uint16; if it holds bf16 bit patterns pass bf16=True "
                         "(or a.view(ml_dtypes.bfloat16))")
+    if name == "void16":
+        raise TypeError(f"{who}: {what} has a 2-byte void dtype (np.save writes ml_dtypes.bfloat16 arrays so, and "
+                        "np.load reads them back as void): if it holds bf16, pass a.view(ml_dtypes.bfloat16), or "
+                        "a.view(np.uint16) with bf16=True")
     code = _CODES.get(name)
     if code is None:
         hint = " (convert with .astype(np.float32))" if name in ("float64", "longdouble") else ""

@@ -455,6 +455,11 @@ def test_stream_transform_example(gpu, kind):
     assert "check: max relative error" in text and "ok" in text
 
 
+def test_knn_example_on_the_gpu(gpu):
+    text = _example("knn.py", "--rows", "30000", "--dim", "256", "--bf16", "--k", "16", "--budget", "64MiB")
+    assert "check: ok" in text and "devices [" in text
+
+
 def test_rk4_ensemble_example_plots(gpu, tmp_path):
     framework("cupy")
     need(importlib.util.find_spec("matplotlib") is not None, "matplotlib is not installed")

@@ -627,6 +627,8 @@ def test_rk4_refusals(call, message):
         ("cooccurrence.py", ["--rows", "400", "--cols", "700", "--k", "5"]),
         ("rk4_ensemble.py", ["--systems", "50", "--steps", "500", "--png", "{tmp}/lorenz.png"]),
         ("stream_transform.py", ["--rows", "100000", "--budget", "8MiB"]),  # GPU: test_gpu.py checks it ran
+        ("knn.py", ["--rows", "1500", "--dim", "48", "--k", "8", "--metric", "euclidean"]),
+        ("knn.py", ["--rows", "1200", "--dim", "40", "--bf16", "--out", "{tmp}/nn"]),
     ],
 )
 def test_examples_run(tmp_path, script, args):
@@ -636,6 +638,24 @@ def test_examples_run(tmp_path, script, args):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     print(out.stdout)
+
+
+def test_knn_example_reads_a_npy_and_writes_the_lists(tmp_path, rng):
+    import ml_dtypes
+
+    emb = rng.standard_normal((700, 33)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "emb.npy", emb)
+    env = dict(os.environ)
+    env["PYTHONWARNINGS"] = "ignore"
+    out = subprocess.run([sys.executable, str(ROOT / "python/examples/knn.py"), str(tmp_path / "emb.npy"), "--k", "5",
+                          "--metric", "ip", "--out", str(tmp_path / "nn")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "memory-mapped" in out.stdout and "check: ok" in out.stdout
+    idx, sc = np.load(tmp_path / "nn_indices.npy"), np.load(tmp_path / "nn_scores.npy")
+    assert idx.shape == sc.shape == (700, 5) and idx.dtype == np.int64 and sc.dtype == np.float32
+    e64 = emb.astype(np.float64)
+    np.testing.assert_allclose(sc[:, 0], (e64 * e64[idx[:, 0]]).sum(1), rtol=1e-5, atol=1e-4)
 
 
 def test_cooccurrence_example_reads_a_npy(tmp_path, rng):

@@ -265,6 +265,8 @@ def test_bad_rows_are_refused(rng):
         sim(a, bf16=True)
     with pytest.raises(TypeError, match="int32"):
         sim(a.astype(np.int32))
+    with pytest.raises(TypeError, match=r"2-byte void dtype .* a.view\(ml_dtypes.bfloat16\)"):
+        sim(a.astype(ml_dtypes.bfloat16).view("V2"))
     with pytest.raises(ValueError, match=r"must be 2-D .* a\[None, :\]"):
         sim(a[0])
     with pytest.raises(ValueError, match="must be contiguous"):
