@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
 
 import spillway
+from _timing import timed
 
 
 # The other ways for NumPy memory (the default: B page-locked for float32, all three for float16;
@@ -33,16 +33,6 @@ MASKS = {
     np.float32: ((0, "staged"), (3, "A, B page-locked"), (7, "A, B, C page-locked")),
     np.float16: ((0, "staged"), (3, "A, B page-locked"), (2, "B page-locked")),
 }
-
-
-def timed(fn, reps):
-    fn()
-    secs = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        secs.append(time.perf_counter() - t0)
-    return statistics.median(secs), secs
 
 
 def check(c, a, b, tf32, rng, what):

@@ -30,17 +30,8 @@ import ml_dtypes
 import numpy as np
 
 import spillway
+from _timing import timed
 from spillway import _core
-
-
-def timed(fn, reps):
-    fn()
-    secs = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        secs.append(time.perf_counter() - t0)
-    return statistics.median(secs), secs
 
 
 def exact_scores(a, sample):
