@@ -152,18 +152,24 @@ def _row_ld(d: _arrays.DeviceArray) -> int:
     return d.strides[0] if rows > 1 else cols
 
 
-def _device_matrix(x, stream, who: str) -> _arrays.DeviceArray:
+def _device_rows(x, stream, who: str, what: str = "a") -> _arrays.DeviceArray:
+    """A 2-D device array whose rows are contiguous (column stride 1, row stride >= cols)."""
     d = _arrays.device_array(x, stream)
     if len(d.shape) != 2:
-        raise ValueError(f"{who}: a must be 2-D (rows, cols); got shape {d.shape}")
-    if d.dtype not in ("uint8", "int8", "bool"):
-        raise ValueError(f"{who}: device input must be bool, uint8 or int8 0/1 data; got {d.dtype}")
+        raise ValueError(f"{who}: {what} must be 2-D (rows, cols); got shape {d.shape}")
     rows, cols = d.shape
     if cols > 1 and d.strides[1] != 1:
-        raise ValueError(f"{who}: the rows of a device array must be contiguous (column stride 1); got strides "
-                         f"{d.strides} (elements): make it contiguous first")
+        raise ValueError(f"{who}: the rows of device array {what} must be contiguous (column stride 1); got "
+                         f"strides {d.strides} (elements): make it contiguous first")
     if rows > 1 and d.strides[0] < cols:
-        raise ValueError(f"{who}: row stride {d.strides[0]} is smaller than the {cols} columns")
+        raise ValueError(f"{who}: {what}'s row stride {d.strides[0]} is smaller than its {cols} columns")
+    return d
+
+
+def _device_matrix(x, stream, who: str) -> _arrays.DeviceArray:
+    d = _device_rows(x, stream, who)
+    if d.dtype not in ("uint8", "int8", "bool"):
+        raise ValueError(f"{who}: device input must be bool, uint8 or int8 0/1 data; got {d.dtype}")
     return d
 
 

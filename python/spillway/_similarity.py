@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _arrays, _core
 from ._errors import warn_host_fallback
-from ._gram import SINKS, _budget_bytes, _check_sink_args, _gpu, _pairwise_out, _scipy_coo
+from ._gram import SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld, _scipy_coo
 from ._progress import run_with_progress
 
 METRICS = ("cosine", "ip", "euclidean")
@@ -58,19 +58,10 @@ def _host_rows(x, bf16: bool, what: str):
     return a, code, ld
 
 
-def _device_rows(x, stream, bf16: bool, what: str):
-    d = _arrays.device_array(x, stream)
-    if len(d.shape) != 2:
-        raise ValueError(f"similarity: {what} must be 2-D (rows, dims); got shape {d.shape}")
-    code = _dtype_code(d.dtype, bf16, "similarity", what)
-    rows, cols = d.shape
-    if cols > 1 and d.strides[1] != 1:
-        raise ValueError(f"similarity: the rows of device array {what} must be contiguous (column stride 1); got "
-                         f"strides {d.strides} (elements): make it contiguous first")
-    if rows > 1 and d.strides[0] < cols:
-        raise ValueError(f"similarity: {what}'s row stride {d.strides[0]} is smaller than its {cols} columns")
-    ld = d.strides[0] if rows > 1 else max(cols, 1)
-    return d, code, ld
+def _device_similarity_rows(x, stream, bf16: bool, what: str):
+    d = _device_rows(x, stream, "similarity", what)
+    ld = _row_ld(d) if d.shape[0] > 1 else max(d.shape[1], 1)
+    return d, _dtype_code(d.dtype, bf16, "similarity", what), ld
 
 
 def similarity(
@@ -152,10 +143,10 @@ def similarity(
                          f"{'GPU' if a_dev else 'host'} and b on the {'GPU' if b_dev else 'host'}")
     da = None
     if a_dev:
-        da, code, ld = _device_rows(a, stream, bf16, "a")
+        da, code, ld = _device_similarity_rows(a, stream, bf16, "a")
         ptr, (n, d), device, strm = da.ptr, da.shape, da.device, da.stream
         if b is not None:
-            db, code_b, b_ld = _device_rows(b, stream if stream is not None else da.stream, bf16, "b")
+            db, code_b, b_ld = _device_similarity_rows(b, stream if stream is not None else da.stream, bf16, "b")
             if db.device != device:
                 raise ValueError(f"similarity: a is on GPU {device} but b on GPU {db.device}; in-core jobs need one GPU")
             b_ptr, b_rows, b_cols = db.ptr, db.shape[0], db.shape[1]

@@ -57,6 +57,13 @@ owned_buffer dense_output(std::size_t n, bool pinned) {
   return b;
 }
 
+/// Bytes from the first element of `lines` lines of `line` elements, `ld` elements apart, to the
+/// last one: what a strided matrix spans in memory (0 when it has no elements).
+inline std::size_t span_bytes(std::int64_t lines, std::int64_t line, std::int64_t ld, std::size_t elem) {
+  if (lines <= 0 || line <= 0) return 0;
+  return (static_cast<std::size_t>(lines - 1) * static_cast<std::size_t>(ld) + static_cast<std::size_t>(line)) * elem;
+}
+
 /// Page-locks a caller's host memory for one job where it is not page-locked already, so GPU
 /// copies of it run by DMA at the link's rate (no staging copy by host threads); undone when the
 /// job ends. Where the driver refuses (a read-only file mapping, the locked-memory limit, a range

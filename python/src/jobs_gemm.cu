@@ -71,9 +71,7 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
   // NumPy memory is pageable: page-locked for the job, the blocks move by DMA instead of through
   // host threads' staging copies (see host_job.hpp; where refused, the staging path runs).
   const auto extent = [](const host_matrix& m, std::size_t elem) {
-    if (m.rows == 0 || m.cols == 0) return std::size_t{0};
-    const std::int64_t lines = m.row_major ? m.rows : m.cols, line = m.row_major ? m.cols : m.rows;
-    return (static_cast<std::size_t>(lines - 1) * static_cast<std::size_t>(m.ld) + static_cast<std::size_t>(line)) * elem;
+    return m.row_major ? detail::span_bytes(m.rows, m.cols, m.ld, elem) : detail::span_bytes(m.cols, m.rows, m.ld, elem);
   };
   const detail::maybe_registered pin_a(ha.data, extent(ha, sizeof(T)), (r.register_mask & 1u) != 0);
   const detail::maybe_registered pin_b(hb.data, extent(hb, sizeof(T)), (r.register_mask & 2u) != 0);

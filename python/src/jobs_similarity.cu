@@ -5,8 +5,6 @@
 #include "host_job.hpp"
 #include "jobs.hpp"
 
-#include <spillway/core/device.hpp>
-#include <spillway/core/stream.hpp>
 #include <spillway/gemm/similarity.cuh>
 
 #include <cuda_bf16.h>
@@ -83,17 +81,10 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
   o.progress = detail::forward_progress(p);
   pw::pair_report rep;
   o.report = &rep;
-  if (device >= 0) {
-    // Device rows: the caller's pending writes to them come first (the job runs on its own streams).
-    device_guard g(device);
-    stream_view(stream == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(stream)).synchronize();
-  }
+  // Device rows: the caller's pending writes to them come first (the job runs on its own streams).
+  if (device >= 0) stream_synchronize(stream, device);
   const bool host_rows = device < 0;
-  const auto extent = [](const rows_matrix& m) {
-    return m.rows == 0 || m.cols == 0 ? std::size_t{0}
-                                      : (static_cast<std::size_t>(m.rows - 1) * static_cast<std::size_t>(m.ld) +
-                                         static_cast<std::size_t>(m.cols)) * sizeof(T);
-  };
+  const auto extent = [](const rows_matrix& m) { return detail::span_bytes(m.rows, m.cols, m.ld, sizeof(T)); };
   const detail::maybe_registered pin_a(reinterpret_cast<void*>(ra.data), extent(ra), host_rows && r.register_host);
   const detail::maybe_registered pin_b(rb ? reinterpret_cast<void*>(rb->data) : nullptr, rb ? extent(*rb) : 0,
                                        host_rows && r.register_host);
