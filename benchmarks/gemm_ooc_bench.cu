@@ -760,6 +760,12 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     const auto one = results().find("float/out_of_core");
     if (devices.size() > 1 && one != results().end()) state.counters["speedup_vs_1gpu"] = one->second / med;
   }
+  for (std::size_t d = 0; d < rep.job.devices.size() && rep.job.devices.size() > 1; ++d) {
+    // How the blocks and their bytes were split over the devices' copy links.
+    const std::string dev = "dev" + std::to_string(rep.job.devices[d]);
+    state.counters[dev + "_blocks"] = static_cast<double>(rep.job.tasks_per_device[d]);
+    state.counters[dev + "_GB"] = static_cast<double>(rep.job.bytes_per_device[d]) * 1e-9;
+  }
   state.SetLabel(rep.plan.describe() + "; check: 64 entries, worst err/bound " + std::to_string(worst));
 }
 

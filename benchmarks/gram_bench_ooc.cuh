@@ -10,6 +10,12 @@
 //   - the copy-engine floor: the triangle's bytes copied device→host into the same pinned output
 //     with nothing else running (no schedule can beat it).
 // Rates count only the required work: rows·(rows+1)/2·cols bit-MACs.
+//
+// Two GPUs (the argument `gpus` = 2; skipped with the reason where fewer are visible): the same
+// jobs over devices {0, 1}, each device's D2H link carrying the strips it computed (the counters
+// give each device's strips and bytes: the report's split), against the two-link floor — each
+// device copies half the triangle's bytes into its half of the same pinned output at once, timed
+// from the first copy's issue to the last device's completion.
 #pragma once
 
 #include <spillway/core.hpp>
@@ -17,8 +23,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -83,21 +91,56 @@ void ooc_time(benchmark::State& state, Call&& call) {
   }
 }
 
-inline bool ooc_skip(benchmark::State& state) {
+inline bool ooc_skip(benchmark::State& state, int gpus = 1) {
   if (device_count() == 0) {
     state.SkipWithError(("no CUDA GPU: " + no_gpu_reason()).c_str());
+    return true;
+  }
+  if (device_count() < gpus) {
+    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(device_count()) +
+                         " visible (run on nvidia-h200-x2)")
+                            .c_str());
     return true;
   }
   return false;
 }
 
+inline std::vector<int> ooc_devices(int gpus) {
+  std::vector<int> d;
+  for (int i = 0; i < gpus; ++i) d.push_back(i);
+  return d;
+}
+
+/// The NUMA node the kernel lists for the device's PCI function (−1: none or unknown).
+inline int ooc_numa_node(int device) {
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) return -1;
+  std::string id(bus);
+  for (char& ch : id) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (id.size() > 12) id = id.substr(id.size() - 12);  // dddd:bb:dd.f
+  std::ifstream f("/sys/bus/pci/devices/" + id + "/numa_node");
+  int node = -1;
+  if (!(f >> node)) return -1;
+  return node;
+}
+
+/// Each device's strips and bytes (the report's split), as counters.
+inline void ooc_split_counters(benchmark::State& state, const gram::gram_report& rep) {
+  for (std::size_t d = 0; d < rep.job.devices.size() && rep.job.devices.size() > 1; ++d) {
+    const std::string dev = "dev" + std::to_string(rep.job.devices[d]);
+    state.counters[dev + "_strips"] = static_cast<double>(rep.job.tasks_per_device[d]);
+    state.counters[dev + "_GB"] = static_cast<double>(rep.job.bytes_per_device[d]) * 1e-9;
+  }
+}
+
 inline void BM_gram_ooc_triangle(benchmark::State& state) {
-  if (ooc_skip(state)) return;
+  const int gpus = static_cast<int>(state.range(1));
+  if (ooc_skip(state, gpus)) return;
   const auto& a = ooc_matrix();
   auto& out = ooc_triangle();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = {0};
+  o.devices = ooc_devices(gpus);
   o.slots_per_device = static_cast<std::size_t>(state.range(0));
   gram::gram_report rep;
   o.report = &rep;
@@ -108,41 +151,69 @@ inline void BM_gram_ooc_triangle(benchmark::State& state) {
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
   state.counters["strip_rows"] = static_cast<double>(rep.plan.panel_rows);
   state.counters["resident"] = rep.plan.resident ? 1 : 0;
-  state.SetLabel(o.slots_per_device == 1 ? "baseline: row slices without overlap (1 slot)" : "spillway (overlapped)");
+  ooc_split_counters(state, rep);
+  state.SetLabel(o.slots_per_device == 1 ? "baseline: row slices without overlap (1 slot)"
+                 : gpus > 1             ? "spillway, two GPUs"
+                                        : "spillway (overlapped)");
 }
 
 inline void BM_gram_ooc_d2h_floor(benchmark::State& state) {
-  if (ooc_skip(state)) return;
+  const int gpus = static_cast<int>(state.range(0));
+  if (ooc_skip(state, gpus)) return;
   auto& out = ooc_triangle();
-  stream s;
   const std::size_t chunk = std::size_t{1} << 30;
-  device_buffer<std::byte> src(chunk, s.view());
-  src.fill_bytes_async(0x5A, s.view());
   auto* dst = reinterpret_cast<std::byte*>(out.data());
   const std::size_t total = out.size_bytes();
+  // Device d copies bytes [d·total/gpus, (d+1)·total/gpus) of the output (from a 1 GiB source of
+  // its own, on a stream of its own); all devices at once.
+  std::vector<std::unique_ptr<stream>> streams;
+  std::vector<device_buffer<std::byte>> src;
+  for (int d = 0; d < gpus; ++d) {
+    device_guard g(d);
+    streams.push_back(std::make_unique<stream>(d));
+    src.emplace_back(chunk, streams.back()->view());
+    src.back().fill_bytes_async(0x5A, streams.back()->view());
+  }
   auto copy_all = [&] {
-    for (std::size_t off = 0; off < total; off += chunk) {
-      const std::size_t b = std::min(chunk, total - off);
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst + off, src.data(), b, cudaMemcpyDeviceToHost, s.value()));
+    for (int d = 0; d < gpus; ++d) {
+      device_guard g(d);
+      const std::size_t b0 = total / static_cast<std::size_t>(gpus) * static_cast<std::size_t>(d),
+                        b1 = d + 1 == gpus ? total : total / static_cast<std::size_t>(gpus) * static_cast<std::size_t>(d + 1);
+      for (std::size_t off = b0; off < b1; off += chunk) {
+        const std::size_t b = std::min(chunk, b1 - off);
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst + off, src[static_cast<std::size_t>(d)].data(), b,
+                                          cudaMemcpyDeviceToHost, streams[static_cast<std::size_t>(d)]->value()));
+      }
     }
-    s.synchronize();
+    for (auto& st : streams) st->synchronize();
   };
   copy_all();
-  for (auto _ : state) {
-    event_timer t(s.view());
-    copy_all();
-    state.SetIterationTime(static_cast<double>(t.stop()) * 1e-3);
+  if (gpus == 1) {
+    for (auto _ : state) {
+      event_timer t(streams[0]->view());
+      copy_all();
+      state.SetIterationTime(static_cast<double>(t.stop()) * 1e-3);
+    }
+  } else {
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      copy_all();
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    for (int d = 0; d < gpus; ++d) state.counters["numa_node_dev" + std::to_string(d)] = ooc_numa_node(d);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(total) * state.iterations());
-  state.SetLabel("floor: the triangle's bytes device->pinned host, nothing else");
+  state.SetLabel(gpus == 1 ? "floor: the triangle's bytes device->pinned host, nothing else"
+                           : "floor: half the triangle's bytes from each of two devices at once, nothing else");
 }
 
 inline void BM_gram_ooc_topk(benchmark::State& state) {
-  if (ooc_skip(state)) return;
+  const int gpus = static_cast<int>(state.range(0));
+  if (ooc_skip(state, gpus)) return;
   const auto& a = ooc_matrix();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = {0};
+  o.devices = ooc_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
   gram::topk_options k;
@@ -153,7 +224,8 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   state.counters["bitMAC/s"] =
       benchmark::Counter(ooc_required_macs() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
-  state.SetLabel("top-k k=32, counts, diagonal excluded");
+  ooc_split_counters(state, rep);
+  state.SetLabel(gpus > 1 ? "top-k k=32, counts, diagonal excluded, two GPUs" : "top-k k=32, counts, diagonal excluded");
 }
 
 /// Sum over the upper triangle with the diagonal of A·Aᵀ counts, from A's column popcounts:
@@ -190,11 +262,12 @@ inline unsigned long long ooc_count_checksum() {
 /// null sink that reduces every count to a checksum on the device (pairwise sink_kind::checksum).
 /// The row that top-k is measured against; the checksum is checked against the host.
 inline void BM_gram_ooc_bare(benchmark::State& state) {
-  if (ooc_skip(state)) return;
+  const int gpus = static_cast<int>(state.range(0));
+  if (ooc_skip(state, gpus)) return;
   const auto& a = ooc_matrix();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = {0};
+  o.devices = ooc_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
   unsigned long long sum = 0;
@@ -235,10 +308,11 @@ inline void BM_gram_pack_host(benchmark::State& state) {
   state.SetLabel("pack_bits uint8 -> bits (includes the output allocation)");
 }
 
-BENCHMARK(BM_gram_ooc_triangle)->Arg(3)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(BM_gram_ooc_d2h_floor)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(BM_gram_ooc_bare)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(BM_gram_ooc_topk)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+// Args: triangle {slots, gpus}; the others {gpus}.
+BENCHMARK(BM_gram_ooc_triangle)->Args({3, 1})->Args({1, 1})->Args({3, 2})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_gram_ooc_d2h_floor)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_gram_ooc_bare)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_gram_ooc_topk)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_gram_pack_host)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace spillway::gram_ooc_bench

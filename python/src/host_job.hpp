@@ -87,6 +87,8 @@ inline void summarize(job_summary& s, const job_report& r) {
   s.tasks_completed = r.tasks_completed;
   s.completed = r.completed;
   s.devices = r.devices;
+  s.tasks_per_device = r.tasks_per_device;
+  s.bytes_per_device = r.bytes_per_device;
   s.elapsed_seconds = r.elapsed_seconds;
   s.bytes_moved = r.bytes_moved;
 }

@@ -34,6 +34,8 @@ struct job_summary {
   std::size_t tasks_completed = 0;
   std::vector<bool> completed;
   std::vector<int> devices;
+  std::vector<std::size_t> tasks_per_device;
+  std::vector<std::size_t> bytes_per_device;
   double elapsed_seconds = 0;
   std::size_t bytes_moved = 0;
 };

@@ -73,6 +73,8 @@ nb::dict summary_dict(const sp::job_summary& s) {
     if (s.completed[i]) done.append(i);
   d["completed_tasks"] = done;
   d["devices"] = s.devices;
+  d["tasks_per_device"] = s.tasks_per_device;
+  d["bytes_per_device"] = s.bytes_per_device;
   d["elapsed_seconds"] = s.elapsed_seconds;
   d["bytes_moved"] = s.bytes_moved;
   return d;

@@ -90,6 +90,10 @@ def test_two_gpus(gpu, rng):
     rep = {}
     full = g(a, devices=[0, 1], max_panel_rows=128, report=rep)
     assert sorted(rep["devices"]) == [0, 1]
+    # How the strips and their bytes were split over the two devices' copy links.
+    assert len(rep["tasks_per_device"]) == 2 and sum(rep["tasks_per_device"]) == rep["tasks_completed"]
+    assert len(rep["bytes_per_device"]) == 2 and sum(rep["bytes_per_device"]) == rep["bytes_moved"]
+    assert min(rep["bytes_per_device"]) > 0
     np.testing.assert_array_equal(full, reference(a, None, "counts"))
 
 

@@ -401,12 +401,31 @@ TEST(GramMultiGpu, TwoDevicesGiveIdenticalResults) {
   host_gram_dense(a.view(), want.data(), triangle_layout::full);
   EXPECT_EQ(got, want);
   EXPECT_EQ(rep.job.devices.size(), 2u);
+  // How the strips' bytes went over the two copy links.
+  ASSERT_EQ(rep.job.bytes_per_device.size(), 2u);
+  EXPECT_GT(rep.job.bytes_per_device[0], 0u);
+  EXPECT_GT(rep.job.bytes_per_device[1], 0u);
+  EXPECT_EQ(rep.job.bytes_per_device[0] + rep.job.bytes_per_device[1], rep.job.bytes_moved);
   topk_options k;
   k.k = 20;
-  const auto t = gram_topk<std::int32_t>(a.view(), k, o);
   const auto w = host_gram_topk<std::int32_t>(a.view(), k);
-  EXPECT_EQ(t.indices, w.indices);
-  EXPECT_EQ(t.values, w.values);
+  // The second device's lists merge into the first's: into its free slot lists (3 slots) or a
+  // buffer of their own (1 slot).
+  for (const std::size_t slots : {std::size_t{3}, std::size_t{1}}) {
+    o.slots_per_device = slots;
+    const auto t = gram_topk<std::int32_t>(a.view(), k, o);
+    EXPECT_EQ(rep.job.tasks_per_device.size(), 2u);
+    EXPECT_GT(rep.job.tasks_per_device[1], 0u) << "slots " << slots;
+    EXPECT_EQ(t.indices, w.indices) << "slots " << slots;
+    EXPECT_EQ(t.values, w.values) << "slots " << slots;
+  }
+  // Similarity scores (float) and the diagonal kept, on the two devices.
+  k.include_diagonal = true;
+  o.epilogue = metric::jaccard;
+  const auto tj = gram_topk<float>(a.view(), k, o);
+  const auto wj = host_gram_topk<float>(a.view(), k, metric::jaccard);
+  EXPECT_EQ(tj.indices, wj.indices);
+  EXPECT_EQ(tj.values, wj.values);
 }
 
 TEST(GramErrorsGpu, BadInputsThrowLogicErrorAndLeaveOutputUntouched) {

@@ -104,6 +104,8 @@ TEST(TaskPipelineGpu, EveryTaskOnceResultsAtTheirOffsets) {
   EXPECT_EQ(r.bytes_moved, 2 * job.n * 4);
   ASSERT_EQ(r.tasks_per_device.size(), 1u);
   EXPECT_EQ(r.tasks_per_device[0], 37u);
+  ASSERT_EQ(r.bytes_per_device.size(), 1u);
+  EXPECT_EQ(r.bytes_per_device[0], r.bytes_moved);
   EXPECT_EQ(r.slots_per_device, 3u);
   for (std::size_t t = 0; t < job.tasks(); ++t) {
     EXPECT_EQ(completions[t], 1) << "task " << t;
@@ -349,6 +351,10 @@ TEST(TaskPipelineGpu, TwoDevicesShareTheTasks) {
   EXPECT_GT(r.tasks_per_device[0], 0u);
   EXPECT_GT(r.tasks_per_device[1], 0u);
   EXPECT_EQ(r.tasks_per_device[0] + r.tasks_per_device[1], job.tasks());
+  ASSERT_EQ(r.bytes_per_device.size(), 2u);
+  EXPECT_GT(r.bytes_per_device[0], 0u);
+  EXPECT_GT(r.bytes_per_device[1], 0u);
+  EXPECT_EQ(r.bytes_per_device[0] + r.bytes_per_device[1], r.bytes_moved);
   for (std::size_t t = 0; t < job.tasks(); ++t) {
     EXPECT_NE(device_of[t], -1);
     EXPECT_TRUE(job.task_correct(t)) << t;

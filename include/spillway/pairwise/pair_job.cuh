@@ -649,76 +649,62 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
   // Each device merges its slots' lists on the device; only one n x k list per device comes back.
   const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   topk_result<V> r = job.topk_host.valid() ? job.topk_host.get() : empty_topk<V>(n, k);
-  if (job.ctx.size() == 1) {
-    // One device: its merged lists are the result, sorted as the host sorts them; the device
-    // writes them out as values and indices straight into the result.
-    auto& c = *job.ctx[0];
-    device_guard g(c.device);
-    const stream_view s = c.setup->view();
-    auto* st = reinterpret_cast<topk_entry<V>*>(c.topk_state.data());
-    const int slots = static_cast<int>(c.topk_state.size() / sizeof(topk_entry<V>) / per_slot);
-    if (slots > 1) {
-      with_larger(larger, [&](auto L) {
-        topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, slots,
-                                                                                        static_cast<std::int64_t>(per_slot));
-      });
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
-    }
-    device_buffer<V> dv(per_slot, s);
-    device_buffer<std::int64_t> di(per_slot, s);
-    topk_export_kernel<V><<<elementwise_grid(static_cast<std::int64_t>(per_slot)), 256, 0, s.value()>>>(
-        st, static_cast<std::int64_t>(per_slot), dv.data(), di.data());
+  using entry = topk_entry<V>;
+  // Merges a device's slot lists into its first (in place, on its setup stream).
+  const auto merge_slots = [&](entry* st, int lists, stream_view s) {
+    if (lists < 2) return;
+    with_larger(larger, [&](auto L) {
+      topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, lists,
+                                                                                      static_cast<std::int64_t>(per_slot));
+    });
     SPILLWAY_CUDA_TRY(cudaGetLastError());
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per_slot * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
-    SPILLWAY_CUDA_TRY(
-        cudaMemcpyAsync(r.indices.data(), di.data(), per_slot * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
-    s.synchronize();
-    return r;
+  };
+  const auto slots_of = [&](const auto& c) {
+    return static_cast<int>(c.topk_state.size() / sizeof(entry) / per_slot);
+  };
+  // Every device merges its own slots; the other devices' lists then go to the first device (peer
+  // copies of 12 bytes x k per row) into the slot lists its merge freed, or a buffer of their own
+  // when it has fewer slots than there are devices, and are merged there. The first device's
+  // merged lists are the result, sorted as the host sorts them: a kernel writes them out as values
+  // and indices straight into the result's vectors.
+  const std::size_t nd = job.ctx.size();
+  for (std::size_t d = 1; d < nd; ++d) {
+    auto& c = *job.ctx[d];
+    device_guard g(c.device);
+    merge_slots(reinterpret_cast<entry*>(c.topk_state.data()), slots_of(c), c.setup->view());
   }
-  std::vector<std::vector<topk_entry<V>>> lists;
-  for (auto& c : job.ctx) {
-    device_guard g(c->device);
-    const stream_view s = c->setup->view();
-    auto* st = reinterpret_cast<topk_entry<V>*>(c->topk_state.data());
-    const int slots = static_cast<int>(c->topk_state.size() / sizeof(topk_entry<V>) / per_slot);
-    if (slots > 1) {
-      with_larger(larger, [&](auto L) {
-        topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, slots,
-                                                                                        static_cast<std::int64_t>(per_slot));
-      });
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
+  auto& c0 = *job.ctx[0];
+  device_guard g(c0.device);
+  const stream_view s = c0.setup->view();
+  entry* st = reinterpret_cast<entry*>(c0.topk_state.data());
+  merge_slots(st, slots_of(c0), s);
+  device_buffer<std::byte> gathered;
+  if (nd > 1) {
+    if (static_cast<std::size_t>(slots_of(c0)) < nd) {
+      gathered = device_buffer<std::byte>(nd * per_slot * sizeof(entry), s);
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data(), st, per_slot * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
+      st = reinterpret_cast<entry*>(gathered.data());
     }
-    std::vector<topk_entry<V>> h(per_slot);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h.data(), st, per_slot * sizeof(topk_entry<V>), cudaMemcpyDeviceToHost, s.value()));
-    s.synchronize();
-    lists.push_back(std::move(h));
-  }
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-  {
-    std::vector<topk_entry<V>> cand;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (std::int64_t i = 0; i < n; ++i) {
-      cand.clear();
-      for (const auto& h : lists)
-        for (int t = 0; t < k; ++t) {
-          const topk_entry<V>& e = h[static_cast<std::size_t>(i * k + t)];
-          if (e.c != INT_MAX) cand.push_back(e);
-        }
-      const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), cand.size());
-      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kk), cand.end(),
-                        [&](const topk_entry<V>& x, const topk_entry<V>& y) {
-                          return topk_better(larger, x.v, static_cast<std::int64_t>(x.c), y.v, static_cast<std::int64_t>(y.c));
-                        });
-      for (std::size_t t = 0; t < kk; ++t) {
-        r.values[static_cast<std::size_t>(i * k) + t] = cand[t].v;
-        r.indices[static_cast<std::size_t>(i * k) + t] = cand[t].c;
+    for (std::size_t d = 1; d < nd; ++d) {
+      auto& c = *job.ctx[d];
+      {
+        device_guard gd(c.device);
+        c.setup->synchronize();  // its merge is done before its lists are read
       }
+      SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(st + d * per_slot, c0.device, c.topk_state.data(), c.device,
+                                            per_slot * sizeof(entry), s.value()));
     }
+    merge_slots(st, static_cast<int>(nd), s);
   }
+  device_buffer<V> dv(per_slot, s);
+  device_buffer<std::int64_t> di(per_slot, s);
+  topk_export_kernel<V><<<elementwise_grid(static_cast<std::int64_t>(per_slot)), 256, 0, s.value()>>>(
+      st, static_cast<std::int64_t>(per_slot), dv.data(), di.data());
+  SPILLWAY_CUDA_TRY(cudaGetLastError());
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per_slot * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
+  SPILLWAY_CUDA_TRY(
+      cudaMemcpyAsync(r.indices.data(), di.data(), per_slot * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
+  s.synchronize();
   return r;
 }
 

@@ -37,6 +37,9 @@ struct job_report {
   double elapsed_seconds = 0.0;
   std::vector<int> devices;                 ///< the devices used
   std::vector<std::size_t> tasks_per_device;  ///< how many tasks each of `devices` completed
+  /// Host↔device bytes of the tasks each of `devices` completed (they sum to bytes_moved): how
+  /// the traffic was split over the devices' copy links.
+  std::vector<std::size_t> bytes_per_device;
   std::size_t slots_per_device = 0;
   std::size_t device_bytes_per_device = 0;  ///< slot memory allocated on each device
 

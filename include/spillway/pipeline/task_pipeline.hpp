@@ -169,6 +169,7 @@ struct task_job_state {
   int failed_device = -1;
   std::string failed_where;
   std::vector<std::size_t> per_device;
+  std::vector<std::size_t> bytes_per_device;
 
   void fail(std::exception_ptr e, std::size_t task, int device, const char* where) {
     std::lock_guard<std::mutex> l(mutex);
@@ -288,6 +289,7 @@ class task_runner {
       ++st_.done;
       st_.bytes += s.bytes_;
       ++st_.per_device[di_];
+      st_.bytes_per_device[di_] += s.bytes_;
     }
     st_.cv.notify_all();
     return true;
@@ -438,6 +440,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
   st.total = n_tasks;
   st.completed.assign(n_tasks, false);
   st.per_device.assign(devices.size(), 0);
+  st.bytes_per_device.assign(devices.size(), 0);
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
   bool cancelled = false;
@@ -503,6 +506,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
   r.bytes_moved = st.bytes;
   r.devices = devices;
   r.tasks_per_device = st.per_device;
+  r.bytes_per_device = st.bytes_per_device;
   r.slots_per_device = slots;
   r.device_bytes_per_device = slots * per_slot;
   r.elapsed_seconds = elapsed();

@@ -489,6 +489,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   jr.completed.assign(static_cast<std::size_t>(strips), false);
   jr.devices = {dev};
   jr.tasks_per_device = {0};
+  jr.bytes_per_device = {0};
   jr.slots_per_device = 1;
   jr.device_bytes_per_device = L.bytes;
   if (opt.report != nullptr) *opt.report = rep;
@@ -597,6 +598,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
     if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who, "A");
   }
   jr.bytes_moved = bytes_in;
+  jr.bytes_per_device[0] = bytes_in;
 
   // The strips. Merge arguments that stay the same; per chunk the rest is set.
   fused_merge_args<T> ma;
