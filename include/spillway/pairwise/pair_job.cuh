@@ -279,9 +279,10 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
 }
 
 /// Makes panels [first, last) of the resident operand available on `s` (copying those this
-/// device does not have yet, highest first, with their aux values).
+/// device does not have yet, highest first, with their aux values). Returns the bytes it copied
+/// in (counted with the strip that first needed them).
 template <class V, class P>
-void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c, std::int64_t first, std::int64_t last,
+std::size_t ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c, std::int64_t first, std::int64_t last,
                    stream_view s) {
   const bool col_b = !job.symmetric;
   const std::int64_t rows = job.prod.rows(col_b);
@@ -289,6 +290,7 @@ void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c
   const std::size_t rb = job.prod.row_bytes();
   auto* aux = col_b ? c.aux_b.data() : c.aux_a.data();
   std::lock_guard<std::mutex> l(c.m);
+  std::size_t moved = 0;
   for (std::int64_t J = last - 1; J >= first; --J) {
     const auto j = static_cast<std::size_t>(J);
     if (c.uploaded[j]) {
@@ -297,13 +299,14 @@ void ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c
     }
     const std::int64_t r0 = J * P_, r1 = std::min(r0 + P_, rows);
     std::byte* dst = c.resident.data() + static_cast<std::size_t>(r0) * rb;
-    (void)job.prod.upload(col_b, r0, r1 - r0, dst, s);
+    moved += job.prod.upload(col_b, r0, r1 - r0, dst, s);
     SPILLWAY_FAULT_LAUNCHED("the producer's upload of a resident panel");
     job.prod.aux_async(col_b, dst, r1 - r0, aux + r0, s);
     SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of a resident panel");
     c.ready[j].record(s);
     c.uploaded[j] = 1;
   }
+  return moved;
 }
 
 /// The producer's product kernels of a device run one after the other across its slots, while
@@ -355,9 +358,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
     job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
     SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of the strip's rows");
     a_dev = dst;
-    if (p.resident) ensure_panels(job, c, 0, p.b_panels, s);
+    if (p.resident) moved += ensure_panels(job, c, 0, p.b_panels, s);
   } else if (p.resident) {
-    ensure_panels(job, c, I, p.strips, s);
+    moved += ensure_panels(job, c, I, p.strips, s);
     a_dev = c.resident_rows + static_cast<std::size_t>(I0) * rb;
   } else {
     auto* dst = slot.device<std::byte>(p.buf_own);
