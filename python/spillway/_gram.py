@@ -241,7 +241,8 @@ def gram(
         the work is ordered on; default the framework's current stream.
     host_fallback : with no GPU, run the host implementation (default: yes, with a
         :class:`HostFallbackWarning` once); False raises RuntimeError instead.
-    report : a dict to fill with what the job did (tasks, devices, seconds, bytes moved).
+    report : a dict to fill with what the job did (tasks, devices, seconds, bytes moved; with
+        several devices ``tasks_per_device`` and ``bytes_per_device`` give the split).
 
     Returns NumPy arrays for host input and arrays of the input's framework for device input
     (device input runs in core on its GPU: "full"/"triangle"/"condensed" are written into a new

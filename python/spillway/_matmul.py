@@ -100,7 +100,8 @@ def matmul(
     host_fallback : with no GPU, run the host GEMM (default: yes, with a
         :class:`HostFallbackWarning` once; float32 is then exact even with ``tf32=True``); False
         raises RuntimeError instead.
-    report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved).
+    report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved; per device
+        in ``tasks_per_device`` and ``bytes_per_device``).
 
     NumPy memory is pageable: the job page-locks the operands whose staging costs more than locking
     them (``cudaHostRegister``, undone after; B for float32/float64, all three for float16/int8) and

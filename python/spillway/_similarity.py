@@ -118,7 +118,8 @@ def similarity(
         current stream); spillway waits for it, then runs on its own streams and returns when done.
     host_fallback : with no GPU, run the host implementation in double (default: yes, with a
         :class:`HostFallbackWarning` once); False raises RuntimeError instead.
-    report : a dict to fill with what the job did (strips, devices, seconds, bytes moved).
+    report : a dict to fill with what the job did (strips, devices, seconds, bytes moved; per device
+        in ``tasks_per_device`` and ``bytes_per_device``).
 
     Scores are float32. Results are NumPy arrays for host input; for device input the top-k
     lists and dense results are arrays of the input's framework on its GPU (threshold: a SciPy COO

@@ -114,7 +114,8 @@ def stream(
         raise ValueError(f"stream: slots must be a positive integer, got {slots!r}")
     if units == 0:
         return {"tasks_total": 0, "tasks_completed": 0, "cancelled": False, "completed_tasks": [], "devices": [],
-                "elapsed_seconds": 0.0, "bytes_moved": 0, "on_host": False}
+                "elapsed_seconds": 0.0, "bytes_moved": 0, "on_host": False,
+                "tasks_per_device": [], "bytes_per_device": []}
     if _core.device_count() == 0:
         raise RuntimeError(f"spillway.stream needs a GPU, and there is none: {_core.no_gpu_reason()} (fn runs GPU "
                            "code on device arrays; there is no host form)")

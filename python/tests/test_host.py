@@ -331,6 +331,11 @@ def test_report_is_filled(rng):
     quiet_gram(random01(rng, 50, 50), report=rep, _host_block_rows=10)
     assert rep["tasks_completed"] == rep["tasks_total"] > 0
     assert rep["on_host"] == (not spillway.gpu_available())
+    # The split over the devices: one entry per device, summing to the job's totals (none on the host).
+    assert len(rep["tasks_per_device"]) == len(rep["bytes_per_device"]) == len(rep["devices"])
+    if rep["devices"]:
+        assert sum(rep["tasks_per_device"]) == rep["tasks_completed"]
+        assert sum(rep["bytes_per_device"]) == rep["bytes_moved"] > 0
 
 
 # ---- errors -------------------------------------------------------------------------------------

@@ -981,6 +981,11 @@ TEST(OutOfCoreGemmGpu, TwoGpus) {
   ASSERT_EQ(rep.job.devices.size(), 2u);
   EXPECT_GT(rep.job.tasks_per_device[0], 0u);
   EXPECT_GT(rep.job.tasks_per_device[1], 0u);
+  // Each device's blocks' copies went over its own link: the split sums to the job's bytes.
+  ASSERT_EQ(rep.job.bytes_per_device.size(), 2u);
+  EXPECT_GT(rep.job.bytes_per_device[0], 0u);
+  EXPECT_GT(rep.job.bytes_per_device[1], 0u);
+  EXPECT_EQ(rep.job.bytes_per_device[0] + rep.job.bytes_per_device[1], rep.job.bytes_moved);
   cs.beta_zero = false;
   cs.pinned = true;
   ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, gemm_options{}, seed + 1, &rep)));
