@@ -32,7 +32,8 @@
 # Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
 # names to split further. Every binary runs under `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s,
 # SANITIZER_TIMEOUT 240 s, BENCH_TIMEOUT 400 s), so a hang fails instead of eating the command.
-# Environment: GPUBIN (default gpubin), SANITIZER_FILTER (gtest filter for the
+# Environment: SPILLWAY_COMMIT (the commit the header names, where the machine's .git copy lags the
+# working tree it was sent; default $GPUBIN/COMMIT, then git), GPUBIN (default gpubin), SANITIZER_FILTER (gtest filter for the
 # sanitizer runs, default excludes tests tagged Large), BENCH_REPS (default 5), BENCH_FILTER.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -358,7 +359,7 @@ case $mode in
 esac
 
 echo
-echo "==== spillway gpu-check: $mode on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F), commit $(cat "$GPUBIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null) ===="
+echo "==== spillway gpu-check: $mode on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F), commit ${SPILLWAY_COMMIT:-$(cat "$GPUBIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)} ===="
 for line in "${summary[@]}"; do echo "$line"; done
 echo "status: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
 exit $status
