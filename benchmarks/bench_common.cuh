@@ -1,11 +1,13 @@
 // Shared helpers for spillway's benchmarks: CUDA-event timing fed to Google Benchmark's manual
-// time, and a "no GPU" skip.
+// time, the "no GPU" / "too few GPUs" skips, and the per-device split of a job's report.
 #pragma once
 
 #include <spillway/core.hpp>
+#include <spillway/pipeline/job.hpp>
 
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 namespace spillway::bench {
@@ -17,6 +19,36 @@ inline bool skip_without_gpu(benchmark::State& state) {
     return true;
   }
   return false;
+}
+
+/// True (and the benchmark marked skipped with the reason) when fewer than `gpus` GPUs are visible.
+inline bool skip_without_gpus(benchmark::State& state, int gpus) {
+  if (skip_without_gpu(state)) return true;
+  if (device_count() < gpus) {
+    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(device_count()) +
+                         " visible (run on nvidia-h200-x2)")
+                            .c_str());
+    return true;
+  }
+  return false;
+}
+
+/// Devices 0 .. gpus − 1.
+inline std::vector<int> first_devices(int gpus) {
+  std::vector<int> d;
+  for (int i = 0; i < gpus; ++i) d.push_back(i);
+  return d;
+}
+
+/// With several devices, how the job split over them: counters dev<d>_<unit> (its tasks) and
+/// dev<d>_GB (its host<->device bytes), from the scheduler's report.
+inline void split_counters(benchmark::State& state, const job_report& r, const char* unit) {
+  if (r.devices.size() < 2) return;
+  for (std::size_t d = 0; d < r.devices.size(); ++d) {
+    const std::string dev = "dev" + std::to_string(r.devices[d]);
+    state.counters[dev + "_" + unit] = static_cast<double>(r.tasks_per_device[d]);
+    state.counters[dev + "_GB"] = static_cast<double>(r.bytes_per_device[d]) * 1e-9;
+  }
 }
 
 /// Runs `work(stream)` once per benchmark iteration, timed with CUDA events on `s` (after one

@@ -760,12 +760,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
     const auto one = results().find("float/out_of_core");
     if (devices.size() > 1 && one != results().end()) state.counters["speedup_vs_1gpu"] = one->second / med;
   }
-  for (std::size_t d = 0; d < rep.job.devices.size() && rep.job.devices.size() > 1; ++d) {
-    // How the blocks and their bytes were split over the devices' copy links.
-    const std::string dev = "dev" + std::to_string(rep.job.devices[d]);
-    state.counters[dev + "_blocks"] = static_cast<double>(rep.job.tasks_per_device[d]);
-    state.counters[dev + "_GB"] = static_cast<double>(rep.job.bytes_per_device[d]) * 1e-9;
-  }
+  spillway::bench::split_counters(state, rep.job, "blocks");
   state.SetLabel(rep.plan.describe() + "; check: 64 entries, worst err/bound " + std::to_string(worst));
 }
 
@@ -783,17 +778,10 @@ void bm_in_core(benchmark::State& state, kind kd) {
 }
 
 void bm_out_of_core(benchmark::State& state, kind kd, int gpus, const variant& v = {}) {
-  if (spillway::bench::skip_without_gpu(state)) return;
-  if (spillway::device_count() < gpus) {
-    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " +
-                         std::to_string(spillway::device_count()) + " visible (run on nvidia-h200-x2)")
-                            .c_str());
-    return;
-  }
+  if (spillway::bench::skip_without_gpus(state, gpus)) return;
   try {
     host_set& h = host();
-    std::vector<int> devices;
-    for (int d = 0; d < gpus; ++d) devices.push_back(d);
+    const std::vector<int> devices = spillway::bench::first_devices(gpus);
     if (kd == kind::bf16)
       out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, v);
     else

@@ -22,6 +22,8 @@
 #include <spillway/core.hpp>
 #include <spillway/gram.cuh>
 
+#include "bench_common.cuh"
+
 #include <benchmark/benchmark.h>
 
 #include <cctype>
@@ -92,26 +94,6 @@ void ooc_time(benchmark::State& state, Call&& call) {
   }
 }
 
-inline bool ooc_skip(benchmark::State& state, int gpus = 1) {
-  if (device_count() == 0) {
-    state.SkipWithError(("no CUDA GPU: " + no_gpu_reason()).c_str());
-    return true;
-  }
-  if (device_count() < gpus) {
-    state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(device_count()) +
-                         " visible (run on nvidia-h200-x2)")
-                            .c_str());
-    return true;
-  }
-  return false;
-}
-
-inline std::vector<int> ooc_devices(int gpus) {
-  std::vector<int> d;
-  for (int i = 0; i < gpus; ++i) d.push_back(i);
-  return d;
-}
-
 /// The NUMA node the kernel lists for the device's PCI function (−1: none or unknown).
 inline int ooc_numa_node(int device) {
   char bus[32] = {};
@@ -125,23 +107,14 @@ inline int ooc_numa_node(int device) {
   return node;
 }
 
-/// Each device's strips and bytes (the report's split), as counters.
-inline void ooc_split_counters(benchmark::State& state, const gram::gram_report& rep) {
-  for (std::size_t d = 0; d < rep.job.devices.size() && rep.job.devices.size() > 1; ++d) {
-    const std::string dev = "dev" + std::to_string(rep.job.devices[d]);
-    state.counters[dev + "_strips"] = static_cast<double>(rep.job.tasks_per_device[d]);
-    state.counters[dev + "_GB"] = static_cast<double>(rep.job.bytes_per_device[d]) * 1e-9;
-  }
-}
-
 inline void BM_gram_ooc_triangle(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(1));
-  if (ooc_skip(state, gpus)) return;
+  if (bench::skip_without_gpus(state, gpus)) return;
   const auto& a = ooc_matrix();
   auto& out = ooc_triangle();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = ooc_devices(gpus);
+  o.devices = bench::first_devices(gpus);
   o.slots_per_device = static_cast<std::size_t>(state.range(0));
   gram::gram_report rep;
   o.report = &rep;
@@ -152,7 +125,7 @@ inline void BM_gram_ooc_triangle(benchmark::State& state) {
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
   state.counters["strip_rows"] = static_cast<double>(rep.plan.panel_rows);
   state.counters["resident"] = rep.plan.resident ? 1 : 0;
-  ooc_split_counters(state, rep);
+  bench::split_counters(state, rep.job, "strips");
   state.SetLabel(o.slots_per_device == 1 ? "baseline: row slices without overlap (1 slot)"
                  : gpus > 1             ? "spillway, two GPUs"
                                         : "spillway (overlapped)");
@@ -161,7 +134,7 @@ inline void BM_gram_ooc_triangle(benchmark::State& state) {
 inline void BM_gram_ooc_d2h_floor(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
   const int per_device = static_cast<int>(state.range(1));
-  if (ooc_skip(state, gpus)) return;
+  if (bench::skip_without_gpus(state, gpus)) return;
   auto& out = ooc_triangle();
   // One stream per device copies 1 GiB pieces; several streams per device take 256 MiB pieces in
   // turn (as the job's slots do). Device d copies bytes [d·total/gpus, (d+1)·total/gpus) of the
@@ -208,11 +181,11 @@ inline void BM_gram_ooc_d2h_floor(benchmark::State& state) {
 
 inline void BM_gram_ooc_topk(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
-  if (ooc_skip(state, gpus)) return;
+  if (bench::skip_without_gpus(state, gpus)) return;
   const auto& a = ooc_matrix();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = ooc_devices(gpus);
+  o.devices = bench::first_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
   gram::topk_options k;
@@ -223,7 +196,7 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   state.counters["bitMAC/s"] =
       benchmark::Counter(ooc_required_macs() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
-  ooc_split_counters(state, rep);
+  bench::split_counters(state, rep.job, "strips");
   state.SetLabel(gpus > 1 ? "top-k k=32, counts, diagonal excluded, two GPUs" : "top-k k=32, counts, diagonal excluded");
 }
 
@@ -262,11 +235,11 @@ inline unsigned long long ooc_count_checksum() {
 /// The row that top-k is measured against; the checksum is checked against the host.
 inline void BM_gram_ooc_bare(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
-  if (ooc_skip(state, gpus)) return;
+  if (bench::skip_without_gpus(state, gpus)) return;
   const auto& a = ooc_matrix();
   gram::gram_options o;
   o.budget = memory_budget(8_GiB);
-  o.devices = ooc_devices(gpus);
+  o.devices = bench::first_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
   unsigned long long sum = 0;

@@ -123,16 +123,11 @@ spillway::transform_options options(std::size_t budget, std::vector<int> devices
 
 // The pipeline. args: budget GiB, pinned (1) or pageable (0) inputs and output, devices (1 or 2).
 void BM_transform(benchmark::State& state) {
-  if (spillway::bench::skip_without_gpu(state)) return;
   const std::size_t budget = static_cast<std::size_t>(state.range(0)) << 30;
   const bool pinned = state.range(1) != 0;
   const int ndev = static_cast<int>(state.range(2));
-  if (spillway::device_count() < ndev) {
-    state.SkipWithError(("needs " + std::to_string(ndev) + " GPUs").c_str());
-    return;
-  }
-  std::vector<int> devs;
-  for (int d = 0; d < ndev; ++d) devs.push_back(d);
+  if (spillway::bench::skip_without_gpus(state, ndev)) return;
+  const std::vector<int> devs = spillway::bench::first_devices(ndev);
   auto& d = data();
   double* c = pinned ? d.pc.data() : d.vc.get();
   const double* a = pinned ? d.pa.data() : d.va.get();
@@ -155,10 +150,7 @@ void BM_transform(benchmark::State& state) {
   state.counters["chunks"] = benchmark::Counter(static_cast<double>(warm.tasks_total));
   state.counters["slot_MiB"] =
       benchmark::Counter(static_cast<double>(warm.device_bytes_per_device) / warm.slots_per_device / (1 << 20));
-  if (ndev > 1) {
-    state.counters["chunks_dev0"] = benchmark::Counter(static_cast<double>(warm.tasks_per_device[0]));
-    state.counters["chunks_dev1"] = benchmark::Counter(static_cast<double>(warm.tasks_per_device[1]));
-  }
+  spillway::bench::split_counters(state, warm, "chunks");
 }
 
 __global__ void multiply_kernel(const double* a, const double* b, double* c, std::size_t n) {
