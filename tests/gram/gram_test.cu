@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -272,6 +273,55 @@ TEST(GramTopKGpu, WideStripsEveryPathMatchHost) {
       }
     }
   }
+}
+
+// The mirrored side of A·Aᵀ top-k: the rows pass proposes, per column, the values that reach
+// the column's bar, and only columns whose candidates overflow (bars still empty or masses of
+// ties) are read in full. Random rows over many strips take the proposals almost everywhere;
+// identical rows (every score tied) overflow every column group. Both against the host, for a
+// larger-is-better and a smaller-is-better metric and for 4- and 8-byte scores.
+TEST(GramTopKGpu, MirroredCandidatesAndFullColumns) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-topk-mirror");
+  const std::int64_t n = 3000, cols = 3000, P = 128;
+  std::int64_t groups = 0;  // column groups of the mirrored side over every strip
+  for (std::int64_t i0 = 0; i0 < n; i0 += P) groups += (n - std::min(i0 + P, n) + 31) / 32;
+  const bit_matrix a = pack_bits(random_bits(n, cols, 0.5, seed), n, cols);
+  for (int kk : {32, 64}) {
+    topk_options k;
+    k.k = kk;
+    gram_options o;
+    o.max_panel_rows = P;
+    gram_report rep;
+    o.report = &rep;
+    check_topk<std::int32_t>(a, k, o, "counts");
+    ASSERT_EQ(rep.plan.panel_rows, P);
+    EXPECT_GE(rep.topk_full_column_groups, 0);
+    EXPECT_LT(rep.topk_full_column_groups, groups / 2)
+        << "random rows: most column groups should take only their proposed candidates (of " << groups << ")";
+    std::printf("k %d: %lld of %lld column groups read in full\n", kk,
+                static_cast<long long>(rep.topk_full_column_groups), static_cast<long long>(groups));
+    o.epilogue = metric::hamming;  // smaller is better
+    check_topk<std::int32_t>(a, k, o, "hamming");
+    EXPECT_LT(rep.topk_full_column_groups, groups / 2);
+    o.epilogue = metric::cosine;
+    check_topk<double>(a, k, o, "cosine double");
+    o.epilogue = metric::jaccard;
+    check_topk<float>(a, k, o, "jaccard");
+  }
+  // Every row the same: every score ties, every column's candidates overflow.
+  std::vector<std::uint8_t> same = random_bits(1, cols, 0.5, seed + 1);
+  std::vector<std::uint8_t> rows(static_cast<std::size_t>(n * cols));
+  for (std::int64_t i = 0; i < n; ++i) std::copy(same.begin(), same.end(), rows.begin() + i * cols);
+  const bit_matrix t = pack_bits(rows, n, cols);
+  topk_options k;
+  k.k = 32;
+  gram_options o;
+  o.max_panel_rows = P;
+  gram_report rep;
+  o.report = &rep;
+  check_topk<std::int32_t>(t, k, o, "all tied");
+  EXPECT_EQ(rep.topk_full_column_groups, groups);
 }
 
 TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {

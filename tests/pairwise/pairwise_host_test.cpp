@@ -39,6 +39,13 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   EXPECT_EQ(p.topk_state_bytes, 10000u * 32u * 8u);
   EXPECT_EQ(p.buf_a, pw::pair_plan::none);
   EXPECT_EQ(p.buf_scratch, pw::pair_plan::none) << "top-k scores are written in place: no scratch";
+  // A·Aᵀ top-k: a key per row for the mirrored side's bars, and per slot the candidate places of
+  // the widest strip's columns.
+  EXPECT_EQ(p.topk_bar_bytes, 10000u * 4u);
+  ASSERT_NE(p.buf_cand, pw::pair_plan::none);
+  EXPECT_EQ(p.slot_buffers[p.buf_cand], pw::detail::topk_mirror_bytes(10000, 4));
+  EXPECT_EQ(pw::detail::topk_mirror_bytes(10000, 4),
+            40192u + 10000u * static_cast<std::size_t>(pw::detail::topk_mirror_cap) * 8u);
   EXPECT_LE(p.total_bytes(), r.budget_bytes);
   // Below the resident operand: streamed, two panel buffers per slot, still within the budget.
   r.budget_bytes = 12u << 20;
@@ -55,6 +62,8 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   EXPECT_TRUE(d.resident);
   EXPECT_EQ(d.resident_bytes, 0u);
   EXPECT_EQ(d.buf_a, pw::pair_plan::none);
+  EXPECT_EQ(d.buf_cand, pw::pair_plan::none) << "A·Bᵀ has no mirrored side";
+  EXPECT_EQ(d.topk_bar_bytes, 0u);
   // Dense triangle from a GEMM: one more P x W strip for the scatter.
   r.operands_on_device = false;
   r.symmetric = true;
@@ -70,6 +79,8 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   const pw::pair_plan e = pw::make_pair_plan(r, "test");
   EXPECT_EQ(e.slot_buffers[0], static_cast<std::size_t>(e.panel_rows) * 10000u * 8u);
   EXPECT_EQ(e.topk_state_bytes, 10000u * 32u * 16u);
+  EXPECT_EQ(e.topk_bar_bytes, 10000u * 8u);
+  EXPECT_EQ(e.slot_buffers[e.buf_cand], pw::detail::topk_mirror_bytes(10000, 8));
   // Too small: the message starts with the job's name and states the minimum.
   r.budget_bytes = 1000;
   try {

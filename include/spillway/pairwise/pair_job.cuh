@@ -72,6 +72,11 @@ struct pair_report {
   std::size_t budget_bytes = 0;
   bool symmetric = true;  ///< A·Aᵀ: the strips run from the last to the first
   std::int64_t rows = 0;  ///< rows of A
+  /// A·Aᵀ top-k: the groups of 32 columns whose mirrored side was read in full from a strip's
+  /// scores because a column's candidates overflowed its places (its bar still too low to filter);
+  /// the others took only the candidates the rows pass proposed. −1 for other jobs. Set when the
+  /// result is collected.
+  std::int64_t topk_full_column_groups = -1;
   /// The strip task t computed (job.completed[t] ⇔ that strip's output is complete).
   [[nodiscard]] std::int64_t strip_of_task(std::size_t t) const noexcept {
     return symmetric ? plan.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
@@ -167,6 +172,8 @@ struct pair_device_ctx {
   std::vector<event> ready;
   std::mutex m;
   device_buffer<std::byte> topk_state;  // slots x rows_a x k entries
+  device_buffer<std::byte> topk_bar;    // A·Aᵀ top-k: a key per row (topk_mirror), over all slots
+  device_buffer<unsigned long long> topk_full;  // column groups read in full (topk_cols_kernel)
   device_buffer<unsigned long long> checksum;  // checksum sink: 1024 partial sums
   std::unique_ptr<event> products_done;        // the last product kernel on this device (chained_compute)
 };
@@ -267,6 +274,12 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
               reinterpret_cast<topk_entry<V>*>(c->topk_state.data()), static_cast<std::int64_t>(n));
         });
         SPILLWAY_CUDA_TRY(cudaGetLastError());
+      }
+      c->topk_full = device_buffer<unsigned long long>(1, s);
+      SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->topk_full.data(), 0, 8u, s.value()));
+      if (p.topk_bar_bytes > 0) {
+        c->topk_bar = device_buffer<std::byte>(p.topk_bar_bytes, s);
+        SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->topk_bar.data(), 0, p.topk_bar_bytes, s.value()));
       }
     }
     if (job.sink == sink_kind::checksum) {
@@ -483,15 +496,31 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       auto* st = reinterpret_cast<topk_entry<V>*>(c.topk_state.data()) +
                  slot.index() * static_cast<std::size_t>(n) * static_cast<std::size_t>(job.topk.k);
       const bool skip_diag = sym && !job.topk.include_diagonal;
+      // A·Aᵀ: the rows kernel also proposes each column's mirrored candidates (those reaching the
+      // column's bar), and the columns kernel offers them, reading in full only the column groups
+      // whose bars are too low to filter.
+      topk_mirror<V> m;
+      if (sym) {
+        std::byte* area = slot.device<std::byte>(p.buf_cand);
+        m.bar = reinterpret_cast<topk_key<V>*>(c.topk_bar.data());
+        m.x_begin = PI;
+        m.count = reinterpret_cast<int*>(area);
+        m.cand = reinterpret_cast<topk_entry<V>*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)));
+        m.cap = topk_mirror_cap;
+        if (W > PI) {
+          SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
+              cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
+        }
+      }
       with_larger(job.prod.larger(), [&](auto L) {
         constexpr bool larger = decltype(L)::value;
         topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
-                                                                          job.topk.k);
+                                                                          job.topk.k, m);
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         if (sym && W > PI) {
           const std::int64_t groups = (W - PI + 31) / 32;
-          topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 65535)), 1024, 0, s.value()>>>(
-              sc_buf, PI, W, I0, PI, st, job.topk.k);
+          topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 528)), 1024, 0, s.value()>>>(
+              sc_buf, PI, W, I0, PI, st, job.topk.k, m, c.topk_full.data());
           SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         }
       });
@@ -675,6 +704,14 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
     auto& c = *job.ctx[d];
     device_guard g(c.device);
     merge_slots(reinterpret_cast<entry*>(c.topk_state.data()), slots_of(c), c.setup->view());
+  }
+  if (job.symmetric && job.opt.report != nullptr) {
+    std::int64_t full = 0;
+    for (auto& c : job.ctx) {
+      device_guard g(c->device);
+      full += static_cast<std::int64_t>(c->topk_full.to_host(c->setup->view())[0]);
+    }
+    job.opt.report->topk_full_column_groups = full;
   }
   auto& c0 = *job.ctx[0];
   device_guard g(c0.device);

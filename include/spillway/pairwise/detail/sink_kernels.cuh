@@ -150,6 +150,31 @@ __device__ __forceinline__ bool topk_better_dev(V av, std::int32_t ac, V bv, std
   return (Larger ? av > bv : av < bv) || (av == bv && ac < bc);
 }
 
+/// A column's bar: a key no candidate below which can enter that row's final list. Scores map to
+/// unsigned keys in the order of "better" (a larger key is a better score, −0.0 as +0.0), so one
+/// atomicMax raises a bar for either direction. 0 (every score passes) until a list of the row
+/// holds k entries; the k-th of any list of the row is a valid bar from then on (lists only
+/// improve, and a row's lists together hold each (row, column) pair at most once).
+template <class V>
+using topk_key = std::conditional_t<sizeof(V) <= 4, unsigned, unsigned long long>;
+
+template <class V, bool Larger>
+__device__ __forceinline__ topk_key<V> topk_key_of(V v) {
+  using K = topk_key<V>;
+  K u;
+  if constexpr (std::is_floating_point_v<V>) {
+    const V z = v == V{} ? V{} : v;  // −0.0 ties +0.0 in the lists
+    static_assert(sizeof(V) == sizeof(K), "float or double scores");
+    std::memcpy(&u, &z, sizeof u);
+    constexpr K sign = K{1} << (8 * sizeof(K) - 1);
+    u = (u & sign) ? ~u : (u | sign);
+  } else {
+    static_assert(std::is_integral_v<V> && (std::is_signed_v<V> || sizeof(V) < sizeof(K)), "integer scores");
+    u = static_cast<K>(static_cast<std::make_signed_t<K>>(v)) ^ (K{1} << (8 * sizeof(K) - 1));
+  }
+  return Larger ? u : ~u;
+}
+
 /// A warp's sorted list of up to 64 entries: lane l holds places l and l + 32. A candidate that
 /// beats the k-th place is inserted by counting the places that beat it (two ballots) and
 /// shifting the rest down one place with shuffles; the lists stay sorted best first, ties by
@@ -230,6 +255,24 @@ __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
   }
 }
 
+/// The mirrored side of a symmetric strip's top-k, for the rows kernel to fill: local column x ≥
+/// `x_begin` of the strip (global row col0 + x) takes the values of its column whose key reaches
+/// `bar[col0 + x]`; each column has `cap` places in `cand` (x − x_begin)·cap.. and a count in
+/// `count` (zero before the strip; a count above cap means "read the column in full").
+template <class V>
+struct topk_mirror {
+  topk_key<V>* bar = nullptr;  ///< per global row; nullptr: no mirrored side, no bars kept
+  std::int64_t x_begin = 0;
+  int* count = nullptr;
+  topk_entry<V>* cand = nullptr;
+  int cap = 0;
+};
+
+template <class V, bool Larger>
+__device__ __forceinline__ void topk_raise_bar(topk_key<V>* bar, std::int64_t row, const warp_topk<V, Larger>& t) {
+  if (bar != nullptr && t.lane == 0 && t.wc != INT_MAX) atomicMax(bar + row, topk_key_of<V, Larger>(t.wv));
+}
+
 /// Rows of a score strip: row r (global row0 + r) takes candidates s[r * w + x] with global column
 /// col0 + x, x ≥ x_begin; the diagonal is skipped unless asked for. One warp per row.
 ///
@@ -237,12 +280,32 @@ __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
 /// (rarely taken) inserts: a strip has only as many warps as rows (2,048 per strip of the
 /// 100,000-row job), and with 4-byte loads, four per lane, they kept too few bytes in flight to
 /// stream the strip from HBM.
+///
+/// With `m.bar` set (a symmetric strip) the same pass also serves the mirrored side: each value
+/// of a column x ≥ m.x_begin that reaches that column's bar is appended to the column's
+/// candidates (topk_cols_kernel then offers only those), and each row's bar is raised to its
+/// list's k-th place at the end. The bars of a strip's columns are read 16 bytes per lane where
+/// they line up with the scores.
 template <class V, bool Larger>
 __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
-                                 std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k) {
+                                 std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k,
+                                 topk_mirror<V> m = {}) {
+  using K = topk_key<V>;
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x & 31u);
+  const bool mirror = m.bar != nullptr && m.x_begin < w;
+  const std::int64_t xm = mirror ? m.x_begin : w;
+  const K* bar = mirror ? m.bar + col0 : nullptr;  // bar[x]: local column x's
+  // A value of local column x (≥ xm) that may enter column x's list: appended to its candidates.
+  const auto propose = [&](std::int64_t x, V v, K b, std::int64_t r) {
+    if (x >= xm && topk_key_of<V, Larger>(v) >= b) {
+      const std::int64_t q = x - xm;
+      if (*reinterpret_cast<volatile int*>(m.count + q) > m.cap) return;  // already read in full
+      const int at = atomicAdd(m.count + q, 1);
+      if (at < m.cap) m.cand[q * m.cap + at] = topk_entry<V>{v, static_cast<std::int32_t>(row0 + r)};
+    }
+  };
   for (std::int64_t r = warp; r < rows; r += nwarps) {
     warp_topk<V, Larger> t;
     topk_entry<V>* st = state + (row0 + r) * k;
@@ -259,23 +322,58 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
         const bool in = lane < head;
         const V v = in ? row[lane] : V{};
         t.offer(in && lane != diag, v, static_cast<std::int32_t>(col0 + lane));
+        if (mirror && in) propose(lane, v, bar[lane], r);
       }
       const uint4* q = reinterpret_cast<const uint4*>(row + head);
+      // The bars line up with the scores when column `head` starts a 16-byte group of bars.
+      const bool bar_vec = mirror && ((reinterpret_cast<std::uintptr_t>(bar + head) & 15u) == 0);
       std::int64_t x0 = head;
       for (; x0 + 1024 <= w; x0 += 1024, q += 256) {
         uint4 u[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) u[i] = q[32 * i + lane];
+        const bool any_m = mirror && x0 + 1024 > xm;
+        uint4 b[8] = {};
+        if (any_m && bar_vec) {
+          const uint4* bq = reinterpret_cast<const uint4*>(bar + x0);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) b[i] = bq[32 * i + lane];
+        }
+        // A screen first, a compare per value, into this lane's masks of the 32 values it holds:
+        // those not worse than the row list's k-th place (the exact offer decides; ties too), and
+        // those reaching their column's bar. Then the row's offers take one masked value per lane
+        // per round (a round per value the busiest lane holds, not one per value of every lane),
+        // each re-read from L1; the order of the offers does not change the list.
+        unsigned row_hits = 0, col_hits = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const unsigned e[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
+          const unsigned be[4] = {b[i].x, b[i].y, b[i].z, b[i].w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const std::int64_t x = x0 + 128 * i + 4 * lane + j;
             V v;
             std::memcpy(&v, &e[j], sizeof v);
-            t.offer(x != diag, v, static_cast<std::int32_t>(col0 + x));
+            if (Larger ? !(v < t.wv) : !(v > t.wv)) row_hits |= 1u << (4 * i + j);
+            if (any_m) {
+              const K bk = bar_vec ? static_cast<K>(be[j]) : bar[x0 + 128 * i + 4 * lane + j];
+              if (topk_key_of<V, Larger>(v) >= bk) col_hits |= 1u << (4 * i + j);
+            }
           }
+        }
+        const auto x_of = [&](int h) { return x0 + 128 * (h >> 2) + 4 * lane + (h & 3); };
+        while (__any_sync(0xFFFFFFFFu, row_hits != 0u)) {
+          const bool has = row_hits != 0u;
+          const int h = has ? __ffs(static_cast<int>(row_hits)) - 1 : 0;
+          row_hits &= row_hits - 1u;
+          const std::int64_t x = x_of(h);
+          const V v = has ? row[x] : V{};
+          t.offer(has && x != diag, v, static_cast<std::int32_t>(col0 + x));
+        }
+        while (col_hits != 0u) {
+          const int h = __ffs(static_cast<int>(col_hits)) - 1;
+          col_hits &= col_hits - 1u;
+          const std::int64_t x = x_of(h);
+          propose(x, row[x], bar[x], r);
         }
       }
       x_vec = x0;
@@ -294,19 +392,27 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
       for (int u = 0; u < 4; ++u) {
         const std::int64_t x = x0 + 32 * u + lane;
         t.offer(in[u] && x != diag, v[u], static_cast<std::int32_t>(col0 + x));
+        if (mirror && in[u]) propose(x, v[u], bar[x], r);
       }
     }
     t.store(st);
+    topk_raise_bar(m.bar, row0 + r, t);
   }
 }
 
 /// Columns of a symmetric score strip, mirrored: global row j = i0 + x for x in [x_begin, w)
-/// takes candidates s[r * w + x] (global column i0 + r) for r < rows. A block of 32 warps stages
-/// 128 x 32 tiles through shared memory so the column reads stay coalesced.
+/// takes candidates s[r * w + x] (global column i0 + r) for r < rows.
+///
+/// A column offers the candidates the rows kernel appended for it (topk_mirror), and raises its
+/// bar. A group of 32 columns of which one has more than `cap` (its bar too low to filter: its
+/// list not yet full on this device, or masses of ties) is read in full instead: a block of 32
+/// warps stages 128 x 32 tiles through shared memory so the column reads stay coalesced; those
+/// groups are counted in `full_groups`.
 template <class V, bool Larger>
 __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
                                                          std::int64_t i0, std::int64_t x_begin,
-                                                         topk_entry<V>* __restrict__ state, int k) {
+                                                         topk_entry<V>* __restrict__ state, int k, topk_mirror<V> m,
+                                                         unsigned long long* __restrict__ full_groups) {
   __shared__ V tile[128][33];
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int wid = static_cast<int>(threadIdx.x >> 5);
@@ -315,27 +421,43 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
     const std::int64_t xb = x_begin + g * 32;
     const std::int64_t my_x = xb + wid;
     const bool col_ok = my_x < w;
+    const int nc = col_ok ? m.count[my_x - x_begin] : 0;
+    const bool full = __syncthreads_or(nc > m.cap) != 0;
+    if (!full && nc == 0) continue;  // nothing for this column (the whole warp)
     warp_topk<V, Larger> t;
     topk_entry<V>* st = state + (i0 + (col_ok ? my_x : 0)) * k;
     if (col_ok) t.load(st, k);
     else t.load(state, k);  // a valid list to keep the warp uniform; never stored
-    for (std::int64_t r0 = 0; r0 < rows; r0 += 128) {
-      const std::int64_t lx = xb + lane;
+    if (full) {
+      for (std::int64_t r0 = 0; r0 < rows; r0 += 128) {
+        const std::int64_t lx = xb + lane;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const std::int64_t lr = r0 + wid + 32 * u;
-        tile[wid + 32 * u][lane] = (lr < rows && lx < w) ? s[lr * w + lx] : V{};
-      }
-      __syncthreads();
+        for (int u = 0; u < 4; ++u) {
+          const std::int64_t lr = r0 + wid + 32 * u;
+          tile[wid + 32 * u][lane] = (lr < rows && lx < w) ? s[lr * w + lx] : V{};
+        }
+        __syncthreads();
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const V v = tile[lane + 32 * u][wid];
-        const bool in = col_ok && (r0 + 32 * u + lane) < rows;
-        t.offer(in, v, static_cast<std::int32_t>(i0 + r0 + 32 * u + lane));
+        for (int u = 0; u < 4; ++u) {
+          const V v = tile[lane + 32 * u][wid];
+          const bool in = col_ok && (r0 + 32 * u + lane) < rows;
+          t.offer(in, v, static_cast<std::int32_t>(i0 + r0 + 32 * u + lane));
+        }
+        __syncthreads();
       }
-      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(full_groups, 1ull);
+    } else {
+      const topk_entry<V>* c = m.cand + (my_x - x_begin) * m.cap;
+      for (int b0 = 0; b0 < nc; b0 += 32) {
+        const bool in = b0 + lane < nc;
+        const topk_entry<V> e = in ? c[b0 + lane] : topk_entry<V>{V{}, INT_MAX};
+        t.offer(in, e.v, e.c);
+      }
     }
-    if (col_ok) t.store(st);
+    if (col_ok) {
+      t.store(st);
+      topk_raise_bar(m.bar, i0 + my_x, t);
+    }
   }
 }
 
