@@ -46,6 +46,17 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   EXPECT_EQ(p.slot_buffers[p.buf_cand], pw::detail::topk_mirror_bytes(10000, 4));
   EXPECT_EQ(pw::detail::topk_mirror_bytes(10000, 4),
             40192u + 10000u * static_cast<std::size_t>(pw::detail::topk_mirror_cap) * 8u);
+  {
+    // Where the candidate area does not fit at a strip height, that height is planned without it
+    // (every column group read in full) before the strips shrink.
+    pw::pair_plan_request q = r;
+    q.budget_bytes = pw::detail::plan_for(q, 2048, true, false).total_bytes();
+    ASSERT_GT(pw::detail::plan_for(q, 2048, true, true).total_bytes(), q.budget_bytes);
+    const pw::pair_plan c = pw::make_pair_plan(q, "test");
+    EXPECT_EQ(c.panel_rows, 2048);
+    EXPECT_EQ(c.buf_cand, pw::pair_plan::none);
+    EXPECT_EQ(c.topk_bar_bytes, 0u);
+  }
   EXPECT_LE(p.total_bytes(), r.budget_bytes);
   // Below the resident operand: streamed, two panel buffers per slot, still within the budget.
   r.budget_bytes = 12u << 20;

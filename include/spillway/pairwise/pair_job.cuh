@@ -499,8 +499,8 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       // A·Aᵀ: the rows kernel also proposes each column's mirrored candidates (those reaching the
       // column's bar), and the columns kernel offers them, reading in full only the column groups
       // whose bars are too low to filter.
-      topk_mirror<V> m;
-      if (sym) {
+      topk_mirror<V> m;  // left empty where the plan has no candidate area: every column read in full
+      if (sym && p.buf_cand != pair_plan::none) {
         std::byte* area = slot.device<std::byte>(p.buf_cand);
         m.bar = reinterpret_cast<topk_key<V>*>(c.topk_bar.data());
         m.x_begin = PI;

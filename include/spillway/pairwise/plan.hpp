@@ -97,7 +97,9 @@ inline std::size_t topk_mirror_bytes(std::size_t w, std::size_t out_bytes) {
   return topk_mirror_count_bytes(w) + w * static_cast<std::size_t>(topk_mirror_cap) * topk_entry_size(out_bytes);
 }
 
-inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resident) {
+/// `candidates`: an A·Aᵀ top-k plan keeps the mirrored side's candidate area per slot and the bars
+/// (see topk_mirror_bytes); without it every column group of a strip is read in full.
+inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resident, bool candidates = true) {
   pair_plan g;
   g.panel_rows = p;
   g.resident = resident;
@@ -138,7 +140,7 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
   if (r.score_scratch && (r.sink == sink_kind::dense_full || r.sink == sink_kind::dense_packed)) {
     g.buf_scratch = add(P * W * r.out_bytes);
   }
-  const bool mirror = r.sink == sink_kind::topk && r.symmetric;
+  const bool mirror = candidates && r.sink == sink_kind::topk && r.symmetric;
   if (mirror) g.buf_cand = add(topk_mirror_bytes(W, r.out_bytes));
   g.resident_bytes = resident && !r.operands_on_device ? static_cast<std::size_t>(r.rows_b) * r.row_bytes : 0;
   g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
@@ -170,12 +172,16 @@ inline pair_plan make_pair_plan(const pair_plan_request& r, const char* who = "p
   for (bool resident : {true, false}) {
     if (!resident && r.operands_on_device) break;  // they are resident where they are
     for (std::int64_t p = cap; p >= floor_rows; p = (p == floor_rows ? 0 : std::max(floor_rows, p / 2))) {
-      pair_plan g = detail::plan_for(r, p, resident);
-      if (g.total_bytes() <= r.budget_bytes) return g;
+      // A·Aᵀ top-k: with the mirrored side's candidate area where it fits at this strip height,
+      // else without it (the columns then read in full) before the strips shrink.
+      for (bool candidates : {true, false}) {
+        pair_plan g = detail::plan_for(r, p, resident, candidates);
+        if (g.total_bytes() <= r.budget_bytes) return g;
+      }
       if (p == floor_rows) break;
     }
   }
-  const pair_plan smallest = detail::plan_for(r, floor_rows, r.operands_on_device);
+  const pair_plan smallest = detail::plan_for(r, floor_rows, r.operands_on_device, false);
   throw logic_error(w + ": memory budget of " + std::to_string(r.budget_bytes) +
                     " bytes is too small for this job; the minimum is " + std::to_string(smallest.total_bytes()) +
                     " bytes (" + std::to_string(floor_rows) + "-row strips" +

@@ -294,7 +294,7 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x & 31u);
-  const bool mirror = m.bar != nullptr && m.x_begin < w;
+  const bool mirror = m.bar != nullptr && m.count != nullptr && m.x_begin < w;
   const std::int64_t xm = mirror ? m.x_begin : w;
   const K* bar = mirror ? m.bar + col0 : nullptr;  // bar[x]: local column x's
   // A value of local column x (≥ xm) that may enter column x's list: appended to its candidates.
@@ -404,7 +404,8 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
 /// takes candidates s[r * w + x] (global column i0 + r) for r < rows.
 ///
 /// A column offers the candidates the rows kernel appended for it (topk_mirror), and raises its
-/// bar. A group of 32 columns of which one has more than `cap` (its bar too low to filter: its
+/// bar. A group of 32 columns of which one has more than `cap` (or every group, where the plan
+/// left no candidate area: `m.count` null) (its bar too low to filter: its
 /// list not yet full on this device, or masses of ties) is read in full instead: a block of 32
 /// warps stages 128 x 32 tiles through shared memory so the column reads stay coalesced; those
 /// groups are counted in `full_groups`.
@@ -421,8 +422,9 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
     const std::int64_t xb = x_begin + g * 32;
     const std::int64_t my_x = xb + wid;
     const bool col_ok = my_x < w;
-    const int nc = col_ok ? m.count[my_x - x_begin] : 0;
-    const bool full = __syncthreads_or(nc > m.cap) != 0;
+    const int nc = col_ok && m.count != nullptr ? m.count[my_x - x_begin] : 0;
+    // No candidate area (m.count null, the same for the whole grid): every group in full.
+    const bool full = m.count == nullptr || __syncthreads_or(nc > m.cap) != 0;
     if (!full && nc == 0) continue;  // nothing for this column (the whole warp)
     warp_topk<V, Larger> t;
     topk_entry<V>* st = state + (i0 + (col_ok ? my_x : 0)) * k;
