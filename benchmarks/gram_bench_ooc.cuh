@@ -196,9 +196,7 @@ inline int ooc_topk_mismatches(const gram::topk_result<std::int32_t>& r, int k) 
     c.reserve(static_cast<std::size_t>(ooc_rows));
     for (std::int64_t j = 0; j < ooc_rows; ++j) {
       if (j == i) continue;
-      std::int32_t n = 0;
-      for (std::int64_t w = 0; w < a.ld_words; ++w) n += __builtin_popcount(a.row(i)[w] & a.row(j)[w]);
-      c.emplace_back(-n, j);
+      c.emplace_back(-gram::host_count(a, a, i, j), j);
     }
     std::partial_sort(c.begin(), c.begin() + k, c.end());
     for (int p = 0; p < k; ++p) {

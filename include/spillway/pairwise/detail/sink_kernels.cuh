@@ -404,11 +404,11 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
 /// takes candidates s[r * w + x] (global column i0 + r) for r < rows.
 ///
 /// A column offers the candidates the rows kernel appended for it (topk_mirror), and raises its
-/// bar. A group of 32 columns of which one has more than `cap` (or every group, where the plan
-/// left no candidate area: `m.count` null) (its bar too low to filter: its
-/// list not yet full on this device, or masses of ties) is read in full instead: a block of 32
-/// warps stages 128 x 32 tiles through shared memory so the column reads stay coalesced; those
-/// groups are counted in `full_groups`.
+/// bar. A group of 32 columns of which one has more than `cap` candidates (its bar too low to
+/// filter: its list not yet full on this device, or masses of ties) is read in full instead, and
+/// so is every group where the plan left no candidate area (`m.count` null): a block of 32 warps
+/// stages 128 x 32 tiles through shared memory so the column reads stay coalesced. The groups
+/// read in full are counted in `full_groups`.
 template <class V, bool Larger>
 __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
                                                          std::int64_t i0, std::int64_t x_begin,
