@@ -21,6 +21,11 @@
 //                                        the plan before the wide and the staged blocks; the default
 //                                        rows let the plan weigh C blocks with 64 KiB lines and
 //                                        staged copies out (see docs/gemm.md, "Out of core")
+//   gemm_ooc/{float,bf16}/out_of_core_pageable  the same matrices copied into ordinary (pageable)
+//                                        memory for the row, default options: the job page-locks
+//                                        them for each call by ooc_options::lock's rule (counter
+//                                        registered_abc: 111 = A, B and C); ..._pageable_staged the
+//                                        same with page_lock::never (staged through pinned buffers)
 //   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
 //                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
 //                                        alone and beside bf16 GEMMs: GB/s per shape (w2048_gemm
@@ -679,7 +684,20 @@ struct variant {
   // copy rates measured by gemm_ooc/copy_rates, instead of what a caller gets without them: its
   // estimate of the compute time from the device and the H200's default rates.
   bool given = false;
+  // A, B and C copied into ordinary (pageable) memory for the row, with ooc_options::lock = `lock`:
+  // what a caller with std::vector matrices gets (page-locked for the call by the job's rule, or
+  // staged through pinned buffers with page_lock::never).
+  bool pageable = false;
+  spillway::page_lock lock = spillway::page_lock::automatic;
 };
+
+/// A pageable copy of `count` elements (page-faulted in by the copy, as a caller's vectors are).
+template <class T>
+std::unique_ptr<T[]> pageable_copy(const T* src, std::size_t count) {
+  std::unique_ptr<T[]> p(new T[count]);
+  std::memcpy(static_cast<void*>(p.get()), src, count * sizeof(T));
+  return p;
+}
 
 template <class T>
 void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std::vector<int> devices,
@@ -699,21 +717,36 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   if (v.plain_copy) oo.scatter_streaming = false;
   const auto ic0 = results().find(std::string(kind_name(kd)) + "/in_core");
   if (v.given && ic0 != results().end()) oo.compute_seconds = ic0->second;
+  oo.lock = v.lock;
   const g::gemm_options o = options_for(kd);
   g::ooc_report rep;
+  std::unique_ptr<T[]> pa, pb;
+  std::unique_ptr<float[]> pc;
+  float* hc = h.c.data();
+  if (v.pageable) {
+    pa = pageable_copy(ha, count);
+    pb = pageable_copy(hb, count);
+    pc = pageable_copy(h.c.data(), count);
+    ha = pa.get();
+    hb = pb.get();
+    hc = pc.get();
+  }
   const g::matrix_view<const T> bv =
       v.b_row_major ? g::row_major<const T>(hb, n, n) : g::col_major<const T>(hb, n, n);
   auto job = [&](const g::ooc_options& opts) {
-    return g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), bv, 0.0f, g::row_major(h.c.data(), n, n), o,
-                               opts);
+    return g::gemm_out_of_core(1.0f, g::row_major<const T>(ha, n, n), bv, 0.0f, g::row_major(hc, n, n), o, opts);
   };
   auto run = [&] { rep = job(oo); };
-  poison(h.c.data(), count);
+  poison(hc, count);
   run();
-  if (!rep.a_page_locked || !rep.c_page_locked)
+  if (!v.pageable && (!rep.a_page_locked || !rep.c_page_locked))
     throw std::runtime_error("host matrices not detected as pinned");
+  if (v.pageable && spillway::is_page_locked(hb))
+    throw std::runtime_error("the pageable B is still page-locked after the call");
+  state.counters["registered_abc"] =
+      (rep.a_registered ? 100 : 0) + (rep.b_registered ? 10 : 0) + (rep.c_registered ? 1 : 0);
   double worst = 0;
-  const std::string bad = check_sample(ha, hb, h.c.data(), n, kd == kind::tf32, worst, v.b_row_major);
+  const std::string bad = check_sample(ha, hb, hc, n, kd == kind::tf32, worst, v.b_row_major);
   if (!bad.empty()) throw std::runtime_error(std::string(kind_name(kd)) + " out-of-core check: " + bad);
   std::vector<double> secs;
   for (auto _ : state) {
@@ -839,6 +872,16 @@ void register_rows() {
     given.name = "out_of_core_given_time";
     given.given = true;
     if (kd != kind::f32) vs.push_back(given);
+    if (kd != kind::tf32) {
+      // Matrices in ordinary memory: page-locked for the call by the default rule, and staged.
+      variant pg;
+      pg.name = "out_of_core_pageable";
+      pg.pageable = true;
+      vs.push_back(pg);
+      pg.name = "out_of_core_pageable_staged";
+      pg.lock = spillway::page_lock::never;
+      vs.push_back(pg);
+    }
     if (kd == kind::bf16) {
       // NumPy's layout for B (row-major): the plan holds B whole, in pieces of whole rows.
       variant rm;

@@ -70,14 +70,8 @@ inline std::size_t span_bytes(std::int64_t lines, std::int64_t line, std::int64_
 /// overlapping one registered already) the memory stays pageable: slower copies, same results.
 struct maybe_registered {
   host_registration reg;
-  maybe_registered(void* p, std::size_t bytes, bool wanted) {
-    if (!wanted || p == nullptr || bytes == 0 || is_page_locked(p)) return;
-    try {
-      reg = host_registration(p, bytes);
-    } catch (const std::exception&) {
-      (void)cudaGetLastError();
-    }
-  }
+  maybe_registered(void* p, std::size_t bytes, bool wanted)
+      : reg(wanted ? try_register_host(p, bytes, false) : host_registration{}) {}
 };
 
 /// The scheduler's report as the binding hands it to Python.

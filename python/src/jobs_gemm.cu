@@ -77,6 +77,7 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
   const detail::maybe_registered pin_b(hb.data, extent(hb, sizeof(T)), (r.register_mask & 2u) != 0);
   const detail::maybe_registered pin_c(hc.data, extent(hc, sizeof(TC)), (r.register_mask & 4u) != 0);
   sg::ooc_options oo;
+  oo.lock = spillway::page_lock::never;  // the binding page-locks by register_mask above
   if (r.budget_bytes > 0) oo.budget = memory_budget(r.budget_bytes);
   oo.devices = r.devices;
   oo.progress = detail::forward_progress(p);

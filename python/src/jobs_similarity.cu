@@ -78,6 +78,8 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
   if (r.budget_bytes > 0) o.budget = memory_budget(r.budget_bytes);
   o.devices = r.devices;
   o.max_panel_rows = r.max_panel_rows;
+  // The binding page-locks the rows itself below (register_host); the job adds nothing to that.
+  o.lock = spillway::page_lock::never;
   o.progress = detail::forward_progress(p);
   pw::pair_report rep;
   o.report = &rep;

@@ -78,6 +78,7 @@ struct gemm_case {
     }
     o.devices = std::move(devices);
     o.max_block = max_block;
+    o.lock = spillway::page_lock::never;  // pageable cases test the staged paths
     // The blocks these cases count on: single-panel, and page-locked C out by DMA straight into C
     // (what the automatic choices take at the device's compute estimate is the plan's business).
     o.c_min_line_bytes = 1;

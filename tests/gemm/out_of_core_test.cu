@@ -54,6 +54,9 @@ struct ooc_case {
   std::size_t scatter_threads = 0;  // ooc_options::scatter_threads (staged C blocks)
   bool scatter_streaming = true;    // ooc_options::scatter_streaming
   std::size_t raw_piece_bytes = 0;  // ooc_options::raw_piece_bytes (MN-major panels land in pieces)
+  // ooc_options::lock: pageable cases stay pageable (the staged paths are what they test);
+  // PageableOperandsPageLockedForTheCall covers the job's own page-locking.
+  spillway::page_lock lock = spillway::page_lock::never;
 };
 
 std::string describe(const ooc_case& c, const gemm_options& o) {
@@ -152,12 +155,16 @@ template <class T, class TC>
   oo.scatter_threads = cs.scatter_threads;
   oo.scatter_streaming = cs.scatter_streaming;
   oo.raw_piece_bytes = cs.raw_piece_bytes;
+  oo.lock = cs.lock;
   using S = accumulator_t<T>;
   const ooc_report rep =
       gemm_out_of_core(static_cast<S>(alpha), a.cview(), b.cview(), static_cast<S>(beta), c.view, o, oo);
   if (out != nullptr) *out = rep;
   const std::string what = describe(cs, o) + " [" + rep.plan.describe() + "]";
   if (!rep.job.complete()) return ::testing::AssertionFailure() << what << ": job incomplete";
+  if (!cs.pinned && (spillway::is_page_locked(a.buf.data()) || spillway::is_page_locked(b.buf.data()) ||
+                     spillway::is_page_locked(c.buf.data())))
+    return ::testing::AssertionFailure() << what << ": an operand is still page-locked after the call";
   if (static_cast<int>(rep.plan.tasks()) < cs.min_blocks)
     return ::testing::AssertionFailure() << what << ": only " << rep.plan.tasks() << " blocks";
   if (cs.split_k && rep.plan.k_chunks < 2)
@@ -172,8 +179,11 @@ template <class T, class TC>
     return ::testing::AssertionFailure()
            << what << ": moved " << rep.job.bytes_moved << " bytes, the plan said "
            << rep.plan.h2d_bytes + rep.plan.d2h_bytes;
-  if (rep.a_page_locked != cs.pinned || rep.c_page_locked != cs.pinned)
+  if (rep.a_page_locked != (cs.pinned || rep.a_registered) || rep.b_page_locked != (cs.pinned || rep.b_registered) ||
+      rep.c_page_locked != (cs.pinned || rep.c_registered))
     return ::testing::AssertionFailure() << what << ": host memory detected wrongly";
+  if (cs.pinned && (rep.a_registered || rep.b_registered || rep.c_registered))
+    return ::testing::AssertionFailure() << what << ": page-locked memory registered again";
   const arithmetic ar = arithmetic_for<T, TC>(std::is_same_v<T, float> && tensor);
   // Chunks of k accumulate in C itself when C is the accumulator type: k/kc more roundings of the
   // partial sums, inside the k·ε·S term already.
@@ -250,6 +260,47 @@ TEST(OutOfCoreGemmGpu, FloatEveryLayoutPageableAndPinned) {
           cs.beta_zero = (n++ % 2) == 0;
           ASSERT_TRUE((run_ooc<float, float>(cs, gemm_options{}, seed + static_cast<std::uint64_t>(n))));
         }
+}
+
+// The job page-locks pageable operands for the call (ooc_options::lock): by its rule B alone for
+// float and A, B and C for 2-byte elements, all three with `always`, none with `never`; page-locked
+// memory is not registered again. Every result matches the host reference, and run_ooc checks that
+// no operand is still page-locked when the call has returned.
+TEST(OutOfCoreGemmGpu, PageableOperandsPageLockedForTheCall) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = spillway::test::seed("ooc-page-lock");
+  using spillway::page_lock;
+  struct expect {
+    page_lock lock;
+    bool pinned, a, b, c;
+  };
+  int i = 0;
+  for (const expect& e : {expect{page_lock::automatic, false, false, true, false},
+                          expect{page_lock::always, false, true, true, true},
+                          expect{page_lock::never, false, false, false, false},
+                          expect{page_lock::always, true, false, false, false}}) {
+    ooc_case cs;
+    cs.lock = e.lock;
+    cs.pinned = e.pinned;
+    cs.beta_zero = (i % 2) == 1;
+    cs.min_blocks = 4;
+    ooc_report rep;
+    ASSERT_TRUE((run_ooc<float, float>(cs, gemm_options{}, seed + static_cast<std::uint64_t>(i++), &rep)));
+    EXPECT_EQ(rep.a_registered, e.a) << "float, case " << i;
+    EXPECT_EQ(rep.b_registered, e.b) << "float, case " << i;
+    EXPECT_EQ(rep.c_registered, e.c) << "float, case " << i;
+  }
+  for (layout lb : {layout::row_major, layout::col_major}) {
+    ooc_case cs;
+    cs.lock = page_lock::automatic;
+    cs.lb = lb;
+    cs.beta_zero = lb == layout::row_major;
+    cs.min_blocks = 4;
+    ooc_report rep;
+    ASSERT_TRUE((run_ooc<__half, float>(cs, gemm_options{}, seed + static_cast<std::uint64_t>(i++), &rep)));
+    EXPECT_TRUE(rep.a_registered && rep.b_registered && rep.c_registered)
+        << "half: A " << rep.a_registered << " B " << rep.b_registered << " C " << rep.c_registered;
+  }
 }
 
 TEST(OutOfCoreGemmGpu, FloatMatchesInCoreBitForBit) {

@@ -606,4 +606,76 @@ TEST(SimilarityNoGpu, HostFallbackAndRefusal) {
   EXPECT_EQ(r.values, h.values);
 }
 
+// Pageable host rows are page-locked for the call (similarity_options::lock): the fused top-k
+// (bf16 rows, A·Aᵀ, on Hopper), the strip path's top-k (float rows, A·Bᵀ) and threshold. With
+// `never` they stay pageable. Each result matches the host; top-k lists are the same with and
+// without the registration (same kernels on the same rows); no registration outlives its call;
+// rows the caller page-locked are not registered again.
+TEST(SimilarityGpu, PageableRowsPageLockedForTheCall) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  using spillway::page_lock;
+  const std::int64_t n = 600, nb = 257, d = 96;
+  const auto r16 = random_rows<__nv_bfloat16>(n, d, test::seed("SimilarityGpu.PageLock.bf16"));
+  const auto ra = random_rows<float>(n, d, test::seed("SimilarityGpu.PageLock.a"));
+  const auto rb = random_rows<float>(nb, d, test::seed("SimilarityGpu.PageLock.b"));
+  const auto a16 = view(r16, n, d);
+  const auto a = view(ra, n, d);
+  const auto b = view(rb, nb, d);
+  std::vector<g::topk_result<float>> sym, rect;
+  for (page_lock lk : {page_lock::automatic, page_lock::never, page_lock::always}) {
+    const bool want = lk != page_lock::never;
+    const std::string what = std::string("lock ") +
+                             (lk == page_lock::never ? "never" : lk == page_lock::always ? "always" : "automatic");
+    g::similarity_options o;
+    o.lock = lk;
+    o.max_panel_rows = 128;
+    g::pair_report rep;
+    o.report = &rep;
+    sym.push_back(g::similarity_topk(a16, {16}, o));
+    EXPECT_EQ(rep.a_registered, want) << what << ", bf16 A·Aᵀ top-k";
+    EXPECT_FALSE(rep.b_registered) << what;
+    EXPECT_FALSE(is_page_locked(r16.data())) << what << ": still page-locked after the call";
+    check_topk(sym.back(), a16, a16, true, 16, false, similarity_metric::cosine, false, what.c_str());
+    rep = g::pair_report{};
+    rect.push_back(g::similarity_topk(a, b, {8}, o));
+    EXPECT_EQ(rep.a_registered, want) << what << ", float A·Bᵀ top-k";
+    EXPECT_EQ(rep.b_registered, want) << what << ", float A·Bᵀ top-k";
+    EXPECT_FALSE(is_page_locked(ra.data()) || is_page_locked(rb.data())) << what << ": still page-locked";
+    check_topk(rect.back(), a, b, false, 8, false, similarity_metric::cosine, false, what.c_str());
+    rep = g::pair_report{};
+    g::threshold_options t;
+    t.threshold = 0.25;
+    const auto coo = g::similarity_threshold(a, t, o);
+    EXPECT_EQ(rep.a_registered, want) << what << ", float threshold";
+    const double e = eps_cos(d, false);
+    std::size_t expected_sure = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = i + 1; j < n; ++j)
+        if (g::host_similarity_score(a, a, i, j, similarity_metric::cosine) > t.threshold + e) ++expected_sure;
+    EXPECT_GE(coo.size(), expected_sure) << what;
+    for (std::size_t q = 0; q < coo.size(); ++q) {
+      ASSERT_LT(coo.row[q], coo.col[q]) << what << " entry " << q;
+      ASSERT_GE(coo.value[q], t.threshold) << what << " entry " << q;
+      ASSERT_NEAR(coo.value[q], g::host_similarity_score(a, a, coo.row[q], coo.col[q], similarity_metric::cosine), e)
+          << what << " entry " << q;
+    }
+  }
+  for (std::size_t i = 1; i < sym.size(); ++i) {
+    EXPECT_EQ(sym[i].indices, sym[0].indices) << "bf16 top-k lists differ with page-locked rows";
+    EXPECT_EQ(rect[i].indices, rect[0].indices) << "float A·Bᵀ top-k lists differ with page-locked rows";
+  }
+  // Rows the caller page-locked: used as they are, not registered again.
+  {
+    const host_registration mine(const_cast<float*>(ra.data()), ra.size() * sizeof(float));
+    g::similarity_options o;
+    g::pair_report rep;
+    o.report = &rep;
+    const auto r = g::similarity_topk(a, b, {8}, o);
+    EXPECT_FALSE(rep.a_registered) << "page-locked rows registered again";
+    EXPECT_TRUE(rep.b_registered);
+    EXPECT_TRUE(is_page_locked(ra.data())) << "the caller's registration was undone";
+    EXPECT_EQ(r.indices, rect[0].indices);
+  }
+}
+
 }  // namespace

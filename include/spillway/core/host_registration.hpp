@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -19,12 +20,14 @@ namespace spillway {
 class host_registration {
  public:
   host_registration() noexcept = default;
-  host_registration(void* ptr, std::size_t bytes) {
+  host_registration(void* ptr, std::size_t bytes) : host_registration(ptr, bytes, cudaHostRegisterPortable) {}
+  /// The same with cudaHostRegister's `flags` (cudaHostRegisterPortable and the others).
+  host_registration(void* ptr, std::size_t bytes, unsigned flags) {
     if (bytes == 0) return;
     if (ptr == nullptr) {
       throw logic_error("host_registration: ptr is null but bytes is " + std::to_string(bytes));
     }
-    const cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    const cudaError_t e = cudaHostRegister(ptr, bytes, flags);
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
       (void)cudaGetLastError();
       throw logic_error("host_registration: memory at " + pointer_text(ptr) +
@@ -82,6 +85,55 @@ inline bool is_page_locked(const void* ptr) {
     return false;
   }
   return a.type == cudaMemoryTypeHost;
+}
+
+/// Whether a job page-locks the pageable host memory a caller passes it, for the length of the call
+/// (cudaHostRegister, undone before the call returns), so its copies run by DMA at the link's rate
+/// instead of through staging copies. Page-locking runs at ~20 GB/s of the caller's memory (H200
+/// host), so each job's `automatic` rule registers the operands where that measured faster than
+/// staging them; the job's report says which it registered.
+enum class page_lock {
+  automatic,  ///< the job's measured rule (see its options)
+  never,      ///< pageable memory is staged as it is
+  always,     ///< every pageable host operand the job copies
+};
+
+/// Page-locks [ptr, ptr + bytes) for the lifetime of the result where that range is ordinary
+/// (unregistered) host memory, for a job's call. `read_only`: the device only reads it; where the
+/// plain registration is refused (a read-only file mapping), cudaHostRegisterReadOnly is tried on
+/// devices that support it. Never throws for a refusal: where the range is already page-locked,
+/// device or managed memory, partly registered, over the locked-memory limit, or refused by the
+/// driver, the result is inactive and the memory stays as it was (slower copies, same results).
+inline host_registration try_register_host(const void* ptr, std::size_t bytes, bool read_only) {
+  if (ptr == nullptr || bytes == 0) return {};
+  const auto unregistered = [](const void* p) {
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeUnregistered;
+  };
+  if (!unregistered(ptr) || !unregistered(static_cast<const unsigned char*>(ptr) + (bytes - 1))) return {};
+  void* p = const_cast<void*>(ptr);  // registration changes no byte of it
+  try {
+    return host_registration(p, bytes, cudaHostRegisterPortable);
+  } catch (const std::exception&) {
+    (void)cudaGetLastError();
+  }
+  if (read_only) {
+    int dev = 0, ro = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev) == cudaSuccess && ro != 0) {
+      try {
+        return host_registration(p, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+      } catch (const std::exception&) {
+      }
+    }
+    (void)cudaGetLastError();
+  }
+  return {};
 }
 
 }  // namespace spillway

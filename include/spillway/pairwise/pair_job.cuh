@@ -77,6 +77,9 @@ struct pair_report {
   /// the others took only the candidates the rows pass proposed. −1 for other jobs. Set when the
   /// result is collected.
   std::int64_t topk_full_column_groups = -1;
+  /// Host rows of A / B that the call page-locked for its length (gemm::similarity_options::lock);
+  /// false for rows already page-locked, in device memory, or refused by the driver.
+  bool a_registered = false, b_registered = false;
   /// The strip task t computed (job.completed[t] ⇔ that strip's output is complete).
   [[nodiscard]] std::int64_t strip_of_task(std::size_t t) const noexcept {
     return symmetric ? plan.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
