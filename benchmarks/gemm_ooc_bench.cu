@@ -24,8 +24,10 @@
 //   gemm_ooc/{float,bf16}/out_of_core_pageable  the same matrices copied into ordinary (pageable)
 //                                        memory for the row, default options: the job page-locks
 //                                        them for each call by ooc_options::lock's rule (counter
-//                                        registered_abc: 111 = A, B and C); ..._pageable_staged the
-//                                        same with page_lock::never (staged through pinned buffers)
+//                                        registered_abc: 111 = A, B and C; K-major B: none);
+//                                        ..._pageable_staged the same with page_lock::never (staged
+//                                        through pinned buffers); bf16/out_of_core_b_row_major_pageable[_staged]
+//                                        the same with NumPy's row-major B (the rule: all three)
 //   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
 //                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
 //                                        alone and beside bf16 GEMMs: GB/s per shape (w2048_gemm
@@ -881,6 +883,15 @@ void register_rows() {
       pg.name = "out_of_core_pageable_staged";
       pg.lock = spillway::page_lock::never;
       vs.push_back(pg);
+      if (kd == kind::bf16) {  // NumPy's layout for B: the rule page-locks A, B and C
+        pg.b_row_major = true;
+        pg.name = "out_of_core_b_row_major_pageable";
+        pg.lock = spillway::page_lock::automatic;
+        vs.push_back(pg);
+        pg.name = "out_of_core_b_row_major_pageable_staged";
+        pg.lock = spillway::page_lock::never;
+        vs.push_back(pg);
+      }
     }
     if (kd == kind::bf16) {
       // NumPy's layout for B (row-major): the plan holds B whole, in pieces of whole rows.

@@ -262,25 +262,29 @@ TEST(OutOfCoreGemmGpu, FloatEveryLayoutPageableAndPinned) {
         }
 }
 
-// The job page-locks pageable operands for the call (ooc_options::lock): by its rule B alone for
-// float and A, B and C for 2-byte elements, all three with `always`, none with `never`; page-locked
-// memory is not registered again. Every result matches the host reference, and run_ooc checks that
-// no operand is still page-locked when the call has returned.
+// The job page-locks pageable operands for the call (ooc_options::lock): by its rule nothing with
+// a column-major (K-major) B, B with a row-major B, and A and C too for 2-byte elements; all three
+// with `always`, none with `never`; page-locked memory is not registered again. Every result
+// matches the host reference, and run_ooc checks that no operand is still page-locked when the
+// call has returned.
 TEST(OutOfCoreGemmGpu, PageableOperandsPageLockedForTheCall) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = spillway::test::seed("ooc-page-lock");
   using spillway::page_lock;
   struct expect {
     page_lock lock;
+    layout lb;
     bool pinned, a, b, c;
   };
   int i = 0;
-  for (const expect& e : {expect{page_lock::automatic, false, false, true, false},
-                          expect{page_lock::always, false, true, true, true},
-                          expect{page_lock::never, false, false, false, false},
-                          expect{page_lock::always, true, false, false, false}}) {
+  for (const expect& e : {expect{page_lock::automatic, layout::col_major, false, false, false, false},
+                          expect{page_lock::automatic, layout::row_major, false, false, true, false},
+                          expect{page_lock::always, layout::col_major, false, true, true, true},
+                          expect{page_lock::never, layout::row_major, false, false, false, false},
+                          expect{page_lock::always, layout::row_major, true, false, false, false}}) {
     ooc_case cs;
     cs.lock = e.lock;
+    cs.lb = e.lb;
     cs.pinned = e.pinned;
     cs.beta_zero = (i % 2) == 1;
     cs.min_blocks = 4;
@@ -298,8 +302,10 @@ TEST(OutOfCoreGemmGpu, PageableOperandsPageLockedForTheCall) {
     cs.min_blocks = 4;
     ooc_report rep;
     ASSERT_TRUE((run_ooc<__half, float>(cs, gemm_options{}, seed + static_cast<std::uint64_t>(i++), &rep)));
-    EXPECT_TRUE(rep.a_registered && rep.b_registered && rep.c_registered)
-        << "half: A " << rep.a_registered << " B " << rep.b_registered << " C " << rep.c_registered;
+    const bool want = lb == layout::row_major;
+    EXPECT_TRUE(rep.a_registered == want && rep.b_registered == want && rep.c_registered == want)
+        << "half, B " << (want ? "row" : "col") << "-major: A " << rep.a_registered << " B " << rep.b_registered
+        << " C " << rep.c_registered;
   }
 }
 

@@ -95,11 +95,14 @@ struct ooc_options {
   /// pageable: through pinned staging.
   host_memory memory = host_memory::detect;
   /// Which pageable operands the job page-locks for the call (with `memory` = detect; undone before
-  /// it returns; ooc_report::a_registered etc. say which). `automatic`: A, B and C for elements of
-  /// 1 and 2 bytes, B alone for 4 and 8 — what ran fastest from NumPy memory on the H200 (32768²,
-  /// 8 GiB budget: float16 0.52 s all three, 0.60 with A and B, 0.83 with B, 1.52 staged; float32
-  /// 0.53 s with B, 0.66 staged, 0.81 all three: page-locking runs at ~20 GB/s of the caller's
-  /// memory, more than a 4-byte A or C's staged copies cost beside the GEMMs). Where the driver
+  /// it returns; ooc_report::a_registered etc. say which). Page-locking runs at ~20 GB/s of the
+  /// caller's memory, so it pays only where staging is slow: a row-major B (NumPy's layout), whose
+  /// panels are strided host lines and which a tensor-core job holds whole before its first block.
+  /// `automatic`: with a row-major B, B — and A and C too for elements of 1 and 2 bytes; with a
+  /// column-major (K-major) B, nothing. Measured on the H200, 32768², 8 GiB budget: NumPy layout
+  /// (from Python) float16 0.52 s all three, 0.83 B alone, 1.52 staged; float32 0.53 s B alone,
+  /// 0.81 all three, 0.66 staged; K-major B (C++) bf16 0.667 s all three against 0.231 staged,
+  /// float 1.80 s B alone against 1.56 staged. `always`: all three; `never`: none. Where the driver
   /// refuses (already registered in part, the locked-memory limit), that operand is staged.
   page_lock lock = page_lock::automatic;
   /// Cap on the C block's sides (0: none); forces many blocks on small problems (tests).
@@ -1147,10 +1150,13 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   ooc_report rep;
   // Registrations live until the call returns (declared before the job, released after it).
   const bool lock_any = ooc.memory == host_memory::detect && ooc.lock != page_lock::never;
-  const bool lock_all = lock_any && (ooc.lock == page_lock::always || sizeof(T) <= 2);
-  const host_registration reg_a = detail::ooc_register<T>(ca, lock_all, true);
-  const host_registration reg_b = detail::ooc_register<T>(cb, lock_any, true);
-  const host_registration reg_c = detail::ooc_register<TC>(cc, lock_all, false);
+  const bool always = ooc.lock == page_lock::always;
+  const bool b_rows = b.order == layout::row_major;
+  const bool lock_b = lock_any && (always || b_rows);
+  const bool lock_ac = lock_any && (always || (b_rows && sizeof(T) <= 2));
+  const host_registration reg_a = detail::ooc_register<T>(ca, lock_ac, true);
+  const host_registration reg_b = detail::ooc_register<T>(cb, lock_b, true);
+  const host_registration reg_c = detail::ooc_register<TC>(cc, lock_ac, false);
   rep.a_registered = reg_a.active();
   rep.b_registered = reg_b.active();
   rep.c_registered = reg_c.active();
