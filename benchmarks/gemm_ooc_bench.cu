@@ -728,7 +728,7 @@ void out_of_core(benchmark::State& state, kind kd, const T* ha, const T* hb, std
   if (v.pageable) {
     pa = pageable_copy(ha, count);
     pb = pageable_copy(hb, count);
-    pc = pageable_copy(h.c.data(), count);
+    pc.reset(new float[count]);  // poisoned below
     ha = pa.get();
     hb = pb.get();
     hc = pc.get();

@@ -76,15 +76,22 @@ class host_registration {
   std::size_t bytes_ = 0;
 };
 
-/// Whether `ptr` is page-locked host memory (pinned_buffer, cudaHostAlloc or registered).
-inline bool is_page_locked(const void* ptr) {
+namespace detail {
+/// Whether the runtime reports `ptr` as memory of type `t` (false where it cannot say).
+inline bool pointer_is(const void* ptr, cudaMemoryType t) {
   cudaPointerAttributes a{};
   const cudaError_t e = cudaPointerGetAttributes(&a, ptr);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return a.type == cudaMemoryTypeHost;
+  return a.type == t;
+}
+}  // namespace detail
+
+/// Whether `ptr` is page-locked host memory (pinned_buffer, cudaHostAlloc or registered).
+inline bool is_page_locked(const void* ptr) {
+  return detail::pointer_is(ptr, cudaMemoryTypeHost);
 }
 
 /// Whether a job page-locks the pageable host memory a caller passes it, for the length of the call
@@ -106,16 +113,9 @@ enum class page_lock {
 /// driver, the result is inactive and the memory stays as it was (slower copies, same results).
 inline host_registration try_register_host(const void* ptr, std::size_t bytes, bool read_only) {
   if (ptr == nullptr || bytes == 0) return {};
-  const auto unregistered = [](const void* p) {
-    cudaPointerAttributes a{};
-    const cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return a.type == cudaMemoryTypeUnregistered;
-  };
-  if (!unregistered(ptr) || !unregistered(static_cast<const unsigned char*>(ptr) + (bytes - 1))) return {};
+  const void* last = static_cast<const unsigned char*>(ptr) + (bytes - 1);
+  if (!detail::pointer_is(ptr, cudaMemoryTypeUnregistered) || !detail::pointer_is(last, cudaMemoryTypeUnregistered))
+    return {};
   void* p = const_cast<void*>(ptr);  // registration changes no byte of it
   try {
     return host_registration(p, bytes, cudaHostRegisterPortable);

@@ -274,13 +274,9 @@ struct rows_lock {
   template <class T>
   rows_lock(const matrix_view<const T>& ra, const matrix_view<const T>* rb, const similarity_options& opt) {
     if (opt.lock == page_lock::never) return;
-    const auto span = [](const matrix_view<const T>& v) {
-      return v.rows == 0 ? std::size_t{0}
-                         : (static_cast<std::size_t>(v.rows - 1) * static_cast<std::size_t>(v.ld) +
-                            static_cast<std::size_t>(v.cols)) * sizeof(T);
-    };
-    a = try_register_host(ra.data, span(ra), true);
-    if (rb != nullptr) b = try_register_host(rb->data, span(*rb), true);
+    const auto bytes = [](const matrix_view<const T>& v) { return static_cast<std::size_t>(footprint(v)) * sizeof(T); };
+    a = try_register_host(ra.data, bytes(ra), true);
+    if (rb != nullptr) b = try_register_host(rb->data, bytes(*rb), true);
   }
   void note(::spillway::pairwise::pair_report* r) const {
     if (r == nullptr) return;

@@ -278,8 +278,11 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
         });
         SPILLWAY_CUDA_TRY(cudaGetLastError());
       }
-      c->topk_full = device_buffer<unsigned long long>(1, s);
-      SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->topk_full.data(), 0, 8u, s.value()));
+      if (job.symmetric) {  // only A·Aᵀ's columns kernel counts the groups it reads in full
+        c->topk_full = device_buffer<unsigned long long>(1, s);
+        SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->topk_full.data(), 0, 8u, s.value()));
+      }
+      static_assert(sizeof(topk_key<V>) == topk_key_size(sizeof(V)), "the plan sizes the bars by topk_key_size");
       if (p.topk_bar_bytes > 0) {
         c->topk_bar = device_buffer<std::byte>(p.topk_bar_bytes, s);
         SPILLWAY_CUDA_TRY(cudaMemsetAsync(c->topk_bar.data(), 0, p.topk_bar_bytes, s.value()));

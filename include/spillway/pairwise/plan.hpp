@@ -85,6 +85,9 @@ inline std::size_t topk_entry_size(std::size_t out_bytes) {
   return out_bytes <= 4 ? 8u : (out_bytes + 4 + out_bytes - 1) / out_bytes * out_bytes;
 }
 
+/// Bytes of a row's top-k bar key (detail::topk_key on the device): 4 for values of up to 4 bytes, else 8.
+constexpr std::size_t topk_key_size(std::size_t out_bytes) { return out_bytes <= 4 ? 4u : 8u; }
+
 /// A·Aᵀ top-k: places per column of a strip for the mirrored candidates that reach the column's
 /// bar (a column with more is read in full from the score strip). Steady state on random data
 /// (100,000 rows, k = 32): a column takes ~2048·k / (values its lists have seen) ≈ 1–3 per strip.
@@ -146,7 +149,7 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
   g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
                                                        topk_entry_size(r.out_bytes)
                                                  : 0;
-  g.topk_bar_bytes = mirror ? static_cast<std::size_t>(r.rows_a) * (r.out_bytes <= 4 ? 4u : 8u) : 0;
+  g.topk_bar_bytes = mirror ? static_cast<std::size_t>(r.rows_a) * topk_key_size(r.out_bytes) : 0;
   // + checksum: 1024 partial sums.
   g.shared_bytes = g.resident_bytes + static_cast<std::size_t>(r.rows_a + r.rows_b) * r.aux_bytes + 512u +
                    g.slots * g.topk_state_bytes + g.topk_bar_bytes + (r.sink == sink_kind::checksum ? 8192u : 0u);
