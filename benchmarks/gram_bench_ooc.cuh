@@ -230,6 +230,7 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   // Column groups whose mirrored side was read in full (the rest took the rows pass's proposals).
   state.counters["full_col_groups"] = static_cast<double>(rep.topk_full_column_groups);
   bench::split_counters(state, rep.job, "strips");
+  state.counters["peer_GB"] = static_cast<double>(rep.peer_bytes) / 1e9;  // panels taken from the other GPU
   const int bad = ooc_topk_mismatches(r, k.k);
   if (bad != 0) state.SkipWithError(("top-k differs from the host in " + std::to_string(bad) + " of 8 sampled rows").c_str());
   state.SetLabel(gpus > 1 ? "top-k k=32, counts, diagonal excluded, two GPUs" : "top-k k=32, counts, diagonal excluded");
@@ -290,6 +291,8 @@ inline void BM_gram_ooc_bare(benchmark::State& state) {
   state.counters["bitMAC/s"] =
       benchmark::Counter(ooc_required_macs() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
+  bench::split_counters(state, rep.job, "strips");
+  state.counters["peer_GB"] = static_cast<double>(rep.peer_bytes) / 1e9;  // panels taken from the other GPU
   state.SetLabel("bare compute: checksum sink (the same strips and tile schedule, nothing kept)");
 }
 

@@ -1024,13 +1024,15 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
 }
 
 TEST(OutOfCoreGemmGpu, TwoGpus) {
-  SPILLWAY_GPUS_TEST_OR_SKIP(2);
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  for (const auto& devices : spillway::test::two_worker_lists()) {
+  SCOPED_TRACE(spillway::test::list_name(devices));
   const auto seed = spillway::test::seed("ooc-two-gpus");
   ooc_case cs;
   cs.m = 1500;
   cs.n = 700;
   cs.k = 400;
-  cs.devices = {0, 1};
+  cs.devices = devices;
   cs.min_blocks = 12;
   cs.bands = true;
   ooc_report rep;
@@ -1046,6 +1048,7 @@ TEST(OutOfCoreGemmGpu, TwoGpus) {
   cs.beta_zero = false;
   cs.pinned = true;
   ASSERT_TRUE((run_ooc<__nv_bfloat16, float>(cs, gemm_options{}, seed + 1, &rep)));
+  }
 }
 
 }  // namespace

@@ -437,11 +437,13 @@ TEST(GramBigGpu, OutputPast2To31EntriesSampledAgainstHost) {
 }
 
 TEST(GramMultiGpu, TwoDevicesGiveIdenticalResults) {
-  SPILLWAY_GPUS_TEST_OR_SKIP(2);
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  for (const auto& devices : test::two_worker_lists()) {
+  SCOPED_TRACE(test::list_name(devices));
   const auto seed = test::seed("gram-multi");
   const bit_matrix a = pack_bits(random_bits(900, 2000, 0.4, seed), 900, 2000);
   gram_options o;
-  o.devices = {0, 1};
+  o.devices = devices;
   o.max_panel_rows = 64;
   gram_report rep;
   o.report = &rep;
@@ -476,6 +478,11 @@ TEST(GramMultiGpu, TwoDevicesGiveIdenticalResults) {
   const auto wj = host_gram_topk<float>(a.view(), k, metric::jaccard);
   EXPECT_EQ(tj.indices, wj.indices);
   EXPECT_EQ(tj.values, wj.values);
+  // The resident panels: each copied from the host once; the other worker took it from the one
+  // that held it.
+  EXPECT_TRUE(rep.plan.resident);
+  EXPECT_GT(rep.peer_bytes, 0u);
+  }
 }
 
 TEST(GramErrorsGpu, BadInputsThrowLogicErrorAndLeaveOutputUntouched) {
@@ -738,24 +745,32 @@ TEST(GramNoGpu, StripsRunOnTheHostWhenAllowed) {
 
 // ---- issue 16 item 4, the device form: strips handed over in device memory on their stream ------
 namespace {
-// Copies each device strip into its place in a device n x ld matrix with a device-to-device copy
-// enqueued on the strip's own stream (no host copy of the strip).
+// Copies each device strip into its place in a device n x ld matrix on `dst_device` with a copy
+// enqueued on the strip's own stream (no host copy of the strip). With several devices a strip of
+// device 1 goes to a matrix of device 0: the plain 2-D copy (cudaMemcpyDefault) works into memory
+// of spillway's pool, which grants its peers access; copy_to (a 2-D peer copy) works into any.
 template <class V>
 struct device_strip_collector {
   V* dst;
   std::int64_t ld;
   std::mutex* m;
   int* strips;
+  int dst_device = 0;
+  bool peer_copy = false;
   void operator()(const gram_device_strip<V>& st) const {
     {
       std::lock_guard<std::mutex> g(*m);
       ++*strips;
     }
     EXPECT_EQ(spillway::current_device(), st.device);
+    if (peer_copy) {
+      st.copy_to(dst, ld, dst_device);
+      return;
+    }
     SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dst + st.first_row * ld + st.first_col, static_cast<std::size_t>(ld) * sizeof(V),
                                         st.values, static_cast<std::size_t>(st.cols) * sizeof(V),
                                         static_cast<std::size_t>(st.cols) * sizeof(V), static_cast<std::size_t>(st.rows),
-                                        cudaMemcpyDeviceToDevice, st.stream.value()));
+                                        cudaMemcpyDefault, st.stream.value()));
   }
 };
 }  // namespace
@@ -768,7 +783,8 @@ TEST(GramDeviceStripsGpu, SymmetricEqualsTheHostFormAndTheReference) {
   host_gram_dense(a.view(), want.data(), triangle_layout::full);
   gram_options o;
   o.max_panel_rows = 128;  // 8 strips on 3 slots: buffers are reused while copies are in flight
-  o.devices = {0};         // where the destination matrix lives (a strip arrives on its own device)
+  // Every visible device; the destination lives on device 0, so with two GPUs half the strips
+  // arrive on device 1 and go over by a 2-D peer copy (device_strip::copy_to).
   gram_report rep;
   o.report = &rep;
   spillway::stream s;
@@ -777,12 +793,13 @@ TEST(GramDeviceStripsGpu, SymmetricEqualsTheHostFormAndTheReference) {
   s.synchronize();
   std::mutex m;
   int strips = 0;
-  const auto r = gram_device_strips<std::int32_t>(a.view(), device_strip_collector<std::int32_t>{d.data(), n, &m, &strips}, o);
+  const auto r = gram_device_strips<std::int32_t>(a.view(), device_strip_collector<std::int32_t>{d.data(), n, &m, &strips, 0, true}, o);
   EXPECT_TRUE(r.complete());
   EXPECT_EQ(strips, 8);
   ASSERT_TRUE(rep.plan.resident);
   EXPECT_EQ(r.bytes_moved, static_cast<std::size_t>(n) * a.view().ld_words * 4u)
-      << "A's rows copied in once (the resident panels); the device form copies nothing to the host";
+      << "A's rows copied in once (the resident panels; a panel another device holds comes from it, not the host); "
+         "the device form copies nothing to the host";
   const std::vector<std::int32_t> got = d.to_host(s.view());
   // The host form of the same job, for the same entries.
   std::vector<std::int32_t> host_form(want.size(), -1);

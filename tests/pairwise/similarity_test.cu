@@ -577,11 +577,10 @@ TEST(SimilarityGpu, DeviceStripsEqualTheHostStrips) {
   device_buffer<float> dev(static_cast<std::size_t>(n * n), s.view());
   dev.fill_bytes_async(0xFF, s.view());
   s.synchronize();
-  (void)g::similarity_device_strips(a, [&](const g::similarity_device_strip& st) {
-    SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(dev.data() + st.first_row * n + st.first_col, static_cast<std::size_t>(n) * 4, st.values,
-                                        static_cast<std::size_t>(st.cols) * 4, static_cast<std::size_t>(st.cols) * 4,
-                                        static_cast<std::size_t>(st.rows), cudaMemcpyDeviceToDevice, st.stream.value()));
-  }, o);
+  // dev lives on the current device (0); with two GPUs the strips of device 1 go over by a 2-D peer
+  // copy on the strip's own stream.
+  const int dst_device = spillway::current_device();
+  (void)g::similarity_device_strips(a, [&](const g::similarity_device_strip& st) { st.copy_to(dev.data(), n, dst_device); }, o);
   const auto got = dev.to_host(s.view());
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = i; j < n; ++j) {

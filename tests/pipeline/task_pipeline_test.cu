@@ -299,7 +299,7 @@ TEST(TaskPipelineGpu, BadOptionsThrowBeforeAnyWork) {
   o.budget = spillway::memory_budget(3 * 2048);
   o.devices = {spillway::device_count()};
   EXPECT_THROW((void)spillway::run_tasks(10, o, enq), spillway::logic_error);
-  o.devices = {0, 0};
+  o.devices = {0, -1};
   EXPECT_THROW((void)spillway::run_tasks(10, o, enq), spillway::logic_error);
   o.devices = {0};
   o.slots_per_device = 0;
@@ -330,19 +330,22 @@ TEST(TaskPipelineGpu, SetupFailureIsAPipelineErrorWithNoTask) {
 }
 
 TEST(TaskPipelineGpu, TwoDevicesShareTheTasks) {
-  SPILLWAY_GPUS_TEST_OR_SKIP(2);
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  for (const auto& devices : spillway::test::two_worker_lists()) {
+  SCOPED_TRACE(spillway::test::list_name(devices));
   mix_job job(400 * 8192, 8192, "TaskPipelineGpu.TwoDevices");
   auto o = job.options(3);
-  o.devices = {0, 1};
+  o.devices = devices;
   std::mutex m;
   std::vector<int> device_of(job.tasks(), -1);
   const auto r = spillway::run_tasks(job.tasks(), o, [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) {
     int cur = -1;
     SPILLWAY_CUDA_TRY(cudaGetDevice(&cur));
     EXPECT_EQ(cur, slot.device()) << "the slot's device is current in its callbacks";
+    EXPECT_EQ(devices[slot.worker()], slot.device()) << "a slot's worker is its entry of the device list";
     {
       std::lock_guard<std::mutex> l(m);
-      device_of[t] = slot.device();
+      device_of[t] = static_cast<int>(slot.worker());
     }
     job.enqueue(t, slot, s);
   });
@@ -358,6 +361,11 @@ TEST(TaskPipelineGpu, TwoDevicesShareTheTasks) {
   for (std::size_t t = 0; t < job.tasks(); ++t) {
     EXPECT_NE(device_of[t], -1);
     EXPECT_TRUE(job.task_correct(t)) << t;
+  }
+  std::size_t per_worker[2] = {0, 0};
+  for (int w : device_of) per_worker[w] += 1;
+  EXPECT_EQ(per_worker[0], r.tasks_per_device[0]);
+  EXPECT_EQ(per_worker[1], r.tasks_per_device[1]);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <vector>
 
 namespace spillway::test {
 
@@ -38,6 +39,27 @@ inline std::uint64_t seed(const std::string& salt) {
   s ^= std::hash<std::string>{}(salt) * 0x9E3779B97F4A7C15ULL;
   std::cout << "[ seed     ] " << salt << " seed=" << s << " (set SPILLWAY_TEST_SEED to vary)\n";
   return s;
+}
+
+/// The device lists a several-device test runs over: {0, 0} (two workers on one GPU: the
+/// scheduling, split, merge and failure paths, in every one-GPU run) and, where two GPUs are
+/// visible, {0, 1} (memory crossing devices, which one GPU cannot exercise). With
+/// SPILLWAY_REQUIRE_GPUS >= 2 on a smaller machine the missing {0, 1} run is a failure.
+inline std::vector<std::vector<int>> two_worker_lists() {
+  std::vector<std::vector<int>> lists{{0, 0}};
+  if (visible_gpus() >= 2) {
+    lists.push_back({0, 1});
+  } else if (const char* req = std::getenv("SPILLWAY_REQUIRE_GPUS"); req != nullptr && std::atoi(req) >= 2) {
+    ADD_FAILURE() << "SPILLWAY_REQUIRE_GPUS=" << req << " but only " << visible_gpus() << " GPU(s) visible: {0, 1} not run";
+  }
+  return lists;
+}
+
+/// "{0, 1}", for a test's trace.
+inline std::string list_name(const std::vector<int>& d) {
+  std::string s = "devices {";
+  for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "}";
 }
 
 }  // namespace spillway::test

@@ -36,13 +36,17 @@ class memory_budget {
   /// default_fraction (80%) of the free memory on `device` now.
   static memory_budget default_for(int device) { return fraction_of_free(default_fraction, device); }
 
-  /// The smallest default_for() over several devices (one budget that fits each of them).
+  /// One budget per entry of a job's device list that fits every entry: the smallest default_for()
+  /// over the devices, each divided by how often its device is listed ({0, 0}: two workers on
+  /// device 0 share its default, 40% of its free memory each).
   template <class Devices>
   static memory_budget default_for_all(const Devices& devices) {
     std::size_t b = 0;
     bool first = true;
     for (int d : devices) {
-      const std::size_t x = default_for(d).bytes();
+      std::size_t times = 0;
+      for (int e : devices) times += e == d ? 1u : 0u;
+      const std::size_t x = default_for(d).bytes() / times;
       b = first ? x : (x < b ? x : b);
       first = false;
     }

@@ -10,6 +10,15 @@
 // automatically when an allocation fails (and the allocation retried once), and explicitly with
 // `trim_device_pool(device)`. Pools live until process exit (they are never destroyed, so no
 // static-destruction order problem with the CUDA runtime).
+//
+// Peer access: every other device that can reach this one (cudaDeviceCanAccessPeer, e.g. over
+// NVLink) is granted read-write access to the pool when it is created, so memory spillway hands
+// out on one device can be the source or destination of a copy or a kernel on another — a strip
+// computed on device 1 copied into a buffer on device 0 on device 1's stream (a pool that no other
+// device may access makes such a cudaMemcpy*Async fail with cudaErrorInvalidValue), or a panel
+// another device already holds fetched over NVLink instead of the host link. Devices that cannot
+// reach it are left out: copies to and from them go through cudaMemcpyPeer*Async, which the driver
+// stages.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -48,9 +57,34 @@ inline cudaMemPool_t device_pool(int device) {
     SPILLWAY_CUDA_TRY(cudaMemPoolCreate(&created, &props));
     std::uint64_t threshold = pool_release_threshold;
     SPILLWAY_CUDA_TRY(cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &threshold));
+    std::vector<cudaMemAccessDesc> access;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == device) continue;
+      int can = 0;
+      SPILLWAY_CUDA_TRY(cudaDeviceCanAccessPeer(&can, peer, device));
+      if (can == 0) continue;
+      cudaMemAccessDesc d{};
+      d.location.type = cudaMemLocationTypeDevice;
+      d.location.id = peer;
+      d.flags = cudaMemAccessFlagsProtReadWrite;
+      access.push_back(d);
+    }
+    if (!access.empty()) SPILLWAY_CUDA_TRY(cudaMemPoolSetAccess(created, access.data(), access.size()));
     p = created;
   }
   return p;
+}
+
+/// Whether memory of spillway's pool on `owner` can be reached from `peer` directly (the same
+/// device, or a peer that was granted access when the pool was created).
+inline bool pool_reachable_from(int owner, int peer) {
+  if (owner == peer) return true;
+  cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+  cudaMemLocation loc{};
+  loc.type = cudaMemLocationTypeDevice;
+  loc.id = peer;
+  SPILLWAY_CUDA_TRY(cudaMemPoolGetAccess(&f, device_pool(owner), &loc));
+  return f == cudaMemAccessFlagsProtReadWrite;
 }
 
 /// Returns the unused memory cached in spillway's pool for `device` to the driver, keeping at most

@@ -623,12 +623,6 @@ struct ooc_job {
     return std::max<index_t>(1, c.order == layout::row_major ? cols : rows);
   }
 
-  std::size_t device_index(int dev) const {
-    for (std::size_t i = 0; i < devices.size(); ++i)
-      if (devices[i] == dev) return i;
-    throw logic_error("gemm_out_of_core: internal error: unknown device " + std::to_string(dev));
-  }
-
   /// Row panels a range of the order touches (a device's range is a band of contiguous rows).
   [[nodiscard]] index_t rows_of_range(std::size_t first, std::size_t last) const {
     index_t lo = plan.order[first].i, hi = lo;
@@ -861,7 +855,7 @@ struct ooc_job {
 
   void enqueue(std::size_t t, task_slot& slot, stream_view s) {
     SPILLWAY_FAULT_TASK_SCOPE(t, slot.device());  // counts this block's copies and launches (tests only)
-    const std::size_t di = device_index(slot.device());
+    const std::size_t di = slot.worker();
     ooc_device_ctx& dc = *ctx[di];
     const std::size_t idx = queue->pop(di);
     task_block[t] = idx;
@@ -1054,7 +1048,7 @@ struct ooc_job {
   /// staged block whose host copy threw fails its task here.
   void complete(std::size_t, task_slot& slot) {
     if (!c_staged_out) return;
-    ooc_scatter& sc = *ctx[device_index(slot.device())]->scatter[slot.index()];
+    ooc_scatter& sc = *ctx[slot.worker()]->scatter[slot.index()];
     std::exception_ptr e;
     {
       std::lock_guard<std::mutex> l(sc.m);

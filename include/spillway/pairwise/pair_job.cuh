@@ -38,6 +38,7 @@
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
+#include <spillway/core/memory_pool.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/pairwise/detail/sink_kernels.cuh>
 #include <spillway/pairwise/layout.hpp>
@@ -49,6 +50,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +82,10 @@ struct pair_report {
   /// Host rows of A / B that the call page-locked for its length (gemm::similarity_options::lock);
   /// false for rows already page-locked, in device memory, or refused by the driver.
   bool a_registered = false, b_registered = false;
+  /// Bytes of resident panels one device copied from another that held them (over NVLink where
+  /// the GPUs have it) instead of from the host; not in job.bytes_moved, which counts the host
+  /// links. 0 with one device.
+  std::size_t peer_bytes = 0;
   /// The strip task t computed (job.completed[t] ⇔ that strip's output is complete).
   [[nodiscard]] std::int64_t strip_of_task(std::size_t t) const noexcept {
     return symmetric ? plan.strips - 1 - static_cast<std::int64_t>(t) : static_cast<std::int64_t>(t);
@@ -129,6 +135,26 @@ struct device_strip {
   /// Address of entry (i, j) (global indices) in device memory: dereference it on the device only.
   [[nodiscard]] const V* at(std::int64_t i, std::int64_t j) const noexcept {
     return values + (i - first_row) * cols + (j - first_col);
+  }
+  /// Enqueues on `stream` the copy of the strip into its place in a row-major matrix `dst` with `ld`
+  /// values per row, in device memory of `dst_device` — which need not be the strip's device: a
+  /// strip of device 1 copied into a buffer of device 0 is a 2-D peer copy (cudaMemcpy3DPeerAsync;
+  /// over NVLink where the devices have it, else staged by the driver). dst points at entry (0, 0).
+  void copy_to(V* dst, std::int64_t ld, int dst_device) const {
+    if (rows == 0 || cols == 0) return;
+    if (ld < first_col + cols) {
+      throw logic_error("device_strip::copy_to: ld " + std::to_string(ld) + " is less than the strip's last column + 1 (" +
+                        std::to_string(first_col + cols) + ")");
+    }
+    cudaMemcpy3DPeerParms p{};
+    p.srcPtr = make_cudaPitchedPtr(const_cast<V*>(values), static_cast<std::size_t>(cols) * sizeof(V),
+                                   static_cast<std::size_t>(cols) * sizeof(V), static_cast<std::size_t>(rows));
+    p.srcDevice = device;
+    p.dstPtr = make_cudaPitchedPtr(dst + first_row * ld + first_col, static_cast<std::size_t>(ld) * sizeof(V),
+                                   static_cast<std::size_t>(cols) * sizeof(V), static_cast<std::size_t>(rows));
+    p.dstDevice = dst_device;
+    p.extent = make_cudaExtent(static_cast<std::size_t>(cols) * sizeof(V), static_cast<std::size_t>(rows), 1);
+    SPILLWAY_CUDA_TRY(cudaMemcpy3DPeerAsync(&p, stream.value()));
   }
 };
 
@@ -181,6 +207,18 @@ struct pair_device_ctx {
   std::unique_ptr<event> products_done;        // the last product kernel on this device (chained_compute)
 };
 
+/// Which worker holds each panel of the resident operand, shared by the workers of one job: a
+/// panel is copied from the host once, by the first worker that needs it; the others copy it from
+/// that worker's memory (cudaMemcpyPeerAsync: NVLink on an H200 pair, ~8x the host link) where
+/// the two devices reach each other's pools, else from the host too.
+struct panel_share {
+  std::mutex m;                    // guards holder, and orders a holder's event record before any wait on it
+  std::vector<int> holder;         // per panel: the worker whose upload is enqueued, or -1
+  std::vector<char> reach;         // reach[w * workers + h]: worker w can copy from worker h's pool
+  std::size_t workers = 0;
+  std::atomic<std::size_t> peer_bytes{0};  // bytes copied between workers
+};
+
 template <class V>
 struct strip_sparse {
   std::vector<std::int64_t> offsets;  // rows + 1
@@ -211,6 +249,7 @@ struct pair_job {
   // results
   pair_plan plan;
   std::vector<std::unique_ptr<pair_device_ctx<aux_type>>> ctx;
+  std::unique_ptr<panel_share> share;  // resident panels across workers (setup_devices)
   std::vector<strip_sparse<V>> strips;
   std::future<topk_result<V>> topk_host;  // the result's host vectors, allocated while the job runs
   job_report report;
@@ -295,14 +334,23 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
     s.synchronize();
     job.ctx.push_back(std::move(c));
   }
+  job.share = std::make_unique<panel_share>();
+  job.share->workers = devices.size();
+  job.share->holder.assign(p.resident && !dev ? static_cast<std::size_t>(p.b_panels) : 0u, -1);
+  job.share->reach.assign(devices.size() * devices.size(), 0);
+  for (std::size_t w = 0; w < devices.size(); ++w)
+    for (std::size_t h = 0; h < devices.size(); ++h)
+      job.share->reach[w * devices.size() + h] = pool_reachable_from(devices[h], devices[w]) ? 1 : 0;
 }
 
-/// Makes panels [first, last) of the resident operand available on `s` (copying those this
-/// device does not have yet, highest first, with their aux values). Returns the bytes it copied
-/// in (counted with the strip that first needed them).
+/// Makes panels [first, last) of the resident operand available on `s` (copying those worker `w`
+/// does not have yet, highest first, with their aux values): from another worker that holds the
+/// panel or has its upload enqueued (panel_share), else from the host. Returns the bytes it copied
+/// in from the host (counted with the strip that first needed them).
 template <class V, class P>
-std::size_t ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_type>& c, std::int64_t first, std::int64_t last,
-                   stream_view s) {
+std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first, std::int64_t last, stream_view s) {
+  pair_device_ctx<typename P::aux_type>& c = *job.ctx[w];
+  panel_share& sh = *job.share;
   const bool col_b = !job.symmetric;
   const std::int64_t rows = job.prod.rows(col_b);
   const std::int64_t P_ = job.plan.panel_rows;
@@ -318,12 +366,26 @@ std::size_t ensure_panels(pair_job<V, P>& job, pair_device_ctx<typename P::aux_t
     }
     const std::int64_t r0 = J * P_, r1 = std::min(r0 + P_, rows);
     std::byte* dst = c.resident.data() + static_cast<std::size_t>(r0) * rb;
-    moved += job.prod.upload(col_b, r0, r1 - r0, dst, s);
-    SPILLWAY_FAULT_LAUNCHED("the producer's upload of a resident panel");
+    std::lock_guard<std::mutex> lj(sh.m);
+    const int h = sh.holder[j];
+    if (h >= 0 && sh.reach[w * sh.workers + static_cast<std::size_t>(h)] != 0) {
+      // Another worker copied (or enqueued the copy of) this panel: take it from there. Its
+      // event was recorded under sh.m before holder named it, so the wait below sees the upload.
+      const pair_device_ctx<typename P::aux_type>& src = *job.ctx[static_cast<std::size_t>(h)];
+      s.wait(src.ready[j]);
+      const std::size_t bytes = static_cast<std::size_t>(r1 - r0) * rb;
+      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyPeerAsync(dst, c.device, src.resident.data() + static_cast<std::size_t>(r0) * rb,
+                                                                src.device, bytes, s.value())));
+      sh.peer_bytes.fetch_add(bytes);
+    } else {
+      moved += job.prod.upload(col_b, r0, r1 - r0, dst, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's upload of a resident panel");
+    }
     job.prod.aux_async(col_b, dst, r1 - r0, aux + r0, s);
     SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of a resident panel");
     c.ready[j].record(s);
     c.uploaded[j] = 1;
+    if (h < 0) sh.holder[j] = static_cast<int>(w);
   }
   return moved;
 }
@@ -345,10 +407,7 @@ template <class V, class P>
 void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_view s) {
   using Aux = typename P::aux_type;
   const pair_plan& p = job.plan;
-  pair_device_ctx<Aux>* cp = nullptr;
-  for (auto& c : job.ctx)
-    if (c->device == slot.device()) cp = c.get();
-  pair_device_ctx<Aux>& c = *cp;
+  pair_device_ctx<Aux>& c = *job.ctx[slot.worker()];  // one context per entry of the device list
   const bool sym = job.symmetric;
   const bool dev = on_device(job);
   const std::int64_t n = job.prod.rows(false);
@@ -377,9 +436,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
     job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
     SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of the strip's rows");
     a_dev = dst;
-    if (p.resident) moved += ensure_panels(job, c, 0, p.b_panels, s);
+    if (p.resident) moved += ensure_panels(job, slot.worker(), 0, p.b_panels, s);
   } else if (p.resident) {
-    moved += ensure_panels(job, c, I, p.strips, s);
+    moved += ensure_panels(job, slot.worker(), I, p.strips, s);
     a_dev = c.resident_rows + static_cast<std::size_t>(I0) * rb;
   } else {
     auto* dst = slot.device<std::byte>(p.buf_own);
@@ -629,10 +688,16 @@ void run_pair_job(pair_job<V, P>& job) {
   try {
     run_pair_tasks(job, r, to);
   } catch (const pipeline_error& e) {
-    if (job.opt.report != nullptr) job.opt.report->job = e.report();
+    if (job.opt.report != nullptr) {
+      job.opt.report->job = e.report();
+      job.opt.report->peer_bytes = job.share->peer_bytes.load();
+    }
     throw;
   }
-  if (job.opt.report != nullptr) job.opt.report->job = job.report;
+  if (job.opt.report != nullptr) {
+    job.opt.report->job = job.report;
+    job.opt.report->peer_bytes = job.share->peer_bytes.load();
+  }
 }
 
 /// run_tasks over the job's strips, with the strip callback's staging when there is one.

@@ -54,7 +54,10 @@ namespace spillway {
 
 /// How a task job is laid out on each device.
 struct task_job_options {
-  /// Devices to use (each once). Empty: all visible devices.
+  /// Devices to use, one worker (a ring of slots on its own host thread) per entry. Empty: all
+  /// visible devices. A device may be listed more than once: {0, 0} runs two workers on device 0,
+  /// each with its own ring and the whole `budget` (the budget is per list entry), which drives the
+  /// several-device scheduling, split and failure paths on one GPU.
   std::vector<int> devices;
   /// Slots (= streams) per device: tasks in flight at once. 3 or more let one task's host→device
   /// copy, another's kernels and a third's device→host copy run at the same time.
@@ -78,6 +81,10 @@ class task_runner;
 class task_slot {
  public:
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// The slot's worker: the index of its entry in the job's device list (0 ≤ worker < the number
+  /// of entries). Per-device state of a job is indexed by this, not by device(): a device listed
+  /// twice has two workers.
+  [[nodiscard]] std::size_t worker() const noexcept { return worker_; }
   /// The slot's index in its device's ring (0 ≤ index < slots_per_device).
   [[nodiscard]] std::size_t index() const noexcept { return index_; }
   /// The task currently (or last) assigned to the slot.
@@ -128,6 +135,7 @@ class task_slot {
     }
   }
   int device_ = 0;
+  std::size_t worker_ = 0;
   std::size_t index_ = 0;
   std::size_t task_ = 0;
   std::size_t bytes_ = 0;
@@ -164,6 +172,7 @@ struct task_job_state {
   std::size_t done = 0;
   std::size_t bytes = 0;
   std::size_t workers_left = 0;
+  std::size_t setups_left = 0;  // workers whose ring is not set up yet (none takes a task before)
   std::exception_ptr error;
   std::size_t failed_task = pipeline_error::no_task;
   int failed_device = -1;
@@ -210,10 +219,23 @@ class task_runner {
   void run() noexcept {
     try {
       device_guard g(device_);
+      bool ok = true;
       try {
         setup();
       } catch (...) {
         st_.fail(std::current_exception(), pipeline_error::no_task, device_, "setting up");
+        ok = false;
+      }
+      // Every worker's ring is set up before any takes a task, so how the tasks split does not
+      // depend on which device's streams and memory came first (a worker whose device had
+      // nothing cached in its pool yet could otherwise find every task taken).
+      {
+        std::unique_lock<std::mutex> l(st_.mutex);
+        --st_.setups_left;
+        st_.cv.notify_all();
+        st_.cv.wait(l, [&] { return st_.setups_left == 0 || st_.stop.load(); });
+      }
+      if (!ok) {
         teardown();
         return;
       }
@@ -243,6 +265,7 @@ class task_runner {
     for (std::size_t i = 0; i < nslots_; ++i) {
       task_slot& s = slots_[i];
       s.device_ = device_;
+      s.worker_ = di_;
       s.index_ = i;
       s.task_ = none;
       s.stream_ = streams_[i].value();
@@ -371,17 +394,12 @@ class task_runner {
   std::size_t failed_slot_ = none;
 };
 
+/// The job's device list: the given one (each ordinal checked; a device may repeat, one worker per
+/// entry) or, when empty, every visible device.
 inline std::vector<int> resolve_devices(const std::vector<int>& given, const char* who) {
   std::vector<int> d = given.empty() ? all_devices() : given;
   if (d.empty()) throw_no_gpu(who);
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    check_device_ordinal(d[i], who);
-    for (std::size_t j = 0; j < i; ++j) {
-      if (d[j] == d[i]) {
-        throw logic_error(std::string(who) + ": devices lists device " + std::to_string(d[i]) + " twice");
-      }
-    }
-  }
+  for (int x : d) check_device_ordinal(x, who);
   return d;
 }
 
@@ -451,6 +469,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
       runners.push_back(std::make_unique<runner_t>(st, opts, enqueue, on_complete, devices[i], i, slots));
     }
     st.workers_left = devices.size();
+    st.setups_left = devices.size();
     std::vector<std::thread> threads;
     threads.reserve(devices.size());
     for (auto& r : runners) {
@@ -482,7 +501,12 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
             if (keep_going) keep_going = ::spillway::fault::detail::progress_fault(p.tasks_done);
 #endif
           } catch (...) {
-            st.fail(std::current_exception(), pipeline_error::no_task, -1, "progress callback during");
+            // A throw stops the job like a failed task. The callback may be told of the last
+            // completion only after every task finished: the job then throws all the same, its
+            // report complete() (every output whole), and the message says so.
+            st.fail(std::current_exception(), pipeline_error::no_task, -1,
+                    p.tasks_done == p.tasks_total ? "progress callback after the last task of"
+                                                  : "progress callback during");
           }
           l.lock();
           if (!keep_going) {

@@ -75,12 +75,9 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
   const std::size_t copy_parts = (staging_workers().size() + 1) / devices.size() > 0
                                      ? (staging_workers().size() + 1) / devices.size()
                                      : 1;
-  // Whether slot s of device d holds resident array r (each device's pipeline runs on a thread of
-  // its own, so the flags of one device are only touched by that thread).
-  int max_dev = 0;
-  for (int d : devices) max_dev = d > max_dev ? d : max_dev;
-  std::vector<std::vector<char>> loaded(static_cast<std::size_t>(max_dev) + 1,
-                                        std::vector<char>(plan.slots() * (nr > 0 ? nr : 1), 0));
+  // Whether slot s of worker w holds resident array r (each worker — an entry of the device list,
+  // so a device listed twice has two — runs on a thread of its own and touches only its flags).
+  std::vector<std::vector<char>> loaded(devices.size(), std::vector<char>(plan.slots() * (nr > 0 ? nr : 1), 0));
   auto host_at = [&](std::size_t k, const chunk& c) {
     return static_cast<unsigned char*>(const_cast<void*>(streamed[k].host)) + c.begin * streamed[k].unit_bytes;
   };
@@ -89,7 +86,7 @@ job_report run_streamed_job(const std::vector<int>& devices, const memory_budget
     const chunk c = plan.at(task);
     std::vector<void*> dev(ns + nr);
     for (std::size_t k = 0; k < ns + nr; ++k) dev[k] = slot.device(k);
-    auto& flags = loaded[static_cast<std::size_t>(slot.device())];
+    auto& flags = loaded[slot.worker()];
     for (std::size_t r = 0; r < nr; ++r) {
       char& done = flags[slot.index() * nr + r];
       if (done == 0) {
