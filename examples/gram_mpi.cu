@@ -47,6 +47,8 @@ struct args {
   std::size_t budget = 0;
   std::int64_t strip_rows = 0;
   int repeat = 1;
+  std::string split = "model";
+  sd::gram_cost_model model{};
 };
 
 void print_usage(std::FILE* f) {
@@ -73,6 +75,12 @@ void print_usage(std::FILE* f) {
       "  --host                 the host implementation on every rank\n"
       "  --budget SIZE          device memory per rank's GPU, e.g. 8GiB (default 80%% of free)\n"
       "  --strip-rows P         rows per strip, the unit of the split (default: the planner's)\n"
+      "  --split S              model | pairs: cut the rows by each share's predicted seconds on its GPU\n"
+      "                         (default) or by pairs alone\n"
+      "  --model-rate R         the model's b1 product rate, bit-MAC/s (default 5.8e15)\n"
+      "  --model-h2d B          its upload rate, bytes/s (default 55e9); --model-d2h B likewise (55e9)\n"
+      "  --model-score B        its rate of the top-k/threshold sink's pass over the scores, bytes/s (1e12)\n"
+      "  --model-host-copy B    its rate of the triangle's copy out of the staging, bytes/s (8e9)\n"
       "  --output OUT.npy       write the result (top-k adds OUT.npy.indices.npy; threshold adds\n"
       "                         OUT.npy.row.npy and OUT.npy.col.npy; --sink all: OUT.npy.<sink>.npy)\n"
       "  --check                compare with the one-process job (host implementation) on rank 0, exactly\n"
@@ -150,6 +158,18 @@ args parse(int argc, char** argv) {
       }
     } else if (k == "--strip-rows")
       a.strip_rows = std::atoll(val().c_str());
+    else if (k == "--split")
+      a.split = val();
+    else if (k == "--model-rate")
+      a.model.bit_macs_per_second = std::atof(val().c_str());
+    else if (k == "--model-h2d")
+      a.model.h2d_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-d2h")
+      a.model.d2h_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-score")
+      a.model.score_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-host-copy")
+      a.model.host_copy_bytes_per_second = std::atof(val().c_str());
     else if (k == "--repeat")
       a.repeat = std::max(1, std::atoi(val().c_str()));
     else if (k == "--bench") {
@@ -169,6 +189,7 @@ args parse(int argc, char** argv) {
     usage(("unknown --sink " + a.sink).c_str());
   }
   if (a.layout != "upper_packed" && a.layout != "condensed") usage(("unknown --layout " + a.layout).c_str());
+  if (a.split != "model" && a.split != "pairs") usage(("unknown --split " + a.split).c_str());
   return a;
 }
 
@@ -206,8 +227,9 @@ double median(std::vector<double> v) {
 void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char* what) {
   if (c.rank() != 0) return;
   const auto& sp_ = r.split;
-  std::printf("%s: %ld rows in %ld strips of %ld, %s\n", what, sp_.n, sp_.strips, sp_.strip_rows,
-              r.on_gpu ? "one GPU per rank" : "host implementation");
+  std::printf("%s: %ld rows in %ld strips of %ld, %s, rows split by %s\n", what, sp_.n, sp_.strips, sp_.strip_rows,
+              r.on_gpu ? "one GPU per rank" : "host implementation",
+              sp_.predicted.empty() ? "pairs" : "each share's predicted seconds");
   double slowest = 0;
   for (int q = 0; q < c.size(); ++q) {
     const auto& s = r.run.ranks[static_cast<std::size_t>(q)];
@@ -218,8 +240,37 @@ void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char
                 static_cast<double>(s.bytes) / 1e9, s.seconds);
     slowest = std::max(slowest, s.seconds);
   }
-  std::printf("  split imbalance %.3f (slowest part / mean part, by planned cost); slowest rank %.3f s\n",
-              sp_.plan.imbalance(), slowest);
+  if (sp_.predicted.empty()) {
+    std::printf("  split imbalance %.3f by pairs (slowest part / mean part); slowest rank %.3f s\n", sp_.plan.imbalance(),
+                slowest);
+  } else {
+    std::printf("  split imbalance %.3f by pairs, %.3f by predicted seconds (slowest part / mean part); slowest rank "
+                "%.3f s\n",
+                sp_.plan.imbalance(), sp_.predicted_imbalance(), slowest);
+  }
+  // Each rank's share: what the split predicted, what it measured.
+  if (!sp_.predicted.empty()) {
+    for (int q = 0; q < c.size(); ++q) {
+      const auto& p = sp_.predicted[static_cast<std::size_t>(q)];
+      const double m = r.run.ranks[static_cast<std::size_t>(q)].seconds;
+      std::printf("  rank %d share: predicted %.3f s, measured %.3f s (measured/predicted %.3f) -- predicted: "
+                  "first upload %.3f s, uploads %.3f s (%.2f GB), products %.3f s, sink %.3f s, downloads %.3f s, "
+                  "host copies %.3f s\n",
+                  q, p.seconds, m, p.seconds > 0 ? m / p.seconds : 0.0, p.first_upload_seconds, p.upload_seconds,
+                  static_cast<double>(p.upload_bytes) / 1e9, p.product_seconds, p.sink_seconds, p.download_seconds,
+                  p.host_seconds);
+    }
+  }
+  // Where each rank's time went (the last run).
+  for (int q = 0; q < c.size() && q < static_cast<int>(r.ranks.size()); ++q) {
+    const auto& ph = r.ranks[static_cast<std::size_t>(q)];
+    std::printf("  rank %d phases: setup %.3f | compute %.3f (%.2f GB) | wait %.3f | collect %.3f (%.1f MB) | "
+                "exchange %.3f (sent %.1f MB, received %.1f MB) | merge %.3f | write %.3f (%.2f GB) | other %.3f | "
+                "total %.3f s\n",
+                q, ph.setup_seconds, ph.compute_seconds, ph.transfer_bytes / 1e9, ph.wait_seconds, ph.collect_seconds,
+                ph.collect_bytes / 1e6, ph.exchange_seconds, ph.sent_bytes / 1e6, ph.received_bytes / 1e6,
+                ph.merge_seconds, ph.write_seconds, ph.written_bytes / 1e9, ph.other_seconds(), ph.total_seconds);
+  }
 }
 
 // The largest of a per-rank figure (collective).
@@ -242,6 +293,8 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   o.strip_rows = a.strip_rows;
   o.sync_files = a.sync;
   o.collective_io = !a.independent_io;
+  o.split_by_model = a.split == "model";
+  o.model = a.model;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();
   const double mb = 1e6;
@@ -264,8 +317,10 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
       times.push_back(max_over_ranks(c, sd::detail::seconds_since(t0)));
     }
     print_ranks(c, rep, "top-k");
-    const double merge = max_over_ranks(c, rep.local_merge_seconds);
-    const double sent = max_over_ranks(c, static_cast<double>(rep.local_merge_bytes_sent));
+    const double collect = max_over_ranks(c, rep.local.collect_seconds);
+    const double exchange = max_over_ranks(c, rep.local.exchange_seconds);
+    const double merge = max_over_ranks(c, rep.local.merge_seconds);
+    const double sent = max_over_ranks(c, rep.local.sent_bytes);
     double wt = 0;
     const std::string f = out_name(a, "topk");
     if (!f.empty()) {
@@ -275,9 +330,9 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
     }
     if (c.rank() == 0) {
       std::printf(
-          "  top-%d total %.3f s (median of %d; merge to the owners %.3f s, %.1f MB sent by the busiest rank)"
-          " = %.2f P bit-MAC/s of the triangle%s\n",
-          a.k, median(times), a.repeat, merge, sent / mb, bitmacs / median(times) / 1e15,
+          "  top-%d total %.3f s (median of %d; slowest rank's collect %.3f s, exchange %.3f s, merge %.3f s; "
+          "%.1f MB sent by the busiest rank) = %.2f P bit-MAC/s of the triangle%s\n",
+          a.k, median(times), a.repeat, collect, exchange, merge, sent / mb, bitmacs / median(times) / 1e15,
           f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
     }
     if (a.check) {

@@ -17,6 +17,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/dist/agree.hpp>
 #include <spillway/dist/communicator.hpp>
+#include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/host_gram.hpp>
 #include <spillway/dist/run_tasks.hpp>
 #include <spillway/gram/out_of_core.cuh>
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -126,7 +128,35 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     if (sink == pairwise::sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
     pairwise::detail::setup_devices(job, job.opt.devices);
   });
-  rj.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
+  if (o.split_by_model) {
+    gram_job_shape js;
+    js.n = a.rows;
+    js.cols = a.cols;
+    js.strip_rows = pmin;
+    js.row_bytes = job.prod.row_bytes();
+    js.out_bytes = sizeof(V);
+    js.sink = sink == pairwise::sink_kind::topk        ? gram_sink::topk
+              : sink == pairwise::sink_kind::threshold ? gram_sink::threshold
+                                                       : gram_sink::triangle;
+    js.slots = job.plan.slots;
+    js.resident = job.plan.resident;
+    // Rank 0's model cuts for every rank (a model that differs between ranks cannot split them
+    // differently); each rank then predicts the shares with its own.
+    const auto parts = static_cast<std::size_t>(c.size());
+    std::vector<std::uint64_t> cuts(parts + 1, 0);
+    agree(c, "splitting the rows", [&] {
+      if (c.rank() != 0) return;
+      const gram_split s = make_gram_split_timed(js, o.model, parts);
+      for (std::size_t q = 0; q < parts; ++q) cuts[q] = s.plan.parts[q].first;
+      cuts[parts] = static_cast<std::uint64_t>(s.strips);
+    });
+    SPILLWAY_MPI_TRY(MPI_Bcast(cuts.data(), static_cast<int>(cuts.size()), MPI_UINT64_T, 0, c.get()));
+    rj.split = agree(c, "predicting its share", [&] {
+      return gram_split_from_cuts(js, o.model, std::vector<std::size_t>(cuts.begin(), cuts.end()));
+    });
+  } else {
+    rj.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
+  }
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
   // The scheduler's task t is strip strips − 1 − t: the last (narrowest) strips first, as in one
   // process, so the resident column panels are uploaded from the end as the strips need them.
@@ -159,10 +189,16 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_
 /// Per-row top-k of A·Aᵀ across the ranks of `c`, one GPU per rank (host implementation where a
 /// rank has none): every rank passes the whole A and gets the final lists of the rows it owns,
 /// equal to the one-process gram_topk / host_gram_topk. Collective.
+///
+/// Each rank's GPU merges its lists on the device (the one-process job's collect); then only the
+/// lists of rows other ranks own are sent, and a rank merges its own rows' lists with those that
+/// arrived from the ranks before it. With one rank (or one rank with rows) nothing is exchanged:
+/// the result is the device's merged lists as they come.
 template <class V>
 topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
                         const pairwise::topk_options& k, const gram_job_options& o = {},
                         gram_report* report = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_topk<V>(c, a, k, o, report);  // (rows: the same on every rank)
   gram_report rep;
@@ -170,31 +206,40 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   agree(c, "checking the top-k job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::gram_topk");
     pairwise::detail::check_topk(k, "dist::gram_topk");
+    detail::check_exchange(a.rows, k.k, "dist::gram_topk");
   });
   detail::rank_gram_job<V> rj;
   detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::topk, k.k, rj);
   rj.job.topk = k;
   rep.device = rj.device;
   rep.split = rj.split;
-  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
   const std::int64_t n = a.rows, r0 = rj.split.first_row(c.rank());
+  const bool has_rows = rj.split.rows_of(c.rank()) > 0;
+  const int kk = k.k;
+  // The result's host vectors (n x k: 38 MB at 100,000 x 32) allocated and filled on another
+  // thread while the strips run, as the one-process job does.
+  if (has_rows)
+    rj.job.topk_host = std::async(std::launch::async, [n, kk] { return pairwise::detail::empty_topk<V>(n, kk); });
+  rep.local.setup_seconds = detail::seconds_since(t_start);
+  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
+  detail::note_run(c, rep);
   topk_block<V> b;
   b.first_row = r0;
   if (rep.run.cancelled) {
     b.lists = pairwise::detail::empty_topk<V>(0, k.k);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    // This rank's lists over every row its strips touched (rows ≥ r0), merged over its slots.
-    pairwise::topk_result<V> all =
-        agree(c, "collecting its top-k lists", [&] { return pairwise::detail::collect_topk(rj.job); });
-    detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
-    const auto skip = static_cast<std::size_t>(r0) * static_cast<std::size_t>(k.k);
-    std::copy(all.values.begin() + static_cast<std::ptrdiff_t>(skip), all.values.end(), pt.v.begin());
-    std::copy(all.indices.begin() + static_cast<std::ptrdiff_t>(skip), all.indices.end(), pt.c.begin());
-    b.lists = detail::merge_topk_to_owners(c, rj.split, pt, rep);
-    rep.local_merge_seconds = detail::seconds_since(t0);
+    // This rank's lists over every row its strips touched (rows >= r0), merged over its slots on
+    // the device: rows [0, n) (those before r0 empty), or none where the rank owns no rows.
+    pairwise::topk_result<V> all = agree(c, "collecting its top-k lists", [&] {
+      return has_rows ? pairwise::detail::collect_topk(rj.job) : pairwise::detail::empty_topk<V>(0, kk);
+    });
+    rep.local.collect_seconds = detail::seconds_since(t0);
+    rep.local.collect_bytes = static_cast<double>(all.values.size()) * static_cast<double>(sizeof(V) + 8);
+    b.lists = detail::lists_to_owners(c, rj.split, std::move(all), has_rows ? 0 : r0,
+                                      gram::is_similarity(o.epilogue), rep.local);
   }
+  detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
   return b;
 }
@@ -205,6 +250,7 @@ template <class V>
 gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view& a, const std::string& path,
                               pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
                               const gram_job_options& o = {}) {
+  const auto t_start = std::chrono::steady_clock::now();
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_triangle_npy<V>(c, a, path, layout, o);  // (rows: the same on every rank)
   gram_report rep;
@@ -231,6 +277,7 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   detail::rows_buffer<V> local;
   agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
   const std::int64_t P = rj.split.strip_rows, strips = rj.split.strips;
+  rep.local.setup_seconds = detail::seconds_since(t_start);
   // A strip arrives in the slot's pinned staging: rows [I0, I1) x columns [I0, n), row-major.
   rep.run = detail::run_rank_job(c, rj, o, true, [&](std::size_t t, task_slot& slot) {
     const std::int64_t I0 = (strips - 1 - static_cast<std::int64_t>(t)) * P, I1 = std::min(n, I0 + P);
@@ -242,13 +289,15 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
         std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
     }
   });
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  detail::note_run(c, rep);
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
     write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
                      static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
-    rep.local_write_seconds = detail::seconds_since(t0);
+    rep.local.write_seconds = detail::seconds_since(t0);
+    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
   }
+  detail::finish_report(c, rep, t_start);
   return rep;
 }
 
@@ -259,6 +308,7 @@ template <class V>
 coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& a,
                             const pairwise::threshold_options& t, const gram_job_options& o = {},
                             gram_report* report = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_threshold<V>(c, a, t, o, report);  // (rows: the same on every rank)
   gram_report rep;
@@ -272,8 +322,10 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
   rj.job.thr = t;
   rep.device = rj.device;
   rep.split = rj.split;
+  rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  detail::note_run(c, rep);
+  const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
   const std::int64_t P = rj.split.strip_rows;
@@ -287,7 +339,11 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
       }
     }
   }
+  rep.local.collect_seconds = detail::seconds_since(t_collect);
+  const auto t_place = std::chrono::steady_clock::now();
   detail::place_coo(c, b);
+  rep.local.exchange_seconds = detail::seconds_since(t_place);
+  detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
   return b;
 }

@@ -23,8 +23,10 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/dist/agree.hpp>
 #include <spillway/dist/communicator.hpp>
+#include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/npy_file.hpp>
 #include <spillway/dist/run_tasks.hpp>
+#include <spillway/dist/topk_lists.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/gram/epilogue.hpp>
 #include <spillway/gram/host_gram.hpp>
@@ -121,41 +123,7 @@ inline void broadcast_bits(const communicator& c, gram::bit_matrix& m) {
   }
 }
 
-// ---- the split ------------------------------------------------------------------------------------
-
-/// Which rows each rank owns: runs of whole strips of `strip_rows`, balanced by upper-triangle cost.
-struct gram_split {
-  std::int64_t n = 0;
-  std::int64_t strip_rows = 0;
-  std::int64_t strips = 0;
-  pairwise::split_plan plan;         ///< over strips (task I = strip I, rows [I·P, I·P + P))
-  std::vector<std::int64_t> bounds;  ///< size + 1: rank r owns rows [bounds[r], bounds[r+1])
-  [[nodiscard]] std::int64_t first_row(int r) const { return bounds[static_cast<std::size_t>(r)]; }
-  [[nodiscard]] std::int64_t last_row(int r) const { return bounds[static_cast<std::size_t>(r) + 1]; }
-  [[nodiscard]] int owner(std::int64_t row) const {
-    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), row) - bounds.begin()) - 1;
-  }
-};
-
-/// The split of an n-row A·Aᵀ into `parts` (MPI-free, deterministic: every rank computes it alike).
-inline gram_split make_gram_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts,
-                                  std::size_t row_bytes = 0) {
-  gram_split s;
-  s.n = n;
-  s.strip_rows = strip_rows;
-  const auto tasks = pairwise::strip_tasks(n, strip_rows, true, row_bytes);
-  s.strips = static_cast<std::int64_t>(tasks.size());
-  s.plan = pairwise::split_contiguous(tasks, parts);
-  for (const auto& p : s.plan.parts)
-    s.bounds.push_back(std::min<std::int64_t>(n, static_cast<std::int64_t>(p.first) * strip_rows));
-  s.bounds.push_back(n);
-  return s;
-}
-
 // ---- options, results ---------------------------------------------------------------------------
-
-/// The sinks a distributed Gram job writes.
-enum class gram_sink { triangle, topk, threshold };
 
 struct gram_job_options {
   gram::metric epilogue = gram::metric::counts;
@@ -179,6 +147,50 @@ struct gram_job_options {
   std::optional<memory_budget> budget;
   gram::kernel_path path = gram::kernel_path::automatic;
   std::size_t slots_per_device = 3;
+  /// Cut the rows by each rank's predicted seconds on its GPU (make_gram_split_timed: uploads,
+  /// products, the sink's passes and copies) rather than by pairs alone (make_gram_split).
+  bool split_by_model = true;
+  /// The rates of that prediction (rank 0's model decides the cut for every rank).
+  gram_cost_model model{};
+};
+
+/// Where one rank's time and bytes went in a distributed Gram job.
+struct gram_phases {
+  double setup_seconds = 0.0;     ///< checks, planning, the GPU's buffers (the collectives between them included)
+  double compute_seconds = 0.0;   ///< its share of the strips (= run.ranks[rank].seconds)
+  double wait_seconds = 0.0;      ///< after its share, until every rank's had ended (the run's collectives)
+  double collect_seconds = 0.0;   ///< top-k: the GPU's lists merged on the device and copied to the host
+  double exchange_seconds = 0.0;  ///< top-k: lists of other ranks' rows sent to their owners (MPI_Alltoallv)
+  double merge_seconds = 0.0;     ///< top-k: its rows' lists merged with those that arrived
+  double write_seconds = 0.0;     ///< triangle: the MPI-IO write (and sync)
+  double total_seconds = 0.0;     ///< the whole call on this rank
+  double predicted_seconds = 0.0;  ///< the split's prediction of compute_seconds (0: split by pairs)
+  double transfer_bytes = 0.0;    ///< host↔device bytes of its share (uploads, and the triangle's strips)
+  double collect_bytes = 0.0;     ///< top-k: device→host bytes of the lists
+  double sent_bytes = 0.0;        ///< top-k: bytes sent to other ranks
+  double received_bytes = 0.0;    ///< top-k: bytes received from other ranks
+  double written_bytes = 0.0;     ///< bytes it wrote to the file
+  static constexpr int fields = 14;
+  void to(double* v) const {
+    const double x[fields] = {setup_seconds,  compute_seconds, wait_seconds,      collect_seconds, exchange_seconds,
+                              merge_seconds,  write_seconds,   total_seconds,     predicted_seconds, transfer_bytes,
+                              collect_bytes,  sent_bytes,      received_bytes,    written_bytes};
+    std::copy(x, x + fields, v);
+  }
+  static gram_phases from(const double* v) {
+    gram_phases p;
+    double* x[fields] = {&p.setup_seconds,  &p.compute_seconds, &p.wait_seconds,      &p.collect_seconds,
+                         &p.exchange_seconds, &p.merge_seconds, &p.write_seconds,     &p.total_seconds,
+                         &p.predicted_seconds, &p.transfer_bytes, &p.collect_bytes,   &p.sent_bytes,
+                         &p.received_bytes,   &p.written_bytes};
+    for (int i = 0; i < fields; ++i) *x[i] = v[i];
+    return p;
+  }
+  /// What the phases above do not account for (timers' gaps, the result's hand-over).
+  [[nodiscard]] double other_seconds() const {
+    return total_seconds - setup_seconds - compute_seconds - wait_seconds - collect_seconds - exchange_seconds -
+           merge_seconds - write_seconds;
+  }
 };
 
 /// What a distributed Gram job did, the same on every rank except the `local_*` fields.
@@ -187,8 +199,10 @@ struct gram_report {
   gram_split split;                            ///< who owned which rows
   bool on_gpu = false;                         ///< this rank ran on its GPU (else the host implementation)
   int device = -1;                             ///< this rank's GPU
+  gram_phases local;                           ///< this rank's phases
+  std::vector<gram_phases> ranks;              ///< every rank's phases (the same on every rank)
   double local_compute_seconds = 0.0;          ///< this rank's share (= run.ranks[rank].seconds)
-  double local_merge_seconds = 0.0;            ///< top-k: the exchange to the owners and the merge
+  double local_merge_seconds = 0.0;            ///< top-k: collect + exchange + merge (see `local`)
   double local_write_seconds = 0.0;            ///< the MPI-IO writes (0 when nothing is written)
   std::size_t local_merge_bytes_sent = 0;      ///< top-k: bytes this rank sent to other ranks
   std::size_t local_merge_bytes_received = 0;  ///< top-k: bytes it received from other ranks
@@ -305,58 +319,111 @@ void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, 
   }
 }
 
-/// Sends each row's partial list to its owner and merges what arrives: this rank's rows' final
-/// lists. Collective. `pt` covers rows [split.first_row(rank), n).
+/// A rank with rows touches every row from its first on (as a row of its strips, or as a column
+/// of them): the ranks whose lists of rank r's rows r must merge are those before it with rows.
+inline bool lists_meet(const gram_split& sp, int sender, int owner) {
+  return sender < owner && sp.rows_of(sender) > 0 && sp.rows_of(owner) > 0;
+}
+
+/// Per-row top-k lists of rows [row0, n) (this rank's partial lists, row0 = its first row or 0) →
+/// this rank's rows' final lists. Only the lists of rows other ranks own leave the rank
+/// (MPI_Alltoallv, none at all where at most one rank has rows); its own rows' lists stay where
+/// they are and are merged with those that arrived (none for the first rank with rows: its rows
+/// are final as they come). Collective. Fills the exchange and merge phases of `ph`.
 template <class V>
-pairwise::topk_result<V> merge_topk_to_owners(const communicator& c, const gram_split& sp,
-                                              const partial_topk<V>& pt, gram_report& rep) {
+pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split& sp, pairwise::topk_result<V>&& lists,
+                                         std::int64_t row0, bool larger, gram_phases& ph) {
   const int P = c.size(), me = c.rank();
-  const int k = pt.k;
-  const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me);
-  std::vector<int> scount(static_cast<std::size_t>(P), 0), sdispl(static_cast<std::size_t>(P), 0);
-  std::vector<int> rcount(static_cast<std::size_t>(P), 0), rdispl(static_cast<std::size_t>(P), 0);
-  auto entries = [&](int q) -> std::int64_t { return (sp.last_row(q) - sp.first_row(q)) * k; };
-  std::int64_t sent = 0, received = 0;
-  for (int q = 0; q < P; ++q) {
-    // This rank's partial lists cover rows ≥ r0: the whole of every later owner's block.
-    if (q >= me) {
-      if (entries(q) > 0x7FFFFFFF)
-        throw logic_error("dist gram top-k: a rank's block of lists exceeds 2^31 entries");
-      scount[static_cast<std::size_t>(q)] = static_cast<int>(entries(q));
-      sdispl[static_cast<std::size_t>(q)] = static_cast<int>((sp.first_row(q) - r0) * k);
-      if (q != me) sent += entries(q);
-    }
-    if (q <= me) {
-      rcount[static_cast<std::size_t>(q)] = static_cast<int>(entries(me));
-      rdispl[static_cast<std::size_t>(q)] = static_cast<int>(static_cast<std::int64_t>(q) * entries(me));
-      if (q != me) received += entries(me);
-    }
-  }
-  const auto nrecv = static_cast<std::size_t>(static_cast<std::int64_t>(me + 1) * entries(me));
-  std::vector<V> rv(nrecv);
-  std::vector<std::int64_t> rc(nrecv);
-  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.v.data(), scount.data(), sdispl.data(), mpi_type<V>(), rv.data(),
-                                 rcount.data(), rdispl.data(), mpi_type<V>(), c.get()));
-  SPILLWAY_MPI_TRY(MPI_Alltoallv(pt.c.data(), scount.data(), sdispl.data(), MPI_INT64_T, rc.data(),
-                                 rcount.data(), rdispl.data(), MPI_INT64_T, c.get()));
-  rep.local_merge_bytes_sent = static_cast<std::size_t>(sent) * (sizeof(V) + 8);
-  rep.local_merge_bytes_received = static_cast<std::size_t>(received) * (sizeof(V) + 8);
-  partial_topk<V> merged(r0, r1, k, pt.larger);
-  const std::int64_t rows = r1 - r0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-  for (std::int64_t i = 0; i < rows; ++i) {
-    for (int q = 0; q <= me; ++q) {
-      const std::size_t base = static_cast<std::size_t>(q) * static_cast<std::size_t>(entries(me)) +
-                               static_cast<std::size_t>(i * k);
-      for (int t = 0; t < k && rc[base + static_cast<std::size_t>(t)] >= 0; ++t) {
-        merged.offer(r0 + i, rv[base + static_cast<std::size_t>(t)], rc[base + static_cast<std::size_t>(t)]);
+  const int k = lists.k;
+  const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me), mine = r1 - r0;
+  int with_rows = 0;
+  for (int q = 0; q < P; ++q) with_rows += sp.rows_of(q) > 0 ? 1 : 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<V> rv;
+  std::vector<std::int64_t> rc;
+  std::size_t arrived = 0;  // lists of each of this rank's rows that came from other ranks
+  if (with_rows > 1) {
+    std::vector<int> scount(static_cast<std::size_t>(P), 0), sdispl(static_cast<std::size_t>(P), 0);
+    std::vector<int> rcount(static_cast<std::size_t>(P), 0), rdispl(static_cast<std::size_t>(P), 0);
+    std::int64_t sent = 0;
+    for (int q = 0; q < P; ++q) {
+      const auto u = static_cast<std::size_t>(q);
+      if (lists_meet(sp, me, q)) {  // this rank's lists of q's rows
+        scount[u] = static_cast<int>(sp.rows_of(q) * k);
+        sdispl[u] = static_cast<int>((sp.first_row(q) - row0) * k);
+        sent += sp.rows_of(q) * k;
+      }
+      if (lists_meet(sp, q, me)) {
+        rcount[u] = static_cast<int>(mine * k);
+        rdispl[u] = static_cast<int>(static_cast<std::int64_t>(arrived) * mine * k);
+        ++arrived;
       }
     }
+    const auto nrecv = static_cast<std::size_t>(static_cast<std::int64_t>(arrived) * mine * k);
+    rv.resize(nrecv);
+    rc.resize(nrecv);
+    SPILLWAY_MPI_TRY(MPI_Alltoallv(lists.values.data(), scount.data(), sdispl.data(), mpi_type<V>(), rv.data(),
+                                   rcount.data(), rdispl.data(), mpi_type<V>(), c.get()));
+    SPILLWAY_MPI_TRY(MPI_Alltoallv(lists.indices.data(), scount.data(), sdispl.data(), MPI_INT64_T, rc.data(),
+                                   rcount.data(), rdispl.data(), MPI_INT64_T, c.get()));
+    ph.sent_bytes = static_cast<double>(sent) * static_cast<double>(sizeof(V) + 8);
+    ph.received_bytes = static_cast<double>(nrecv) * static_cast<double>(sizeof(V) + 8);
   }
-  pairwise::topk_result<V> out{rows, k, std::move(merged.v), std::move(merged.c)};
-  return out;
+  ph.exchange_seconds = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto own = static_cast<std::size_t>((r0 - row0) * k);
+  if (arrived > 0) {
+    std::vector<const V*> vs{lists.values.data() + own};
+    std::vector<const std::int64_t*> cs{lists.indices.data() + own};
+    for (std::size_t q = 0; q < arrived; ++q) {
+      vs.push_back(rv.data() + q * static_cast<std::size_t>(mine * k));
+      cs.push_back(rc.data() + q * static_cast<std::size_t>(mine * k));
+    }
+    merge_topk_lists(mine, k, larger, vs, cs, lists.values.data() + own, lists.indices.data() + own);
+  }
+  keep_topk_rows(lists, r0 - row0, r1 - row0);
+  ph.merge_seconds = seconds_since(t1);
+  return std::move(lists);
+}
+
+/// The exchange counts entries (rows · k) in MPI's int.
+inline void check_exchange(std::int64_t n, int k, const char* who) {
+  if (n * static_cast<std::int64_t>(k) > 0x7FFFFFFF) {
+    throw logic_error(std::string(who) + ": n * k = " + std::to_string(n * k) +
+                      " list entries; the exchange to the owners counts them in int (at most 2^31 - 1)");
+  }
+}
+
+/// Every rank's phases on every rank (MPI_Allgather). Collective.
+inline void share_phases(const communicator& c, gram_report& rep) {
+  std::vector<double> mine(gram_phases::fields), all(static_cast<std::size_t>(gram_phases::fields * c.size()));
+  rep.local.to(mine.data());
+  SPILLWAY_MPI_TRY(MPI_Allgather(mine.data(), gram_phases::fields, MPI_DOUBLE, all.data(), gram_phases::fields,
+                                 MPI_DOUBLE, c.get()));
+  rep.ranks.clear();
+  for (int q = 0; q < c.size(); ++q)
+    rep.ranks.push_back(gram_phases::from(all.data() + static_cast<std::size_t>(q) * gram_phases::fields));
+}
+
+/// The phases every job reports alike: its share, the wait for the others, the legacy fields.
+inline void note_run(const communicator& c, gram_report& rep) {
+  const auto& mine = rep.run.ranks[static_cast<std::size_t>(c.rank())];
+  rep.local.compute_seconds = mine.seconds;
+  rep.local.wait_seconds = std::max(0.0, rep.run.elapsed_seconds - mine.seconds);
+  rep.local.transfer_bytes = static_cast<double>(mine.bytes);
+  if (!rep.split.predicted.empty())
+    rep.local.predicted_seconds = rep.split.predicted[static_cast<std::size_t>(c.rank())].seconds;
+  rep.local_compute_seconds = mine.seconds;
+}
+
+/// The end of a job: the legacy fields from the phases, the total, every rank's phases. Collective.
+inline void finish_report(const communicator& c, gram_report& rep, std::chrono::steady_clock::time_point t0) {
+  rep.local_merge_seconds = rep.local.collect_seconds + rep.local.exchange_seconds + rep.local.merge_seconds;
+  rep.local_write_seconds = rep.local.write_seconds;
+  rep.local_merge_bytes_sent = static_cast<std::size_t>(rep.local.sent_bytes);
+  rep.local_merge_bytes_received = static_cast<std::size_t>(rep.local.received_bytes);
+  rep.local.total_seconds = seconds_since(t0);
+  share_phases(c, rep);
 }
 
 /// This rank's rows of a triangle, uninitialised (every element is written by its strip): at
@@ -467,10 +534,12 @@ template <class V>
 topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view& a,
                              const pairwise::topk_options& k, const gram_job_options& o = {},
                              gram_report* report = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   agree(c, "checking the top-k job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_topk");
     pairwise::detail::check_topk(k, "dist::host_gram_topk");
+    detail::check_exchange(a.rows, k.k, "dist::host_gram_topk");
   });
   const std::int64_t n = a.rows;
   rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
@@ -479,8 +548,10 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   const std::int64_t r0 = sp.first_row(c.rank());
   const std::vector<std::int32_t> pc = gram::row_popcounts(a);
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
-  detail::partial_topk<V> pt(r0, n, k.k, gram::is_similarity(o.epilogue));
+  const bool larger = gram::is_similarity(o.epilogue);
+  detail::partial_topk<V> pt(r0, n, k.k, larger);
   std::vector<V> s;
+  rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = run_host_tasks(
       c, sp.plan,
       [&](std::size_t t) {
@@ -490,16 +561,17 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
         detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
       },
       o.run);
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  detail::note_run(c, rep);
   topk_block<V> b;
   b.first_row = r0;
   if (rep.run.cancelled) {
     b.lists = pairwise::detail::empty_topk<V>(0, k.k);
   } else {
-    const auto t0 = std::chrono::steady_clock::now();
-    b.lists = detail::merge_topk_to_owners(c, sp, pt, rep);
-    rep.local_merge_seconds = detail::seconds_since(t0);
+    // The partial lists are already the top-k layout (−1 past a row's last entry).
+    pairwise::topk_result<V> lists{pt.rows, pt.k, std::move(pt.v), std::move(pt.c)};
+    b.lists = detail::lists_to_owners(c, sp, std::move(lists), r0, larger, rep.local);
   }
+  detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
   return b;
 }
@@ -512,6 +584,7 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
                                    const std::string& path,
                                    pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed,
                                    const gram_job_options& o = {}) {
+  const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   agree(c, "checking the triangle job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_triangle_npy");
@@ -537,6 +610,7 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   const std::vector<std::int32_t> pc = gram::row_popcounts(a);
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   const std::int64_t nw = gram::detail::words64(a);
+  rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = run_host_tasks(
       c, sp.plan,
       [&](std::size_t t) {
@@ -555,13 +629,15 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
         }
       },
       o.run);
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  detail::note_run(c, rep);
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
     write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
                      static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
-    rep.local_write_seconds = detail::seconds_since(t0);
+    rep.local.write_seconds = detail::seconds_since(t0);
+    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
   }
+  detail::finish_report(c, rep, t_start);
   return rep;
 }
 
@@ -572,6 +648,7 @@ template <class V>
 coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_view& a,
                                  const pairwise::threshold_options& t, const gram_job_options& o = {},
                                  gram_report* report = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   agree(c, "checking the threshold job", [&] {
     detail::check_dist_gram<V>(a, o, "dist::host_gram_threshold");
@@ -591,6 +668,7 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   const std::int64_t nw = gram::detail::words64(a);
   const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
+  rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = run_host_tasks(
       c, sp.plan,
       [&](std::size_t task) {
@@ -610,7 +688,8 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
         }
       },
       o.run);
-  rep.local_compute_seconds = rep.run.ranks[static_cast<std::size_t>(c.rank())].seconds;
+  detail::note_run(c, rep);
+  const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   for (std::int64_t i = r0; i < r1 && !rep.run.cancelled; ++i) {
     for (const auto& e : kept[static_cast<std::size_t>(i - r0)]) {
@@ -619,7 +698,11 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
       b.entries.value.push_back(e.second);
     }
   }
+  rep.local.collect_seconds = detail::seconds_since(t_collect);
+  const auto t_place = std::chrono::steady_clock::now();
   detail::place_coo(c, b);
+  rep.local.exchange_seconds = detail::seconds_since(t_place);
+  detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
   return b;
 }
