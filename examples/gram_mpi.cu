@@ -80,7 +80,7 @@ void print_usage(std::FILE* f) {
       "  --model-rate R         the model's b1 product rate, bit-MAC/s (default 5.8e15)\n"
       "  --model-h2d B          its upload rate, bytes/s (default 55e9); --model-d2h B likewise (55e9)\n"
       "  --model-score B        its rate of the top-k/threshold sink's pass over the scores, bytes/s (1e12)\n"
-      "  --model-host-copy B    its rate of the triangle's copy out of the staging, bytes/s (8e9)\n"
+      "  --model-host-copy B    its rate of the triangle's copy out of the staging, bytes/s (10e9)\n"
       "  --output OUT.npy       write the result (top-k adds OUT.npy.indices.npy; threshold adds\n"
       "                         OUT.npy.row.npy and OUT.npy.col.npy; --sink all: OUT.npy.<sink>.npy)\n"
       "  --check                compare with the one-process job (host implementation) on rank 0, exactly\n"
@@ -270,6 +270,11 @@ void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char
                 q, ph.setup_seconds, ph.compute_seconds, ph.transfer_bytes / 1e9, ph.wait_seconds, ph.collect_seconds,
                 ph.collect_bytes / 1e6, ph.exchange_seconds, ph.sent_bytes / 1e6, ph.received_bytes / 1e6,
                 ph.merge_seconds, ph.write_seconds, ph.written_bytes / 1e9, ph.other_seconds(), ph.total_seconds);
+    if (ph.host_copy_seconds > 0) {
+      std::printf("  rank %d: of its compute, %.3f s copied %.2f GB out of the pinned staging (%.2f GB/s; the model's "
+                  "--model-host-copy)\n",
+                  q, ph.host_copy_seconds, ph.written_bytes / 1e9, ph.written_bytes / ph.host_copy_seconds / 1e9);
+    }
   }
 }
 

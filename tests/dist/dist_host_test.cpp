@@ -414,6 +414,76 @@ TEST(DistGram, TopkEqualsOneProcess) {
   }
 }
 
+TEST(DistGram, OneRankReturnsItsOwnListsWithNoExchange) {
+  // Each rank alone (MPI_COMM_SELF): the whole matrix is its rows, nothing leaves it, nothing is
+  // merged; the lists equal the one-process job's.
+  sd::communicator self(MPI_COMM_SELF);
+  const auto a = random_bits(263, 300, 0.2, seed("dist one rank"));
+  sd::gram_job_options o;
+  o.strip_rows = 20;
+  for (const int k : {1, 5, 64}) {
+    const sp::topk_options ko{k, k == 5};
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, ko);
+    sd::gram_report rep;
+    const auto b = sd::host_gram_topk<std::int32_t>(self, a, ko, o, &rep);
+    EXPECT_EQ(b.first_row, 0);
+    EXPECT_EQ(b.lists.rows, a.rows());
+    EXPECT_EQ(b.lists.values, ref.values) << "k=" << k;
+    EXPECT_EQ(b.lists.indices, ref.indices) << "k=" << k;
+    EXPECT_EQ(rep.local.sent_bytes, 0.0);
+    EXPECT_EQ(rep.local.received_bytes, 0.0);
+    EXPECT_EQ(rep.local_merge_bytes_sent, 0u);
+    ASSERT_EQ(rep.ranks.size(), 1u);
+    EXPECT_EQ(rep.ranks[0].total_seconds, rep.local.total_seconds);
+    EXPECT_GE(rep.local.total_seconds, rep.local.compute_seconds);
+    EXPECT_GE(rep.local.compute_seconds, 0.0);
+    EXPECT_EQ(rep.local.compute_seconds, rep.run.ranks[0].seconds);
+  }
+}
+
+TEST(DistGram, OnlyListsOfOtherRanksRowsAreSent) {
+  // Rank r sends its lists of each later rank's rows (when both own rows) and receives one list
+  // per row of its own from each earlier rank with rows: the first rank with rows receives none.
+  sd::communicator c;
+  const auto a = random_bits(157, 90, 0.1, seed("dist owned rows"));  // sparse: many ties
+  for (const std::int64_t strip : {7, 64, 200}) {  // 200: one strip, every other rank owns nothing
+    sd::gram_job_options o;
+    o.strip_rows = strip;
+    const int k = 6;
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, false});
+    sd::gram_report rep;
+    const auto b = sd::host_gram_topk<std::int32_t>(c, a, {k, false}, o, &rep);
+    expect_topk_block(b, ref, "strips of " + std::to_string(strip));
+    const auto& sp_ = rep.split;
+    const int me = c.rank();
+    const double entry = sizeof(std::int32_t) + 8;
+    double sent = 0, received = 0;
+    for (int q = 0; q < c.size(); ++q) {
+      if (sp_.rows_of(me) == 0 || sp_.rows_of(q) == 0) continue;
+      if (q > me) sent += static_cast<double>(sp_.rows_of(q) * k) * entry;
+      if (q < me) received += static_cast<double>(sp_.rows_of(me) * k) * entry;
+    }
+    EXPECT_EQ(rep.local.sent_bytes, sent) << "strips of " << strip;
+    EXPECT_EQ(rep.local.received_bytes, received) << "strips of " << strip;
+    if (me == 0) {
+      EXPECT_EQ(rep.local.received_bytes, 0.0);
+    }
+    // Every rank's phases on every rank, this one's among them.
+    ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(me)].sent_bytes, rep.local.sent_bytes);
+    EXPECT_EQ(rep.ranks[static_cast<std::size_t>(me)].merge_seconds, rep.local.merge_seconds);
+    double all_sent = 0, all_received = 0;
+    for (const auto& ph : rep.ranks) {
+      all_sent += ph.sent_bytes;
+      all_received += ph.received_bytes;
+      EXPECT_GE(ph.setup_seconds, 0.0);
+      EXPECT_GE(ph.wait_seconds, 0.0);
+      EXPECT_GE(ph.total_seconds + 1e-9, ph.setup_seconds + ph.compute_seconds + ph.exchange_seconds + ph.merge_seconds);
+    }
+    EXPECT_EQ(all_sent, all_received);
+  }
+}
+
 TEST(DistGram, TopkFileEqualsOneProcess) {
   sd::communicator c;
   const shared_dir dir(c);

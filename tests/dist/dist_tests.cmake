@@ -1,12 +1,15 @@
 # Tests of spillway::dist and its split planner (included from tests/CMakeLists.txt).
-#   spillway_dist_plan_host_tests  the split planner (pairwise/split_plan.hpp): MPI-free, plain host test
-#   spillway_dist_tests            the MPI host tests (g++, no nvcc), run under mpirun -np 2 and -np 3
+#   spillway_dist_plan_host_tests  the split planner (pairwise/split_plan.hpp), the ranks' split by predicted
+#                                  seconds (dist/gram_split.hpp) and the owners' list merge
+#                                  (dist/topk_lists.hpp): MPI-free, plain host tests
+#   spillway_dist_tests            the MPI host tests (g++, no nvcc), run under mpirun -np 1, 2 and 3
 #   spillway_dist_header_check     each MPI header of include/spillway/dist/ (.hpp) compiles on its own
 #   spillway_dist_gpu_tests        the GPU path, one GPU per rank (nvcc; SPILLWAY_MPI_GPU_TESTS, on in
 #                                  the "gpu" preset's builds through SPILLWAY_SM80_CHECKS; run by
 #                                  scripts/gpu-check.sh mpi)
 
-spillway_add_gtest(spillway_dist_plan_host_tests SOURCES ${CMAKE_CURRENT_LIST_DIR}/split_plan_test.cpp)
+spillway_add_gtest(spillway_dist_plan_host_tests SOURCES ${CMAKE_CURRENT_LIST_DIR}/split_plan_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gram_split_test.cpp)
 gtest_discover_tests(spillway_dist_plan_host_tests DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "host" ENVIRONMENT "${spillway_test_env}")
 
 if(NOT TARGET spillway::mpi)
@@ -57,7 +60,7 @@ function(spillway_add_mpi_gtest name)
 endfunction()
 
 spillway_add_mpi_gtest(spillway_dist_tests SOURCES ${CMAKE_CURRENT_LIST_DIR}/dist_host_test.cpp)
-foreach(np IN ITEMS 2 3)
+foreach(np IN ITEMS 1 2 3)
   add_test(NAME dist_mpi_np${np}
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${SPILLWAY_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
       $<TARGET_FILE:spillway_dist_tests> --gtest_color=no ${MPIEXEC_POSTFLAGS})

@@ -44,9 +44,10 @@ struct gram_cost_model {
   double h2d_bytes_per_second = 55e9;      ///< panel uploads (pinned A)
   double d2h_bytes_per_second = 55e9;      ///< triangle: strips to the pinned staging
   double score_bytes_per_second = 1.0e12;  ///< top-k / threshold: the sink's pass over a score strip
-  /// Triangle: the device's worker thread copies each strip out of the pinned staging into the
-  /// rank's rows (first touch of fresh pages included). Not yet measured: a guess, to be replaced.
-  double host_copy_bytes_per_second = 8e9;
+  /// Triangle: the GPU's worker thread copies each strip out of the pinned staging into the
+  /// rank's rows (fresh pages: first touch included), on all cores. Not measured yet: a guess,
+  /// to be replaced by gram_phases::host_copy_seconds's rate (spillway-gram-mpi prints it).
+  double host_copy_bytes_per_second = 10e9;
   double strip_seconds = 20e-6;  ///< fixed per strip: launches, events, the worker's bookkeeping
 };
 

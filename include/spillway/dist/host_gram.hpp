@@ -170,19 +170,23 @@ struct gram_phases {
   double sent_bytes = 0.0;        ///< top-k: bytes sent to other ranks
   double received_bytes = 0.0;    ///< top-k: bytes received from other ranks
   double written_bytes = 0.0;     ///< bytes it wrote to the file
-  static constexpr int fields = 14;
+  /// Triangle on the GPU, inside compute_seconds: the worker's copies of its strips out of the
+  /// pinned staging into the rank's rows (written_bytes of them).
+  double host_copy_seconds = 0.0;
+  static constexpr int fields = 15;
   void to(double* v) const {
-    const double x[fields] = {setup_seconds,  compute_seconds, wait_seconds,      collect_seconds, exchange_seconds,
-                              merge_seconds,  write_seconds,   total_seconds,     predicted_seconds, transfer_bytes,
-                              collect_bytes,  sent_bytes,      received_bytes,    written_bytes};
+    const double x[fields] = {setup_seconds,     compute_seconds, wait_seconds,   collect_seconds,
+                              exchange_seconds,  merge_seconds,   write_seconds,  total_seconds,
+                              predicted_seconds, transfer_bytes,  collect_bytes,  sent_bytes,
+                              received_bytes,    written_bytes,   host_copy_seconds};
     std::copy(x, x + fields, v);
   }
   static gram_phases from(const double* v) {
     gram_phases p;
-    double* x[fields] = {&p.setup_seconds,  &p.compute_seconds, &p.wait_seconds,      &p.collect_seconds,
-                         &p.exchange_seconds, &p.merge_seconds, &p.write_seconds,     &p.total_seconds,
-                         &p.predicted_seconds, &p.transfer_bytes, &p.collect_bytes,   &p.sent_bytes,
-                         &p.received_bytes,   &p.written_bytes};
+    double* x[fields] = {&p.setup_seconds,     &p.compute_seconds, &p.wait_seconds,   &p.collect_seconds,
+                         &p.exchange_seconds,  &p.merge_seconds,   &p.write_seconds,  &p.total_seconds,
+                         &p.predicted_seconds, &p.transfer_bytes,  &p.collect_bytes,  &p.sent_bytes,
+                         &p.received_bytes,    &p.written_bytes,   &p.host_copy_seconds};
     for (int i = 0; i < fields; ++i) *x[i] = v[i];
     return p;
   }
