@@ -6,6 +6,7 @@
 // others entered a collective would leave them waiting.
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/dist.hpp>
+#include <spillway/gram.cuh>
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/io/npy.hpp>
 
@@ -161,6 +162,87 @@ TEST(DistGramGpu, TopkEqualsOneProcess) {
       ASSERT_EQ(bj.lists.value(i, t),
                 rj.value(bj.first_row + i, t));  // the same epilogue code: bit-identical
     }
+}
+
+TEST(DistGramGpu, OneRankIsTheOneProcessJob) {
+  // Each rank alone (MPI_COMM_SELF) on its own GPU: no exchange, no host merge — the device's
+  // merged lists as the one-process gram_topk returns them, and the host oracle's.
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  sd::communicator self(MPI_COMM_SELF);
+  const int dev = c.local_rank() % visible_gpus();
+  const auto a = random_bits(2503, 1100, 0.25, seed("dist gpu one rank"));
+  sd::gram_job_options o;
+  o.device = dev;
+  o.strip_rows = 256;
+  o.budget = spillway::memory_budget(std::size_t{64} << 20);
+  sg::gram_options go;
+  go.devices = {dev};
+  go.max_panel_rows = 256;
+  go.budget = o.budget;
+  for (const int k : {1, 32, 64}) {
+    const sp::topk_options ko{k, k == 1};
+    sd::gram_report rep;
+    const auto b = sd::gram_topk<std::int32_t>(self, a, ko, o, &rep);
+    EXPECT_TRUE(rep.on_gpu);
+    EXPECT_EQ(b.first_row, 0);
+    const auto one = sg::gram_topk<std::int32_t>(a.view(), ko, go);
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, ko);
+    EXPECT_EQ(b.lists.indices, one.indices) << "k=" << k;
+    EXPECT_EQ(b.lists.values, one.values) << "k=" << k;
+    EXPECT_EQ(b.lists.indices, ref.indices) << "k=" << k;
+    EXPECT_EQ(b.lists.values, ref.values) << "k=" << k;
+    EXPECT_EQ(rep.local.sent_bytes, 0.0);
+    EXPECT_EQ(rep.local.received_bytes, 0.0);
+    EXPECT_EQ(rep.local.collect_bytes, static_cast<double>(a.rows() * k) * (sizeof(std::int32_t) + 8));
+    ASSERT_EQ(rep.split.predicted.size(), 1u);  // split by the model (one part: the whole job)
+    EXPECT_GT(rep.local.predicted_seconds, 0.0);
+    EXPECT_GE(rep.local.total_seconds, rep.local.setup_seconds + rep.local.compute_seconds + rep.local.collect_seconds);
+  }
+  o.epilogue = sg::metric::cosine;  // a similarity in float: bit for bit
+  const auto bf = sd::gram_topk<float>(self, a, {20, false}, o);
+  go.epilogue = sg::metric::cosine;
+  const auto of = sg::gram_topk<float>(a.view(), {20, false}, go);
+  EXPECT_EQ(bf.lists.indices, of.indices);
+  EXPECT_EQ(bf.lists.values, of.values);
+}
+
+TEST(DistGramGpu, SplitByModelOrByPairsGivesTheOneProcessLists) {
+  // Either split, only the lists of other ranks' rows are sent, and every rank's rows equal the
+  // oracle's (a rank's own rows merged with what the ranks before it sent).
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const auto a = random_bits(4099, 900, 0.15, seed("dist gpu owned rows"));
+  const int k = 16;
+  const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, false});
+  for (const bool model : {true, false}) {
+    sd::gram_job_options o;
+    o.strip_rows = 128;
+    o.split_by_model = model;
+    o.budget = spillway::memory_budget(std::size_t{64} << 20);
+    sd::gram_report rep;
+    const auto b = sd::gram_topk<std::int32_t>(c, a, {k, false}, o, &rep);
+    EXPECT_EQ(rep.split.predicted.size(), model ? static_cast<std::size_t>(c.size()) : 0u);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < b.lists.rows; ++i)
+      for (int t = 0; t < k; ++t) {
+        const std::int64_t g = b.first_row + i;
+        if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
+          if (bad++ < 5) ADD_FAILURE() << (model ? "model" : "pairs") << " split, row " << g << " place " << t;
+        }
+      }
+    EXPECT_EQ(bad, 0);
+    const int me = c.rank();
+    double sent = 0, received = 0;
+    for (int q = 0; q < c.size(); ++q) {
+      if (rep.split.rows_of(me) == 0 || rep.split.rows_of(q) == 0) continue;
+      if (q > me) sent += static_cast<double>(rep.split.rows_of(q) * k) * 12.0;
+      if (q < me) received += static_cast<double>(rep.split.rows_of(me) * k) * 12.0;
+    }
+    EXPECT_EQ(rep.local.sent_bytes, sent);
+    EXPECT_EQ(rep.local.received_bytes, received);
+    ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
+  }
 }
 
 TEST(DistGramGpu, TriangleFileEqualsOneProcess) {
