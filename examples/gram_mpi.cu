@@ -1,14 +1,17 @@
 // spillway-gram-mpi — the binary Gram matrix A·Aᵀ of a 0/1 matrix across MPI ranks, one GPU per
 // rank (the host implementation where a rank has none, or with --host). Rows are split between
-// the ranks by the cost of their share of the upper triangle; each rank runs its strips through
-// the one-process out-of-core Gram; the results meet in ONE file per output: the triangle and the
-// top-k lists through MPI-IO, the threshold COO in rank order.
+// the ranks by each share's predicted seconds on its GPU (dist/gram_split.hpp; by pairs on the
+// host, or with --split pairs); each rank runs its strips through the one-process out-of-core
+// Gram; the results meet in ONE file per output: the triangle and the top-k lists through MPI-IO,
+// the threshold COO in rank order.
 //
 //   mpirun -np 2 spillway-gram-mpi --input A.npy --sink topk --k 32 --output nn.npy
 //   mpirun -np 2 spillway-gram-mpi --rows 100000 --cols 200000 --sink triangle --output c.npy
 //   mpirun -np 2 spillway-gram-mpi --bench --output /local/disk/c.npy   # 100,000 x 200,000
 //
-// Prints each rank's rows, tasks, bytes and time, and the total. --check compares with the
+// Prints each rank's rows, tasks, bytes and time, its phases (setup, compute, wait, collect,
+// exchange, merge, write: seconds and bytes), the split's predicted share against the measured
+// one, and the total. --check compares with the
 // one-process job on rank 0 (exact) and exits non-zero when anything differs: the host
 // implementation's result, which the one-process GPU jobs equal exactly (tests/gram) — so this
 // program compiles the distributed path's kernels only.
@@ -55,8 +58,10 @@ void print_usage(std::FILE* f) {
   std::fprintf(
       f,
       "spillway-gram-mpi: the Gram matrix A*A^T of a 0/1 matrix across MPI ranks, one GPU per rank (the\n"
-      "host implementation where a rank has none). Rows are split by the cost of their share of the upper\n"
-      "triangle; the triangle and the top-k lists go into one .npy each through MPI-IO.\n\n"
+      "host implementation where a rank has none). Rows are split by each rank's predicted seconds on its\n"
+      "GPU (by pairs on the host); the triangle and the top-k lists go into one .npy each through MPI-IO.\n"
+      "Prints each rank's phases (setup, compute, wait, collect, exchange, merge, write) and its predicted\n"
+      "against its measured share.\n\n"
       "usage: mpirun -np N spillway-gram-mpi [options]\n"
       "input (one of; default: a random matrix):\n"
       "  --input A.npy          a 2-D .npy of uint8, int8 or bool 0/1 values, read by every rank\n"
