@@ -181,6 +181,33 @@ inline void BM_gram_ooc_d2h_floor(benchmark::State& state) {
                  (per_device > 1 ? " (" + std::to_string(per_device) + " streams per device)" : ""));
 }
 
+/// Per worker of a traced job: its first product's start, its last product's end and the time
+/// its products ran (ms after its origin; each strip's products start once its panels are in and
+/// the device's previous product is done). last − busy is the device's idle time.
+inline void trace_counters(benchmark::State& state, const pairwise::pair_trace& tr, std::size_t workers) {
+  if (workers < 2) return;
+  for (std::size_t w = 0; w < workers; ++w) {
+    double first = 1e30, last = 0, busy = 0;
+    for (std::size_t t = 0; t < tr.task_worker.size(); ++t) {
+      if (tr.task_worker[t] != static_cast<int>(w)) continue;
+      first = std::min(first, static_cast<double>(tr.start_ms[t]));
+      last = std::max(last, static_cast<double>(tr.end_ms[t]));
+      busy += tr.end_ms[t] - tr.start_ms[t];
+    }
+    const std::string k = "w" + std::to_string(w);
+    state.counters[k + "_first_ms"] = first < 1e29 ? first : -1;
+    state.counters[k + "_last_ms"] = last;
+    state.counters[k + "_busy_ms"] = busy;
+  }
+  state.counters["setup_ms"] = tr.setup_seconds * 1e3;
+  // SPILLWAY_BENCH_TRACE=1: every strip's worker and times (stderr), to see where a device waited.
+  if (const char* v = std::getenv("SPILLWAY_BENCH_TRACE"); v != nullptr && v[0] == '1') {
+    for (std::size_t t = 0; t < tr.task_worker.size(); ++t)
+      std::fprintf(stderr, "trace task %zu worker %d start %.3f end %.3f ms\n", t, tr.task_worker[t],
+                   static_cast<double>(tr.start_ms[t]), static_cast<double>(tr.end_ms[t]));
+  }
+}
+
 /// Rows of a top-32 counts result checked against the host: the row's counts against every other
 /// row, the 32 best by (count descending, column ascending). Returns the rows that differ.
 inline int ooc_topk_mismatches(const gram::topk_result<std::int32_t>& r, int k) {
@@ -219,6 +246,8 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   o.devices = bench::first_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
+  pairwise::pair_trace tr;
+  o.trace = &tr;
   gram::topk_options k;
   k.k = 32;
   gram::topk_result<std::int32_t> r;
@@ -231,6 +260,7 @@ inline void BM_gram_ooc_topk(benchmark::State& state) {
   state.counters["full_col_groups"] = static_cast<double>(rep.topk_full_column_groups);
   bench::split_counters(state, rep.job, "strips");
   state.counters["peer_GB"] = static_cast<double>(rep.peer_bytes) / 1e9;  // panels taken from the other GPU
+  trace_counters(state, tr, o.devices.size());
   const int bad = ooc_topk_mismatches(r, k.k);
   if (bad != 0) state.SkipWithError(("top-k differs from the host in " + std::to_string(bad) + " of 8 sampled rows").c_str());
   state.SetLabel(gpus > 1 ? "top-k k=32, counts, diagonal excluded, two GPUs" : "top-k k=32, counts, diagonal excluded");
@@ -278,6 +308,8 @@ inline void BM_gram_ooc_bare(benchmark::State& state) {
   o.devices = bench::first_devices(gpus);
   gram::gram_report rep;
   o.report = &rep;
+  pairwise::pair_trace tr;
+  o.trace = &tr;
   unsigned long long sum = 0;
   ooc_time(state, [&] {
     auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o, pairwise::sink_kind::checksum);
@@ -293,6 +325,7 @@ inline void BM_gram_ooc_bare(benchmark::State& state) {
   state.counters["strips"] = static_cast<double>(rep.plan.strips);
   bench::split_counters(state, rep.job, "strips");
   state.counters["peer_GB"] = static_cast<double>(rep.peer_bytes) / 1e9;  // panels taken from the other GPU
+  trace_counters(state, tr, o.devices.size());
   state.SetLabel("bare compute: checksum sink (the same strips and tile schedule, nothing kept)");
 }
 

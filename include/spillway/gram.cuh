@@ -71,6 +71,7 @@ gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const g
   job.opt.slots_per_device = opt.slots_per_device;
   job.opt.progress = opt.progress;
   job.opt.report = opt.report;
+  job.opt.trace = opt.trace;
   return job;
 }
 /// The host fallback of gram_strips: strips of 1024 rows of A against all of B (first_col 0).

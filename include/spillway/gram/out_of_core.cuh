@@ -54,6 +54,8 @@ struct gram_options {
   progress_callback progress;
   /// If set, receives the plan and the scheduler's report.
   gram_report* report = nullptr;
+  /// If set, receives when each strip's products ran on its device (benchmarks).
+  ::spillway::pairwise::pair_trace* trace = nullptr;
   /// With no GPU (and `devices` empty): true runs the host implementation (host_gram_dense /
   /// host_gram_topk / host_gram_threshold, multi-threaded with OpenMP; the report then lists no
   /// devices); false (the default) throws no_gpu_error naming this option.

@@ -51,7 +51,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <limits>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -172,6 +174,18 @@ struct panel_pair {
   bool upper_only = false;
 };
 
+/// When each strip's product kernels ran on its device, in ms after that worker's origin (an
+/// event recorded once its setup was done, just before the scheduler started; each worker has its
+/// own). NaN: never ran (cancelled, failed). For benchmarks: where a device waited, and for what.
+struct pair_trace {
+  std::vector<int> task_worker;  ///< the entry of the device list that ran task t (−1: never)
+  /// The stream reached the strip's first product kernel (its panels in, the device's previous
+  /// product done) / its last product kernel ended.
+  std::vector<float> start_ms, end_ms;
+  /// Host seconds from the call to the workers' origins (planning, the devices' setup).
+  double setup_seconds = 0;
+};
+
 /// The scheduling options every pair job shares.
 struct pair_job_options {
   /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
@@ -186,6 +200,8 @@ struct pair_job_options {
   progress_callback progress;
   /// If set, receives the plan and the scheduler's report (also when the job fails: see pair_report).
   pair_report* report = nullptr;
+  /// If set, receives when each strip's products ran (pair_trace; costs two events a strip).
+  pair_trace* trace = nullptr;
 };
 
 namespace detail {
@@ -205,6 +221,7 @@ struct pair_device_ctx {
   device_buffer<unsigned long long> topk_full;  // column groups read in full (topk_cols_kernel)
   device_buffer<unsigned long long> checksum;  // checksum sink: 1024 partial sums
   std::unique_ptr<event> products_done;        // the last product kernel on this device (chained_compute)
+  std::unique_ptr<event> origin;               // trace only: the worker's time zero
 };
 
 /// Which worker holds each panel of the resident operand, shared by the workers of one job: a
@@ -250,6 +267,9 @@ struct pair_job {
   pair_plan plan;
   std::vector<std::unique_ptr<pair_device_ctx<aux_type>>> ctx;
   std::unique_ptr<panel_share> share;  // resident panels across workers (setup_devices)
+  // trace only (opt.trace): per task, the events around its products
+  std::vector<std::unique_ptr<event>> ev_start, ev_end;
+  std::vector<int> ev_worker;
   std::vector<strip_sparse<V>> strips;
   std::future<topk_result<V>> topk_host;  // the result's host vectors, allocated while the job runs
   job_report report;
@@ -343,49 +363,76 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
       job.share->reach[w * devices.size() + h] = pool_reachable_from(devices[h], devices[w]) ? 1 : 0;
 }
 
-/// Makes panels [first, last) of the resident operand available on `s` (copying those worker `w`
-/// does not have yet, highest first, with their aux values): from another worker that holds the
-/// panel or has its upload enqueued (panel_share), else from the host. Returns the bytes it copied
-/// in from the host (counted with the strip that first needed them).
+/// Makes panels [first, last) of the resident operand available on `s` for worker `w`: those no
+/// worker holds yet are copied from the host (and their aux values computed), those another
+/// worker holds (or has enqueued) are copied from it with their aux values (panel_share), those
+/// this worker has are waited for. Host copies are enqueued first, so a strip's own panel is never
+/// queued behind a wait on another device: the other device's event fires only after its aux
+/// kernel, which runs only once that device's current product kernel has left the SMs. Returns
+/// the bytes copied in from the host (counted with the strip that first needed them).
 template <class V, class P>
 std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first, std::int64_t last, stream_view s) {
-  pair_device_ctx<typename P::aux_type>& c = *job.ctx[w];
+  using Aux = typename P::aux_type;
+  pair_device_ctx<Aux>& c = *job.ctx[w];
   panel_share& sh = *job.share;
   const bool col_b = !job.symmetric;
   const std::int64_t rows = job.prod.rows(col_b);
   const std::int64_t P_ = job.plan.panel_rows;
   const std::size_t rb = job.prod.row_bytes();
-  auto* aux = col_b ? c.aux_b.data() : c.aux_a.data();
+  auto aux_of = [&](pair_device_ctx<Aux>& x) { return col_b ? x.aux_b.data() : x.aux_a.data(); };
+  auto rows_of = [&](std::int64_t J) { return std::min(J * P_ + P_, rows) - J * P_; };
+  auto at = [&](pair_device_ctx<Aux>& x, std::int64_t J) { return x.resident.data() + static_cast<std::size_t>(J * P_) * rb; };
   std::lock_guard<std::mutex> l(c.m);
   std::size_t moved = 0;
-  for (std::int64_t J = last - 1; J >= first; --J) {
-    const auto j = static_cast<std::size_t>(J);
-    if (c.uploaded[j]) {
-      s.wait(c.ready[j]);
-      continue;
-    }
-    const std::int64_t r0 = J * P_, r1 = std::min(r0 + P_, rows);
-    std::byte* dst = c.resident.data() + static_cast<std::size_t>(r0) * rb;
+  // 1. From the host: every panel no worker this one reaches holds. The copies first, then the
+  // aux kernels, then the events (a peer waiting on one needs both).
+  std::vector<std::int64_t> mine, peers;
+  {
     std::lock_guard<std::mutex> lj(sh.m);
-    const int h = sh.holder[j];
-    if (h >= 0 && sh.reach[w * sh.workers + static_cast<std::size_t>(h)] != 0) {
-      // Another worker copied (or enqueued the copy of) this panel: take it from there. Its
-      // event was recorded under sh.m before holder named it, so the wait below sees the upload.
-      const pair_device_ctx<typename P::aux_type>& src = *job.ctx[static_cast<std::size_t>(h)];
-      s.wait(src.ready[j]);
-      const std::size_t bytes = static_cast<std::size_t>(r1 - r0) * rb;
-      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyPeerAsync(dst, c.device, src.resident.data() + static_cast<std::size_t>(r0) * rb,
-                                                                src.device, bytes, s.value())));
-      sh.peer_bytes.fetch_add(bytes);
-    } else {
-      moved += job.prod.upload(col_b, r0, r1 - r0, dst, s);
+    for (std::int64_t J = last - 1; J >= first; --J) {
+      const auto j = static_cast<std::size_t>(J);
+      if (c.uploaded[j]) continue;
+      const int h = sh.holder[j];
+      if (h >= 0 && sh.reach[w * sh.workers + static_cast<std::size_t>(h)] != 0) {
+        peers.push_back(J);
+        continue;
+      }
+      moved += job.prod.upload(col_b, J * P_, rows_of(J), at(c, J), s);
       SPILLWAY_FAULT_LAUNCHED("the producer's upload of a resident panel");
+      mine.push_back(J);
     }
-    job.prod.aux_async(col_b, dst, r1 - r0, aux + r0, s);
-    SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of a resident panel");
+    for (const std::int64_t J : mine) {
+      const auto j = static_cast<std::size_t>(J);
+      job.prod.aux_async(col_b, at(c, J), rows_of(J), aux_of(c) + J * P_, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of a resident panel");
+      // Recorded before holder names this worker (under sh.m), so a peer's wait sees it.
+      c.ready[j].record(s);
+      c.uploaded[j] = 1;
+      if (sh.holder[j] < 0) sh.holder[j] = static_cast<int>(w);
+    }
+  }
+  // 2. From the workers that hold them: the rows and their aux values, after the holder's event.
+  for (const std::int64_t J : peers) {
+    const auto j = static_cast<std::size_t>(J);
+    pair_device_ctx<Aux>* src = nullptr;
+    {
+      std::lock_guard<std::mutex> lj(sh.m);
+      src = job.ctx[static_cast<std::size_t>(sh.holder[j])].get();
+    }
+    s.wait(src->ready[j]);
+    const std::size_t bytes = static_cast<std::size_t>(rows_of(J)) * rb;
+    SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyPeerAsync(at(c, J), c.device, at(*src, J), src->device, bytes, s.value())));
+    SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemcpyPeerAsync(aux_of(c) + J * P_, c.device, aux_of(*src) + J * P_, src->device,
+                                                              static_cast<std::size_t>(rows_of(J)) * sizeof(Aux), s.value())));
+    sh.peer_bytes.fetch_add(bytes);
     c.ready[j].record(s);
     c.uploaded[j] = 1;
-    if (h < 0) sh.holder[j] = static_cast<int>(w);
+  }
+  // 3. What this worker already had (enqueued by its other slots): waited for last.
+  for (std::int64_t J = last - 1; J >= first; --J) {
+    const auto j = static_cast<std::size_t>(J);
+    if (std::find(mine.begin(), mine.end(), J) != mine.end() || std::find(peers.begin(), peers.end(), J) != peers.end()) continue;
+    s.wait(c.ready[j]);
   }
   return moved;
 }
@@ -397,10 +444,19 @@ std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first
 /// across 3 slots and 0.19 s chained.
 template <class V, class P, class Ctx, class Writer>
 void chained_compute(pair_job<V, P>& job, Ctx& c, const panel_pair<typename P::aux_type>& g, const Writer& w, V* scratch,
-                     stream_view s) {
+                     stream_view s, std::size_t t, std::size_t worker) {
   s.wait(*c.products_done);
+  if (job.opt.trace != nullptr && !job.ev_start[t]) {
+    job.ev_start[t] = std::make_unique<event>(event::timing::enabled);
+    job.ev_start[t]->record(s);
+    job.ev_worker[t] = static_cast<int>(worker);
+  }
   job.prod.compute(g, w, scratch, s);
   c.products_done->record(s);
+  if (job.opt.trace != nullptr) {
+    if (!job.ev_end[t]) job.ev_end[t] = std::make_unique<event>(event::timing::enabled);
+    job.ev_end[t]->record(s);
+  }
 }
 
 template <class V, class P>
@@ -459,7 +515,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_a = aux_a;
       g.aux_b = aux_b;
       g.upper_only = sym;
-      chained_compute(job, c, g, writer, scratch, s);
+      chained_compute(job, c, g, writer, scratch, s, t, slot.worker());
       SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
       return;
     }
@@ -482,7 +538,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       g.aux_a = aux_a;
       g.aux_b = aux_b;
       g.upper_only = sym;
-      chained_compute(job, c, g, writer, scratch, s);
+      chained_compute(job, c, g, writer, scratch, s, t, slot.worker());
       SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
     }
   };
@@ -572,6 +628,12 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         m.count = reinterpret_cast<int*>(area);
         m.cand = reinterpret_cast<topk_entry<V>*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)));
         m.cap = topk_mirror_cap;
+        // The other workers' bars, where this device reaches them (pool peer access).
+        const std::size_t w = slot.worker();
+        for (std::size_t h = 0; h < job.ctx.size() && m.n_peers < topk_max_peer_bars; ++h) {
+          if (h == w || job.share->reach[w * job.share->workers + h] == 0) continue;
+          m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
+        }
         if (W > PI) {
           SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
               cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
@@ -637,9 +699,32 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
 template <class V, class P>
 void run_pair_tasks(pair_job<V, P>& job, const pair_plan_request& r, const task_job_options& to_in);
 
+/// The trace's times (after the job: every recorded event has completed or never will).
+template <class V, class P>
+void read_trace(const pair_job<V, P>& job, pair_trace& tr) {
+  const std::size_t n = job.ev_start.size();
+  tr.task_worker.assign(n, -1);
+  tr.start_ms.assign(n, std::numeric_limits<float>::quiet_NaN());
+  tr.end_ms.assign(n, std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t t = 0; t < n; ++t) {
+    if (!job.ev_start[t] || !job.ev_end[t] || job.ev_worker[t] < 0) continue;
+    const auto& c = *job.ctx[static_cast<std::size_t>(job.ev_worker[t])];
+    float a = 0, b = 0;
+    if (cudaEventElapsedTime(&a, c.origin->value(), job.ev_start[t]->value()) != cudaSuccess ||
+        cudaEventElapsedTime(&b, c.origin->value(), job.ev_end[t]->value()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    tr.task_worker[t] = job.ev_worker[t];
+    tr.start_ms[t] = a;
+    tr.end_ms[t] = b;
+  }
+}
+
 /// Plans and runs a job through the scheduler. `devices` empty: the job's own (or all visible).
 template <class V, class P>
 void run_pair_job(pair_job<V, P>& job) {
+  const auto t_call = std::chrono::steady_clock::now();
   const std::vector<int> devices = ::spillway::detail::resolve_devices(job.opt.devices, job.who);
   if (on_device(job) && devices.size() != 1) {
     throw logic_error(std::string(job.who) + ": rows in device memory are used on their own device only; pass "
@@ -679,6 +764,22 @@ void run_pair_job(pair_job<V, P>& job) {
     job.topk_host = std::async(std::launch::async, [n, k] { return empty_topk<V>(n, k); });
   }
 
+  if (job.opt.trace != nullptr) {
+    const auto n = static_cast<std::size_t>(job.plan.strips);
+    job.ev_start.clear();
+    job.ev_end.clear();
+    job.ev_start.resize(n);
+    job.ev_end.resize(n);
+    job.ev_worker.assign(n, -1);
+    for (auto& c : job.ctx) {
+      device_guard g(c->device);
+      c->origin = std::make_unique<event>(event::timing::enabled);
+      c->origin->record(c->setup->view());
+      c->origin->synchronize();
+    }
+    *job.opt.trace = pair_trace{};
+    job.opt.trace->setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
+  }
   task_job_options to;
   to.devices = devices;
   to.slots_per_device = job.plan.slots;
@@ -688,6 +789,7 @@ void run_pair_job(pair_job<V, P>& job) {
   try {
     run_pair_tasks(job, r, to);
   } catch (const pipeline_error& e) {
+    if (job.opt.trace != nullptr) read_trace(job, *job.opt.trace);
     if (job.opt.report != nullptr) {
       job.opt.report->job = e.report();
       job.opt.report->peer_bytes = job.share->peer_bytes.load();
@@ -698,6 +800,7 @@ void run_pair_job(pair_job<V, P>& job) {
     job.opt.report->job = job.report;
     job.opt.report->peer_bytes = job.share->peer_bytes.load();
   }
+  if (job.opt.trace != nullptr) read_trace(job, *job.opt.trace);
 }
 
 /// run_tasks over the job's strips, with the strip callback's staging when there is one.

@@ -17,8 +17,9 @@
 //
 // Guarantees: slot memory is allocated once per job (never inside the loop); when enqueue(t, slot,
 // s) is called, every operation of the slot's previous task has finished and its on_complete has
-// returned, so the slot's buffers are free; tasks are handed out in index order from one shared
-// counter, so a faster device takes more; an exception (from a callback, a CUDA error, an
+// returned, so the slot's buffers are free; every worker (one per device list entry) takes task w
+// as its first, then tasks are handed out in index order from one shared counter, so a faster
+// device takes more (near the end a worker takes one only with at most one task in flight); an exception (from a callback, a CUDA error, an
 // allocation) stops the job: no new task starts, in-flight work is drained, every buffer is freed,
 // and a pipeline_error names the failed task and which tasks completed.
 #pragma once
@@ -36,6 +37,7 @@
 #include <cuda/std/span>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -164,6 +166,8 @@ inline std::string exception_text(const std::exception_ptr& p) {
 /// The shared state of one job (all devices).
 struct task_job_state {
   std::size_t total = 0;
+  std::size_t workers = 1;
+  std::size_t first_round = 0;  // tasks [0, first_round) go to workers 0.. as their first
   std::atomic<std::size_t> next{0};
   std::atomic<bool> stop{false};
   std::mutex mutex;  // guards everything below
@@ -319,11 +323,27 @@ class task_runner {
   }
 
   void loop() {
+    bool first = true;
     for (std::size_t k = 0;; ++k) {
       const std::size_t i = k % nslots_;
       if (busy_[i] && !complete(i)) return;
       if (st_.stop.load()) return;
-      const std::size_t t = st_.next.fetch_add(1);
+      // The tail of a job of several workers: once no more tasks are left to hand out than the
+      // workers have slots, a worker takes the next task only while it has at most one task in
+      // flight, so the last tasks go to the devices that free up first instead of queueing
+      // behind a device's own (H200 pair, the Gram top-k: a device that had taken the last
+      // three strips early finished 11 ms after the other).
+      if (st_.workers > 1 && !first) {
+        const std::size_t next = st_.next.load();
+        const std::size_t left = next < st_.total ? st_.total - next : 0;
+        std::size_t in_flight = 0;
+        for (bool b : busy_) in_flight += b ? 1u : 0u;
+        if (left <= st_.workers * nslots_ && in_flight >= 2) continue;
+      }
+      // A worker's first task is its own (task w for worker w), so every worker set up for a job
+      // of at least as many tasks as workers takes part however fast the others are.
+      const std::size_t t = first && di_ < st_.first_round ? di_ : st_.next.fetch_add(1);
+      first = false;
       if (t >= st_.total) return;
       task_slot& s = slots_[i];
       s.task_ = t;
@@ -456,6 +476,9 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
 
   detail::task_job_state st;
   st.total = n_tasks;
+  st.workers = devices.size();
+  st.first_round = std::min(n_tasks, devices.size());
+  st.next.store(st.first_round);
   st.completed.assign(n_tasks, false);
   st.per_device.assign(devices.size(), 0);
   st.bytes_per_device.assign(devices.size(), 0);

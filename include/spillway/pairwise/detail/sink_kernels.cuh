@@ -259,6 +259,10 @@ __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
 /// `x_begin` of the strip (global row col0 + x) takes the values of its column whose key reaches
 /// `bar[col0 + x]`; each column has `cap` places in `cand` (x − x_begin)·cap.. and a count in
 /// `count` (zero before the strip; a count above cap means "read the column in full").
+/// The other workers of a job whose bars a raise also reaches (more workers than this many + 1
+/// keep their bars to themselves beyond it: still exact, the bars only filter less).
+inline constexpr int topk_max_peer_bars = 7;
+
 template <class V>
 struct topk_mirror {
   topk_key<V>* bar = nullptr;  ///< per global row; nullptr: no mirrored side, no bars kept
@@ -266,11 +270,22 @@ struct topk_mirror {
   int* count = nullptr;
   topk_entry<V>* cand = nullptr;
   int cap = 0;
+  /// The bars of the job's other workers (other devices: peer memory, over NVLink), raised with
+  /// this one. The k-th place of any list of a row bounds that row's final list wherever the list
+  /// lives, so a bar raised on one device is valid on all; without this a column whose own row
+  /// strip ran on another device finds its bar empty and is read in full.
+  topk_key<V>* peers[topk_max_peer_bars] = {};
+  int n_peers = 0;
 };
 
+/// Raises row `row`'s bar to the list's k-th place, here and in the peers' bars. Every raise goes
+/// to every bar, so where this bar already stood at least as high the peers' do (or will) too.
 template <class V, bool Larger>
-__device__ __forceinline__ void topk_raise_bar(topk_key<V>* bar, std::int64_t row, const warp_topk<V, Larger>& t) {
-  if (bar != nullptr && t.lane == 0 && t.wc != INT_MAX) atomicMax(bar + row, topk_key_of<V, Larger>(t.wv));
+__device__ __forceinline__ void topk_raise_bar(const topk_mirror<V>& m, std::int64_t row, const warp_topk<V, Larger>& t) {
+  if (m.bar == nullptr || t.lane != 0 || t.wc == INT_MAX) return;
+  const topk_key<V> key = topk_key_of<V, Larger>(t.wv);
+  if (atomicMax(m.bar + row, key) >= key) return;
+  for (int p = 0; p < m.n_peers; ++p) atomicMax(m.peers[p] + row, key);
 }
 
 /// Rows of a score strip: row r (global row0 + r) takes candidates s[r * w + x] with global column
@@ -396,7 +411,7 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
       }
     }
     t.store(st);
-    topk_raise_bar(m.bar, row0 + r, t);
+    topk_raise_bar(m, row0 + r, t);
   }
 }
 
@@ -458,7 +473,7 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
     }
     if (col_ok) {
       t.store(st);
-      topk_raise_bar(m.bar, i0 + my_x, t);
+      topk_raise_bar(m, i0 + my_x, t);
     }
   }
 }
