@@ -120,7 +120,9 @@ run_tests() {
 }
 
 # Tests too large for the sanitizers' 10-100x slowdown (their kernels also run in the smaller tests).
-SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*MultiGpu*:*TwoDevices*:*Past2To31*:*NoGpu*'
+# The several-device suites (*MultiGpu*, *TwoDevices*, *TwoGpu*: {0, 0} on one GPU, {0, 1} on two)
+# are small and run under the sanitizer too: memory crossing devices is what they are for.
+SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*Past2To31*:*NoGpu*'
 # racecheck only where kernels share memory between threads, on small problems.
 racecheck_filter() {
   case $1 in
