@@ -50,7 +50,7 @@ struct args {
   std::size_t budget = 0;
   std::int64_t strip_rows = 0;
   int repeat = 1;
-  std::string split = "model";
+  std::string split = "auto";
   sd::gram_cost_model model{};
 };
 
@@ -80,12 +80,22 @@ void print_usage(std::FILE* f) {
       "  --host                 the host implementation on every rank\n"
       "  --budget SIZE          device memory per rank's GPU, e.g. 8GiB (default 80%% of free)\n"
       "  --strip-rows P         rows per strip, the unit of the split (default: the planner's)\n"
-      "  --split S              model | pairs: cut the rows by each share's predicted seconds on its GPU\n"
-      "                         (default) or by pairs alone\n"
+      "  --split S              auto | model | pairs | cyclic | snake | greedy: who computes which strips\n"
+      "                         (each rank OWNS one contiguous block of rows whatever the split). model /\n"
+      "                         pairs: the strips of its own rows, cut by each share's predicted seconds\n"
+      "                         on its GPU or by pairs alone; cyclic / snake / greedy (top-k only): the\n"
+      "                         strips dealt across the matrix in the order one process runs them, round\n"
+      "                         robin, back and forth, or each to the rank the model predicts ends first;\n"
+      "                         auto (default): top-k the fastest of model and the deals as the model\n"
+      "                         predicts them, the triangle and threshold model. --bench with several\n"
+      "                         ranks runs top-k under each\n"
       "  --model-rate R         the model's b1 product rate, bit-MAC/s (default 5.8e15)\n"
       "  --model-h2d B          its upload rate, bytes/s (default 55e9); --model-d2h B likewise (55e9)\n"
       "  --model-score B        its rate of the top-k/threshold sink's pass over the scores, bytes/s (1e12)\n"
       "  --model-host-copy B    its rate of the triangle's copy out of the staging, bytes/s (10e9)\n"
+      "  --model-exchange B     its rate of the top-k lists' exchange, bytes sent + received/s (8e9)\n"
+      "  --model-collect B      its rate of the GPU's lists to the host, bytes/s (20e9)\n"
+      "  --model-merge E        its rate of an owner's k-way merge, list entries/s (1e9)\n"
       "  --output OUT.npy       write the result (top-k adds OUT.npy.indices.npy; threshold adds\n"
       "                         OUT.npy.row.npy and OUT.npy.col.npy; --sink all: OUT.npy.<sink>.npy)\n"
       "  --check                compare with the one-process job (host implementation) on rank 0, exactly\n"
@@ -175,6 +185,12 @@ args parse(int argc, char** argv) {
       a.model.score_bytes_per_second = std::atof(val().c_str());
     else if (k == "--model-host-copy")
       a.model.host_copy_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-exchange")
+      a.model.exchange_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-collect")
+      a.model.collect_bytes_per_second = std::atof(val().c_str());
+    else if (k == "--model-merge")
+      a.model.merge_entries_per_second = std::atof(val().c_str());
     else if (k == "--repeat")
       a.repeat = std::max(1, std::atoi(val().c_str()));
     else if (k == "--bench") {
@@ -194,7 +210,11 @@ args parse(int argc, char** argv) {
     usage(("unknown --sink " + a.sink).c_str());
   }
   if (a.layout != "upper_packed" && a.layout != "condensed") usage(("unknown --layout " + a.layout).c_str());
-  if (a.split != "model" && a.split != "pairs") usage(("unknown --split " + a.split).c_str());
+  try {
+    (void)sd::parse_split_policy(a.split);
+  } catch (const spillway::logic_error& e) {
+    usage(e.what());
+  }
   return a;
 }
 
@@ -232,14 +252,17 @@ double median(std::vector<double> v) {
 void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char* what) {
   if (c.rank() != 0) return;
   const auto& sp_ = r.split;
-  std::printf("%s: %ld rows in %ld strips of %ld, %s, rows split by %s\n", what, sp_.n, sp_.strips, sp_.strip_rows,
-              r.on_gpu ? "one GPU per rank" : "host implementation",
-              sp_.predicted.empty() ? "pairs" : "each share's predicted seconds");
+  std::printf("%s: %ld rows in %ld strips of %ld, %s, strips %s (each rank owns one block of rows)\n", what, sp_.n,
+              sp_.strips, sp_.strip_rows, r.on_gpu ? "one GPU per rank" : "host implementation",
+              sp_.deal == sd::strip_deal::contiguous ? "of its own rows (contiguous)"
+              : sp_.deal == sd::strip_deal::cyclic   ? "dealt cyclic"
+              : sp_.deal == sd::strip_deal::snake    ? "dealt snake"
+                                                     : "dealt greedy (by the model)");
   double slowest = 0;
   for (int q = 0; q < c.size(); ++q) {
     const auto& s = r.run.ranks[static_cast<std::size_t>(q)];
     const auto& part = sp_.plan.parts[static_cast<std::size_t>(q)];
-    std::printf("  rank %d: rows [%ld, %ld), %zu tasks, %.1f%% of the pairs, %.3f GB host<->device, %.3f s\n",
+    std::printf("  rank %d: owns rows [%ld, %ld), computes %zu strips, %.1f%% of the pairs, %.3f GB host<->device, %.3f s\n",
                 q, sp_.first_row(q), sp_.last_row(q), s.tasks,
                 sp_.plan.total_cost > 0 ? 100.0 * part.cost / sp_.plan.total_cost : 0.0,
                 static_cast<double>(s.bytes) / 1e9, s.seconds);
@@ -264,7 +287,16 @@ void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char
                   q, p.seconds, m, p.seconds > 0 ? m / p.seconds : 0.0, p.first_upload_seconds, p.upload_seconds,
                   static_cast<double>(p.upload_bytes) / 1e9, p.product_seconds, p.sink_seconds, p.download_seconds,
                   p.host_seconds);
+      if (p.after_seconds() > 0 && q < static_cast<int>(r.ranks.size())) {
+        const auto& ph = r.ranks[static_cast<std::size_t>(q)];
+        std::printf("  rank %d lists: predicted collect %.4f + exchange %.4f (%.1f MB out, %.1f MB in) + merge %.4f s; "
+                    "measured collect %.4f + exchange %.4f (%.1f MB out, %.1f MB in) + merge %.4f s\n",
+                    q, p.collect_seconds, p.exchange_seconds, p.sent_bytes / 1e6, p.received_bytes / 1e6,
+                    p.merge_seconds, ph.collect_seconds, ph.exchange_seconds, ph.sent_bytes / 1e6,
+                    ph.received_bytes / 1e6, ph.merge_seconds);
+      }
     }
+    std::printf("  predicted job %.3f s (slowest share + slowest rank's lists)\n", sp_.predicted_job_seconds());
   }
   // Where each rank's time went (the last run).
   for (int q = 0; q < c.size() && q < static_cast<int>(r.ranks.size()); ++q) {
@@ -303,7 +335,7 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   o.strip_rows = a.strip_rows;
   o.sync_files = a.sync;
   o.collective_io = !a.independent_io;
-  o.split_by_model = a.split == "model";
+  o.split = sd::parse_split_policy(a.split);
   o.model = a.model;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();
@@ -317,46 +349,60 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   const bool all = a.sink == "all" || a.sink == "bench";
 
   if (a.sink == "topk" || all) {
-    std::vector<double> times;
-    sd::topk_block<V> b;
-    sd::gram_report rep;
-    for (int it = 0; it < a.repeat; ++it) {
-      c.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      b = sd::gram_topk<V>(c, m, {a.k, a.diagonal}, o, &rep);
-      times.push_back(max_over_ranks(c, sd::detail::seconds_since(t0)));
+    // --bench with several ranks: top-k under each split, the default's first (one GPU call
+    // measures them all); the lists are written and checked after the first.
+    std::vector<std::string> splits{a.split};
+    if (a.bench && c.size() > 1) {
+      for (const char* x : {"model", "pairs", "cyclic", "snake", "greedy"})
+        if (a.split != x) splits.emplace_back(x);
     }
-    print_ranks(c, rep, "top-k");
-    const double collect = max_over_ranks(c, rep.local.collect_seconds);
-    const double exchange = max_over_ranks(c, rep.local.exchange_seconds);
-    const double merge = max_over_ranks(c, rep.local.merge_seconds);
-    const double sent = max_over_ranks(c, rep.local.sent_bytes);
-    double wt = 0;
-    const std::string f = out_name(a, "topk");
-    if (!f.empty()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      sd::write_topk_npy(c, f, b, n);
-      wt = max_over_ranks(c, sd::detail::seconds_since(t0));
-    }
-    if (c.rank() == 0) {
-      std::printf(
-          "  top-%d total %.3f s (median of %d; slowest rank's collect %.3f s, exchange %.3f s, merge %.3f s; "
-          "%.1f MB sent by the busiest rank) = %.2f P bit-MAC/s of the triangle%s\n",
-          a.k, median(times), a.repeat, collect, exchange, merge, sent / mb, bitmacs / median(times) / 1e15,
-          f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
-    }
-    if (a.check) {
-      one_process_note();
-      const auto got = sd::gather_topk(c, b, n);
-      int good = 1;
-      if (c.rank() == 0) {
-        const auto ref = sg::host_gram_topk<V>(m, {a.k, a.diagonal}, metric);
-        good = got.values == ref.values && got.indices == ref.indices ? 1 : 0;
-        std::printf("  top-k lists %s the one-process job's\n", good ? "EQUAL" : "DIFFER FROM");
+    for (std::size_t si = 0; si < splits.size(); ++si) {
+      o.split = sd::parse_split_policy(splits[si]);
+      std::vector<double> times;
+      sd::topk_block<V> b;
+      sd::gram_report rep;
+      for (int it = 0; it < a.repeat; ++it) {
+        c.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        b = sd::gram_topk<V>(c, m, {a.k, a.diagonal}, o, &rep);
+        times.push_back(max_over_ranks(c, sd::detail::seconds_since(t0)));
       }
-      MPI_Bcast(&good, 1, MPI_INT, 0, c.get());
-      ok = ok && good;
+      print_ranks(c, rep, ("top-k, --split " + splits[si]).c_str());
+      const double collect = max_over_ranks(c, rep.local.collect_seconds);
+      const double exchange = max_over_ranks(c, rep.local.exchange_seconds);
+      const double merge = max_over_ranks(c, rep.local.merge_seconds);
+      const double sent = max_over_ranks(c, rep.local.sent_bytes);
+      double wt = 0;
+      const std::string f = si == 0 ? out_name(a, "topk") : std::string();
+      if (!f.empty()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        sd::write_topk_npy(c, f, b, n);
+        wt = max_over_ranks(c, sd::detail::seconds_since(t0));
+      }
+      if (c.rank() == 0) {
+        std::printf(
+            "  top-%d total %.3f s --split %s (%s; predicted %.3f s) (median of %d; slowest rank's collect %.3f s, "
+            "exchange %.3f s, merge %.3f s; %.1f MB sent by the busiest rank) = %.2f P bit-MAC/s of the "
+            "triangle%s\n",
+            a.k, median(times), splits[si].c_str(), sd::deal_name(rep.split.deal), rep.split.predicted_job_seconds(),
+            a.repeat, collect, exchange, merge, sent / mb, bitmacs / median(times) / 1e15,
+            f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
+      }
+      if (a.check) {
+        one_process_note();
+        const auto got = sd::gather_topk(c, b, n);
+        int good = 1;
+        if (c.rank() == 0) {
+          const auto ref = sg::host_gram_topk<V>(m, {a.k, a.diagonal}, metric);
+          good = got.values == ref.values && got.indices == ref.indices ? 1 : 0;
+          std::printf("  top-k lists (--split %s) %s the one-process job's\n", splits[si].c_str(),
+                      good ? "EQUAL" : "DIFFER FROM");
+        }
+        MPI_Bcast(&good, 1, MPI_INT, 0, c.get());
+        ok = ok && good;
+      }
     }
+    o.split = sd::parse_split_policy(a.split);
   }
 
   if (a.sink == "triangle" || all) {

@@ -354,3 +354,176 @@ TEST(TopkLists, KeepRowsMovesThemToTheFront) {
   EXPECT_TRUE(r.values.empty());
   EXPECT_THROW(sd::keep_topk_rows(r, 0, 1), spillway::logic_error);
 }
+
+// ---- dealt strips: who computes a strip apart from who owns its rows ----------------------------
+
+namespace {
+
+// Every strip dealt once, parts' tasks ascending and consistent with plan.owner, the owners'
+// bounds equal blocks.
+void expect_valid_dealt(const sd::gram_split& s, std::size_t parts, const std::string& what) {
+  ASSERT_EQ(s.plan.parts.size(), parts) << what;
+  ASSERT_EQ(s.plan.owner.size(), static_cast<std::size_t>(s.strips)) << what;
+  std::vector<int> seen(static_cast<std::size_t>(s.strips), 0);
+  for (std::size_t q = 0; q < parts; ++q) {
+    const auto& t = s.plan.parts[q].tasks;
+    EXPECT_TRUE(std::is_sorted(t.begin(), t.end())) << what;
+    for (const std::size_t I : t) {
+      ++seen[I];
+      EXPECT_EQ(s.plan.owner[I], q) << what;
+    }
+  }
+  for (std::size_t I = 0; I < seen.size(); ++I) EXPECT_EQ(seen[I], 1) << what << " strip " << I;
+  EXPECT_EQ(s.bounds, sd::equal_row_bounds(s.n, parts)) << what;
+}
+
+}  // namespace
+
+TEST(GramDeal, CyclicAndSnakeDealInTheRunOrder) {
+  // Seven strips run 6, 5, .., 0. Cyclic over three: 6→0, 5→1, 4→2, 3→0, 2→1, 1→2, 0→0.
+  EXPECT_EQ(sd::deal_strips(7, 3, sd::strip_deal::cyclic), (std::vector<std::size_t>{0, 2, 1, 0, 2, 1, 0}));
+  // Snake: 6→0, 5→1, 4→2, 3→2, 2→1, 1→0, 0→0.
+  EXPECT_EQ(sd::deal_strips(7, 3, sd::strip_deal::snake), (std::vector<std::size_t>{0, 0, 1, 2, 2, 1, 0}));
+  EXPECT_EQ(sd::deal_strips(4, 1, sd::strip_deal::cyclic), (std::vector<std::size_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(sd::deal_strips(0, 2, sd::strip_deal::snake).empty());
+  EXPECT_THROW((void)sd::deal_strips(4, 0, sd::strip_deal::cyclic), spillway::logic_error);
+  EXPECT_THROW((void)sd::deal_strips(4, 2, sd::strip_deal::greedy), spillway::logic_error);
+  EXPECT_EQ(sd::equal_row_bounds(10, 3), (std::vector<std::int64_t>{0, 4, 7, 10}));
+  EXPECT_EQ(sd::equal_row_bounds(2, 4), (std::vector<std::int64_t>{0, 1, 2, 2, 2}));
+  // The split: rank 1 of two computes strips 2 and 0 of four and owns rows [50, 100).
+  const auto s = sd::make_gram_split_dealt(100, 25, 2, sd::strip_deal::cyclic);
+  expect_valid_dealt(s, 2, "cyclic 4 strips");
+  EXPECT_EQ(s.deal, sd::strip_deal::cyclic);
+  EXPECT_EQ(s.plan.parts[0].tasks, (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(s.plan.parts[1].tasks, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(s.touched_from(0), 25);
+  EXPECT_EQ(s.touched_from(1), 0);
+  EXPECT_EQ(s.bounds, (std::vector<std::int64_t>{0, 50, 100}));
+  // Both ranks' strips touch both blocks: each sends the other its lists.
+  EXPECT_TRUE(s.lists_meet(0, 1));
+  EXPECT_TRUE(s.lists_meet(1, 0));
+  EXPECT_FALSE(s.lists_meet(0, 0));
+  EXPECT_DOUBLE_EQ(s.plan.total_cost, 100.0 * 101.0 / 2.0);
+}
+
+TEST(GramDeal, PredictStripsIsPredictShareForARunAndOrderFree) {
+  std::mt19937_64 g(seed("predict strips"));
+  for (int rep = 0; rep < 100; ++rep) {
+    const auto j = random_shape(g);
+    const auto m = random_model(g);
+    const std::int64_t S = strips_of(j);
+    const std::int64_t f = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(S + 1));
+    const std::int64_t l = f + static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(S - f + 1));
+    std::vector<std::int64_t> run;
+    for (std::int64_t I = f; I < l; ++I) run.push_back(I);
+    const auto a = sd::predict_share(j, m, f, l);
+    std::shuffle(run.begin(), run.end(), g);
+    const auto b = sd::predict_strips(j, m, run);
+    EXPECT_DOUBLE_EQ(a.seconds, b.seconds) << rep;
+    EXPECT_EQ(a.upload_bytes, b.upload_bytes) << rep;
+    EXPECT_EQ(a.strips, static_cast<std::size_t>(l - f)) << rep;
+  }
+  sd::gram_job_shape j = bench_shape(sd::gram_sink::topk);
+  EXPECT_THROW((void)sd::predict_strips(j, sd::gram_cost_model{}, {49}), spillway::logic_error);
+}
+
+TEST(GramDeal, ColumnsWithoutABarAreReadInFull) {
+  // Four strips of P rows over two ranks, cyclic: rank 0 runs 3 then 1, rank 1 runs 2 then 0.
+  // Rank 0's strip 1 meets columns of strip 2 it never had (P of them); rank 1's strip 2 those of
+  // strip 3, its strip 0 those of strip 1. One rank running all four reads none in full.
+  sd::gram_job_shape j;
+  j.n = 400;
+  j.strip_rows = 100;
+  j.cols = 1000;
+  j.row_bytes = 128;
+  j.sink = sd::gram_sink::topk;
+  const sd::gram_cost_model m;
+  EXPECT_DOUBLE_EQ(sd::predict_strips(j, m, {3, 1}).full_column_bytes, 100.0 * 100.0 * 4.0);
+  EXPECT_DOUBLE_EQ(sd::predict_strips(j, m, {2, 0}).full_column_bytes, 2.0 * 100.0 * 100.0 * 4.0);
+  EXPECT_DOUBLE_EQ(sd::predict_share(j, m, 0, 4).full_column_bytes, 0.0);
+  // Rank 1's strip 0 uploads panel 1 (its strip 2 uploaded panels 2 and 3): every panel once.
+  EXPECT_EQ(sd::predict_strips(j, m, {2, 0}).upload_bytes, 400u * 128u);
+  EXPECT_EQ(sd::predict_strips(j, m, {3, 1}).upload_bytes, 300u * 128u);
+  j.sink = sd::gram_sink::triangle;
+  EXPECT_DOUBLE_EQ(sd::predict_strips(j, m, {2, 0}).full_column_bytes, 0.0);
+}
+
+TEST(GramDeal, RandomDealsAreValidAndTheirListsBalance) {
+  std::mt19937_64 g(seed("dealt splits"));
+  for (int rep = 0; rep < 60; ++rep) {
+    auto j = random_shape(g);
+    j.sink = sd::gram_sink::topk;
+    j.k = 1 + static_cast<int>(g() % 64);
+    const auto m = random_model(g);
+    const std::size_t parts = 1 + g() % 6;
+    for (const auto d : {sd::strip_deal::cyclic, sd::strip_deal::snake, sd::strip_deal::greedy}) {
+      const std::string what = std::string(sd::deal_name(d)) + " rep " + std::to_string(rep);
+      const auto s = sd::make_gram_split_dealt(j, m, parts, d);
+      expect_valid_dealt(s, parts, what);
+      ASSERT_EQ(s.predicted.size(), parts) << what;
+      double sent = 0, received = 0, pairs = 0;
+      for (std::size_t q = 0; q < parts; ++q) {
+        const auto& t = s.plan.parts[q].tasks;
+        const auto p = sd::predict_strips(j, m, std::vector<std::int64_t>(t.begin(), t.end()));
+        EXPECT_DOUBLE_EQ(s.predicted[q].seconds, p.seconds) << what;
+        sent += s.predicted[q].sent_bytes;
+        received += s.predicted[q].received_bytes;
+        pairs += s.predicted[q].pairs;
+        EXPECT_GE(s.predicted[q].after_seconds(), 0.0) << what;
+      }
+      EXPECT_DOUBLE_EQ(sent, received) << what;
+      EXPECT_NEAR(pairs, static_cast<double>(j.n) * static_cast<double>(j.n + 1) / 2.0, 1e-6 * pairs + 1e-9) << what;
+      // Rebuilt from the dealer and the bounds (another rank's, broadcast): the same split.
+      std::vector<std::size_t> dealer(s.plan.owner.begin(), s.plan.owner.end());
+      const auto again = sd::gram_split_from_deal(j, m, dealer, s.bounds, d);
+      EXPECT_EQ(again.plan.owner, s.plan.owner) << what;
+      EXPECT_DOUBLE_EQ(again.predicted_job_seconds(), s.predicted_job_seconds()) << what;
+      if (parts == 1) {
+        EXPECT_EQ(s.predicted[0].sent_bytes, 0.0) << what;  // one rank: nothing exchanged
+        EXPECT_EQ(s.predicted[0].exchange_seconds, 0.0) << what;
+      }
+    }
+  }
+}
+
+TEST(GramDeal, TheBenchJobIsFasterDealtOnTwoRanks) {
+  // 100,000 x 200,000, top-32, two ranks: contiguous (by predicted seconds) rank 0 waits ~35 ms
+  // for its panels; dealt cyclic no rank waits for more than two panels and the shares are
+  // within a few per cent. The best split for top-k is a deal; the triangle keeps contiguous.
+  auto j = bench_shape(sd::gram_sink::topk);
+  const sd::gram_cost_model m;
+  const auto timed = sd::make_gram_split_timed(j, m, 2);
+  const auto cyc = sd::make_gram_split_dealt(j, m, 2, sd::strip_deal::cyclic);
+  EXPECT_EQ(cyc.plan.parts[0].tasks.size(), 25u);
+  EXPECT_EQ(cyc.plan.parts[0].tasks.back(), 48u);  // the first strip run, the narrowest
+  EXPECT_GT(timed.predicted[0].first_upload_seconds, 0.03);
+  for (const auto& p : cyc.predicted) EXPECT_LE(p.first_upload_seconds, 2.0 * 2048.0 * 25088.0 / 55e9 + 1e-12);
+  EXPECT_LT(max_seconds(cyc.predicted), 0.93 * max_seconds(timed.predicted));
+  EXPECT_LT(cyc.predicted_imbalance(), 1.03);
+  EXPECT_LT(cyc.predicted_job_seconds(), timed.predicted_job_seconds());
+  // Each rank sends the other the lists of its 50,000 rows: 50,000 x 32 x 12 bytes.
+  EXPECT_DOUBLE_EQ(cyc.predicted[0].sent_bytes, 50000.0 * 32.0 * 12.0);
+  const auto best = sd::make_gram_split_best(j, m, 2);
+  EXPECT_NE(best.deal, sd::strip_deal::contiguous);
+  for (const auto d : {sd::strip_deal::cyclic, sd::strip_deal::snake, sd::strip_deal::greedy})
+    EXPECT_LE(best.predicted_job_seconds(), sd::make_gram_split_dealt(j, m, 2, d).predicted_job_seconds());
+  EXPECT_LE(best.predicted_job_seconds(), timed.predicted_job_seconds());
+  // One rank: nothing to deal.
+  EXPECT_EQ(sd::make_gram_split_best(j, m, 1).deal, sd::strip_deal::contiguous);
+  j.sink = sd::gram_sink::triangle;
+  EXPECT_EQ(sd::make_gram_split_best(j, m, 2).deal, sd::strip_deal::contiguous);
+  // Printed for the record (docs/distributed.md).
+  j.sink = sd::gram_sink::topk;
+  for (std::size_t parts : {1, 2, 4}) {
+    for (const auto d : {sd::strip_deal::contiguous, sd::strip_deal::cyclic, sd::strip_deal::snake,
+                         sd::strip_deal::greedy}) {
+      if (parts == 1 && d != sd::strip_deal::contiguous) continue;
+      const auto s = d == sd::strip_deal::contiguous ? sd::make_gram_split_timed(j, m, parts)
+                                                     : sd::make_gram_split_dealt(j, m, parts, d);
+      double after = 0;
+      for (const auto& p : s.predicted) after = std::max(after, p.after_seconds());
+      std::printf("[ model    ] %zu rank(s) %-10s slowest share %.4f s, lists %.4f s, job %.4f s\n", parts,
+                  sd::deal_name(d), max_seconds(s.predicted), after, s.predicted_job_seconds());
+    }
+  }
+}

@@ -130,35 +130,58 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     if (sink == pairwise::sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
     pairwise::detail::setup_devices(job, job.opt.devices);
   });
-  if (o.split_by_model) {
-    gram_job_shape js;
-    js.n = a.rows;
-    js.cols = a.cols;
-    js.strip_rows = pmin;
-    js.row_bytes = job.prod.row_bytes();
-    js.out_bytes = sizeof(V);
-    js.sink = sink == pairwise::sink_kind::topk        ? gram_sink::topk
-              : sink == pairwise::sink_kind::threshold ? gram_sink::threshold
-                                                       : gram_sink::triangle;
-    js.slots = job.plan.slots;
-    js.resident = job.plan.resident;
-    // Rank 0's model cuts for every rank (a model that differs between ranks cannot split them
-    // differently); each rank then predicts the shares with its own.
-    const auto parts = static_cast<std::size_t>(c.size());
-    std::vector<std::uint64_t> cuts(parts + 1, 0);
-    agree(c, "splitting the rows", [&] {
-      if (c.rank() != 0) return;
-      const gram_split s = make_gram_split_timed(js, o.model, parts);
-      for (std::size_t q = 0; q < parts; ++q) cuts[q] = s.plan.parts[q].first;
-      cuts[parts] = static_cast<std::uint64_t>(s.strips);
-    });
-    SPILLWAY_MPI_TRY(MPI_Bcast(cuts.data(), static_cast<int>(cuts.size()), MPI_UINT64_T, 0, c.get()));
-    rj.split = agree(c, "predicting its share", [&] {
-      return gram_split_from_cuts(js, o.model, std::vector<std::size_t>(cuts.begin(), cuts.end()));
-    });
-  } else {
-    rj.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
-  }
+  gram_job_shape js;
+  js.n = a.rows;
+  js.cols = a.cols;
+  js.strip_rows = pmin;
+  js.row_bytes = job.prod.row_bytes();
+  js.out_bytes = sizeof(V);
+  js.sink = sink == pairwise::sink_kind::topk        ? gram_sink::topk
+            : sink == pairwise::sink_kind::threshold ? gram_sink::threshold
+                                                     : gram_sink::triangle;
+  js.slots = job.plan.slots;
+  js.resident = job.plan.resident;
+  js.k = std::max(k, 1);
+  // Rank 0's model splits for every rank (a model that differs between ranks cannot split them
+  // differently): which rank computes each strip, the owners' bounds, the deal; each rank then
+  // predicts the shares with its own.
+  const auto parts = static_cast<std::size_t>(c.size());
+  const auto S = static_cast<std::size_t>((a.rows + pmin - 1) / pmin);
+  std::vector<std::uint64_t> dealt(S + parts + 2, 0);  // dealer[S], bounds[parts + 1], deal
+  agree(c, "splitting the strips", [&] {
+    if (c.rank() != 0) return;
+    const bool topk = js.sink == gram_sink::topk && parts > 1;
+    gram_split s;
+    switch (o.split) {
+      case gram_split_policy::pairs:
+        s = make_gram_split(a.rows, pmin, parts, js.row_bytes);
+        break;
+      case gram_split_policy::model:
+        s = make_gram_split_timed(js, o.model, parts);
+        break;
+      case gram_split_policy::cyclic:
+        s = topk ? make_gram_split_dealt(js, o.model, parts, strip_deal::cyclic) : make_gram_split_timed(js, o.model, parts);
+        break;
+      case gram_split_policy::snake:
+        s = topk ? make_gram_split_dealt(js, o.model, parts, strip_deal::snake) : make_gram_split_timed(js, o.model, parts);
+        break;
+      case gram_split_policy::greedy:
+        s = topk ? make_gram_split_dealt(js, o.model, parts, strip_deal::greedy) : make_gram_split_timed(js, o.model, parts);
+        break;
+      case gram_split_policy::automatic:
+        s = make_gram_split_best(js, o.model, parts);
+        break;
+    }
+    for (std::size_t t = 0; t < S; ++t) dealt[t] = s.plan.owner[t];
+    for (std::size_t q = 0; q <= parts; ++q) dealt[S + q] = static_cast<std::uint64_t>(s.bounds[q]);
+    dealt[S + parts + 1] = static_cast<std::uint64_t>(s.deal);
+  });
+  SPILLWAY_MPI_TRY(MPI_Bcast(dealt.data(), static_cast<int>(dealt.size()), MPI_UINT64_T, 0, c.get()));
+  rj.split = agree(c, "predicting its share", [&] {
+    return gram_split_from_deal(js, o.model, std::vector<std::size_t>(dealt.begin(), dealt.begin() + S),
+                                std::vector<std::int64_t>(dealt.begin() + S, dealt.begin() + S + parts + 1),
+                                static_cast<strip_deal>(dealt[S + parts + 1]));
+  });
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
   // The scheduler's task t is strip strips − 1 − t: the last (narrowest) strips first, as in one
   // process, so the resident column panels are uploaded from the end as the strips need them.
@@ -216,11 +239,12 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   rep.device = rj.device;
   rep.split = rj.split;
   const std::int64_t n = a.rows, r0 = rj.split.first_row(c.rank());
-  const bool has_rows = rj.split.rows_of(c.rank()) > 0;
+  // Its GPU's lists cover every row (those its strips did not touch empty): n x k.
+  const bool computes = rj.split.computes(c.rank());
   const int kk = k.k;
   // The result's host vectors (n x k: 38 MB at 100,000 x 32) allocated and filled on another
   // thread while the strips run, as the one-process job does.
-  if (has_rows)
+  if (computes)
     rj.job.topk_host = std::async(std::launch::async, [n, kk] { return pairwise::detail::empty_topk<V>(n, kk); });
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
@@ -231,14 +255,14 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
     b.lists = pairwise::detail::empty_topk<V>(0, k.k);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    // This rank's lists over every row its strips touched (rows >= r0), merged over its slots on
-    // the device: rows [0, n) (those before r0 empty), or none where the rank owns no rows.
+    // This rank's lists over every row its strips touched, merged over its slots on the device:
+    // rows [0, n) (those its strips did not touch empty), or none where it computes no strip.
     pairwise::topk_result<V> all = agree(c, "collecting its top-k lists", [&] {
-      return has_rows ? pairwise::detail::collect_topk(rj.job) : pairwise::detail::empty_topk<V>(0, kk);
+      return computes ? pairwise::detail::collect_topk(rj.job) : pairwise::detail::empty_topk<V>(0, kk);
     });
     rep.local.collect_seconds = detail::seconds_since(t0);
     rep.local.collect_bytes = static_cast<double>(all.values.size()) * static_cast<double>(sizeof(V) + 8);
-    b.lists = detail::lists_to_owners(c, rj.split, std::move(all), has_rows ? 0 : r0,
+    b.lists = detail::lists_to_owners(c, rj.split, std::move(all), computes ? 0 : n,
                                       gram::is_similarity(o.epilogue), rep.local);
   }
   detail::finish_report(c, rep, t_start);

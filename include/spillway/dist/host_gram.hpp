@@ -129,6 +129,36 @@ inline void broadcast_bits(const communicator& c, gram::bit_matrix& m) {
 
 // ---- options, results ---------------------------------------------------------------------------
 
+/// How a distributed Gram job splits its strips between the ranks (gram_job_options::split).
+enum class gram_split_policy { automatic, pairs, model, cyclic, snake, greedy };
+
+inline const char* split_policy_name(gram_split_policy p) {
+  switch (p) {
+    case gram_split_policy::automatic:
+      return "auto";
+    case gram_split_policy::pairs:
+      return "pairs";
+    case gram_split_policy::model:
+      return "model";
+    case gram_split_policy::cyclic:
+      return "cyclic";
+    case gram_split_policy::snake:
+      return "snake";
+    case gram_split_policy::greedy:
+      return "greedy";
+  }
+  return "?";
+}
+
+/// "auto", "pairs", "model", "cyclic", "snake" or "greedy" (logic_error otherwise).
+inline gram_split_policy parse_split_policy(const std::string& s) {
+  for (const auto p : {gram_split_policy::automatic, gram_split_policy::pairs, gram_split_policy::model,
+                       gram_split_policy::cyclic, gram_split_policy::snake, gram_split_policy::greedy}) {
+    if (s == split_policy_name(p)) return p;
+  }
+  throw logic_error("unknown split '" + s + "': auto, pairs, model, cyclic, snake or greedy");
+}
+
 struct gram_job_options {
   gram::metric epilogue = gram::metric::counts;
   gram::score_options scores{};
@@ -151,10 +181,15 @@ struct gram_job_options {
   std::optional<memory_budget> budget;
   gram::kernel_path path = gram::kernel_path::automatic;
   std::size_t slots_per_device = 3;
-  /// Cut the rows by each rank's predicted seconds on its GPU (make_gram_split_timed: uploads,
-  /// products, the sink's passes and copies) rather than by pairs alone (make_gram_split).
-  bool split_by_model = true;
-  /// The rates of that prediction (rank 0's model decides the cut for every rank).
+  /// Which rank computes which strips (dist/gram_split.hpp; the rows a rank owns are one
+  /// contiguous block whatever this says). automatic: on the GPU, the contiguous split by each
+  /// share's predicted seconds, and for top-k with several ranks whichever of it and the dealt
+  /// splits (cyclic, snake, greedy) the model predicts fastest (make_gram_split_best); on the host,
+  /// by pairs. pairs / model: contiguous, by pairs or by predicted seconds (the host: by pairs).
+  /// cyclic / snake / greedy: top-k's strips dealt across the matrix (the host deals greedy as
+  /// cyclic: it has no model); the triangle and threshold keep the contiguous split (model).
+  gram_split_policy split = gram_split_policy::automatic;
+  /// The rates of that prediction (rank 0's model decides the split for every rank).
   gram_cost_model model{};
 };
 
@@ -327,41 +362,63 @@ void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, 
   }
 }
 
-/// A rank with rows touches every row from its first on (as a row of its strips, or as a column
-/// of them): the ranks whose lists of rank r's rows r must merge are those before it with rows.
-inline bool lists_meet(const gram_split& sp, int sender, int owner) {
-  return sender < owner && sp.rows_of(sender) > 0 && sp.rows_of(owner) > 0;
+/// The split of the host implementation: by pairs, contiguous, except top-k's dealt policies
+/// (greedy dealt as cyclic: the host has no model). Every rank computes it alike.
+inline gram_split host_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts, std::size_t row_bytes,
+                             gram_split_policy policy, bool topk) {
+  if (topk && parts > 1) {
+    if (policy == gram_split_policy::cyclic || policy == gram_split_policy::greedy)
+      return make_gram_split_dealt(n, strip_rows, parts, strip_deal::cyclic, row_bytes);
+    if (policy == gram_split_policy::snake)
+      return make_gram_split_dealt(n, strip_rows, parts, strip_deal::snake, row_bytes);
+  }
+  return make_gram_split(n, strip_rows, parts, row_bytes);
 }
 
-/// Per-row top-k lists of rows [row0, n) (this rank's partial lists, row0 = its first row or 0) →
-/// this rank's rows' final lists. Only the lists of rows other ranks own leave the rank
-/// (MPI_Alltoallv, none at all where at most one rank has rows); its own rows' lists stay where
-/// they are and are merged with those that arrived (none for the first rank with rows: its rows
-/// are final as they come). Collective. Fills the exchange and merge phases of `ph`.
+/// Where a rank's partial top-k lists start: the first row of the owner block its strips first
+/// touch (so each block it sends is whole); n where it computes no strip.
+inline std::int64_t lists_row0(const gram_split& sp, int r) {
+  if (!sp.computes(r)) return sp.n;
+  return sp.first_row(sp.owner(sp.touched_from(r)));
+}
+
+/// Per-row top-k lists of rows [row0, row0 + lists.rows) (this rank's partial lists; every owner
+/// block they meet whole: lists_row0, or row0 = 0 with n rows) → this rank's rows' final lists.
+/// Only the lists of rows other ranks own leave the rank (MPI_Alltoallv to the owners whose rows
+/// its strips touched; none at all where no lists meet); its own rows' lists stay where they are
+/// and are merged with those that arrived. Collective. Fills the exchange and merge phases of `ph`.
 template <class V>
 pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split& sp, pairwise::topk_result<V>&& lists,
                                          std::int64_t row0, bool larger, gram_phases& ph) {
   const int P = c.size(), me = c.rank();
   const int k = lists.k;
   const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me), mine = r1 - r0;
-  int with_rows = 0;
-  for (int q = 0; q < P; ++q) with_rows += sp.rows_of(q) > 0 ? 1 : 0;
+  bool any_meet = false;
+  for (int q = 0; q < P; ++q)
+    for (int o = 0; o < P; ++o) any_meet = any_meet || sp.lists_meet(q, o);
+  // This rank's own rows are among its lists (its strips touched them).
+  const bool self = sp.computes(me) && sp.touched_from(me) < r1 && mine > 0;
+  const auto covers = [&](std::int64_t f, std::int64_t l) { return row0 <= f && l <= row0 + lists.rows; };
+  if (self && !covers(r0, r1))
+    throw logic_error("dist top-k: this rank's lists do not cover its own rows");
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<V> rv;
   std::vector<std::int64_t> rc;
   std::size_t arrived = 0;  // lists of each of this rank's rows that came from other ranks
-  if (with_rows > 1) {
+  if (any_meet) {
     std::vector<int> scount(static_cast<std::size_t>(P), 0), sdispl(static_cast<std::size_t>(P), 0);
     std::vector<int> rcount(static_cast<std::size_t>(P), 0), rdispl(static_cast<std::size_t>(P), 0);
     std::int64_t sent = 0;
     for (int q = 0; q < P; ++q) {
       const auto u = static_cast<std::size_t>(q);
-      if (lists_meet(sp, me, q)) {  // this rank's lists of q's rows
+      if (sp.lists_meet(me, q)) {  // this rank's lists of q's rows
+        if (!covers(sp.first_row(q), sp.last_row(q)))
+          throw logic_error("dist top-k: this rank's lists do not cover rank " + std::to_string(q) + "'s rows");
         scount[u] = static_cast<int>(sp.rows_of(q) * k);
         sdispl[u] = static_cast<int>((sp.first_row(q) - row0) * k);
         sent += sp.rows_of(q) * k;
       }
-      if (lists_meet(sp, q, me)) {
+      if (sp.lists_meet(q, me)) {
         rcount[u] = static_cast<int>(mine * k);
         rdispl[u] = static_cast<int>(static_cast<std::int64_t>(arrived) * mine * k);
         ++arrived;
@@ -379,19 +436,30 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
   }
   ph.exchange_seconds = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  const auto own = static_cast<std::size_t>((r0 - row0) * k);
-  if (arrived > 0) {
-    std::vector<const V*> vs{lists.values.data() + own};
-    std::vector<const std::int64_t*> cs{lists.indices.data() + own};
-    for (std::size_t q = 0; q < arrived; ++q) {
-      vs.push_back(rv.data() + q * static_cast<std::size_t>(mine * k));
-      cs.push_back(rc.data() + q * static_cast<std::size_t>(mine * k));
-    }
-    merge_topk_lists(mine, k, larger, vs, cs, lists.values.data() + own, lists.indices.data() + own);
+  std::vector<const V*> vs;
+  std::vector<const std::int64_t*> cs;
+  const auto own = static_cast<std::size_t>(self ? (r0 - row0) * k : 0);
+  if (self) {
+    vs.push_back(lists.values.data() + own);
+    cs.push_back(lists.indices.data() + own);
   }
-  keep_topk_rows(lists, r0 - row0, r1 - row0);
+  for (std::size_t q = 0; q < arrived; ++q) {
+    vs.push_back(rv.data() + q * static_cast<std::size_t>(mine * k));
+    cs.push_back(rc.data() + q * static_cast<std::size_t>(mine * k));
+  }
+  pairwise::topk_result<V> out;
+  if (self) {
+    if (arrived > 0)
+      merge_topk_lists(mine, k, larger, vs, cs, lists.values.data() + own, lists.indices.data() + own);
+    keep_topk_rows(lists, r0 - row0, r1 - row0);
+    out = std::move(lists);
+  } else {
+    // Its strips did not touch its own rows (a dealt split): its rows' lists all arrived.
+    out = pairwise::detail::empty_topk<V>(mine, k);
+    if (!vs.empty()) merge_topk_lists(mine, k, larger, vs, cs, out.values.data(), out.indices.data());
+  }
   ph.merge_seconds = seconds_since(t1);
-  return std::move(lists);
+  return out;
 }
 
 /// The exchange counts entries (rows · k) in MPI's int (one rank exchanges nothing: no limit).
@@ -550,14 +618,15 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
     if (c.size() > 1) detail::check_exchange(a.rows, k.k, "dist::host_gram_topk");
   });
   const std::int64_t n = a.rows;
-  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
-                              static_cast<std::size_t>(a.ld_words) * 4u);
+  rep.split = detail::host_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
+                                 static_cast<std::size_t>(a.ld_words) * 4u, o.split, true);
   const gram_split& sp = rep.split;
   const std::int64_t r0 = sp.first_row(c.rank());
+  const std::int64_t row0 = detail::lists_row0(sp, c.rank());  // its lists: rows [row0, n)
   const std::vector<std::int32_t> pc = gram::row_popcounts(a);
   const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   const bool larger = gram::is_similarity(o.epilogue);
-  detail::partial_topk<V> pt(r0, n, k.k, larger);
+  detail::partial_topk<V> pt(row0, n, k.k, larger);
   std::vector<V> s;
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = run_host_tasks(
@@ -577,7 +646,7 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   } else {
     // The partial lists are already the top-k layout (−1 past a row's last entry).
     pairwise::topk_result<V> lists{pt.rows, pt.k, std::move(pt.v), std::move(pt.c)};
-    b.lists = detail::lists_to_owners(c, sp, std::move(lists), r0, larger, rep.local);
+    b.lists = detail::lists_to_owners(c, sp, std::move(lists), row0, larger, rep.local);
   }
   detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
