@@ -296,13 +296,10 @@ run_mpi_bench() {
     timeout "${BENCH_TIMEOUT:-400}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-gram-mpi" --rows 100000 --cols 200000 \
       --sink triangle --sync --independent-io --repeat 3 --output "$dir/c.npy" >>"$log" 2>&1 || status=1
     rm -f "$dir"/c.npy*
-    # Top-k with the rows split by pairs alone (the split before the cost model), for comparison.
-    if [[ $np -gt 1 ]]; then
-      timeout "${BENCH_TIMEOUT:-400}" "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-gram-mpi" --rows 100000 --cols 200000 \
-        --sink topk --k 32 --repeat 3 --split pairs >>"$log" 2>&1 || status=1
-    fi
+    # (With several ranks --bench runs top-k under every split: auto, model, pairs, cyclic, snake,
+    # greedy; each prints "top-32 total T s --split S (deal; predicted P s)".)
     cat "$log"
-    summary+=("$(printf '%-34s %s' "gram-mpi --bench -np $np" "$(grep -E '^  (top-[0-9]+|triangle) total' "$log" | sed 's/^ *//' | cut -c1-70 | paste -sd'|')")")
+    summary+=("$(printf '%-34s %s' "gram-mpi --bench -np $np" "$(grep -E '^  (top-[0-9]+|triangle) total' "$log" | sed 's/^ *//' | sed -E 's/ \(median of.*//' | paste -sd'|')")")
     # Each rank's share: the split's prediction against the measurement (top-k, triangle, [pairs-split top-k]).
     summary+=("$(printf '%-34s %s' "  predicted vs measured -np $np" "$(grep -oE 'rank [0-9]+ share: predicted [0-9.]+ s, measured [0-9.]+ s' "$log" | sed -E 's/ share: predicted /: /; s/ s, measured / vs /' | paste -sd'|')")")
   done

@@ -207,42 +207,80 @@ TEST(DistGramGpu, OneRankIsTheOneProcessJob) {
   EXPECT_EQ(bf.lists.values, of.values);
 }
 
-TEST(DistGramGpu, SplitByModelOrByPairsGivesTheOneProcessLists) {
-  // Either split, only the lists of other ranks' rows are sent, and every rank's rows equal the
-  // oracle's (a rank's own rows merged with what the ranks before it sent).
+TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
+  // Contiguous (by the model or by pairs) and dealt (cyclic, snake, greedy: a rank's strips lie
+  // across the matrix, its GPU's lists cover every row), only the lists of other ranks' rows are
+  // sent, to the owners whose rows a rank's strips touched, and every rank's rows equal the
+  // oracle's (its own rows' lists merged with what arrived).
   sd::communicator c;
   DIST_GPU_TEST_OR_SKIP(c);
   const auto a = random_bits(4099, 900, 0.15, seed("dist gpu owned rows"));
-  const int k = 16;
-  const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, false});
-  for (const bool model : {true, false}) {
-    sd::gram_job_options o;
-    o.strip_rows = 128;
-    o.split_by_model = model;
-    o.budget = spillway::memory_budget(std::size_t{64} << 20);
-    sd::gram_report rep;
-    const auto b = sd::gram_topk<std::int32_t>(c, a, {k, false}, o, &rep);
-    EXPECT_EQ(rep.split.predicted.size(), model ? static_cast<std::size_t>(c.size()) : 0u);
-    std::int64_t bad = 0;
-    for (std::int64_t i = 0; i < b.lists.rows; ++i)
-      for (int t = 0; t < k; ++t) {
-        const std::int64_t g = b.first_row + i;
-        if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
-          if (bad++ < 5) ADD_FAILURE() << (model ? "model" : "pairs") << " split, row " << g << " place " << t;
-        }
+  for (const bool diag : {false, true}) {
+    const int k = diag ? 7 : 16;
+    const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, diag});
+    for (const auto policy : {sd::gram_split_policy::automatic, sd::gram_split_policy::model,
+                              sd::gram_split_policy::pairs, sd::gram_split_policy::cyclic,
+                              sd::gram_split_policy::snake, sd::gram_split_policy::greedy}) {
+      const std::string what = std::string(sd::split_policy_name(policy)) + (diag ? " diag" : "");
+      sd::gram_job_options o;
+      o.strip_rows = 128;
+      o.split = policy;
+      o.budget = spillway::memory_budget(std::size_t{64} << 20);
+      sd::gram_report rep;
+      const auto b = sd::gram_topk<std::int32_t>(c, a, {k, diag}, o, &rep);
+      const auto& sp_ = rep.split;
+      EXPECT_EQ(sp_.predicted.size(), static_cast<std::size_t>(c.size())) << what;  // every split predicted
+      if (c.size() > 1 && (policy == sd::gram_split_policy::cyclic || policy == sd::gram_split_policy::snake ||
+                           policy == sd::gram_split_policy::greedy)) {
+        EXPECT_NE(sp_.deal, sd::strip_deal::contiguous) << what;
       }
-    EXPECT_EQ(bad, 0);
-    const int me = c.rank();
-    double sent = 0, received = 0;
-    for (int q = 0; q < c.size(); ++q) {
-      if (rep.split.rows_of(me) == 0 || rep.split.rows_of(q) == 0) continue;
-      if (q > me) sent += static_cast<double>(rep.split.rows_of(q) * k) * 12.0;
-      if (q < me) received += static_cast<double>(rep.split.rows_of(me) * k) * 12.0;
+      if (policy == sd::gram_split_policy::model || policy == sd::gram_split_policy::pairs) {
+        EXPECT_EQ(sp_.deal, sd::strip_deal::contiguous) << what;
+      }
+      EXPECT_EQ(b.first_row, sp_.first_row(c.rank())) << what;
+      EXPECT_EQ(b.lists.rows, sp_.rows_of(c.rank())) << what;
+      std::int64_t bad = 0;
+      for (std::int64_t i = 0; i < b.lists.rows; ++i)
+        for (int t = 0; t < k; ++t) {
+          const std::int64_t g = b.first_row + i;
+          if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
+            if (bad++ < 5)
+              ADD_FAILURE() << what << ": row " << g << " place " << t << ": " << b.lists.index(i, t) << "/"
+                            << b.lists.value(i, t) << " vs " << ref.index(g, t) << "/" << ref.value(g, t);
+          }
+        }
+      EXPECT_EQ(bad, 0) << what;
+      const int me = c.rank();
+      bool any = false;
+      for (int q = 0; q < c.size(); ++q)
+        for (int r = 0; r < c.size(); ++r) any = any || sp_.lists_meet(q, r);
+      double sent = 0, received = 0;
+      for (int q = 0; q < c.size() && any; ++q) {
+        if (sp_.lists_meet(me, q)) sent += static_cast<double>(sp_.rows_of(q) * k) * 12.0;
+        if (sp_.lists_meet(q, me)) received += static_cast<double>(sp_.rows_of(me) * k) * 12.0;
+      }
+      EXPECT_EQ(rep.local.sent_bytes, sent) << what;
+      EXPECT_EQ(rep.local.received_bytes, received) << what;
+      EXPECT_DOUBLE_EQ(rep.local.sent_bytes, sp_.predicted[static_cast<std::size_t>(me)].sent_bytes) << what;
+      std::size_t strips = 0;
+      for (const auto& r : rep.run.ranks) strips += r.tasks;
+      EXPECT_EQ(strips, static_cast<std::size_t>(sp_.strips)) << what;  // every strip once
+      ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
     }
-    EXPECT_EQ(rep.local.sent_bytes, sent);
-    EXPECT_EQ(rep.local.received_bytes, received);
-    ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(c.size()));
   }
+  // A similarity in float, dealt: bit for bit.
+  sd::gram_job_options o;
+  o.strip_rows = 128;
+  o.split = sd::gram_split_policy::cyclic;
+  o.epilogue = sg::metric::cosine;
+  o.budget = spillway::memory_budget(std::size_t{64} << 20);
+  const auto bf = sd::gram_topk<float>(c, a, {20, false}, o);
+  const auto rf = sg::host_gram_topk<float>(a, {20, false}, sg::metric::cosine);
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < bf.lists.rows; ++i)
+    for (int t = 0; t < 20; ++t)
+      bad += bf.lists.index(i, t) != rf.index(bf.first_row + i, t) || bf.lists.value(i, t) != rf.value(bf.first_row + i, t);
+  EXPECT_EQ(bad, 0) << "cyclic cosine";
 }
 
 TEST(DistGramGpu, TriangleFileEqualsOneProcess) {

@@ -2,9 +2,11 @@
 // runs its strips of the upper triangle (the split of dist/host_gram.hpp) through the pair job of
 // the one-process out-of-core Gram (the same b1 tile kernels, planner and device sinks) on its
 // own GPU, then the results meet as in the host form: the triangle rows into one .npy by MPI-IO,
-// the top-k lists merged at the rows' owners, the threshold COO in rank order. The rows are split
-// by each share's predicted seconds on its GPU (gram_job_options::split_by_model, the model of
-// dist/gram_split.hpp), and every job reports where each rank's time went (gram_report::ranks). Where some rank
+// the top-k lists merged at the rows' owners, the threshold COO in rank order. The strips are
+// split by each share's predicted seconds on its GPU (gram_job_options::split, the model of
+// dist/gram_split.hpp): each rank computes its own rows' strips, or for top-k the strips are dealt
+// across the matrix (cyclic, snake, greedy) where the model predicts that faster, the rows still
+// owned in contiguous blocks. Every job reports where each rank's time went (gram_report::ranks). Where some rank
 // has no GPU (or gram_job_options::host is set) every rank runs the host implementation
 // instead, so the strips are cut alike everywhere; the results are the same either way.
 //

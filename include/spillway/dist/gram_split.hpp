@@ -17,6 +17,16 @@
 //   const auto s = dist::make_gram_split_timed(j, dist::gram_cost_model{}, 2);
 //   s.bounds        // {0, 24576, 100000}: rank 0 owns fewer rows than the pairs alone would give it
 //   s.predicted[r]  // rank r's share: seconds, and how much of it waits for uploads
+//
+// Top-k may also deal the strips apart from who owns the rows (strip_deal: cyclic, snake, greedy;
+// make_gram_split_dealt): rank r still owns one block of rows, but computes strips across the
+// matrix, each rank starting on a narrow strip; its lists of other ranks' rows then go to their
+// owners. predict_split adds those lists' costs (collect, exchange, merge), and
+// make_gram_split_best picks the split with the smallest predicted job:
+//
+//   const auto b = dist::make_gram_split_best(j, dist::gram_cost_model{}, 2);
+//   b.deal                      // strip_deal::cyclic on this job (0.116 s vs 0.130 s contiguous)
+//   b.plan.parts[r].tasks       // the strips rank r computes; b.bounds: the rows it owns
 #pragma once
 
 #include <spillway/core/error.hpp>

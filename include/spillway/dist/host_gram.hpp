@@ -3,20 +3,23 @@
 // input on every rank, the row split, the top-k merge to the rows' owners and the sinks' files.
 //
 // The job: A's rows are cut into strips of P rows; strip I computes its rows against the columns
-// from its first row on (the upper triangle). Ranks take runs of consecutive strips (the split:
-// dist/gram_split.hpp — by pairs on the host, by each share's predicted seconds on the GPU), so
-// rank r OWNS the rows [first_row[r], first_row[r+1]) — the first ranks get fewer, wider rows.
+// from its first row on (the upper triangle). Rank r OWNS the rows [first_row[r], first_row[r+1]).
+// Which strips it COMPUTES (the split: dist/gram_split.hpp): the strips of its own rows — by pairs
+// on the host, by each share's predicted seconds on the GPU, the first ranks getting fewer, wider
+// rows — or, for top-k, strips dealt across the matrix (cyclic, snake, greedy; rows then owned in
+// equal blocks).
 // Then per sink:
 //   * triangle (upper_packed / condensed): a rank's rows are one contiguous range of the packed
 //     output; every rank writes its range into ONE .npy with MPI-IO (dist/npy_file.hpp).
-//   * top-k: a pair (i, j), i < j, is computed once, by the owner of row i; it is a candidate of
-//     row i and of row j. Each rank keeps partial top-k lists for every row it touched (rows ≥ its
-//     first row), sends the lists of rows LATER ranks own to them (MPI_Alltoallv; its own rows'
-//     lists stay), and each owner merges its lists with those from the ranks before it: a k-way
-//     merge of sorted lists (dist/topk_lists.hpp). Disjoint candidate sets and one total order
-//     (better value, then smaller column) make the merged lists exactly the one-process result.
-//     The first rank with rows receives nothing (no other rank touches its rows); with one rank
-//     nothing is sent at all.
+//   * top-k: a pair (i, j), i < j, is computed once, by the rank computing row i's strip; it is a
+//     candidate of row i and of row j. Each rank keeps partial top-k lists for every row it
+//     touched (rows from its lowest strip's first row on), sends the lists of rows OTHER ranks own
+//     to those owners whose rows it touched (MPI_Alltoallv; its own rows' lists stay) — the later
+//     ranks when split contiguously, every rank when dealt — and each owner merges its lists with
+//     those that arrived: a k-way merge of sorted lists (dist/topk_lists.hpp). Disjoint candidate
+//     sets and one total order (better value, then smaller column) make the merged lists exactly
+//     the one-process result. Contiguous, the first rank with rows receives nothing (no other rank
+//     touches its rows); with one rank nothing is sent at all.
 //   * threshold (upper triangle, both_halves = false): a rank's kept entries are those of its own
 //     rows, already in the global (row, column) order: the ranks' COO runs concatenated in rank
 //     order are the one-process COO. Written as three .npy (row, col, value) with MPI-IO, or
