@@ -229,7 +229,10 @@ run_python() {
 
 # spillway::dist (issue 15) under mpirun, one GPU per rank. Root needs OpenMPI's consent; in
 # containers its single-copy shared-memory path fails. -np N runs only with N GPUs visible.
-MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+# --bind-to none: OpenMPI binds each rank to one core when there are at most two ranks, and a rank's
+# host phases (the top-k owners' merge, the triangle's staging copy, pack_bits) are OpenMP loops
+# (2026-11-28, two ranks bound: the merge took 19-32 ms against the 3-5 ms predicted).
+MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
 mpi_gpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0; }
 mpi_too_few() {  # label np gpus: records the skip (or the failure under SPILLWAY_REQUIRE_GPUS>=np)
   if [[ ${SPILLWAY_REQUIRE_GPUS:-0} -ge $2 ]]; then
