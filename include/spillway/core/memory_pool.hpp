@@ -61,7 +61,10 @@ inline cudaMemPool_t device_pool(int device) {
     for (int peer = 0; peer < n; ++peer) {
       if (peer == device) continue;
       int can = 0;
-      SPILLWAY_CUDA_TRY(cudaDeviceCanAccessPeer(&can, peer, device));
+      if (cudaDeviceCanAccessPeer(&can, peer, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
       if (can == 0) continue;
       cudaMemAccessDesc d{};
       d.location.type = cudaMemLocationTypeDevice;
@@ -69,7 +72,11 @@ inline cudaMemPool_t device_pool(int device) {
       d.flags = cudaMemAccessFlagsProtReadWrite;
       access.push_back(d);
     }
-    if (!access.empty()) SPILLWAY_CUDA_TRY(cudaMemPoolSetAccess(created, access.data(), access.size()));
+    // A refusal (a driver or a platform that maps no peer memory) leaves the pool private: copies
+    // across devices then go through cudaMemcpyPeer*Async and pool_reachable_from() says false.
+    if (!access.empty() && cudaMemPoolSetAccess(created, access.data(), access.size()) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
     p = created;
   }
   return p;
@@ -83,7 +90,10 @@ inline bool pool_reachable_from(int owner, int peer) {
   cudaMemLocation loc{};
   loc.type = cudaMemLocationTypeDevice;
   loc.id = peer;
-  SPILLWAY_CUDA_TRY(cudaMemPoolGetAccess(&f, device_pool(owner), &loc));
+  if (cudaMemPoolGetAccess(&f, device_pool(owner), &loc) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
   return f == cudaMemAccessFlagsProtReadWrite;
 }
 
