@@ -3,6 +3,7 @@
 // (dist/topk_lists.hpp) against a host oracle. Random inputs from printed seeds.
 #include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/topk_lists.hpp>
+#include <support/gpu_test.hpp>
 
 #include <gtest/gtest.h>
 
@@ -22,14 +23,7 @@ namespace sp = spillway::pairwise;
 
 namespace {
 
-std::uint64_t seed(const std::string& salt) {
-  std::uint64_t s = 0x5eed5eedULL;
-  if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
-  s ^= std::hash<std::string>{}(salt)*0x9E3779B97F4A7C15ULL;
-  std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(),
-              static_cast<unsigned long long>(s));
-  return s;
-}
+using spillway::test::seed;  // the printed seeds every suite uses (tests/support)
 
 // The bench's job: 100,000 x 200,000 bits, strips of 2,048 rows, 25,088-byte rows.
 sd::gram_job_shape bench_shape(sd::gram_sink sink) {
