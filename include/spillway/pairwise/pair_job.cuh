@@ -386,12 +386,15 @@ std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first
   std::size_t moved = 0;
   // 1. From the host: every panel no worker this one reaches holds. The copies first, then the
   // aux kernels, then the events (a peer waiting on one needs both).
-  std::vector<std::int64_t> mine, peers;
+  std::vector<std::int64_t> mine, peers, had;
   {
     std::lock_guard<std::mutex> lj(sh.m);
     for (std::int64_t J = last - 1; J >= first; --J) {
       const auto j = static_cast<std::size_t>(J);
-      if (c.uploaded[j]) continue;
+      if (c.uploaded[j]) {
+        had.push_back(J);
+        continue;
+      }
       const int h = sh.holder[j];
       if (h >= 0 && sh.reach[w * sh.workers + static_cast<std::size_t>(h)] != 0) {
         peers.push_back(J);
@@ -429,11 +432,7 @@ std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first
     c.uploaded[j] = 1;
   }
   // 3. What this worker already had (enqueued by its other slots): waited for last.
-  for (std::int64_t J = last - 1; J >= first; --J) {
-    const auto j = static_cast<std::size_t>(J);
-    if (std::find(mine.begin(), mine.end(), J) != mine.end() || std::find(peers.begin(), peers.end(), J) != peers.end()) continue;
-    s.wait(c.ready[j]);
-  }
+  for (const std::int64_t J : had) s.wait(c.ready[static_cast<std::size_t>(J)]);
   return moved;
 }
 
