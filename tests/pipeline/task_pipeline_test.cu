@@ -329,6 +329,34 @@ TEST(TaskPipelineGpu, SetupFailureIsAPipelineErrorWithNoTask) {
   EXPECT_EQ(pool_used(0), before);
 }
 
+// Progress calls are coalesced, but the last one sees the final count: a callback that throws
+// only then fails a job whose every task completed, and the error says so.
+TEST(TaskPipelineGpu, ProgressThrowingAfterTheLastTaskReportsTheCompleteJob) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  mix_job job(60 * 4096, 4096, "TaskPipelineGpu.ProgressAfterLast");
+  auto o = job.options(3);
+  o.devices = {0};
+  o.progress = [](const spillway::progress_info& p) {
+    if (p.tasks_done == p.tasks_total) throw std::runtime_error("the caller's callback failed at the end");
+    return true;
+  };
+  try {
+    (void)spillway::run_tasks(job.tasks(), o, [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) {
+      job.enqueue(t, slot, s);
+    });
+    FAIL() << "expected pipeline_error";
+  } catch (const spillway::pipeline_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("progress callback after the last task of the job"), std::string::npos) << what;
+    EXPECT_EQ(e.failed_task(), spillway::pipeline_error::no_task);
+    EXPECT_EQ(e.device(), -1);
+    EXPECT_TRUE(e.report().complete()) << what;
+    EXPECT_FALSE(e.report().cancelled);
+    EXPECT_THROW(std::rethrow_exception(e.cause()), std::runtime_error);
+  }
+  for (std::size_t t = 0; t < job.tasks(); ++t) EXPECT_TRUE(job.task_correct(t)) << t;
+}
+
 TEST(TaskPipelineGpu, TwoDevicesShareTheTasks) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   for (const auto& devices : spillway::test::two_worker_lists()) {
@@ -362,6 +390,8 @@ TEST(TaskPipelineGpu, TwoDevicesShareTheTasks) {
     EXPECT_NE(device_of[t], -1);
     EXPECT_TRUE(job.task_correct(t)) << t;
   }
+  EXPECT_EQ(device_of[0], 0) << "worker w's first task is task w";
+  EXPECT_EQ(device_of[1], 1) << "worker w's first task is task w";
   std::size_t per_worker[2] = {0, 0};
   for (int w : device_of) per_worker[w] += 1;
   EXPECT_EQ(per_worker[0], r.tasks_per_device[0]);
