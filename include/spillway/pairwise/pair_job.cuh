@@ -234,6 +234,8 @@ struct panel_share {
   std::vector<char> reach;         // reach[w * workers + h]: worker w can copy from worker h's pool
   std::size_t workers = 0;
   std::atomic<std::size_t> peer_bytes{0};  // bytes copied between workers
+  /// Worker w can copy from (and write to) worker h's memory.
+  [[nodiscard]] bool reaches(std::size_t w, std::size_t h) const { return reach[w * workers + h] != 0; }
 };
 
 template <class V>
@@ -396,7 +398,7 @@ std::size_t ensure_panels(pair_job<V, P>& job, std::size_t w, std::int64_t first
         continue;
       }
       const int h = sh.holder[j];
-      if (h >= 0 && sh.reach[w * sh.workers + static_cast<std::size_t>(h)] != 0) {
+      if (h >= 0 && sh.reaches(w, static_cast<std::size_t>(h))) {
         peers.push_back(J);
         continue;
       }
@@ -630,7 +632,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         // The other workers' bars, where this device reaches them (pool peer access).
         const std::size_t w = slot.worker();
         for (std::size_t h = 0; h < job.ctx.size() && m.n_peers < topk_max_peer_bars; ++h) {
-          if (h == w || job.share->reach[w * job.share->workers + h] == 0) continue;
+          if (h == w || !job.share->reaches(w, h)) continue;
           m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
         }
         if (W > PI) {
