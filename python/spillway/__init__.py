@@ -29,14 +29,24 @@ from __future__ import annotations
 from . import _core, rk4
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
+from ._errors import ArgumentTypeError, BudgetError, DTypeError
 from ._gram import from_packed_bytes, gram, pack_bits
 from ._matmul import matmul, pinned_empty
 from ._similarity import similarity
 from ._stream import Chunk, stream
+from ._report import Report
+from ._timer import Timing, time, timer
 
 __version__: str = _core.__version__
 
 __all__ = [
+    "ArgumentTypeError",
+    "BudgetError",
+    "DTypeError",
+    "Report",
+    "Timing",
+    "time",
+    "timer",
     "BitMatrix",
     "Cancelled",
     "Chunk",

@@ -50,11 +50,23 @@ def framework_of(x) -> str:
 
 
 def stream_handle(stream) -> Optional[int]:
-    """A CUDA stream handle from an int or a framework's stream object (None stays None)."""
+    """A CUDA stream handle from an int, an object of the CUDA stream protocol
+    (``__cuda_stream__()`` -> ``(version, handle)``) or a CuPy/PyTorch/Numba stream object (None
+    stays None). A wrong kind of object is a TypeError."""
     if stream is None:
         return None
-    if isinstance(stream, int):
-        return stream
+    if isinstance(stream, (bool, np.bool_)):
+        raise TypeError("stream must be an int handle or a stream object, got bool")
+    if isinstance(stream, (int, np.integer)):
+        if stream < 0:
+            raise ValueError(f"stream handle must be >= 0, got {stream}")
+        return int(stream)
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None and callable(protocol):
+        got = protocol()
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError(f"{type(stream).__name__}.__cuda_stream__() must return (version, handle), got {got!r}")
+        return int(got[1])
     for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         v = getattr(stream, attr, None)
         if isinstance(v, int):

@@ -5,6 +5,35 @@ from __future__ import annotations
 import warnings
 
 
+# ---- the exception rule (docs/python.md, "Exceptions") --------------------------------------------
+#
+#   TypeError    a wrong kind of object or a wrong dtype
+#   ValueError   a wrong value, shape or size
+#   MemoryError  a budget too small for the job, or memory that could not be allocated
+#   RuntimeError a CUDA error, or no usable GPU where one is needed
+#
+# Where a call raised another type before this rule, it raises a class deriving from both, for the
+# 0.1 series; from 0.2 they are the plain types of the rule. Catch the rule's type.
+
+
+class DTypeError(TypeError, ValueError):
+    """A wrong dtype. A ``TypeError`` by spillway's rule; also a ``ValueError`` for the 0.1 series,
+    because ``gram``, ``pack_bits``, ``from_packed_bytes`` and ``rk4`` raised ``ValueError`` for a
+    dtype before (``similarity`` and ``matmul`` raised ``TypeError``)."""
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A wrong kind of object (a string where a number belongs, a float step count, a device
+    array beside a host array). A ``TypeError`` by spillway's rule; also a ``ValueError`` for the
+    0.1 series, which these checks raised before."""
+
+
+class BudgetError(MemoryError, ValueError):
+    """The device-memory budget is too small for the job (the message says the minimum). A
+    ``MemoryError`` by spillway's rule; also a ``ValueError`` for the 0.1 series, which the C++
+    planners' ``logic_error`` became before."""
+
+
 class HostFallbackWarning(UserWarning):
     """Emitted once per process when a job runs on the host because no GPU is usable."""
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import mmap
+import time
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from . import _arrays, _core
 from ._core import BitMatrix
-from ._errors import Cancelled, warn_host_fallback
+from ._checks import choice, integer, is_integer, real, same_place
+from ._errors import Cancelled, DTypeError, warn_host_fallback
 from ._progress import run_with_progress
+from ._report import deliver, one_launch
 
 METRICS = ("counts", "jaccard", "cosine", "hamming")
 SINKS = ("full", "triangle", "condensed", "topk", "threshold")
@@ -102,7 +105,7 @@ def pack_bits(
         raise ValueError(f"pack_bits: a must be 2-D (rows, cols); got shape {a.shape}"
                          + (" (one row: a[None, :])" if a.ndim == 1 else ""))
     if not (a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer)):
-        raise ValueError(f"pack_bits: a has dtype {a.dtype}; spillway packs bool or integer 0/1 data "
+        raise DTypeError(f"pack_bits: a has dtype {a.dtype}; spillway packs bool or integer 0/1 data "
                          "(convert with (a != 0).astype(np.uint8))")
     rows, cols = a.shape
     if pinned is None:
@@ -130,15 +133,21 @@ def pack_bits(
 def from_packed_bytes(bytes_, cols: int, *, bitorder: str = "big", pinned: Optional[bool] = None) -> BitMatrix:
     """A :class:`BitMatrix` from ``np.packbits(a, axis=1, bitorder=...)`` output (uint8, 2-D)."""
     b = np.asarray(bytes_)
-    if b.dtype != np.uint8 or b.ndim != 2:
-        raise ValueError(f"from_packed_bytes: expected a 2-D uint8 array, got {b.dtype} with shape {b.shape}")
-    return _core._from_packed_bytes(b, int(cols), bitorder, _gpu() if pinned is None else bool(pinned))
+    if b.dtype != np.uint8:
+        raise DTypeError(f"from_packed_bytes: expected uint8 bytes (np.packbits output), got dtype {b.dtype}")
+    if b.ndim != 2:
+        raise ValueError(f"from_packed_bytes: expected a 2-D array (rows, bytes), got shape {b.shape}")
+    cols = integer("from_packed_bytes", "cols", cols, "a column count (int)")
+    if cols < 0:
+        raise ValueError(f"from_packed_bytes: cols must be >= 0, got {cols}")
+    choice("from_packed_bytes", "bitorder", bitorder, ("big", "little"))
+    return _core._from_packed_bytes(b, cols, bitorder, _gpu() if pinned is None else bool(pinned))
 
 
 def _budget_bytes(budget, who: str = "gram") -> int:
     if budget is None:
         return 0
-    if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool):
+    if is_integer(budget):
         if budget <= 0:
             raise ValueError(f"{who}: budget must be a positive byte count, got {budget}")
         return int(budget)
@@ -169,7 +178,7 @@ def _device_rows(x, stream, who: str, what: str = "a") -> _arrays.DeviceArray:
 def _device_matrix(x, stream, who: str) -> _arrays.DeviceArray:
     d = _device_rows(x, stream, who)
     if d.dtype not in ("uint8", "int8", "bool"):
-        raise ValueError(f"{who}: device input must be bool, uint8 or int8 0/1 data; got {d.dtype}")
+        raise DTypeError(f"{who}: device input must be bool, uint8 or int8 0/1 data; got {d.dtype}")
     return d
 
 
@@ -178,14 +187,15 @@ def _check_sink_args(who: str, sink: str, k, threshold, has_b: bool) -> None:
     if sink == "topk":
         if k is None:
             raise ValueError(f"{who}: sink='topk' needs k (1..{MAX_TOP_K})")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_TOP_K:
+        integer(who, "k", k, f"an integer in [1, {MAX_TOP_K}]")
+        if not 1 <= int(k) <= MAX_TOP_K:
             raise ValueError(f"{who}: k must be an integer in [1, {MAX_TOP_K}]; got {k!r}")
     elif k is not None:
         raise ValueError(f"{who}: k is for sink='topk', not sink={sink!r}")
     if sink == "threshold":
         if threshold is None:
             raise ValueError(f"{who}: sink='threshold' needs threshold=")
-        if not np.isfinite(float(threshold)):
+        if not np.isfinite(real(who, "threshold", threshold)):
             raise ValueError(f"{who}: threshold must be a finite number; got {threshold!r}")
     elif threshold is not None:
         raise ValueError(f"{who}: threshold is for sink='threshold', not sink={sink!r}")
@@ -213,6 +223,7 @@ def gram(
     jaccard_empty: float = 1.0,
     cosine_zero: float = 0.0,
     report: Optional[dict] = None,
+    return_report: bool = False,
     max_panel_rows: int = 0,
     _host_block_rows: int = 0,
 ):
@@ -243,6 +254,11 @@ def gram(
         :class:`HostFallbackWarning` once); False raises RuntimeError instead.
     report : a dict to fill with what the job did (tasks, devices, seconds, bytes moved; with
         several devices ``tasks_per_device`` and ``bytes_per_device`` give the split).
+    return_report : return ``(result, spillway.Report)`` instead of the result alone.
+
+    Raises TypeError for a wrong kind of object or dtype (:class:`spillway.DTypeError`,
+    :class:`spillway.ArgumentTypeError`: also ValueErrors in the 0.1 series), ValueError for values
+    and shapes, MemoryError for a budget too small (:class:`spillway.BudgetError`).
 
     Returns NumPy arrays for host input and arrays of the input's framework for device input
     (device input runs in core on its GPU: "full"/"triangle"/"condensed" are written into a new
@@ -250,10 +266,9 @@ def gram(
     out-of-core job from the bits). Ctrl-C cancels: :class:`spillway.Cancelled` (a
     KeyboardInterrupt) carries the partial report.
     """
-    if metric not in METRICS:
-        raise ValueError(f"gram: metric must be one of {', '.join(map(repr, METRICS))}; got {metric!r}")
-    if sink not in SINKS:
-        raise ValueError(f"gram: sink must be one of {', '.join(map(repr, SINKS))}; got {sink!r}")
+    start = time.perf_counter()
+    choice("gram", "metric", metric, METRICS)
+    choice("gram", "sink", sink, SINKS)
     _check_sink_args("gram", sink, k, threshold, b is not None)
     coo_array = _scipy_coo("gram") if sink == "threshold" else None
     budget_bytes = _budget_bytes(budget)
@@ -261,11 +276,11 @@ def gram(
 
     a_dev = _arrays.is_device_array(a)
     b_dev = b is not None and _arrays.is_device_array(b)
-    if b is not None and a_dev != b_dev:
-        raise ValueError("gram: a and b must both be device arrays or both host data; got a on the "
-                         f"{'GPU' if a_dev else 'host'} and b on the {'GPU' if b_dev else 'host'}")
+    if b is not None:
+        same_place("gram", a_dev, b_dev)
     if a_dev and sink in ("full", "triangle", "condensed"):
-        return _gram_device_dense(a, b, metric, sink, stream, nonzero_as_one, jaccard_empty, cosine_zero)
+        out, device = _gram_device_dense(a, b, metric, sink, stream, nonzero_as_one, jaccard_empty, cosine_zero)
+        return deliver(out, one_launch(start, device), report, return_report)
     if a_dev:
         da = _device_matrix(a, stream, "gram")
         a_bits = pack_bits(a, nonzero_as_one=nonzero_as_one, stream=stream)
@@ -289,8 +304,9 @@ def gram(
                                 int(max_panel_rows), int(_host_block_rows), float(jaccard_empty),
                                 float(cosine_zero), bar),
         progress, f"spillway.gram {sink}", report)
-    return _pairwise_out(res, sink, a_bits.rows, a_bits.rows if b_bits is None else b_bits.rows, da, coo_array,
-                         "spillway.gram", "tasks")
+    out = _pairwise_out(res, sink, a_bits.rows, a_bits.rows if b_bits is None else b_bits.rows, da, coo_array,
+                        "spillway.gram", "tasks")
+    return deliver(out, res["report"], None, return_report)
 
 
 def _pairwise_out(res, sink: str, n: int, m: int, da, coo_array, who: str, unit: str):
@@ -335,7 +351,7 @@ def _gram_device_dense(a, b, metric, sink, stream, nonzero_as_one, jaccard_empty
         if db.shape[1] != da.shape[1]:
             raise ValueError(f"gram: a has {da.shape[1]} columns but b has {db.shape[1]}; A·Bᵀ needs equal column counts")
         if db.dtype != da.dtype:
-            raise ValueError(f"gram: a is {da.dtype} but b is {db.dtype}; give both the same dtype")
+            raise DTypeError(f"gram: a is {da.dtype} but b is {db.dtype}; give both the same dtype")
     n = da.shape[0]
     if sink == "full":
         shape = (n, n if db is None else db.shape[0])
@@ -348,4 +364,4 @@ def _gram_device_dense(a, b, metric, sink, stream, nonzero_as_one, jaccard_empty
     _core._gram_device(da.ptr, n, da.shape[1], _row_ld(da), 0 if db is None else db.ptr,
                        0 if db is None else db.shape[0], 0 if db is None else _row_ld(db), da.dtype, out_ptr, metric,
                        sink, float(jaccard_empty), float(cosine_zero), da.device, da.stream, bool(nonzero_as_one))
-    return out
+    return out, da.device

@@ -7,9 +7,11 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import _arrays, _core
-from ._errors import Cancelled, warn_host_fallback
+from ._checks import choice, is_integer
+from ._errors import ArgumentTypeError, Cancelled, DTypeError, warn_host_fallback
 from ._gram import _budget_bytes
 from ._progress import run_with_progress
+from ._report import deliver
 
 # Input dtype -> the dtype of C (the accumulator's for float16 and int8).
 RESULT_DTYPES = {
@@ -37,7 +39,7 @@ def _host_matrix(x, name: str) -> np.ndarray:
     if a.ndim != 2:
         raise ValueError(f"matmul: {name} must be 2-D, got {a.ndim}-D with shape {a.shape}")
     if a.dtype not in RESULT_DTYPES:
-        raise TypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes float32, float64, float16 or "
+        raise DTypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes float32, float64, float16 or "
                         "int8 (convert with .astype(...))")
     return a
 
@@ -52,9 +54,11 @@ def pinned_empty(shape, dtype=np.float32, order: str = "C") -> np.ndarray:
     with the last
     array viewing it."""
     dt = np.dtype(dtype)
-    if order not in ("C", "F"):
-        raise ValueError(f"pinned_empty: order must be 'C' or 'F', got {order!r}")
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    choice("pinned_empty", "order", order, ("C", "F"))
+    shape = (shape,) if is_integer(shape) else tuple(shape)
+    if not all(is_integer(s) for s in shape):
+        raise ArgumentTypeError(f"pinned_empty: shape must be an int or a sequence of ints, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"pinned_empty: negative dimension in shape {shape}")
     count = int(np.prod(shape, dtype=np.int64))
@@ -75,6 +79,7 @@ def matmul(
     progress=True,
     host_fallback: Optional[bool] = None,
     report: Optional[dict] = None,
+    return_report: bool = False,
     _register: Optional[int] = None,
 ):
     """``alpha * a @ b + beta * out`` of host arrays, streamed through the GPUs under a budget.
@@ -102,6 +107,12 @@ def matmul(
         raises RuntimeError instead.
     report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved; per device
         in ``tasks_per_device`` and ``bytes_per_device``).
+    return_report : return ``(out, spillway.Report)`` instead of ``out`` alone.
+
+    Raises TypeError for a wrong kind of object or dtype (:class:`spillway.DTypeError`; a device
+    array is refused: ``matmul`` multiplies host arrays), ValueError for values and shapes,
+    MemoryError for a budget too small (:class:`spillway.BudgetError`). Blocks until ``out`` is
+    written.
 
     NumPy memory is pageable: the job page-locks the operands whose staging costs more than locking
     them (``cudaHostRegister``, undone after; B for float32/float64, all three for float16/int8) and
@@ -112,7 +123,7 @@ def matmul(
     a = _host_matrix(a, "a")
     b = _host_matrix(b, "b")
     if a.dtype != b.dtype:
-        raise TypeError(f"matmul: a is {a.dtype} and b is {b.dtype}; both must have the same dtype")
+        raise DTypeError(f"matmul: a is {a.dtype} and b is {b.dtype}; both must have the same dtype")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not chain (a has {a.shape[1]} columns, b "
                          f"{b.shape[0]} rows)")
@@ -130,7 +141,7 @@ def matmul(
         if out.shape != shape:
             raise ValueError(f"matmul: out has shape {out.shape}; the product is {shape}")
         if out.dtype != rdt:
-            raise TypeError(f"matmul: out has dtype {out.dtype}; {a.dtype} inputs give {rdt}")
+            raise DTypeError(f"matmul: out has dtype {out.dtype}; {a.dtype} inputs give {rdt}")
         if not out.flags.writeable:
             raise ValueError("matmul: out is read-only")
         if np.may_share_memory(out, a) or np.may_share_memory(out, b):
@@ -154,4 +165,4 @@ def matmul(
             rep,
             out,
         )
-    return out
+    return deliver(out, rep, None, return_report)

@@ -7,9 +7,11 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import _arrays, _core
-from ._errors import warn_host_fallback
+from ._checks import choice, same_place
+from ._errors import DTypeError, warn_host_fallback
 from ._gram import SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld, _scipy_coo
 from ._progress import run_with_progress
+from ._report import deliver
 
 METRICS = ("cosine", "ip", "euclidean")
 
@@ -21,19 +23,19 @@ _CODES = {"float32": "f", "float16": "h", "bfloat16": "b"}
 def _dtype_code(name: str, bf16: bool, who: str, what: str) -> str:
     if bf16:
         if name not in ("uint16", "bfloat16"):
-            raise TypeError(f"{who}: bf16=True reads uint16 bit patterns; {what} has dtype {name}")
+            raise DTypeError(f"{who}: bf16=True reads uint16 bit patterns; {what} has dtype {name}")
         return "b"
     if name == "uint16":
-        raise TypeError(f"{who}: {what} is uint16; if it holds bf16 bit patterns pass bf16=True "
+        raise DTypeError(f"{who}: {what} is uint16; if it holds bf16 bit patterns pass bf16=True "
                         "(or a.view(ml_dtypes.bfloat16))")
     if name == "void16":
-        raise TypeError(f"{who}: {what} has a 2-byte void dtype (np.save writes ml_dtypes.bfloat16 arrays so, and "
+        raise DTypeError(f"{who}: {what} has a 2-byte void dtype (np.save writes ml_dtypes.bfloat16 arrays so, and "
                         "np.load reads them back as void): if it holds bf16, pass a.view(ml_dtypes.bfloat16), or "
                         "a.view(np.uint16) with bf16=True")
     code = _CODES.get(name)
     if code is None:
         hint = " (convert with .astype(np.float32))" if name in ("float64", "longdouble") else ""
-        raise TypeError(f"{who}: {what} has dtype {name}; spillway.similarity takes float32, float16 or bf16 rows{hint}")
+        raise DTypeError(f"{who}: {what} has dtype {name}; spillway.similarity takes float32, float16 or bf16 rows{hint}")
     return code
 
 
@@ -84,6 +86,7 @@ def similarity(
     stream=None,
     host_fallback: Optional[bool] = None,
     report: Optional[dict] = None,
+    return_report: bool = False,
     max_panel_rows: int = 0,
     _host_block_rows: int = 0,
     _register: bool = True,
@@ -120,6 +123,11 @@ def similarity(
         :class:`HostFallbackWarning` once); False raises RuntimeError instead.
     report : a dict to fill with what the job did (strips, devices, seconds, bytes moved; per device
         in ``tasks_per_device`` and ``bytes_per_device``).
+    return_report : return ``(result, spillway.Report)`` instead of the result alone.
+
+    Raises TypeError for a wrong kind of object or dtype (:class:`spillway.DTypeError`,
+    :class:`spillway.ArgumentTypeError`), ValueError for values and shapes (NaN rows included),
+    MemoryError for a budget too small (:class:`spillway.BudgetError`).
 
     Scores are float32. Results are NumPy arrays for host input; for device input the top-k
     lists and dense results are arrays of the input's framework on its GPU (threshold: a SciPy COO
@@ -128,10 +136,8 @@ def similarity(
     mapping), they are copied from pageable memory. Ctrl-C cancels: :class:`spillway.Cancelled`
     carries the report.
     """
-    if metric not in METRICS:
-        raise ValueError(f"similarity: metric must be one of {', '.join(map(repr, METRICS))}; got {metric!r}")
-    if sink not in SINKS:
-        raise ValueError(f"similarity: sink must be one of {', '.join(map(repr, SINKS))}; got {sink!r}")
+    choice("similarity", "metric", metric, METRICS)
+    choice("similarity", "sink", sink, SINKS)
     _check_sink_args("similarity", sink, k, threshold, b is not None)
     coo_array = _scipy_coo("similarity") if sink == "threshold" else None
     budget_bytes = _budget_bytes(budget, "similarity")
@@ -139,9 +145,8 @@ def similarity(
 
     a_dev = _arrays.is_device_array(a)
     b_dev = b is not None and _arrays.is_device_array(b)
-    if b is not None and a_dev != b_dev:
-        raise ValueError("similarity: a and b must both be device arrays or both host arrays; got a on the "
-                         f"{'GPU' if a_dev else 'host'} and b on the {'GPU' if b_dev else 'host'}")
+    if b is not None:
+        same_place("similarity", a_dev, b_dev)
     da = None
     if a_dev:
         da, code, ld = _device_similarity_rows(a, stream, bf16, "a")
@@ -165,7 +170,7 @@ def similarity(
         b_ptr, b_rows, b_ld = 0, 0, 0
     else:
         if code_b != code:
-            raise TypeError("similarity: a and b must have the same dtype")
+            raise DTypeError("similarity: a and b must have the same dtype")
         if b_cols != d:
             raise ValueError(f"similarity: a has {d} columns but b has {b_cols}; A·Bᵀ needs rows of the same length")
     if tf32 and code != "f":
@@ -184,4 +189,5 @@ def similarity(
         progress, f"spillway.similarity {sink}", report)
     if sink not in ("topk", "threshold") and da is not None:  # dense results of device input, on its GPU
         res["values"] = _arrays.from_numpy_like(da, res["values"])
-    return _pairwise_out(res, sink, n, n if b is None else b_rows, da, coo_array, "spillway.similarity", "strips")
+    out = _pairwise_out(res, sink, n, n if b is None else b_rows, da, coo_array, "spillway.similarity", "strips")
+    return deliver(out, res["report"], None, return_report)

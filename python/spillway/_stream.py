@@ -8,9 +8,11 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from . import _arrays, _core
-from ._errors import Cancelled
+from ._checks import choice, integer
+from ._errors import Cancelled, DTypeError
 from ._gram import _budget_bytes
 from ._progress import run_with_progress
+from ._report import deliver
 
 ARRAY_KINDS = ("cupy", "torch", "numba")
 
@@ -58,7 +60,7 @@ def _checked(arrays, role: str, writable: bool):
             raise ValueError(f"stream: {role}[{i}] is not C-contiguous (strides {a.strides}); its rows must be "
                              "contiguous to be streamed without a copy")
         if a.dtype.hasobject or a.dtype.fields is not None or a.dtype.byteorder == ">":
-            raise ValueError(f"stream: {role}[{i}] has dtype {a.dtype}; only plain native-endian numbers go to the GPU")
+            raise DTypeError(f"stream: {role}[{i}] has dtype {a.dtype}; only plain native-endian numbers go to the GPU")
         if writable and not a.flags.writeable:
             raise ValueError(f"stream: {role}[{i}] is read-only")
         out.append(a)
@@ -76,7 +78,9 @@ def stream(
     arrays: str = "cupy",
     slots: int = 4,
     progress=True,
-) -> dict:
+    report: Optional[dict] = None,
+    return_report: bool = False,
+):
     """Streams host arrays through the GPU(s) chunk by chunk, ``fn`` doing each chunk's GPU work.
 
     ``inputs`` and ``outputs`` are C-contiguous NumPy arrays sharing their first axis (the rows
@@ -90,14 +94,17 @@ def stream(
     views of the slot's memory, and ``c.stream`` the chunk's stream (the current stream while
     ``fn`` runs). The GIL is released while spillway waits and copies.
 
-    Returns the report (chunks, devices, seconds, bytes moved). Ctrl-C cancels cleanly
+    Returns the report (chunks, devices, seconds, bytes moved) as a dict; with
+    ``return_report=True``, ``(outputs, spillway.Report)`` (``outputs`` the list of output arrays,
+    written); ``report=`` a dict to fill as well. Blocks until every chunk's outputs are back in
+    the host arrays. Raises TypeError for a wrong kind of object or dtype, ValueError for values
+    and shapes, MemoryError for a budget too small, RuntimeError with no GPU. Ctrl-C cancels cleanly
     (:class:`spillway.Cancelled`; the outputs' completed chunks are listed in its report); an
     exception from ``fn`` stops the job and is raised as it was.
     """
     if not callable(fn):
         raise TypeError("stream: fn must be callable as fn(chunk)")
-    if arrays not in ARRAY_KINDS:
-        raise ValueError(f"stream: arrays must be one of {ARRAY_KINDS}, got {arrays!r}")
+    choice("stream", "arrays", arrays, ARRAY_KINDS)
     ins = _checked(inputs, "inputs", False)
     outs = _checked(outputs, "outputs", True)
     if not ins and not outs:
@@ -108,14 +115,17 @@ def stream(
             if a.shape[0] != units:
                 raise ValueError(f"stream: {role}[{i}] has {a.shape[0]} rows, the first array {units}; "
                                  "all arrays share their first axis")
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+    if chunk is not None and integer("stream", "chunk", chunk, "a positive row count") < 1:
         raise ValueError(f"stream: chunk must be a positive row count, got {chunk!r}")
-    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
+    if integer("stream", "slots", slots, "a positive integer") < 1:
         raise ValueError(f"stream: slots must be a positive integer, got {slots!r}")
+    budget_bytes = _budget_bytes(budget, "stream")
+    devs = [] if devices is None else [int(d) for d in devices]
     if units == 0:
-        return {"tasks_total": 0, "tasks_completed": 0, "cancelled": False, "completed_tasks": [], "devices": [],
-                "elapsed_seconds": 0.0, "bytes_moved": 0, "on_host": False,
-                "tasks_per_device": [], "bytes_per_device": []}
+        empty = {"tasks_total": 0, "tasks_completed": 0, "cancelled": False, "completed_tasks": [], "devices": [],
+                 "elapsed_seconds": 0.0, "bytes_moved": 0, "on_host": False,
+                 "tasks_per_device": [], "bytes_per_device": []}
+        return deliver(list(outs), empty, report, True) if return_report else deliver(empty, empty, report, False)
     if _core.device_count() == 0:
         raise RuntimeError(f"spillway.stream needs a GPU, and there is none: {_core.no_gpu_reason()} (fn runs GPU "
                            "code on device arrays; there is no host form)")
@@ -131,15 +141,14 @@ def stream(
             fn(Chunk(index, begin, count, device, stream_obj, views[:n_in], views[n_in:]))
 
     res = run_with_progress(
-        lambda bar: _core._stream_job(units, ins, outs, call, _budget_bytes(budget, "stream"),
-                                      [] if devices is None else [int(d) for d in devices], int(slots),
+        lambda bar: _core._stream_job(units, ins, outs, call, budget_bytes, devs, int(slots),
                                       max_chunk_bytes, bar),
-        progress, "spillway.stream")
+        progress, "spillway.stream", report)
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:
         raise Cancelled(f"spillway.stream cancelled: {rep['tasks_completed']} of {rep['tasks_total']} chunks completed",
                         rep)
-    return rep
+    return deliver(list(outs), rep, None, True) if return_report else rep
 
 
 def _typestr(dt: np.dtype) -> str:

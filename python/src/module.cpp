@@ -4,9 +4,11 @@
 // The CUDA templates live behind jobs.hpp.
 #include "jobs.hpp"
 
+#include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/pinned_buffer.hpp>
+#include <spillway/core/stream.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/streamed_job.hpp>
@@ -38,6 +40,12 @@ namespace {
 
 using host_array = nb::ndarray<nb::ro, nb::ndim<2>, nb::device::cpu>;
 using sp_logic = spillway::logic_error;
+
+/// A bad argument that is a wrong dtype: raised in Python as spillway.DTypeError (a TypeError, and
+/// for this version also a ValueError, which these errors were before).
+struct dtype_error : spillway::logic_error {
+  using spillway::logic_error::logic_error;
+};
 
 // ---- results to NumPy without a copy ------------------------------------------------------------
 
@@ -251,7 +259,7 @@ void pack_rows(sg::bit_matrix& dst, const host_array& a, std::int64_t first_row,
   if (t == nb::dtype<std::uint32_t>()) return pack_block<std::uint32_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
   if (t == nb::dtype<std::int64_t>()) return pack_block<std::int64_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
   if (t == nb::dtype<std::uint64_t>()) return pack_block<std::uint64_t>(dst, p, rows, cols, ld, first_row, nonzero_as_one);
-  throw sp_logic("pack_bits: the array's dtype is not bool or an integer type (0/1 data); convert it first, "
+  throw dtype_error("pack_bits: the array's dtype is not bool or an integer type (0/1 data); convert it first, "
                  "e.g. (a != 0).astype(np.uint8)");
 }
 
@@ -374,7 +382,7 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
                         std::int64_t host_block_rows, bool register_host, int device, std::uintptr_t stream,
                         const nb::object& progress) {
   sp::similarity_request r;
-  if (dtype != "f" && dtype != "h" && dtype != "b") throw sp_logic("similarity: element type code must be f, h or b");
+  if (dtype != "f" && dtype != "h" && dtype != "b") throw dtype_error("similarity: element type code must be f, h or b");
   r.dtype = dtype[0];
   r.metric = similarity_metric_code(metric);
   r.kind = parse_sink(sink);
@@ -453,10 +461,10 @@ nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::n
   sp::matmul_request r;
   r.dtype = matmul_code(a.dtype());
   if (r.dtype == 0 || matmul_code(b.dtype()) != r.dtype) {
-    throw sp_logic("matmul: a and b must both be float32, float64, float16 or int8 (the same type)");
+    throw dtype_error("matmul: a and b must both be float32, float64, float16 or int8 (the same type)");
   }
   const auto want = r.dtype == 'd' ? nb::dtype<double>() : r.dtype == 'b' ? nb::dtype<std::int32_t>() : nb::dtype<float>();
-  if (c.dtype() != want) throw sp_logic("matmul: out has the wrong dtype for these inputs");
+  if (c.dtype() != want) throw dtype_error("matmul: out has the wrong dtype for these inputs");
   const auto m = static_cast<std::int64_t>(a.shape(0)), k = static_cast<std::int64_t>(a.shape(1)),
              n = static_cast<std::int64_t>(b.shape(1));
   if (static_cast<std::int64_t>(b.shape(0)) != k || static_cast<std::int64_t>(c.shape(0)) != m ||
@@ -494,7 +502,7 @@ sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::i
   if (dtype == "uint8") m.dtype = 'u';
   else if (dtype == "int8") m.dtype = 'i';
   else if (dtype == "bool") m.dtype = 'b';
-  else throw sp_logic("gram: device input must be bool, uint8 or int8 0/1 data, got dtype " + dtype);
+  else throw dtype_error("gram: device input must be bool, uint8 or int8 0/1 data, got dtype " + dtype);
   return m;
 }
 
@@ -553,17 +561,111 @@ nb::dict stream_job(std::size_t units, const std::vector<any_host_array>& inputs
   return d;
 }
 
+// ---- spillway.timer: a pair of timing events on a stream ------------------------------------------
+
+/// A CUDA stream handle as CuPy, PyTorch, Numba and the CUDA stream protocol give it: 0 and 1
+/// name the legacy default stream (stream_view refuses the null handle: the runtime's explicit
+/// name instead), 2 the per-thread default stream.
+cudaStream_t stream_of(std::uintptr_t h) {
+  if (h == 0 || h == 1) return cudaStreamLegacy;
+  if (h == 2) return cudaStreamPerThread;
+  return reinterpret_cast<cudaStream_t>(h);
+}
+
+/// The device a stream belongs to (the current device for the legacy and per-thread defaults).
+int stream_device(std::uintptr_t h) {
+  if (h <= 2) return spillway::current_device();
+  int d = -1;
+  SPILLWAY_CUDA_TRY(cudaStreamGetDevice(stream_of(h), &d));
+  return d;
+}
+
+/// Two timing events of one device (spillway.timer's and spillway.time's engine). The events
+/// are recorded where the stream has got to, so their difference is what the GPU took for the
+/// work enqueued between them, whatever the host did meanwhile (event_timer.hpp's rule; the
+/// Python side records many pairs without waiting between them, which event_timer's stop()
+/// would).
+class timing_events {
+ public:
+  explicit timing_events(int device) : device_(device) {
+    spillway::device_guard g(device);
+    start_ = std::make_unique<spillway::event>(spillway::event::timing::enabled);
+    stop_ = std::make_unique<spillway::event>(spillway::event::timing::enabled);
+  }
+  void record_start(std::uintptr_t s) {
+    spillway::device_guard g(device_);
+    start_->record(spillway::stream_view(stream_of(s)));
+    started_ = true;
+    stopped_ = false;
+  }
+  void record_stop(std::uintptr_t s) {
+    if (!started_) throw sp_logic("timer: stop() before start()");
+    spillway::device_guard g(device_);
+    stop_->record(spillway::stream_view(stream_of(s)));
+    stopped_ = true;
+  }
+  /// True once the GPU has passed the stop event (never blocks).
+  bool ready() const {
+    if (!stopped_) return false;
+    spillway::device_guard g(device_);
+    return stop_->is_complete();
+  }
+  /// Waits (GIL released) for the stop event, then the milliseconds between the two events.
+  double elapsed_ms() const {
+    if (!started_ || !stopped_) throw sp_logic("timer: elapsed time read before start() and stop() were recorded");
+    float ms = 0.0f;
+    {
+      nb::gil_scoped_release unlocked;
+      spillway::device_guard g(device_);
+      stop_->synchronize();
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&ms, start_->value(), stop_->value()));
+    }
+    return static_cast<double>(ms);
+  }
+  int device() const { return device_; }
+
+ private:
+  int device_;
+  std::unique_ptr<spillway::event> start_, stop_;
+  bool started_ = false, stopped_ = false;
+};
+
 // ---- exceptions ---------------------------------------------------------------------------------
 
 void set_error(PyObject* type, const std::exception& e) { PyErr_SetString(type, e.what()); }
+
+/// One of the exception classes spillway/_errors.py defines (DTypeError, BudgetError): looked up
+/// when an error is raised, so the classes are Python's (docstrings, spillway's module name).
+PyObject* spillway_error(const char* name) {
+  static nb::object* errors = nullptr;  // kept for the process: the module outlives every call
+  if (errors == nullptr) errors = new nb::object(nb::module_::import_("spillway._errors"));
+  return errors->attr(name).ptr();
+}
+
+/// The C++ side says "the budget is too small for this job" with a logic_error (pairwise, chunk,
+/// GEMM and task plans); the Python rule is MemoryError for budgets. Recognised by the words those
+/// planners use (include/spillway/{pairwise,pipeline,gemm}/*plan*.hpp, task_pipeline.hpp).
+bool is_budget_error(const std::exception& e) {
+  const std::string m = e.what();
+  return m.find("budget") != std::string::npos &&
+         (m.find("too small") != std::string::npos || m.find("below the minimum") != std::string::npos);
+}
+
+/// The Python type of a spillway::logic_error: DTypeError (TypeError + ValueError) for dtypes,
+/// BudgetError (MemoryError + ValueError) for budgets too small, ValueError for other values.
+PyObject* logic_error_type(const spillway::logic_error& e) {
+  if (dynamic_cast<const dtype_error*>(&e) != nullptr) return spillway_error("DTypeError");
+  if (is_budget_error(e)) return spillway_error("BudgetError");
+  return PyExc_ValueError;
+}
 
 // The C++ exception a pipeline_error nests decides the Python type (the message stays the
 // pipeline's, which names the failed task and the original error).
 PyObject* python_type_of(const std::exception_ptr& p) {
   try {
     std::rethrow_exception(p);
-  } catch (const spillway::logic_error&) {
-    return PyExc_ValueError;
+  } catch (const spillway::logic_error& e) {
+    return logic_error_type(e);
   } catch (const spillway::out_of_memory&) {
     return PyExc_MemoryError;
   } catch (const std::bad_alloc&) {
@@ -597,7 +699,7 @@ NB_MODULE(_core, m) {
       }
       set_error(python_type_of(std::current_exception()), e);
     } catch (const spillway::logic_error& e) {
-      set_error(PyExc_ValueError, e);
+      set_error(logic_error_type(e), e);
     } catch (const spillway::out_of_memory& e) {
       set_error(PyExc_MemoryError, e);
     } catch (const spillway::cuda_error& e) {
@@ -689,7 +791,7 @@ NB_MODULE(_core, m) {
       "_bench_cpp_similarity_topk",
       [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, const std::string& dtype, int k,
          std::size_t budget, int device, int reps) {
-        if (dtype != "f" && dtype != "h" && dtype != "b") throw sp_logic("element type code must be f, h or b");
+        if (dtype != "f" && dtype != "h" && dtype != "b") throw dtype_error("element type code must be f, h or b");
         nb::gil_scoped_release unlocked;
         return sp::bench_cpp_similarity_topk(sp::rows_matrix{a, rows, cols, ld}, dtype[0], k, budget, device, reps);
       },
@@ -813,6 +915,15 @@ NB_MODULE(_core, m) {
     sp::stream_synchronize(s, device);
   });
   m.def("_pointer_device", &sp::pointer_device);
+  m.def("_stream_device", &stream_device, "stream"_a, "The device of a stream handle (0, 1, 2: the current device).");
+
+  nb::class_<timing_events>(m, "_TimingEvents", "Two timing CUDA events of one device (spillway.timer's engine).")
+      .def(nb::init<int>(), "device"_a)
+      .def("record_start", &timing_events::record_start, "stream"_a)
+      .def("record_stop", &timing_events::record_stop, "stream"_a)
+      .def("ready", &timing_events::ready)
+      .def("elapsed_ms", &timing_events::elapsed_ms)
+      .def_prop_ro("device", &timing_events::device);
 
   // What a DLPack producer (or capsule) describes: pointer, shape, strides (elements), dtype
   // (kind code, bits), device type and id. Used for device arrays, whose memory nanobind does

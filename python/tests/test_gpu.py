@@ -428,9 +428,9 @@ def test_mean_field_on_device(gpu, rng):
     n, steps = 1 << 16, 100
     F = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
     G = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
-    f_host, g_host, d_host = spillway.rk4.mean_field(F, G, steps=steps, dt=1e-3)  # NumPy in: GPU too
+    f_host, g_host, d_host = spillway.rk4.mean_field(F, G, steps=steps, dt=1e-3, coupling="mean")  # NumPy in: GPU too
     xf, xg = cp.asarray(F), cp.asarray(G)
-    f, g, delta = spillway.rk4.mean_field(xf, xg, steps=steps, dt=1e-3)
+    f, g, delta = spillway.rk4.mean_field(xf, xg, steps=steps, dt=1e-3, coupling="mean")
     assert f is xf and g is xg and isinstance(delta, cp.ndarray)
     # Same kernels, same order of summation: bitwise reproducible (docs/ode.md).
     np.testing.assert_array_equal(cp.asnumpy(delta), d_host)
