@@ -31,6 +31,7 @@ from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._errors import ArgumentTypeError, BudgetError, DTypeError
 from ._gram import from_packed_bytes, gram, pack_bits
+from ._gufunc import gufunc, team_sum
 from ._matmul import matmul, pinned_empty
 from ._similarity import similarity
 from ._stream import Chunk, stream
@@ -56,6 +57,7 @@ __all__ = [
     "from_packed_bytes",
     "gpu_available",
     "gram",
+    "gufunc",
     "matmul",
     "no_gpu_reason",
     "pack_bits",
@@ -63,6 +65,7 @@ __all__ = [
     "rk4",
     "similarity",
     "stream",
+    "team_sum",
 ]
 
 
