@@ -518,6 +518,8 @@ def _kernel_source(n_in: int, n_out: int, scalar_in: Sequence[bool], core_ranks:
     lines.append("    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x")
     if team == 1:
         lines += ["    i = tid", "    step = cuda.gridDim.x * cuda.blockDim.x"]
+        if cooperative:
+            lines.append("    rank = 0")
     else:
         lines += [f"    i = tid // {team}", f"    rank = tid % {team}",
                   f"    step = (cuda.gridDim.x * cuda.blockDim.x) // {team}"]
@@ -687,6 +689,9 @@ class GUFunc:
                             f"signature needs {want}: {form}")
         self._device_fn = None
         self._kernels: Dict[tuple, Any] = {}
+        #: How the last call ran: "device", "host-whole", "host-streamed" or "simulator" (a diagnostic;
+        #: not synchronized between threads calling one gufunc at once).
+        self.last_path: Optional[str] = None
 
     def __repr__(self):
         form = "cooperative " if self.cooperative else ""
@@ -864,8 +869,10 @@ class GUFunc:
             if any(o is not None and o[0] == "host" for o in out_ops):
                 raise TypeError(f'gufunc "{sig.text}": the inputs are on the device but an output is a NumPy array; '
                                 "give a device array as out= (or copy the inputs to the host)")
+            self.last_path = "simulator" if sim else "device"
             res = self._run_device(ops, out_ops, out_dtypes, plan, team_t, stream)
         elif sim:
+            self.last_path = "simulator"
             res = self._run_simulated(ops, out_ops, out_dtypes, plan, team_t)
         else:
             if not cuda.is_available():
@@ -1050,8 +1057,10 @@ class GUFunc:
         if plan.instances == 0:
             return self._finish(targets, user_outs)
         if len(loop) == 0 or loop[0] <= 1 or host_bytes <= WHOLE_COPY_MAX:
+            self.last_path = "host-whole"
             self._host_whole(ops, targets, out_dtypes, plan, team)
         else:
+            self.last_path = "host-streamed"
             self._host_streamed(ops, targets, plan, team, budget, devices, progress)
         return self._finish(targets, user_outs)
 
@@ -1236,8 +1245,13 @@ def _cai_view(cuda, d: _Dev):
 
 
 def _np_view(a: np.ndarray):
+    """A simulator device array over a strided view of ``a`` (no copy: the simulator's kernels
+    read and write ``a`` itself, as a kernel would read and write device memory)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
     def make(shape, strides):
-        return np.lib.stride_tricks.as_strided(a, shape=shape, strides=tuple(s * a.itemsize for s in strides))
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(a, shape=shape,
+                                                             strides=tuple(s * a.itemsize for s in strides)))
 
     return make
 
