@@ -51,7 +51,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 py_need=()
-for m in numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest scipy:scipy tqdm:tqdm ml_dtypes:ml_dtypes; do
+for m in numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest scipy:scipy tqdm:tqdm ml_dtypes:ml_dtypes numba.cuda:numba-cuda; do
   .venv/bin/python -c "import ${m%%:*}" 2>/dev/null || py_need+=("${m#*:}")
 done
 if ((${#py_need[@]})); then
