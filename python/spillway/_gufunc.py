@@ -1155,17 +1155,18 @@ class GUFunc:
             _fix_scalar_dtypes(operands)
             self._launch(p, team, operands, ch.stream)
 
+        report: dict = {}
         try:
             sw_stream(fn, [hosts[i] for i in streamed], targets, budget=budget, devices=devices, arrays="numba",
-                      progress=progress)
-        except KeyboardInterrupt:
+                      progress=progress, report=report)
+        except KeyboardInterrupt:  # spillway.Cancelled: its report lists the chunks that completed
             raise
         except Exception as e:
             rows = sorted(started)
             raise GufuncStreamError(
                 f'spillway.gufunc "{sig.text}": the streamed call failed after {len(rows)} chunk(s) were started '
                 f"(rows {rows} of the first loop dimension, {L0} in all); those rows of the outputs may hold results, "
-                f"the others are untouched: {type(e).__name__}: {e}", rows) from e
+                f"the others are untouched: {type(e).__name__}: {e}", rows, report or None) from e
 
     def _precompile_streamed(self, ops, targets, team):
         """Compiles the kernel the chunks will use (planned over C-contiguous layouts, as the chunks'
