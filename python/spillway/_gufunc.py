@@ -755,7 +755,7 @@ class GUFunc:
         dts = [_scalar_value(v, None).dtype if k == "scalar" else v.dtype for k, _, v in ops] + [dt] * len(sig.outputs)
         nds = [0 if k == "scalar" else loop_rank + lay.core_rank for k, lay, _ in ops]
         nds += [loop_rank + len(c) for c in sig.outputs]
-        types = (numba.int64,) * loop_rank + tuple(self._arg_types(numba, dts, nds, scalar_in + [False] * len(sig.outputs)))
+        types = self._kernel_types(numba, loop_rank, dts, nds, scalar_in)
         fn = self._kernel_function(scalar_in, [len(c) for c in sig.inputs + sig.outputs], loop_rank, t)
         # numba-cuda compiles a device function (the body, team_sum) for the current device's
         # compute capability; with no device present, tell it the one asked for.
@@ -907,6 +907,14 @@ class GUFunc:
 
     # -- launching --
 
+    @staticmethod
+    def _kernel_types(numba, loop_rank, dtypes, ndims, scalar_in):
+        """The kernel's argument types: the instance count and loop extents (int64), then one type
+        per operand (``dtypes``/``ndims`` for inputs then outputs; ``scalar_in`` marks the inputs
+        passed by value)."""
+        scalar = list(scalar_in) + [False] * (len(dtypes) - len(scalar_in))
+        return (numba.int64,) * loop_rank + tuple(GUFunc._arg_types(None, numba, dtypes, ndims, scalar))
+
     def _arg_types(self, numba, ops_dtypes, ndims, scalar_in):
         from numba import from_dtype
 
@@ -942,9 +950,8 @@ class GUFunc:
             nds.append(len(shape))
         if plan.instances == 0:
             return
-        types = None if sim else tuple(self._arg_types(numba, dts, nds, scalar_in))
-        ext_types = () if sim else (numba.int64,) * loop_rank
-        kern = self._kernel(scalar_in, core_ranks, loop_rank, team, ext_types + (types or ()))
+        types = () if sim else self._kernel_types(numba, loop_rank, dts, nds, scalar_in)
+        kern = self._kernel(scalar_in, core_ranks, loop_rank, team, types)
         threads = plan.instances * team
         blocks = max(1, min(-(-threads // self.block), 1 << 20))
         if sim:
@@ -1184,9 +1191,8 @@ class GUFunc:
         dts += [t.dtype for t in targets]
         nds = [0 if kind == "scalar" else loop_rank + lay.core_rank for kind, lay, _ in ops]
         nds += [loop_rank + len(c) for c in sig.outputs]
-        types = tuple(self._arg_types(numba, dts, nds, scalar_in + [False] * len(targets)))
         self._kernel(scalar_in, [len(c) for c in sig.inputs + sig.outputs], loop_rank, team,
-                     (numba.int64,) * loop_rank + types)
+                     self._kernel_types(numba, loop_rank, dts, nds, scalar_in))
 
 
 class _NullCtx:

@@ -640,6 +640,51 @@ def _ptx_main() -> None:
         np.ones((10, 20), np.int32), team=4)
     exec("def axpb(x, y, o):\n    o[0] = 2 * x + y\n", mod)
     out["axpb_scalar"] = g.gufunc("(),()->()", mod["axpb"]).ptx(np.ones((4, 1, 3)), 2.5)
+    # the launch path's argument types (what a GPU call would compile), without a GPU: a recording
+    # kernel stands in for the compiled one; the recorded types must match the arguments and compile
+    import numba
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, types):
+            self.types = types
+
+        def __getitem__(self, config):
+            def call(*args):
+                seen["args"] = [str(numba.typeof(a)) for a in args]
+                seen["types"] = [str(t) for t in self.types]
+            return call
+
+    exec("def scale(a, s, out):\n    for i in range(a.shape[0]):\n        out[i] = a[i] * s\n", mod)
+    sc = g.gufunc("(n),()->(n)", mod["scale"])
+    sc._kernel = lambda scalar_in, core_ranks, loop_rank, team, types: Recorder(types)
+    a = np.ones((3, 5, 4))
+    o = np.empty((3, 5, 4))
+    lay = [g.OperandLayout(a.shape, (20, 4, 1), 1), g.OperandLayout((), None, 0)]
+    plan = g.plan_gufunc(sc.signature, lay, [g.OperandLayout(o.shape, (20, 4, 1), 1)])
+
+    def view(x):
+        return lambda sh, st: np.lib.stride_tricks.as_strided(x, sh, tuple(v * 8 for v in st))
+
+    sc._launch(plan, 1, [("array", view(a), a.dtype), ("scalar", np.float64(2.0), np.dtype("f8")),
+                         ("array", view(o), o.dtype)])
+    out["launch_types"] = json.dumps(seen)
+    fn = sc._kernel_function([False, True], [1, 0, 1], len(plan.loop_extents), 1)
+    types = sc._kernel_types(numba, len(plan.loop_extents), [a.dtype, np.dtype("f8"), o.dtype], [2, 0, 2],
+                             [False, True])
+    import numba.cuda.dispatcher as disp
+    from numba import cuda
+
+    class _Cc:
+        compute_capability = (9, 0)
+
+    saved = disp.get_current_device
+    disp.get_current_device = lambda: _Cc()
+    try:
+        out["launch_ptx"] = cuda.compile_ptx(fn, types, cc=(9, 0))[0]
+    finally:
+        disp.get_current_device = saved
     print("PTXRESULTS " + json.dumps({k: v for k, v in out.items()}))
 
 
@@ -672,6 +717,16 @@ def test_ptx_cooperative_dot_uses_team_shuffles(ptx_results):
 def test_ptx_block_team_uses_shared_memory_and_barriers(ptx_results):
     p = ptx_results["dot_block"]
     assert "bar.sync" in p and ".shared" in p and "shfl.sync.bfly" in p
+
+
+def test_launch_types_match_the_arguments(ptx_results):
+    seen = json.loads(ptx_results["launch_types"])
+    # n, then one type per operand: the input view, the scalar by value, the output view
+    assert len(seen["args"]) == len(seen["types"]) == 4, seen
+    assert seen["types"][0] == "int64" and seen["types"][2] == "float64", seen
+    assert seen["types"][1].startswith("array(float64, 2d, A") and seen["types"][3].startswith("array(float64, 2d, A")
+    assert seen["args"][1].startswith("array(float64, 2d") and seen["args"][3].startswith("array(float64, 2d")
+    assert ".entry" in ptx_results["launch_ptx"]
 
 
 def test_ptx_plain_and_other_forms(ptx_results):
