@@ -255,9 +255,10 @@ TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
       for (int q = 0; q < c.size(); ++q)
         for (int r = 0; r < c.size(); ++r) any = any || sp_.lists_meet(q, r);
       double sent = 0, received = 0;
+      const double entry = sizeof(sd::topk_wire<std::int32_t>);  // value + int32 column, as sent
       for (int q = 0; q < c.size() && any; ++q) {
-        if (sp_.lists_meet(me, q)) sent += static_cast<double>(sp_.rows_of(q) * k) * 12.0;
-        if (sp_.lists_meet(q, me)) received += static_cast<double>(sp_.rows_of(me) * k) * 12.0;
+        if (sp_.lists_meet(me, q)) sent += static_cast<double>(sp_.rows_of(q) * k) * entry;
+        if (sp_.lists_meet(q, me)) received += static_cast<double>(sp_.rows_of(me) * k) * entry;
       }
       EXPECT_EQ(rep.local.sent_bytes, sent) << what;
       EXPECT_EQ(rep.local.received_bytes, received) << what;

@@ -456,7 +456,7 @@ TEST(DistGram, OnlyListsOfOtherRanksRowsAreSent) {
     expect_topk_block(b, ref, "strips of " + std::to_string(strip));
     const auto& sp_ = rep.split;
     const int me = c.rank();
-    const double entry = sizeof(std::int32_t) + 8;
+    const double entry = sizeof(sd::topk_wire<std::int32_t>);  // value + int32 column, as sent
     double sent = 0, received = 0;
     for (int q = 0; q < c.size(); ++q) {
       if (sp_.rows_of(me) == 0 || sp_.rows_of(q) == 0) continue;
@@ -519,7 +519,7 @@ TEST(DistGram, DealtStripsGiveTheOneProcessLists) {
         // The bytes: this rank's lists of each owner's rows its strips touched, out; one list per
         // own row from each rank whose strips touched them, in. Every strip once.
         const int me = c.rank();
-        const double entry = sizeof(std::int32_t) + 8;
+        const double entry = sizeof(sd::topk_wire<std::int32_t>);  // value + int32 column, as sent
         double sent = 0, received = 0;
         bool any = false;
         for (int q = 0; q < c.size(); ++q)

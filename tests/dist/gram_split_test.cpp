@@ -335,6 +335,75 @@ TEST(TopkLists, MergeEqualsTheTopKOfAllCandidates) {
   EXPECT_THROW(sd::merge_topk_lists<float>(1, 1, true, v, c, nullptr, nullptr), spillway::logic_error);
 }
 
+TEST(TopkLists, MergeToStorageNoInputShares) {
+  // An owner whose rows' lists lie past the front merges them to the front: rows [0, rows) of the
+  // buffer, its input rows [rows, 2 rows); each thread count gives the same lists.
+  std::mt19937_64 g(seed("topk lists merge to the front"));
+  const std::int64_t rows = 1 + static_cast<std::int64_t>(g() % 2000);
+  const int k = 8;
+  const auto kk = static_cast<std::size_t>(k);
+  const auto per = static_cast<std::size_t>(rows) * kk;
+  std::vector<float> own(2 * per), other(per);
+  std::vector<std::int64_t> own_c(2 * per, -7), other_c(per);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    std::vector<std::pair<float, std::int64_t>> a, b;
+    for (int t = 0; t < k; ++t) {
+      a.emplace_back(static_cast<float>(g() % 50), 2 * (i * k + t));
+      b.emplace_back(static_cast<float>(g() % 50), 2 * (i * k + t) + 1);
+    }
+    const auto better = [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); };
+    std::sort(a.begin(), a.end(), better);
+    std::sort(b.begin(), b.end(), better);
+    for (int t = 0; t < k; ++t) {
+      const auto e = static_cast<std::size_t>(i) * kk + static_cast<std::size_t>(t);
+      own[per + e] = a[static_cast<std::size_t>(t)].first;
+      own_c[per + e] = a[static_cast<std::size_t>(t)].second;
+      other[e] = b[static_cast<std::size_t>(t)].first;
+      other_c[e] = b[static_cast<std::size_t>(t)].second;
+    }
+  }
+  // The reference: merged in place (row i into row i) on one thread.
+  std::vector<float> ref_v(own.begin() + static_cast<std::ptrdiff_t>(per), own.end());
+  std::vector<std::int64_t> ref_c(own_c.begin() + static_cast<std::ptrdiff_t>(per), own_c.end());
+  sd::merge_topk_lists<float>(rows, k, true, {ref_v.data(), other.data()}, {ref_c.data(), other_c.data()},
+                              ref_v.data(), ref_c.data(), 1);
+  for (const int threads : {1, 2, 5}) {
+    auto v = own;
+    auto c = own_c;
+    sd::merge_topk_lists<float>(rows, k, true, {v.data() + per, other.data()}, {c.data() + per, other_c.data()},
+                                v.data(), c.data(), threads);
+    EXPECT_TRUE(std::equal(ref_v.begin(), ref_v.end(), v.begin())) << "rows " << rows << " threads " << threads;
+    EXPECT_TRUE(std::equal(ref_c.begin(), ref_c.end(), c.begin())) << "rows " << rows << " threads " << threads;
+    // The input rows stay as they were.
+    EXPECT_TRUE(std::equal(own_c.begin() + static_cast<std::ptrdiff_t>(per), own_c.end(), c.begin() + static_cast<std::ptrdiff_t>(per)));
+  }
+}
+
+TEST(TopkLists, WireEntriesRoundTrip) {
+  // The lists travel as (value, int32 column): the columns of an n < 2^31 job and the empty
+  // places (-1) come back as they left.
+  std::mt19937_64 g(seed("topk wire"));
+  const std::int64_t count = 100000 + static_cast<std::int64_t>(g() % 1000);  // past the threaded cut
+  std::vector<double> v(static_cast<std::size_t>(count));
+  std::vector<std::int64_t> c(static_cast<std::size_t>(count));
+  for (std::int64_t e = 0; e < count; ++e) {
+    v[static_cast<std::size_t>(e)] = static_cast<double>(g() % 1000) / 7.0;
+    c[static_cast<std::size_t>(e)] = g() % 5 == 0 ? -1 : static_cast<std::int64_t>(g() % 0x7FFFFFFFu);
+  }
+  EXPECT_EQ(sizeof(sd::topk_wire<float>), 8u);
+  EXPECT_EQ(sizeof(sd::topk_wire<std::int32_t>), 8u);
+  std::vector<sd::topk_wire<double>> w(static_cast<std::size_t>(count));
+  sd::pack_topk_wire(v.data(), c.data(), count, w.data(), 3);
+  std::vector<double> v2(v.size(), -1.0);
+  std::vector<std::int64_t> c2(c.size(), 42);
+  sd::unpack_topk_wire(w.data(), count, v2.data(), c2.data(), 2);
+  EXPECT_EQ(v2, v);
+  EXPECT_EQ(c2, c);
+  EXPECT_GE(sd::host_threads(1), 1);
+  EXPECT_GE(sd::host_threads(1000000), 1);
+  EXPECT_LE(sd::host_threads(2), sd::host_threads(1));
+}
+
 TEST(TopkLists, KeepRowsMovesThemToTheFront) {
   sp::topk_result<std::int32_t> r{5, 2, {0, 1, 10, 11, 20, 21, 30, 31, 40, 41}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
   sd::keep_topk_rows(r, 1, 4);
@@ -495,8 +564,9 @@ TEST(GramDeal, TheBenchJobIsFasterDealtOnTwoRanks) {
   EXPECT_LT(max_seconds(cyc.predicted), 0.93 * max_seconds(timed.predicted));
   EXPECT_LT(cyc.predicted_imbalance(), 1.03);
   EXPECT_LT(cyc.predicted_job_seconds(), timed.predicted_job_seconds());
-  // Each rank sends the other the lists of its 50,000 rows: 50,000 x 32 x 12 bytes.
-  EXPECT_DOUBLE_EQ(cyc.predicted[0].sent_bytes, 50000.0 * 32.0 * 12.0);
+  // Each rank sends the other the lists of its 50,000 rows: 50,000 x 32 x 8 bytes (int32 values,
+  // int32 columns on the wire).
+  EXPECT_DOUBLE_EQ(cyc.predicted[0].sent_bytes, 50000.0 * 32.0 * 8.0);
   const auto best = sd::make_gram_split_best(j, m, 2);
   EXPECT_NE(best.deal, sd::strip_deal::contiguous);
   for (const auto d : {sd::strip_deal::cyclic, sd::strip_deal::snake, sd::strip_deal::greedy})

@@ -104,6 +104,47 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   }
 }
 
+TEST(PairwisePlan, SeveralWorkersEndOnHeldStrips) {
+  // One worker (and A·Bᵀ): the plain order. Several: every strip once, the descending run with
+  // 2·workers strips a quarter of the way up held out to the end, narrower than a quarter of
+  // the widest strip's width plus one panel.
+  for (const std::int64_t strips : {1, 5, 31, 32, 49, 50, 200}) {
+    for (const std::size_t workers : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+      pw::pair_plan p;
+      p.strips = strips;
+      p.hold_strips_for(workers, true);
+      const std::string what = std::to_string(strips) + " strips, " + std::to_string(workers) + " workers";
+      std::vector<std::int64_t> order;
+      for (std::size_t t = 0; t < static_cast<std::size_t>(strips); ++t) order.push_back(p.strip_of_task(t, true));
+      std::vector<std::int64_t> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      for (std::int64_t i = 0; i < strips; ++i) ASSERT_EQ(sorted[static_cast<std::size_t>(i)], i) << what;
+      const auto h = static_cast<std::int64_t>(2 * workers);
+      if (workers == 1 || strips < 8 * h) {
+        EXPECT_EQ(p.held_strips, 0) << what;
+        for (std::int64_t t = 0; t < strips; ++t) EXPECT_EQ(order[static_cast<std::size_t>(t)], strips - 1 - t) << what;
+        continue;
+      }
+      ASSERT_EQ(p.held_strips, h) << what;
+      // The first task is still the last strip; strip 0 comes just before the held ones.
+      EXPECT_EQ(order.front(), strips - 1) << what;
+      EXPECT_EQ(order[static_cast<std::size_t>(strips - h - 1)], 0) << what;
+      for (std::int64_t t = strips - h; t < strips; ++t) {
+        const std::int64_t s = order[static_cast<std::size_t>(t)];
+        EXPECT_LE(4 * (strips - s), strips + 3) << what << ": held strip " << s;  // ~ a quarter of the widest
+        if (t > strips - h) {
+          EXPECT_EQ(s, order[static_cast<std::size_t>(t - 1)] - 1) << what;
+        }
+      }
+      // Everything before the held ones descends.
+      for (std::int64_t t = 1; t < strips - h; ++t)
+        EXPECT_LT(order[static_cast<std::size_t>(t)], order[static_cast<std::size_t>(t - 1)]) << what;
+      // A·Bᵀ keeps strip t for task t whatever was held.
+      EXPECT_EQ(p.strip_of_task(3, false), 3) << what;
+    }
+  }
+}
+
 TEST(PairwisePlan, GramPlanIsThePairPlan) {
   spillway::gram::gram_plan_request r;
   r.rows_a = r.rows_b = 5000;

@@ -247,7 +247,7 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   // The result's host vectors (n x k: 38 MB at 100,000 x 32) allocated and filled on another
   // thread while the strips run, as the one-process job does.
   if (computes)
-    rj.job.topk_host = std::async(std::launch::async, [n, kk] { return pairwise::detail::empty_topk<V>(n, kk); });
+    rj.job.topk_host = pairwise::detail::start_topk_host<V>(n, kk);
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
   detail::note_run(c, rep);

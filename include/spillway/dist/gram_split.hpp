@@ -414,7 +414,11 @@ inline void predict_split(const gram_job_shape& j, const gram_cost_model& m, gra
   bool any_meet = false;
   for (int q = 0; q < parts; ++q)
     for (int o = 0; o < parts; ++o) any_meet = any_meet || s.lists_meet(q, o);
-  const double eb = static_cast<double>(j.k) * static_cast<double>(j.out_bytes + 8);  // a row's list
+  // A row's list on the host (value + int64 column), and as it travels (dist::topk_wire: value +
+  // int32 column, aligned as the value).
+  const double eb = static_cast<double>(j.k) * static_cast<double>(j.out_bytes + 8);
+  const std::int64_t wa = std::max<std::int64_t>(static_cast<std::int64_t>(j.out_bytes), 4);
+  const double wb = static_cast<double>(j.k) * static_cast<double>((static_cast<std::int64_t>(j.out_bytes) + 4 + wa - 1) / wa * wa);
   for (int q = 0; q < parts; ++q) {
     const auto& t = s.plan.parts[static_cast<std::size_t>(q)].tasks;
     share_prediction p = predict_strips(j, m, std::vector<std::int64_t>(t.begin(), t.end()));
@@ -424,9 +428,9 @@ inline void predict_split(const gram_job_shape& j, const gram_cost_model& m, gra
     if (j.sink == gram_sink::topk && any_meet) {
       std::size_t arrived = 0;
       for (int o = 0; o < parts; ++o) {
-        if (s.lists_meet(q, o)) p.sent_bytes += static_cast<double>(s.rows_of(o)) * eb;
+        if (s.lists_meet(q, o)) p.sent_bytes += static_cast<double>(s.rows_of(o)) * wb;
         if (s.lists_meet(o, q)) {
-          p.received_bytes += static_cast<double>(s.rows_of(q)) * eb;
+          p.received_bytes += static_cast<double>(s.rows_of(q)) * wb;
           ++arrived;
         }
       }

@@ -14,29 +14,91 @@
 #include <string>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace spillway::dist {
 
-/// `lists` sorted per-row lists of `k` places for `rows` rows, list q's row i at
-/// (values[q] + i·k, indices[q] + i·k). The merged first k of each row go to (out_v, out_c) (which
-/// may be any list's own storage: each row is merged into a scratch row first).
+/// The host threads one rank's loops over lists may use: the host's processors shared among the
+/// ranks on it (`ranks_on_host`, communicator::local_size()). Each rank taking every core left
+/// 2 x 32 OpenMP threads on the 32 cores of the lent two-GPU host, and a merge of 50,000 rows that
+/// takes 5 ms on one core took 29-43 ms (the threads spin at the loop's barrier for those the
+/// other rank's threads displaced).
+inline int host_threads(int ranks_on_host) {
+#ifdef _OPENMP
+  const int procs = omp_get_num_procs();
+  return std::max(1, procs / std::max(1, ranks_on_host));
+#else
+  (void)ranks_on_host;
+  return 1;
+#endif
+}
+
+/// One entry of a list as it travels to its row's owner: the value and a 32-bit column (n < 2^31:
+/// check_exchange bounds n·k), 8 bytes for 4-byte values against the 12 of the value + int64
+/// vectors the lists are kept in.
 template <class V>
-void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<const V*>& values,
-                      const std::vector<const std::int64_t*>& indices, V* out_v, std::int64_t* out_c) {
-  if (values.size() != indices.size())
-    throw logic_error("merge_topk_lists: " + std::to_string(values.size()) + " value lists, " +
-                      std::to_string(indices.size()) + " index lists");
-  const std::size_t L = values.size();
+struct topk_wire {
+  V v;
+  std::int32_t c;
+};
+
+/// Entries [0, count) of (values, indices) into `out`, on `threads` threads.
+template <class V>
+void pack_topk_wire(const V* values, const std::int64_t* indices, std::int64_t count, topk_wire<V>* out,
+                    int threads = 1) {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > (1 << 16))
+#endif
+  for (std::int64_t e = 0; e < count; ++e) out[e] = topk_wire<V>{values[e], static_cast<std::int32_t>(indices[e])};
+  (void)threads;
+}
+
+/// The inverse of pack_topk_wire.
+template <class V>
+void unpack_topk_wire(const topk_wire<V>* in, std::int64_t count, V* values, std::int64_t* indices, int threads = 1) {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > (1 << 16))
+#endif
+  for (std::int64_t e = 0; e < count; ++e) {
+    values[e] = in[e].v;
+    indices[e] = in[e].c;
+  }
+  (void)threads;
+}
+
+/// One sorted list per row of `rows` rows (k places each, row i at entries i·k ..): the values and
+/// int64 columns a rank keeps, or the (value, int32 column) entries that arrived from another.
+template <class V>
+struct topk_list_ref {
+  const V* v = nullptr;
+  const std::int64_t* c = nullptr;
+  const topk_wire<V>* w = nullptr;  ///< set: the entries as they travelled (v, c unused)
+  [[nodiscard]] V value(std::size_t e) const { return w != nullptr ? w[e].v : v[e]; }
+  [[nodiscard]] std::int64_t col(std::size_t e) const { return w != nullptr ? static_cast<std::int64_t>(w[e].c) : c[e]; }
+};
+
+/// The merged first k of each row of `lists` go to (out_v, out_c): a list's own storage (row i
+/// into its row i, through a scratch row), or storage that no input row shares. `threads`: the
+/// OpenMP threads to use (0: OpenMP's default; dist passes host_threads).
+template <class V>
+void merge_topk_refs(std::int64_t rows, int k, bool larger, const std::vector<topk_list_ref<V>>& lists, V* out_v,
+                     std::int64_t* out_c, int threads = 0) {
+#ifdef _OPENMP
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+#else
+  (void)threads;
+#endif
+  const std::size_t L = lists.size();
   const auto kk = static_cast<std::size_t>(k);
   if (L == 2 && k <= pairwise::max_top_k) {
     // Two lists (two ranks, or a rank's own and one that arrived): a two-pointer merge. The loop
     // below over any number of lists took 20 ms for 50,000 rows of k = 32 on one core of the lent
     // H200 pair's host (12 ns an entry); this one a fraction of that (tests/dist compare the two).
-    const V* const va = values[0];
-    const V* const vb = values[1];
-    const std::int64_t* const ca = indices[0];
-    const std::int64_t* const cb = indices[1];
+    const topk_list_ref<V> la = lists[0], lb = lists[1];
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (rows * static_cast<std::int64_t>(k) > (1 << 16))
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * static_cast<std::int64_t>(k) > (1 << 16))
 #endif
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::size_t base = static_cast<std::size_t>(i) * kk;
@@ -44,17 +106,17 @@ void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<c
       std::int64_t sc[pairwise::max_top_k];
       int x = 0, y = 0, t = 0;
       for (; t < k; ++t) {
-        const bool ha = x < k && ca[base + static_cast<std::size_t>(x)] >= 0;
-        const bool hb = y < k && cb[base + static_cast<std::size_t>(y)] >= 0;
-        if (!ha && !hb) break;
         const std::size_t ea = base + static_cast<std::size_t>(x), eb = base + static_cast<std::size_t>(y);
-        if (ha && (!hb || pairwise::detail::topk_better(larger, va[ea], ca[ea], vb[eb], cb[eb]))) {
-          sv[t] = va[ea];
-          sc[t] = ca[ea];
+        const std::int64_t ca = x < k ? la.col(ea) : -1, cb = y < k ? lb.col(eb) : -1;
+        const bool ha = ca >= 0, hb = cb >= 0;
+        if (!ha && !hb) break;
+        if (ha && (!hb || pairwise::detail::topk_better(larger, la.value(ea), ca, lb.value(eb), cb))) {
+          sv[t] = la.value(ea);
+          sc[t] = ca;
           ++x;
         } else {
-          sv[t] = vb[eb];
-          sc[t] = cb[eb];
+          sv[t] = lb.value(eb);
+          sc[t] = cb;
           ++y;
         }
       }
@@ -68,7 +130,7 @@ void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<c
     return;
   }
 #ifdef _OPENMP
-#pragma omp parallel if (rows * static_cast <std::int64_t>(L) * k > (1 << 16))
+#pragma omp parallel num_threads(nt) if (rows * static_cast <std::int64_t>(L) * k > (1 << 16))
 #endif
   {
     std::vector<int> at(L);
@@ -86,20 +148,20 @@ void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<c
         for (std::size_t q = 0; q < L; ++q) {
           if (at[q] >= k) continue;
           const std::size_t e = base + static_cast<std::size_t>(at[q]);
-          if (indices[q][e] < 0) continue;
+          if (lists[q].col(e) < 0) continue;
           if (best == L) {
             best = q;
             continue;
           }
           const std::size_t b = base + static_cast<std::size_t>(at[best]);
-          if (pairwise::detail::topk_better(larger, values[q][e], indices[q][e], values[best][b],
-                                            indices[best][b]))
+          if (pairwise::detail::topk_better(larger, lists[q].value(e), lists[q].col(e), lists[best].value(b),
+                                            lists[best].col(b)))
             best = q;
         }
         if (best == L) break;
         const std::size_t b = base + static_cast<std::size_t>(at[best]++);
-        sv[static_cast<std::size_t>(t)] = values[best][b];
-        sc[static_cast<std::size_t>(t)] = indices[best][b];
+        sv[static_cast<std::size_t>(t)] = lists[best].value(b);
+        sc[static_cast<std::size_t>(t)] = lists[best].col(b);
       }
       for (; t < k; ++t) {
         sv[static_cast<std::size_t>(t)] = V{};
@@ -109,6 +171,19 @@ void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<c
       std::copy(sc.begin(), sc.end(), out_c + base);
     }
   }
+}
+
+/// merge_topk_refs over lists kept as (values[q], indices[q]).
+template <class V>
+void merge_topk_lists(std::int64_t rows, int k, bool larger, const std::vector<const V*>& values,
+                      const std::vector<const std::int64_t*>& indices, V* out_v, std::int64_t* out_c,
+                      int threads = 0) {
+  if (values.size() != indices.size())
+    throw logic_error("merge_topk_lists: " + std::to_string(values.size()) + " value lists, " +
+                      std::to_string(indices.size()) + " index lists");
+  std::vector<topk_list_ref<V>> refs;
+  for (std::size_t q = 0; q < values.size(); ++q) refs.push_back(topk_list_ref<V>{values[q], indices[q], nullptr});
+  merge_topk_refs(rows, k, larger, refs, out_v, out_c, threads);
 }
 
 /// Keeps rows [from, to) of `r` (rows numbered from 0), moving them to the front: no new storage.

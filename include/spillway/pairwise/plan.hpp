@@ -70,6 +70,40 @@ struct pair_plan {
   /// A·Aᵀ top-k: per row, the bar its mirrored candidates must reach (inside shared_bytes).
   std::size_t topk_bar_bytes = 0;
 
+  /// A·Aᵀ run by several workers: strips held out of the descending run to end the job with. The
+  /// strips run from the last (narrowest) to the first (widest), so that each needs only the
+  /// panels the earlier ones brought (the uploads pace the start) and, for top-k, a column's own
+  /// row strip runs before the strips that mirror it. Taken from one counter, the last tasks
+  /// were then the widest (6.5 ms each of a 100,000-row job on one of two H200s) and the workers
+  /// ended up to one of them apart. The held strips — `held_strips` of them from strip
+  /// `held_last` down, the lowest a quarter of the way up from the last strip (each at most about
+  /// a quarter of the widest one's work) — run after strip 0 instead, 2 per worker. 0: the plain
+  /// descending order (one worker, A·Bᵀ, dist).
+  std::int64_t held_strips = 0;
+  std::int64_t held_last = 0;
+
+  /// The strip task t computes. A·Bᵀ: strip t. A·Aᵀ: strips − 1 down to 0, then the held strips
+  /// (held_last down to held_last − held_strips + 1).
+  [[nodiscard]] std::int64_t strip_of_task(std::size_t t_, bool symmetric) const noexcept {
+    const auto t = static_cast<std::int64_t>(t_);
+    if (!symmetric) return t;
+    const std::int64_t h = held_strips, d = strips - 1 - t;
+    if (h <= 0 || d > held_last) return d;
+    if (t < strips - h) return d - h;
+    return held_last - (t - (strips - h));
+  }
+
+  /// Holds strips out for `workers` workers (none for one worker or too few strips).
+  void hold_strips_for(std::size_t workers, bool symmetric) {
+    held_strips = 0;
+    held_last = 0;
+    if (!symmetric || workers < 2) return;
+    const auto h = static_cast<std::int64_t>(2 * workers);
+    if (strips < 8 * h) return;
+    held_last = (3 * (strips - 1) + 3) / 4 + h - 1;  // the lowest held strip a quarter of the way up
+    held_strips = h;
+  }
+
   [[nodiscard]] std::size_t slot_bytes() const {
     std::size_t s = 0;
     for (auto b : slot_buffers) s += (b + 255) / 256 * 256;
