@@ -1,0 +1,39 @@
+# Type stubs for spillway.rk4 (see __init__.pyi; python/tests/test_stubs.py keeps them in step).
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
+
+__all__: List[str]
+
+def lorenz_ensemble(
+    state: Any,
+    *,
+    steps: int,
+    dt: float,
+    t0: float = 0.0,
+    save_every: int = 0,
+    sigma: float = 10.0,
+    beta: float = ...,
+    rho: Union[float, Tuple[float, float]] = (20.0, 30.0),
+    stream: Any = None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[Dict[str, Any]] = None,
+    return_report: bool = False,
+) -> Any:
+    """(state, saved): device arrays advance in place (asynchronously, on stream); NumPy in -> new
+    NumPy arrays. With return_report=True: ((state, saved), Report)."""
+
+def mean_field(
+    F: Any,
+    G: Any,
+    *,
+    steps: int,
+    dt: float,
+    t0: float = 0.0,
+    delta0: complex = 1.0,
+    coupling: Union[Literal["sum", "mean"], float, None] = None,
+    stream: Any = None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[Dict[str, Any]] = None,
+    return_report: bool = False,
+) -> Any:
+    """(F, G, delta); coupling is required (None: DeprecationWarning, "mean", for the 0.1 series).
+    With return_report=True: ((F, G, delta), Report)."""
