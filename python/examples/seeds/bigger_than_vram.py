@@ -48,6 +48,8 @@ def chunk_function(kind: str):
             torch.mul(x, y, out=c)          # on the current stream: the chunk's
             c.add_(1.0)
         return fn
+    if not hasattr(np, "row_stack"):   # numba-cuda's JIT registers np.row_stack, which newer NumPy dropped
+        np.row_stack = np.vstack        # (docs/python-gufunc.md: "numba-cuda and NumPy's row_stack")
     from numba import cuda
 
     @cuda.jit
