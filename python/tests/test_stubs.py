@@ -32,7 +32,8 @@ KIND = {"posonly": inspect.Parameter.POSITIONAL_ONLY, "arg": inspect.Parameter.P
 
 def parse(name: str) -> ast.Module:
     path = PKG / name
-    assert path.is_file(), f"{path} is not installed (python/spillway/{name} is installed by wheel.packages)"
+    if not path.is_file():   # one failure says so (test_stub_files_installed), not one per name
+        pytest.skip(f"{path} is not installed: see test_stub_files_installed")
     return ast.parse(path.read_text(), filename=str(path))
 
 
@@ -119,7 +120,9 @@ def class_members(node: ast.ClassDef) -> dict:
 @pytest.mark.parametrize("name", STUBS + ("py.typed",))
 def test_stub_files_installed(name):
     path = PKG / name
-    assert path.is_file(), f"{path} missing: the package must ship it (PEP 561)"
+    assert path.is_file(), (f"{path} missing: the package must ship it (PEP 561). It is installed from "
+                            f"python/spillway/{name} by wheel.packages: an install older than the stubs lacks it "
+                            "(reinstall: pip install ./python)")
     if name.endswith(".pyi"):
         parse(name)   # and it parses
 
