@@ -19,6 +19,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
 - ``spillway.rk4.lorenz_ensemble`` / ``spillway.rk4.mean_field`` -- RK4 with the state on the device.
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
+- ``spillway.show_config()``: the version, the CUDA architectures compiled into this build, the
+  CUDA runtime, the GPUs seen and which code each runs, whether the host fallback is in use.
 
 Ctrl-C during a long job cancels it cleanly (the tasks in flight drain) and raises
 ``spillway.Cancelled``, a ``KeyboardInterrupt`` carrying the partial report.
@@ -37,6 +39,7 @@ from ._similarity import similarity
 from ._stream import Chunk, stream
 from ._report import Report
 from ._timer import Timing, time, timer
+from ._config import show_config
 
 __version__: str = _core.__version__
 
@@ -63,6 +66,7 @@ __all__ = [
     "pack_bits",
     "pinned_empty",
     "rk4",
+    "show_config",
     "similarity",
     "stream",
     "team_sum",

@@ -709,6 +709,42 @@ NB_MODULE(_core, m) {
 
   m.def("device_count", &sp::device_count, "Usable CUDA devices (0 on a machine with no GPU or driver).");
   m.def("no_gpu_reason", &sp::no_gpu_reason, "Why no GPU is usable, in words ('' when one is).");
+  // spillway.show_config's facts. What the build chose comes from python/CMakeLists.txt (compile
+  // definitions); what the machine has is asked now, and a machine with no driver or GPU answers
+  // zeros and an empty list rather than raising.
+  m.def("_build_config", [] {
+    nb::dict d;
+    d["version"] = SPILLWAY_VERSION_STRING;
+#ifdef SPILLWAY_PY_CUDA_ARCHITECTURES
+    d["cuda_architectures"] = SPILLWAY_PY_CUDA_ARCHITECTURES;
+#else
+    d["cuda_architectures"] = "";
+#endif
+#ifdef SPILLWAY_PY_CUDA_COMPILER_VERSION
+    d["cuda_toolkit_built_with"] = SPILLWAY_PY_CUDA_COMPILER_VERSION;
+#else
+    d["cuda_toolkit_built_with"] = "";
+#endif
+    int runtime = 0, driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    d["cuda_runtime"] = runtime;
+    d["cuda_driver"] = driver;
+    nb::list devices;
+    const int n = sp::device_count();
+    for (int i = 0; i < n; ++i) {
+      const auto p = spillway::get_device_properties(i);
+      nb::dict g;
+      g["ordinal"] = i;
+      g["name"] = p.name;
+      g["compute_capability"] = nb::make_tuple(p.cc_major, p.cc_minor);
+      g["total_memory"] = p.total_memory;
+      devices.append(g);
+    }
+    d["devices"] = devices;
+    d["no_gpu_reason"] = sp::no_gpu_reason();
+    return d;
+  });
 
   nb::class_<sg::bit_matrix>(m, "BitMatrix",
                              "A 0/1 matrix packed 32 columns per word (spillway's layout: rows of ld_words "
