@@ -17,6 +17,10 @@
 #                                              (PY_BENCH=matmul_bench.py: spillway.matmul vs the PyTorch route)
 #                                              (PY_BENCH=similarity_bench.py: spillway.similarity top-32 of 10^6 x 768
 #                                              bf16 vs the C++ call; PY_BENCH_ARGS="--torch" adds the PyTorch route)
+#   scripts/gpu-check.sh python-wheel           (GPU machine) a fat spillway-cu13 wheel (the package's default
+#                                              architectures) built with that machine's build tools, installed
+#                                              --no-index from the folder into a fresh venv (system packages
+#                                              visible), show_config, then python/tests from it (a skip fails)
 #   scripts/gpu-check.sh knn                    (GPU machine) spillway-knn, 10^6 x 768 bf16 top-32 cosine, three
 #                                              runs against the PyTorch blocked baseline on the same rows
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
@@ -227,6 +231,25 @@ run_python() {
   [[ $rc -ne 0 ]] && { status=1; grep -E '^(FAILED|ERROR|SKIPPED)|Error' "$RESULTS/python_tests.log" | head -30; }
 }
 
+# issue 33: a fat wheel built here (no index is reachable: this machine's scikit-build-core and
+# nanobind, a build folder of its own so no cached architecture narrows it), installed --no-index.
+run_python_wheel() {
+  local py=${SPILLWAY_PYTHON:-python3} w=/tmp/spillway-wheels v=/tmp/spillway-venv t0=$SECONDS
+  export SPILLWAY_REQUIRE_GPU=1 SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+  rm -rf "$w" "$v" /tmp/spillway-wheel-build
+  if ! { env -u CUDAARCHS "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$w" \
+      --config-settings=build-dir=/tmp/spillway-wheel-build ./python && "$py" -m venv --system-site-packages "$v" &&
+      "$v/bin/python" -m pip install -q --no-index --find-links "$w" spillway-cu13; } >"$RESULTS/python_wheel.log" 2>&1; then
+    status=1; tail -30 "$RESULTS/python_wheel.log"; summary+=("python wheel: build or install FAILED"); return
+  fi
+  summary+=("$(printf '%-34s %s built + installed in %ss' "python wheel" "$(basename "$w"/*.whl)" "$((SECONDS - t0))")")
+  (cd /tmp && "$v/bin/python" -c 'import spillway; spillway.show_config()') 2>&1 | tee -a "$RESULTS/python_wheel.log"
+  timeout "${PYTEST_TIMEOUT:-420}" "$v/bin/python" -m pytest -q -rs -p no:cacheprovider python/tests >"$RESULTS/python_wheel_tests.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-34s rc=%-3s %s' "python/tests (wheel)" "$rc" "$(tail -1 "$RESULTS/python_wheel_tests.log")")")
+  [[ $rc -ne 0 ]] && { status=1; grep -E '^(FAILED|ERROR|SKIPPED)|Error' "$RESULTS/python_wheel_tests.log" | head -30; }
+}
+
 # spillway::dist (issue 15) under mpirun, one GPU per rank. Root needs OpenMPI's consent; in
 # containers its single-copy shared-memory path fails. -np N runs only with N GPUs visible.
 # --bind-to none: OpenMPI binds each rank to one core when there are at most two ranks, and a rank's
@@ -360,6 +383,7 @@ case $mode in
   mpi) run_mpi ;;
   mpi-bench) run_mpi_bench ;;
   python-bench) run_python bench ;;
+  python-wheel) run_python_wheel ;;
   knn) run_knn ;;
   all)
     run_tests
@@ -367,7 +391,7 @@ case $mode in
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|mpi|mpi-bench|knn|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|all [...]" >&2
     exit 2
     ;;
 esac
