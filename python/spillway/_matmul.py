@@ -13,13 +13,23 @@ from ._gram import _budget_bytes
 from ._progress import run_with_progress
 from ._report import deliver
 
-# Input dtype -> the dtype of C (the accumulator's for float16 and int8).
+# Input dtype -> the dtype of C (the accumulator's for float16, bf16 and int8).
 RESULT_DTYPES = {
     np.dtype(np.float32): np.dtype(np.float32),
     np.dtype(np.float64): np.dtype(np.float64),
     np.dtype(np.float16): np.dtype(np.float32),
     np.dtype(np.int8): np.dtype(np.int32),
+    np.dtype(np.complex64): np.dtype(np.complex64),
 }
+try:  # bf16: NumPy's ml_dtypes.bfloat16 (what CuPy 14 and JAX use)
+    import ml_dtypes as _ml_dtypes
+
+    BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
+    RESULT_DTYPES[BFLOAT16] = np.dtype(np.float32)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency of the package
+    BFLOAT16 = None
+
+_TYPES_TEXT = "float32, float64, float16, bf16 (ml_dtypes.bfloat16), complex64 or int8"
 
 
 def _register_mask(dtype: np.dtype) -> int:
@@ -39,8 +49,9 @@ def _host_matrix(x, name: str) -> np.ndarray:
     if a.ndim != 2:
         raise ValueError(f"matmul: {name} must be 2-D, got {a.ndim}-D with shape {a.shape}")
     if a.dtype not in RESULT_DTYPES:
-        raise DTypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes float32, float64, float16 or "
-                        "int8 (convert with .astype(...))")
+        hint = " (if it holds bf16 bit patterns: .view(ml_dtypes.bfloat16))" if a.dtype == np.uint16 else \
+            " (convert with .astype(...))"
+        raise DTypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes {_TYPES_TEXT}{hint}")
     return a
 
 
@@ -92,9 +103,10 @@ def matmul(
     Parameters
     ----------
     a, b : 2-D host arrays of one dtype, ``a.shape[1] == b.shape[0]``: float32 (exact FP32, or
-        TF32 tensor cores with ``tf32=True``), float64, float16 (results in float32) or int8
-        (results in int32, exact). C- or Fortran-ordered (a transposed view such as ``x.T`` is
-        read in place); other strides are refused.
+        TF32 tensor cores with ``tf32=True``), float64, float16 or bf16 (``ml_dtypes.bfloat16``;
+        both give float32 results, summed in float32 on the tensor cores), complex64 (results in
+        complex64; alpha and beta real) or int8 (results in int32, exact). C- or Fortran-ordered
+        (a transposed view such as ``x.T`` is read in place); other strides are refused.
     out : the result array (a new C-ordered array if None): shape (a.shape[0], b.shape[1]),
         dtype float32 / float64 / int32 as above, C- or Fortran-ordered, not overlapping a or b.
         Needed when ``beta != 0`` (C is read); with ``beta == 0`` it is never read.
@@ -129,6 +141,9 @@ def matmul(
                          f"{b.shape[0]} rows)")
     if tf32 and a.dtype != np.float32:
         raise ValueError(f"matmul: tf32=True is for float32 inputs, not {a.dtype}")
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, (complex, np.complexfloating)) and v.imag != 0:
+            raise ValueError(f"matmul: {name}={v!r}: the scalars are real (complex64 inputs too)")
     rdt = RESULT_DTYPES[a.dtype]
     shape = (a.shape[0], b.shape[1])
     if out is None:
@@ -153,9 +168,12 @@ def matmul(
         if host_fallback:
             warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
     mask = _register_mask(a.dtype) if _register is None else int(_register)
+    # bf16 reaches the binding as its bit patterns (NumPy's buffer protocol knows no bfloat16).
+    bf16 = BFLOAT16 is not None and a.dtype == BFLOAT16
+    a_in, b_in = (a.view(np.uint16), b.view(np.uint16)) if bf16 else (a, b)
     res = run_with_progress(
-        lambda bar: _core._matmul(a, b, out, float(alpha), float(beta), bool(tf32), budget_bytes, devs,
-                                  bool(host_fallback), mask, bar),
+        lambda bar: _core._matmul(a_in, b_in, out, float(np.real(alpha)), float(np.real(beta)), bool(tf32),
+                                  budget_bytes, devs, bool(host_fallback), mask, bar, bf16),
         progress, "spillway.matmul", report)
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:

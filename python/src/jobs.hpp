@@ -154,7 +154,7 @@ struct host_matrix {
 
 struct matmul_request {
   /// The inputs' element type: 'f' float32 (C float32), 'd' float64 (C float64), 'h' float16
-  /// (C float32), 'b' int8 (C int32).
+  /// (C float32), 'B' bf16 (C float32), 'c' complex64 (C complex64), 'b' int8 (C int32).
   char dtype = 'f';
   bool tf32 = false;  ///< float32 on the TF32 tensor cores (else exact FP32)
   double alpha = 1, beta = 0;

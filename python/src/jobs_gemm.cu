@@ -1,11 +1,14 @@
 // python/src/jobs_gemm.cu — spillway.matmul's C++ side: the out-of-core GEMM of host matrices
-// (spillway::gemm::gemm_out_of_core) for float32, float64, float16 and int8 inputs, or the host
-// GEMM in row blocks where no GPU is present.
+// (spillway::gemm::gemm_out_of_core) for float32, float64, float16, bf16, complex64 and int8
+// inputs, or the host GEMM in row blocks where no GPU is present.
 #include "host_job.hpp"
 #include "jobs.hpp"
 
 #include <spillway/gemm.cuh>
 #include <spillway/gemm/host_gemm.hpp>
+
+#include <cuda/std/complex>
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <chrono>
@@ -95,6 +98,8 @@ job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_ma
     case 'd': return run_typed<double, double>(a, b, c, r, p);
     case 'h': return run_typed<__half, float>(a, b, c, r, p);
     case 'b': return run_typed<std::int8_t, std::int32_t>(a, b, c, r, p);
+    case 'B': return run_typed<__nv_bfloat16, float>(a, b, c, r, p);
+    case 'c': return run_typed<cuda::std::complex<float>, cuda::std::complex<float>>(a, b, c, r, p);
     default: throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
   }
 }

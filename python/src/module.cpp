@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <complex>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -414,15 +415,22 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
 
 // ---- matmul --------------------------------------------------------------------------------------
 
-/// The element type code of an array for spillway.matmul ('f', 'd', 'h', 'b'; 0 when unsupported).
-char matmul_code(const nb::dlpack::dtype& t) {
+/// The element type code of an array for spillway.matmul ('f', 'd', 'h', 'b', 'c' complex64, 'B'
+/// bf16 — uint16 bit patterns, as spillway.matmul passes ml_dtypes.bfloat16, when `bf16`; 0 when
+/// unsupported).
+char matmul_code(const nb::dlpack::dtype& t, bool bf16) {
   const auto fl = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float);
   const auto in = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int);
+  const auto ui = static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt);
+  const auto bfl = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat);
+  const auto cx = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Complex);
   if (t.lanes != 1) return 0;
+  if (bf16) return ((t.code == ui || t.code == bfl) && t.bits == 16) ? 'B' : 0;
   if (t.code == fl && t.bits == 32) return 'f';
   if (t.code == fl && t.bits == 64) return 'd';
   if (t.code == fl && t.bits == 16) return 'h';
   if (t.code == in && t.bits == 8) return 'b';
+  if (t.code == cx && t.bits == 64) return 'c';
   return 0;
 }
 
@@ -457,13 +465,16 @@ sp::host_matrix matrix_of(void* data, std::int64_t rows, std::int64_t cols, std:
 /// Returns {"report", "interrupted"}.
 nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::ndim<2>, nb::device::cpu>& c,
                      double alpha, double beta, bool tf32, std::size_t budget, const std::vector<int>& devices,
-                     bool host_fallback, unsigned register_mask, const nb::object& progress) {
+                     bool host_fallback, unsigned register_mask, const nb::object& progress, bool bf16) {
   sp::matmul_request r;
-  r.dtype = matmul_code(a.dtype());
-  if (r.dtype == 0 || matmul_code(b.dtype()) != r.dtype) {
-    throw dtype_error("matmul: a and b must both be float32, float64, float16 or int8 (the same type)");
+  r.dtype = matmul_code(a.dtype(), bf16);
+  if (r.dtype == 0 || matmul_code(b.dtype(), bf16) != r.dtype) {
+    throw dtype_error("matmul: a and b must both be float32, float64, float16, bf16, complex64 or int8 (the same type)");
   }
-  const auto want = r.dtype == 'd' ? nb::dtype<double>() : r.dtype == 'b' ? nb::dtype<std::int32_t>() : nb::dtype<float>();
+  const auto want = r.dtype == 'd'   ? nb::dtype<double>()
+                    : r.dtype == 'b' ? nb::dtype<std::int32_t>()
+                    : r.dtype == 'c' ? nb::dtype<std::complex<float>>()
+                                     : nb::dtype<float>();
   if (c.dtype() != want) throw dtype_error("matmul: out has the wrong dtype for these inputs");
   const auto m = static_cast<std::int64_t>(a.shape(0)), k = static_cast<std::int64_t>(a.shape(1)),
              n = static_cast<std::int64_t>(b.shape(1));
@@ -818,7 +829,7 @@ NB_MODULE(_core, m) {
       },
       "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
-        "host_fallback"_a, "register_mask"_a, "progress"_a.none());
+        "host_fallback"_a, "register_mask"_a, "progress"_a.none(), "bf16"_a = false);
   m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
         "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
         "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,

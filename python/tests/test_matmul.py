@@ -15,7 +15,10 @@ import pytest
 import spillway
 from conftest import need
 
-SUPPORTED = [np.float32, np.float64, np.float16, np.int8]
+import ml_dtypes
+
+BF16 = ml_dtypes.bfloat16
+SUPPORTED = [np.float32, np.float64, np.float16, np.int8, BF16, np.complex64]
 
 
 def no_gpu_env():
@@ -34,6 +37,8 @@ def mm(*args, **kw):
 def operand(rng, shape, dtype, order="C"):
     if np.dtype(dtype) == np.int8:
         x = rng.integers(-128, 128, size=shape).astype(np.int8)
+    elif np.dtype(dtype) == np.complex64:
+        x = (rng.uniform(-1, 1, size=shape) + 1j * rng.uniform(-1, 1, size=shape)).astype(np.complex64)
     else:
         x = rng.uniform(-1, 1, size=shape).astype(dtype)
     return np.asarray(x, order=order)
@@ -47,14 +52,18 @@ def check(got, a, b, alpha=1.0, beta=0.0, c0=None, tf32=False):
             want = want + beta * c0.astype(np.int64)
         np.testing.assert_array_equal(got.astype(np.int64), want)
         return
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    want = alpha * (a64 @ b64) + (beta * c0.astype(np.float64) if beta != 0 else 0)
-    s = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + (abs(beta) * np.abs(c0.astype(np.float64)) if beta != 0 else 0)
+    cplx = a.dtype == np.complex64
+    wide = np.complex128 if cplx else np.float64
+    a64, b64 = a.astype(wide), b.astype(wide)
+    want = alpha * (a64 @ b64) + (beta * c0.astype(wide) if beta != 0 else 0)
+    s = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + (abs(beta) * np.abs(c0.astype(wide)) if beta != 0 else 0)
     k = a.shape[1]
-    eps = {np.float64: 2.0**-52, np.float32: 2.0**-23, np.float16: 2.0**-23}[a.dtype.type]
+    # Inputs are exact in the accumulator (bf16 and float16 in float32); a complex multiply-add
+    # rounds its real and imaginary parts (x2, and sqrt(2) for the modulus: 4 covers both).
+    eps = 2.0**-52 if a.dtype == np.float64 else 2.0**-23
     u = 2.0**-10 if tf32 else 0.0
-    bound = 1.25 * ((k + 2) * eps + 2 * u) * s + 1e-30
-    err = np.abs(got.astype(np.float64) - want)
+    bound = (4.0 if cplx else 1.25) * ((k + 2) * eps + 2 * u) * s + 1e-30
+    err = np.abs(got.astype(wide) - want)
     assert np.all(err <= bound), f"worst err/bound {np.max(err / bound):.3g} at {np.unravel_index(np.argmax(err / bound), err.shape)}"
 
 
@@ -124,6 +133,12 @@ def test_empty_and_k_zero(rng):
         (lambda: mm(np.zeros((6, 8), np.float32)[::2, ::2], np.zeros((4, 2), np.float32)), ValueError,
          "np.ascontiguousarray"),
         (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), budget=-5), ValueError, "budget"),
+        (lambda: mm(np.zeros((3, 4), BF16), np.zeros((4, 2), BF16), out=np.zeros((3, 2), BF16)), TypeError,
+         "float32"),
+        (lambda: mm(np.zeros((3, 4), np.uint16), np.zeros((4, 2), np.uint16)), TypeError, "bfloat16"),
+        (lambda: mm(np.zeros((3, 4), np.complex64), np.zeros((4, 2), np.complex64), alpha=1j), ValueError,
+         "scalars are real"),
+        (lambda: mm(np.zeros((3, 4), np.complex128), np.zeros((4, 2), np.complex128)), TypeError, "complex128"),
     ],
 )
 def test_bad_input_is_refused_clearly(call, error, message):
@@ -182,7 +197,8 @@ def test_gpu_pageable_operands_page_locked_or_staged(gpu, rng, dtype):
     and the caller's memory is pageable again afterwards."""
     a = operand(rng, (1100, 600), dtype)
     b = operand(rng, (600, 900), dtype)  # C-ordered: NumPy's layout, B MN-major
-    c0 = operand(rng, (1100, 900), {np.float16: np.float32, np.int8: np.int32}.get(dtype, dtype))
+    rdt = spillway._matmul.RESULT_DTYPES[np.dtype(dtype)]
+    c0 = operand(rng, (1100, 900), np.int8 if rdt == np.int32 else rdt).astype(rdt)
     for mask in (0, 1, 2, 4, 7):
         c = c0.copy()
         mm(a, b, out=c, alpha=2.0, beta=-1.0, budget=6 << 20, _register=mask)
