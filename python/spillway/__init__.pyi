@@ -137,13 +137,15 @@ def matmul(
     a: ArrayLike, b: ArrayLike, *, out: Optional[NDArray[Any]] = None, alpha: float = 1.0, beta: float = 0.0,
     tf32: bool = False, budget: _Budget = None, devices: Optional[Sequence[int]] = None, progress: _Progress = True,
     host_fallback: Optional[bool] = None, report: Optional[Dict[str, Any]] = None, return_report: Literal[False] = False,
-) -> NDArray[Any]: ...
+    stream: _Stream = None,
+) -> Any: ...
 @overload
 def matmul(
     a: ArrayLike, b: ArrayLike, *, out: Optional[NDArray[Any]] = None, alpha: float = 1.0, beta: float = 0.0,
     tf32: bool = False, budget: _Budget = None, devices: Optional[Sequence[int]] = None, progress: _Progress = True,
     host_fallback: Optional[bool] = None, report: Optional[Dict[str, Any]] = None, return_report: Literal[True],
-) -> Tuple[NDArray[Any], Report]: ...
+    stream: _Stream = None,
+) -> Tuple[Any, Report]: ...
 def pinned_empty(shape: Union[int, Sequence[int]], dtype: DTypeLike = ..., order: Literal["C", "F"] = "C") -> NDArray[Any]: ...
 
 # ---- host arrays through your GPU code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -11,7 +12,7 @@ from ._checks import choice, is_integer
 from ._errors import ArgumentTypeError, Cancelled, DTypeError, warn_host_fallback
 from ._gram import _budget_bytes
 from ._progress import run_with_progress
-from ._report import deliver
+from ._report import deliver, one_launch
 
 # Input dtype -> the dtype of C (the accumulator's for float16, bf16 and int8).
 RESULT_DTYPES = {
@@ -43,8 +44,8 @@ def _register_mask(dtype: np.dtype) -> int:
 
 def _host_matrix(x, name: str) -> np.ndarray:
     if _arrays.is_device_array(x):
-        raise TypeError(f"matmul: {name} is a device array; spillway.matmul multiplies host arrays larger than the "
-                        "card (use the framework's own matmul, e.g. cupy.matmul or torch.mm, for device arrays)")
+        raise TypeError(f"matmul: {name} is a device array and the other operand is not; pass both on the device "
+                        "(in core, on their device) or both in host memory (out of core)")
     a = np.asarray(x)
     if a.ndim != 2:
         raise ValueError(f"matmul: {name} must be 2-D, got {a.ndim}-D with shape {a.shape}")
@@ -91,6 +92,7 @@ def matmul(
     host_fallback: Optional[bool] = None,
     report: Optional[dict] = None,
     return_report: bool = False,
+    stream=None,
     _register: Optional[int] = None,
 ):
     """``alpha * a @ b + beta * out`` of host arrays, streamed through the GPUs under a budget.
@@ -120,6 +122,14 @@ def matmul(
     report : a dict to fill with what the job did (blocks, devices, seconds, bytes moved; per device
         in ``tasks_per_device`` and ``bytes_per_device``).
     return_report : return ``(out, spillway.Report)`` instead of ``out`` alone.
+    stream : device arrays only: the CUDA stream to enqueue on (an int handle, a CuPy/PyTorch/Numba
+        stream or anything with ``__cuda_stream__``; default: the inputs' current stream).
+
+    Device arrays (CuPy, PyTorch, Numba, anything with DLPack or ``__cuda_array_interface__``), both
+    on one device: spillway's in-core GEMM on that device, enqueued on ``stream`` (the inputs' own
+    stream by default) without waiting; ``out`` (a device array of the result dtype) is made in
+    the first input's framework when not given. ``budget``, ``devices`` and ``host_fallback`` do
+    not apply (ValueError where given with device arrays); ``progress`` is ignored.
 
     Raises TypeError for a wrong kind of object or dtype (:class:`spillway.DTypeError`; a device
     array is refused: ``matmul`` multiplies host arrays), ValueError for values and shapes,
@@ -132,6 +142,14 @@ def matmul(
     :class:`spillway.Cancelled` carries the report (``completed_tasks``) and ``out``, whose
     completed blocks are written and the rest untouched.
     """
+    if _arrays.is_device_array(a) and _arrays.is_device_array(b):
+        for name, v in (("budget", budget), ("devices", devices), ("host_fallback", host_fallback)):
+            if v is not None:
+                raise ValueError(f"matmul: {name}= is for host arrays (out of core); device arrays are multiplied "
+                                 "in core on their own device")
+        return _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report)
+    if stream is not None:
+        raise ValueError("matmul: stream= is for device arrays; host arrays run on spillway's own streams")
     a = _host_matrix(a, "a")
     b = _host_matrix(b, "b")
     if a.dtype != b.dtype:
@@ -184,3 +202,49 @@ def matmul(
             out,
         )
     return deliver(out, rep, None, return_report)
+
+
+_DEVICE_RESULT = {"float32": "float32", "float64": "float64", "float16": "float32", "bfloat16": "float32",
+                  "int8": "int32", "complex64": "complex64"}
+
+
+def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report):
+    """matmul of device arrays: in core on their device, enqueued on the stream, not waited for."""
+    da = _arrays.device_array(a, stream)
+    db = _arrays.device_array(b, da.stream if stream is None else stream)
+    for name, d in (("a", da), ("b", db)):
+        if len(d.shape) != 2:
+            raise ValueError(f"matmul: {name} must be 2-D, got shape {d.shape}")
+        if d.dtype not in _DEVICE_RESULT:
+            raise DTypeError(f"matmul: {name} has dtype {d.dtype}; spillway.matmul takes {_TYPES_TEXT}")
+    if da.dtype != db.dtype:
+        raise DTypeError(f"matmul: a is {da.dtype} and b is {db.dtype}; both must have the same dtype")
+    if da.device != db.device:
+        raise ValueError(f"matmul: a is on device {da.device} and b on device {db.device}; device arrays are "
+                         "multiplied in core on their one device")
+    if da.shape[1] != db.shape[0]:
+        raise ValueError(f"matmul: shapes {da.shape} and {db.shape} do not chain (a has {da.shape[1]} columns, b "
+                         f"{db.shape[0]} rows)")
+    if tf32 and da.dtype != "float32":
+        raise ValueError(f"matmul: tf32=True is for float32 inputs, not {da.dtype}")
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, (complex, np.complexfloating)) and v.imag != 0:
+            raise ValueError(f"matmul: {name}={v!r}: the scalars are real (complex64 inputs too)")
+    shape = (da.shape[0], db.shape[1])
+    rdt = _DEVICE_RESULT[da.dtype]
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"matmul: beta={beta} reads C; pass out= (the C to scale and add to)")
+        out, _ = _arrays.empty_like_framework(da, shape, rdt)
+    if not _arrays.is_device_array(out):
+        raise TypeError(f"matmul: out must be a device array with device inputs, got {type(out).__name__}")
+    dc = _arrays.device_array(out, da.stream)
+    if dc.shape != shape:
+        raise ValueError(f"matmul: out has shape {dc.shape}; the product is {shape}")
+    if dc.device != da.device:
+        raise ValueError(f"matmul: out is on device {dc.device}, the inputs on device {da.device}")
+    strides = [*da.strides, *db.strides, *dc.strides]
+    t0 = time.perf_counter()
+    _core._matmul_device(da.ptr, db.ptr, dc.ptr, da.shape[0], da.shape[1], db.shape[1], strides, da.dtype,
+                         dc.dtype, float(np.real(alpha)), float(np.real(beta)), bool(tf32), da.device, da.stream)
+    return deliver(out, one_launch(t0, da.device), report, return_report)

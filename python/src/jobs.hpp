@@ -173,6 +173,12 @@ struct matmul_request {
 job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
                        job_progress& p);
 
+/// C = α·A·B + β·C of matrices in device memory of `device` (host_matrix's fields describe them),
+/// enqueued on `stream` (0: the legacy default stream) with spillway's in-core GEMM; returns
+/// without waiting. r.tf32, r.alpha, r.beta and r.dtype are read.
+void run_matmul_device(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
+                       int device, std::uintptr_t stream);
+
 // ---- similarity (jobs_similarity.cu) -------------------------------------------------------------
 
 /// Row-major rows (element (i, j) at data[i·ld + j]) in host memory or in one device's memory.

@@ -89,7 +89,33 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
   return s;
 }
 
+template <class T, class TC>
+void run_typed_device(const host_matrix& ha, const host_matrix& hb, const host_matrix& hc, const matmul_request& r,
+                      int device, std::uintptr_t stream) {
+  using S = sg::accumulator_t<T>;
+  sg::gemm_options o;
+  if (r.tf32) o.math = sg::math_mode::tf32;
+  device_guard g(device);
+  // 0 is how CuPy, PyTorch and Numba name the legacy default stream (stream_view refuses null).
+  const stream_view s(stream == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(stream));
+  sg::gemm_async(s, static_cast<S>(r.alpha), view_of<const T>(ha), view_of<const T>(hb), static_cast<S>(r.beta),
+                 view_of<TC>(hc), o);
+}
+
 }  // namespace
+
+void run_matmul_device(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
+                       int device, std::uintptr_t stream) {
+  switch (r.dtype) {
+    case 'f': return run_typed_device<float, float>(a, b, c, r, device, stream);
+    case 'd': return run_typed_device<double, double>(a, b, c, r, device, stream);
+    case 'h': return run_typed_device<__half, float>(a, b, c, r, device, stream);
+    case 'b': return run_typed_device<std::int8_t, std::int32_t>(a, b, c, r, device, stream);
+    case 'B': return run_typed_device<__nv_bfloat16, float>(a, b, c, r, device, stream);
+    case 'c': return run_typed_device<cuda::std::complex<float>, cuda::std::complex<float>>(a, b, c, r, device, stream);
+    default: throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
+  }
+}
 
 job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
                        job_progress& p) {

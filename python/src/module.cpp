@@ -503,6 +503,43 @@ nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::n
   return d;
 }
 
+/// The element type code of a dtype name for spillway.matmul of device arrays (0: unsupported).
+char matmul_code_of(const std::string& dtype) {
+  if (dtype == "float32") return 'f';
+  if (dtype == "float64") return 'd';
+  if (dtype == "float16") return 'h';
+  if (dtype == "int8") return 'b';
+  if (dtype == "bfloat16") return 'B';
+  if (dtype == "complex64") return 'c';
+  return 0;
+}
+
+/// C = α·A·B + β·C of device arrays of one device (pointers, shapes, element strides), enqueued on
+/// `stream`; returns without waiting (the caller's arrays order later work on that stream).
+void matmul_device(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c, std::int64_t m, std::int64_t k,
+                   std::int64_t n, const std::vector<std::int64_t>& strides, const std::string& dtype,
+                   const std::string& out_dtype, double alpha, double beta, bool tf32, int device,
+                   std::uintptr_t stream) {
+  sp::matmul_request r;
+  r.dtype = matmul_code_of(dtype);
+  if (r.dtype == 0) {
+    throw dtype_error("matmul: device arrays must be float32, float64, float16, bf16, complex64 or int8, got " + dtype);
+  }
+  const char* want = r.dtype == 'd' ? "float64" : r.dtype == 'b' ? "int32" : r.dtype == 'c' ? "complex64" : "float32";
+  if (out_dtype != want) {
+    throw dtype_error("matmul: out has dtype " + out_dtype + "; " + dtype + " inputs give " + want);
+  }
+  if (strides.size() != 6) throw sp_logic("matmul: six strides expected, got " + std::to_string(strides.size()));
+  const sp::host_matrix ha = matrix_of(reinterpret_cast<void*>(a), m, k, strides[0], strides[1], "a");
+  const sp::host_matrix hb = matrix_of(reinterpret_cast<void*>(b), k, n, strides[2], strides[3], "b");
+  const sp::host_matrix hc = matrix_of(reinterpret_cast<void*>(c), m, n, strides[4], strides[5], "out");
+  r.tf32 = tf32;
+  r.alpha = alpha;
+  r.beta = beta;
+  nb::gil_scoped_release unlocked;
+  sp::run_matmul_device(ha, hb, hc, r, device, stream);
+}
+
 sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                                    const std::string& dtype) {
   sp::device_matrix m;
@@ -830,6 +867,8 @@ NB_MODULE(_core, m) {
       "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
         "host_fallback"_a, "register_mask"_a, "progress"_a.none(), "bf16"_a = false);
+  m.def("_matmul_device", &matmul_device, "a"_a, "b"_a, "c"_a, "m"_a, "k"_a, "n"_a, "strides"_a, "dtype"_a,
+        "out_dtype"_a, "alpha"_a, "beta"_a, "tf32"_a, "device"_a, "stream"_a);
   m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
         "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
         "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,

@@ -176,6 +176,31 @@ def test_progress_exception_cancels_and_leaves_unwritten_blocks(rng):
     assert np.all(np.abs(c[written] - want[written]) <= 1e-3)
 
 
+class _FakeDeviceArray:
+    """Looks like device data to spillway's checks (never dereferenced by the tests that use it)."""
+
+    def __init__(self, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0, False), "version": 3}
+
+
+def test_device_and_host_operands_do_not_mix():
+    with pytest.raises(TypeError, match="both on the device"):
+        mm(_FakeDeviceArray((3, 4)), np.zeros((4, 2), np.float32))
+    with pytest.raises(TypeError, match="both on the device"):
+        mm(np.zeros((3, 4), np.float32), _FakeDeviceArray((4, 2)))
+
+
+@pytest.mark.parametrize("kw", [{"budget": "1GiB"}, {"devices": [0]}, {"host_fallback": True}])
+def test_out_of_core_options_are_refused_for_device_arrays(kw):
+    with pytest.raises(ValueError, match="in core on their own device"):
+        mm(_FakeDeviceArray((3, 4)), _FakeDeviceArray((4, 2)), **kw)
+
+
+def test_stream_is_for_device_arrays():
+    with pytest.raises(ValueError, match="stream= is for device arrays"):
+        mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), stream=0)
+
+
 # ---- on the GPU -------------------------------------------------------------------------------------
 
 
@@ -274,3 +299,56 @@ def test_matmul_of_pinned_arrays(rng):
     rep = {}
     assert mm(a, b, out=c, report=rep) is c
     check(c, a, b)
+
+
+DEVICE_TYPES = ["float32", "float64", "float16", "int8", "bfloat16", "complex64"]
+
+
+def _to_framework(fw, x):
+    if fw == "cupy":
+        import cupy
+
+        return cupy.asarray(x)
+    import torch
+
+    if x.dtype == BF16:
+        return torch.from_numpy(x.view(np.uint16).astype(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(x).cuda()
+
+
+def _from_framework(fw, y):
+    if fw == "cupy":
+        return y.get()
+    return y.cpu().numpy()
+
+
+@pytest.mark.parametrize("fw", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", DEVICE_TYPES)
+def test_gpu_device_arrays_in_core_match_numpy(gpu, rng, fw, dtype):
+    """Device arrays: spillway's in-core GEMM on their device, on the inputs' stream; the result in
+    the first input's framework; poisoned out= written whole; C-order and transposed views."""
+    import importlib.util
+
+    need(importlib.util.find_spec(fw) is not None, f"{fw} is not installed")
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    a = operand(rng, (130, 70), dt)
+    b = operand(rng, (70, 90), dt)
+    da, db = _to_framework(fw, a), _to_framework(fw, b)
+    rep = {}
+    dc = mm(da, db, report=rep)
+    assert type(dc).__module__.split(".")[0] == type(da).__module__.split(".")[0]
+    got = _from_framework(fw, dc)
+    assert got.dtype == spillway._matmul.RESULT_DTYPES[np.dtype(dt)]
+    check(got, a, b)
+    assert rep["devices"] == [0] and rep["tasks_total"] == 1
+    # out= given (poisoned where it can be), alpha and beta, and a transposed view of b.
+    rdt = spillway._matmul.RESULT_DTYPES[np.dtype(dt)]
+    c0 = operand(rng, (130, 90), np.int8 if rdt == np.int32 else rdt).astype(rdt)
+    dcc = _to_framework(fw, c0.copy())
+    bt = operand(rng, (90, 70), dt)
+    dbt = _to_framework(fw, bt)
+    dbt_t = dbt.T
+    alpha, beta = (2, -3) if dtype == "int8" else (1.5, -0.75)
+    out = mm(da, dbt_t, out=dcc, alpha=alpha, beta=beta)
+    assert out is dcc
+    check(_from_framework(fw, dcc), a, np.ascontiguousarray(bt.T), alpha, beta, c0)
