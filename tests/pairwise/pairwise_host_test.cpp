@@ -104,6 +104,27 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   }
 }
 
+TEST(PairwisePlan, SlotBytesAreWhatRunTasksAllocates) {
+  // One rule: a planner's slot bytes are run_tasks' (each buffer at a 256-byte offset).
+  std::mt19937_64 g(spillway::test::seed("slot bytes"));
+  for (int trial = 0; trial < 50; ++trial) {
+    pw::pair_plan p;
+    const std::size_t n = 1 + g() % 7;
+    for (std::size_t i = 0; i < n; ++i) p.slot_buffers.push_back(g() % 3 == 0 ? 0 : g() % 100000);
+    std::vector<std::size_t> offsets;
+    const std::size_t total = spillway::detail::slot_device_bytes(p.slot_buffers, &offsets);
+    EXPECT_EQ(p.slot_bytes(), total);
+    ASSERT_EQ(offsets.size(), n);
+    std::size_t want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(offsets[i], want);
+      EXPECT_EQ(offsets[i] % spillway::detail::slot_buffer_alignment, 0u);
+      want += (p.slot_buffers[i] + 255) / 256 * 256;
+    }
+    EXPECT_EQ(total, want);
+  }
+}
+
 TEST(PairwisePlan, SeveralWorkersEndOnHeldStrips) {
   // One worker (and A·Bᵀ): the plain order. Several: every strip once, the descending run with
   // 2·workers strips a quarter of the way up held out to the end, narrower than a quarter of

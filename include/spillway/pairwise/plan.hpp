@@ -12,6 +12,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/pipeline/plan.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -104,11 +105,8 @@ struct pair_plan {
     held_strips = h;
   }
 
-  [[nodiscard]] std::size_t slot_bytes() const {
-    std::size_t s = 0;
-    for (auto b : slot_buffers) s += (b + 255) / 256 * 256;
-    return s;
-  }
+  /// What run_tasks allocates for one slot of these buffers (its rule, not a copy of it).
+  [[nodiscard]] std::size_t slot_bytes() const { return ::spillway::detail::slot_device_bytes(slot_buffers); }
   [[nodiscard]] std::size_t total_bytes() const { return shared_bytes + slots * slot_bytes(); }
 };
 

@@ -50,6 +50,22 @@ inline std::size_t align_up(std::size_t v, std::size_t a, const char* who) {
   return v + (a - r);
 }
 
+/// Device buffers of a task slot start on this boundary: run_tasks allocates a slot as one block,
+/// each buffer at an offset that is a multiple of it.
+inline constexpr std::size_t slot_buffer_alignment = 256;
+
+/// The device bytes of a slot whose buffers have `sizes` bytes (each rounded up to
+/// slot_buffer_alignment), with each buffer's offset appended to `offsets` where given: what
+/// run_tasks allocates, and what every planner counts (one rule).
+inline std::size_t slot_device_bytes(const std::vector<std::size_t>& sizes, std::vector<std::size_t>* offsets = nullptr) {
+  std::size_t total = 0;
+  for (std::size_t b : sizes) {
+    if (offsets != nullptr) offsets->push_back(total);
+    total = align_up(total + b, slot_buffer_alignment, "slot_device_bytes");
+  }
+  return total;
+}
+
 inline bool mul_overflows(std::size_t a, std::size_t b) noexcept {
   return a != 0 && b > std::numeric_limits<std::size_t>::max() / a;
 }

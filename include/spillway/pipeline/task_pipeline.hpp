@@ -197,17 +197,6 @@ struct task_job_state {
   }
 };
 
-inline std::size_t slot_device_bytes(const std::vector<std::size_t>& sizes, std::size_t* offsets_out = nullptr,
-                                     std::vector<std::size_t>* offsets = nullptr) {
-  std::size_t total = 0;
-  for (std::size_t b : sizes) {
-    if (offsets != nullptr) offsets->push_back(total);
-    total = align_up(total + b, 256, "run_tasks");
-  }
-  if (offsets_out != nullptr) *offsets_out = total;
-  return total;
-}
-
 }  // namespace detail
 
 namespace detail {
@@ -262,7 +251,7 @@ class task_runner {
       events_.emplace_back();
     }
     std::vector<std::size_t> offsets;
-    const std::size_t per_slot = detail::slot_device_bytes(o_.device_buffer_bytes, nullptr, &offsets);
+    const std::size_t per_slot = detail::slot_device_bytes(o_.device_buffer_bytes, &offsets);
     memory_ = device_buffer<std::byte>(per_slot * nslots_, streams_[0].view());
     streams_[0].synchronize();  // the memory is ready for every stream of the ring
     slots_.resize(nslots_);

@@ -45,6 +45,7 @@
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pipeline/job.hpp>
+#include <spillway/pipeline/plan.hpp>
 #include <spillway/tile/arch.cuh>
 
 #include <cuda_bf16.h>
@@ -406,7 +407,9 @@ struct fused_topk_layout {
   std::size_t bytes = 0;
 };
 
-inline std::size_t fused_round(std::size_t b) { return (b + 255) / 256 * 256; }
+inline std::size_t fused_round(std::size_t b) {
+  return ::spillway::detail::align_up(b, ::spillway::detail::slot_buffer_alignment, "similarity top-k plan");
+}
 
 template <class T>
 fused_topk_layout fused_topk_plan(std::int64_t n, int k, std::int64_t max_panel_rows, bool copy_rows,
