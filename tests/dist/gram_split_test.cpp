@@ -394,11 +394,18 @@ TEST(TopkLists, WireEntriesRoundTrip) {
   EXPECT_EQ(sizeof(sd::topk_wire<std::int32_t>), 8u);
   std::vector<sd::topk_wire<double>> w(static_cast<std::size_t>(count));
   sd::pack_topk_wire(v.data(), c.data(), count, w.data(), 3);
+  // Read back as an owner's merge reads them.
+  const sd::topk_list_ref<double> ref{nullptr, nullptr, w.data()};
   std::vector<double> v2(v.size(), -1.0);
   std::vector<std::int64_t> c2(c.size(), 42);
-  sd::unpack_topk_wire(w.data(), count, v2.data(), c2.data(), 2);
+  for (std::int64_t e = 0; e < count; ++e) {
+    v2[static_cast<std::size_t>(e)] = ref.value(static_cast<std::size_t>(e));
+    c2[static_cast<std::size_t>(e)] = ref.col(static_cast<std::size_t>(e));
+  }
   EXPECT_EQ(v2, v);
   EXPECT_EQ(c2, c);
+  EXPECT_EQ(sizeof(sd::topk_wire<double>), spillway::pairwise::detail::topk_entry_size(sizeof(double)));
+  EXPECT_EQ(sizeof(sd::topk_wire<float>), spillway::pairwise::detail::topk_entry_size(sizeof(float)));
   EXPECT_GE(sd::host_threads(1), 1);
   EXPECT_GE(sd::host_threads(1000000), 1);
   EXPECT_LE(sd::host_threads(2), sd::host_threads(1));

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/split_plan.hpp>
 
 #include <algorithm>
@@ -414,11 +415,10 @@ inline void predict_split(const gram_job_shape& j, const gram_cost_model& m, gra
   bool any_meet = false;
   for (int q = 0; q < parts; ++q)
     for (int o = 0; o < parts; ++o) any_meet = any_meet || s.lists_meet(q, o);
-  // A row's list on the host (value + int64 column), and as it travels (dist::topk_wire: value +
-  // int32 column, aligned as the value).
+  // A row's list on the host (value + int64 column), and as it travels (dist::topk_wire: the
+  // device's {value, int32 column} entry).
   const double eb = static_cast<double>(j.k) * static_cast<double>(j.out_bytes + 8);
-  const std::int64_t wa = std::max<std::int64_t>(static_cast<std::int64_t>(j.out_bytes), 4);
-  const double wb = static_cast<double>(j.k) * static_cast<double>((static_cast<std::int64_t>(j.out_bytes) + 4 + wa - 1) / wa * wa);
+  const double wb = static_cast<double>(j.k) * static_cast<double>(pairwise::detail::topk_entry_size(j.out_bytes));
   for (int q = 0; q < parts; ++q) {
     const auto& t = s.plan.parts[static_cast<std::size_t>(q)].tasks;
     share_prediction p = predict_strips(j, m, std::vector<std::int64_t>(t.begin(), t.end()));

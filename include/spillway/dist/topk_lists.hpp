@@ -37,7 +37,9 @@ inline int host_threads(int ranks_on_host) {
 
 /// One entry of a list as it travels to its row's owner: the value and a 32-bit column (n < 2^31:
 /// check_exchange bounds n·k), 8 bytes for 4-byte values against the 12 of the value + int64
-/// vectors the lists are kept in.
+/// vectors the lists are kept in; laid out as the device's entry (pairwise::detail::
+/// topk_entry_size, which the split's cost model counts). Owners merge straight from these
+/// (topk_list_ref).
 template <class V>
 struct topk_wire {
   V v;
@@ -52,19 +54,6 @@ void pack_topk_wire(const V* values, const std::int64_t* indices, std::int64_t c
 #pragma omp parallel for num_threads(threads) schedule(static) if (count > (1 << 16))
 #endif
   for (std::int64_t e = 0; e < count; ++e) out[e] = topk_wire<V>{values[e], static_cast<std::int32_t>(indices[e])};
-  (void)threads;
-}
-
-/// The inverse of pack_topk_wire.
-template <class V>
-void unpack_topk_wire(const topk_wire<V>* in, std::int64_t count, V* values, std::int64_t* indices, int threads = 1) {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static) if (count > (1 << 16))
-#endif
-  for (std::int64_t e = 0; e < count; ++e) {
-    values[e] = in[e].v;
-    indices[e] = in[e].c;
-  }
   (void)threads;
 }
 
