@@ -34,9 +34,9 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
+from _timing import timed
 
 import spillway
 from spillway import _gufunc
@@ -100,17 +100,6 @@ def gpu_samples(fn, stream, reps, warmup=3, hold_us=3000):
         b.record(stream)
         b.synchronize()
         out.append(cuda.event_elapsed_time(a, b) / 1e3)
-    return out
-
-
-def wall_samples(fn, reps, warmup=1):
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
     return out
 
 
@@ -179,10 +168,10 @@ def device_rows(res, reps, rng, dates, label):
            "d2d_ms": t_copy * 1e3, "d2d_GBps": nbytes / t_copy / 1e9, "x_d2d": t_copy / t, "ok": ok}
     # per-call overhead: the host time of one asynchronous call (the GPU held), and call + sync
     _hold[1, 32, s](200000)
-    host = wall_samples(lambda: f(d_mb, d_disc, out=d_out, stream=s), reps)
+    host, _ = timed(lambda: f(d_mb, d_disc, out=d_out, stream=s), reps)
     s.synchronize()
-    e2e = wall_samples(lambda: (f(d_mb, d_disc, out=d_out, stream=s), s.synchronize()), reps)
-    row.update(call_host_us=med(host) * 1e6, call_e2e_ms=med(e2e) * 1e3)
+    e2e, _ = timed(lambda: (f(d_mb, d_disc, out=d_out, stream=s), s.synchronize()), reps)
+    row.update(call_host_us=host * 1e6, call_e2e_ms=e2e * 1e3)
     # numba's guvectorize of the plain body: one thread per date
     try:
         g = guvectorize(["void(float64[:,:], float64[:,:], float64[:,:])"], "(m,o),(m,o)->(m,o)",
@@ -230,10 +219,10 @@ def dot_rows(res, reps, rng, rows):
     row.update(ms=t * 1e3, GBps=nbytes / t / 1e9, d2d_ms=t_copy * 1e3, d2d_GBps=nbytes / t_copy / 1e9,
                x_d2d=t_copy / t)
     _hold[1, 32, s](200000)
-    host = wall_samples(lambda: f(da, db, out=d_out, stream=s), reps)
+    host, _ = timed(lambda: f(da, db, out=d_out, stream=s), reps)
     s.synchronize()
-    e2e = wall_samples(lambda: (f(da, db, out=d_out, stream=s), s.synchronize()), reps)
-    row.update(call_host_us=med(host) * 1e6, call_e2e_ms=med(e2e) * 1e3)
+    e2e, _ = timed(lambda: (f(da, db, out=d_out, stream=s), s.synchronize()), reps)
+    row.update(call_host_us=host * 1e6, call_e2e_ms=e2e * 1e3)
     try:
         g = guvectorize(["void(float32[:], float32[:], float32[:])"], "(n),(n)->()", target="cuda")(dot_plain)
         d_out2 = cuda.to_device(np.full(rows, np.nan, np.float32), stream=s)
@@ -261,7 +250,7 @@ def pageable_floor(inputs, outputs, reps):
             d.copy_to_host(h, stream=s)
         s.synchronize()
 
-    return med(wall_samples(run, reps))
+    return timed(run, reps)[0]
 
 
 def host_rows(res, reps, rng, dates, dot_rows_n, budget):
@@ -270,7 +259,7 @@ def host_rows(res, reps, rng, dates, dot_rows_n, budget):
     disc = rng.uniform(0.5, 1.5, (dates, 4000, 5))
     out = np.full(disc.shape, np.nan)
     f = spillway.gufunc("(m,o),(m,o)->(m,o)", pricer, cooperative=True)
-    t = med(wall_samples(lambda: f(mb, disc, out=out, budget=budget), max(3, reps // 4)))
+    t = timed(lambda: f(mb, disc, out=out, budget=budget), max(3, reps // 4))[0]
     ok = check("host pricer", out, mb * disc, True) and f.last_path == "host-streamed"
     floor = pageable_floor([disc], [out], max(3, reps // 4))  # multBy (160 KB) is resident, copied once
     res["host_pricer"] = {"shape": list(disc.shape), "path": f.last_path, "s": t, "floor_s": floor,
@@ -279,7 +268,7 @@ def host_rows(res, reps, rng, dates, dot_rows_n, budget):
     b = rng.standard_normal((dot_rows_n, 64)).astype(np.float32)
     o = np.full(dot_rows_n, np.nan, np.float32)
     g = spillway.gufunc("(n),(n)->()", dot, cooperative=True)
-    t = med(wall_samples(lambda: g(a, b, out=o, budget=budget), max(3, reps // 4)))
+    t = timed(lambda: g(a, b, out=o, budget=budget), max(3, reps // 4))[0]
     good = check("host dot", o, np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64)), False)
     floor = pageable_floor([a, b], [o], max(3, reps // 4))
     res["host_dot"] = {"shape": [dot_rows_n, 64], "path": g.last_path, "s": t, "floor_s": floor, "x_floor": t / floor,
