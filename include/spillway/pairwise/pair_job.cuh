@@ -893,7 +893,9 @@ template <class V>
 void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, V* hv, std::int64_t* hi,
                         const ::spillway::detail::staging_block& stage, stream_view s) {
   constexpr std::size_t entry = sizeof(V) + sizeof(std::int64_t);
-  const std::size_t piece = topk_stage_half_bytes / entry;  // entries a half holds
+  // Entries a half holds: their values, then their columns from the next 8-byte boundary (up to
+  // 7 bytes of padding, kept inside the half for any value size).
+  const std::size_t piece = (topk_stage_half_bytes - 8) / entry;
   if (stage.data() == nullptr || stage.size() < 2 * topk_stage_half_bytes || count <= piece) {
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(hv, dv, count * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(hi, di, count * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
@@ -902,7 +904,6 @@ void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, 
   }
   auto* base = static_cast<std::byte*>(stage.data());
   const std::size_t pieces = (count + piece - 1) / piece;
-  // A half holds a piece's values, then its columns (8-byte aligned: piece·sizeof(V) rounded up).
   const std::size_t col_off = (piece * sizeof(V) + 7) / 8 * 8;
   event filled[2];
   const auto enqueue = [&](std::size_t q) {
