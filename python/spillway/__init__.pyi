@@ -52,6 +52,7 @@ class Report:
     devices: List[int] = ...
     tasks_per_device: List[int] = ...
     bytes_per_device: List[int] = ...
+    seconds_per_device: List[float] = ...
     elapsed_seconds: float = 0.0
     bytes_moved: int = 0
     @classmethod
@@ -159,12 +160,14 @@ class Chunk:
     stream: Any
     inputs: List[Any]
     outputs: List[Any]
+    resident: List[Any] = ...
 
 def stream(
     fn: Callable[[Chunk], object],
     inputs: Sequence[NDArray[Any]],
     outputs: Sequence[NDArray[Any]],
     *,
+    resident: Optional[Sequence[Any]] = None,
     budget: _Budget = None,
     devices: Optional[Sequence[int]] = None,
     chunk: Optional[int] = None,

@@ -591,11 +591,15 @@ class _Dev:
     host: Optional[np.ndarray] = None  # the simulator's backing array
 
 
-def _read_device(x, i: int, what: str) -> _Dev:
+def _read_device(x, i: int, what: str, writable: bool = False) -> _Dev:
     if type(x).__name__ == "FakeCUDAArray":
         a = x._ary
         return _Dev(x, 0, a.shape, tuple(s // a.itemsize for s in a.strides), _check_dtype(a.dtype, what), None, a)
+    from . import _arrays  # the stream rule's one implementation (imports the extension: not at module load)
+
     cai = x.__cuda_array_interface__
+    if writable and isinstance(cai.get("data"), tuple) and len(cai["data"]) == 2 and cai["data"][1]:
+        raise ValueError(f"{what} is read-only (__cuda_array_interface__['data'] = {cai['data']!r})")
     dt = _check_dtype(np.dtype(cai["typestr"]), what)
     shape = tuple(int(v) for v in cai["shape"])
     if cai.get("strides") is None:
@@ -607,8 +611,15 @@ def _read_device(x, i: int, what: str) -> _Dev:
         strides = tuple(s // dt.itemsize for s in bs)
     if cai.get("mask") is not None:
         raise ValueError(f"{what}: masked device arrays are not supported")
-    stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
-    return _Dev(x, int(cai["data"][0]), shape, strides, dt, None if stream is None else int(stream))
+    # The producer's stream, by the rule (docs/python.md): the interface's v3 entry, else the
+    # framework's current stream (CuPy, PyTorch), else none to wait for.
+    if int(cai.get("version", 0)) >= 3 and cai.get("stream") is not None:
+        stream = _arrays._cai_stream(cai["stream"], type(x).__name__)
+    elif _arrays.framework_of(x) in ("cupy", "torch"):
+        stream = _arrays.default_stream(x)
+    else:
+        stream = None
+    return _Dev(x, int(cai["data"][0]), shape, strides, dt, stream)
 
 
 def _device_id(x) -> Optional[int]:
@@ -621,23 +632,9 @@ def _device_id(x) -> Optional[int]:
 
 
 def _stream_handle(stream) -> Optional[int]:
-    if stream is None:
-        return None
-    if isinstance(stream, bool):
-        raise TypeError("stream must be a stream object or an int handle, got bool")
-    if isinstance(stream, (int, np.integer)):
-        return int(stream)
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        return int(proto()[1])
-    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-        v = getattr(stream, attr, None)
-        if isinstance(v, int):
-            return v
-    h = getattr(stream, "handle", None)  # numba.cuda.cudadrv.driver.Stream
-    if h is not None:
-        return int(getattr(h, "value", h) or 0)
-    raise TypeError(f"stream must be an int handle or a CuPy/PyTorch/Numba stream object, got {type(stream).__name__}")
+    from . import _arrays
+
+    return _arrays.stream_handle(stream)  # the one reading of stream= (int, __cuda_stream__, framework objects)
 
 
 class GufuncStreamError(RuntimeError):
@@ -843,7 +840,7 @@ class GUFunc:
                 continue
             what = f'gufunc "{sig.text}": output {j}'
             if _is_device(o):
-                d = _read_device(o, j, what)
+                d = _read_device(o, j, what, writable=True)
                 out_ops.append(("device", OperandLayout(d.shape, d.strides, len(sig.outputs[j])), d))
             elif isinstance(o, np.ndarray):
                 _check_dtype(o.dtype, what)

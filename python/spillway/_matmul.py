@@ -238,7 +238,7 @@ def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report):
         out, _ = _arrays.empty_like_framework(da, shape, rdt)
     if not _arrays.is_device_array(out):
         raise TypeError(f"matmul: out must be a device array with device inputs, got {type(out).__name__}")
-    dc = _arrays.device_array(out, da.stream)
+    dc = _arrays.device_array(out, da.stream, writable=True)
     if dc.shape != shape:
         raise ValueError(f"matmul: out has shape {dc.shape}; the product is {shape}")
     if dc.device != da.device:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._report import complete
+
 
 class _Bar:
     def __init__(self, desc: str):
@@ -52,6 +54,7 @@ def run_with_progress(call, progress, desc: str, report=None) -> dict:
     finally:
         if bar is not None:
             bar.close()
+    complete(res["report"])
     if report is not None:
         report.clear()
         report.update(res["report"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import List, Optional
 
 
@@ -16,7 +16,10 @@ class Report:
     ``on_host``: the host implementation ran (no GPU). ``cancelled``: Ctrl-C stopped it.
     ``tasks_total`` / ``tasks_completed`` / ``completed_tasks``: the job's tasks (strips, blocks,
     chunks; one task for a call that is one launch). ``devices``: the GPU ordinals used, with
-    ``tasks_per_device`` and ``bytes_per_device`` their shares (empty on the host).
+    ``tasks_per_device`` and ``bytes_per_device`` their shares (empty on the host);
+    ``seconds_per_device`` (``stream`` only, empty for the other calls): each GPU's seconds from
+    the start of its first chunk's work to the end of its last chunk's (CUDA events on the chunks'
+    streams).
     ``elapsed_seconds``: host wall-clock seconds of the call -- for an asynchronous call (device
     input of ``gram``'s dense sinks and of ``rk4``) the time to enqueue the work, not the GPU's
     time: measure that with :class:`spillway.timer`. ``bytes_moved``: bytes copied between host
@@ -31,6 +34,7 @@ class Report:
     devices: List[int] = field(default_factory=list)
     tasks_per_device: List[int] = field(default_factory=list)
     bytes_per_device: List[int] = field(default_factory=list)
+    seconds_per_device: List[float] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     bytes_moved: int = 0
 
@@ -43,6 +47,15 @@ class Report:
     def to_dict(self) -> dict:
         """The report as the dict ``report=`` is filled with."""
         return asdict(self)
+
+
+def complete(rep: dict) -> dict:
+    """Gives a report dict every key of :class:`Report` (the defaults for those the job does not
+    fill), in place, so ``report=`` and ``Report.to_dict()`` agree; returns it."""
+    for f in fields(Report):
+        if f.name not in rep:
+            rep[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
+    return rep
 
 
 def one_launch(start: float, device: Optional[int], on_host: bool = False, bytes_moved: int = 0) -> dict:
@@ -66,6 +79,7 @@ def one_launch(start: float, device: Optional[int], on_host: bool = False, bytes
 
 def deliver(result, rep: dict, report: Optional[dict], return_report: bool):
     """Fills the caller's ``report`` dict and returns ``result`` or ``(result, Report)``."""
+    complete(rep)
     if report is not None:
         report.clear()
         report.update(rep)

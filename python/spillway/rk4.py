@@ -52,7 +52,7 @@ def _on_host(host_fallback: Optional[bool], who: str) -> bool:
 
 
 def _device(x, stream, who, shape, dtypes):
-    d = _arrays.device_array(x, stream)
+    d = _arrays.device_array(x, stream, writable=True)  # advanced in place
     if d.dtype not in dtypes:
         raise DTypeError(f"{who}: expected {' or '.join(dtypes)} data, got {d.dtype}")
     if tuple(d.shape) != tuple(shape):

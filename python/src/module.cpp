@@ -559,20 +559,25 @@ sp::device_matrix device_matrix_of(std::uintptr_t ptr, std::int64_t rows, std::i
 using any_host_array = nb::ndarray<nb::ro, nb::device::cpu>;
 using any_host_output = nb::ndarray<nb::device::cpu>;
 
-/// Runs a streamed_job over the first axis of C-contiguous host arrays (the Python side checks
-/// shapes and contiguity): each chunk's slices are copied to a device slot, then
-/// `fn(index, begin, count, device, stream, pointers)` runs under the GIL on the device's worker
-/// thread (one per device) with the slices' device pointers (inputs, then outputs) and enqueues
-/// its own GPU work on `stream`; the outputs' slices are copied back after it. Returns
-/// {"report", "interrupted"}.
+/// Runs a streamed_job over host arrays whose chunked axis is their outermost in memory (the first
+/// axis of a C-contiguous array, the last of an F-contiguous one: either way a unit's bytes are
+/// contiguous and unit u starts u * nbytes / units bytes in; the Python side checks shapes and
+/// contiguity). Each chunk's slices are copied to a device slot, the `residents` (contiguous host
+/// arrays every chunk gets whole) to each slot once, then `fn(index, begin, count, device, stream,
+/// pointers)` runs under the GIL on the device's worker thread (one per device) with the device
+/// pointers (inputs, outputs, then residents) and enqueues its own GPU work on `stream`; the
+/// outputs' slices are copied back after it. Returns {"report", "interrupted"}.
 nb::dict stream_job(std::size_t units, const std::vector<any_host_array>& inputs, const std::vector<any_host_output>& outputs,
-                    const nb::object& fn, std::size_t budget, const std::vector<int>& devices, std::size_t slots,
-                    std::size_t max_chunk_bytes, const nb::object& progress) {
+                    const std::vector<any_host_array>& residents, const nb::object& fn, std::size_t budget,
+                    const std::vector<int>& devices, std::size_t slots, std::size_t max_chunk_bytes,
+                    const nb::object& progress) {
   spillway::streamed_job job(units);
   std::vector<spillway::job_array<const std::byte>> ins;
   std::vector<spillway::job_array<std::byte>> outs;
+  std::vector<spillway::job_array<const std::byte>> res;
   for (const auto& a : inputs) ins.push_back(job.input(static_cast<const std::byte*>(a.data()), a.nbytes() / units));
   for (auto& a : outputs) outs.push_back(job.output(static_cast<std::byte*>(a.data()), a.nbytes() / units));
+  for (const auto& a : residents) res.push_back(job.resident(static_cast<const std::byte*>(a.data()), a.nbytes()));
   spillway::streamed_job_options o;
   o.devices = devices;
   if (budget > 0) o.budget = spillway::memory_budget(budget);
@@ -591,6 +596,7 @@ nb::dict stream_job(std::size_t units, const std::vector<any_host_array>& inputs
           nb::list ptrs;
           for (const auto& a : ins) ptrs.append(reinterpret_cast<std::uintptr_t>(c.data(a)));
           for (const auto& a : outs) ptrs.append(reinterpret_cast<std::uintptr_t>(c.data(a)));
+          for (const auto& a : res) ptrs.append(reinterpret_cast<std::uintptr_t>(c.data(a)));
           fn(c.index(), c.begin(), c.count(), c.device(), reinterpret_cast<std::uintptr_t>(c.stream().value()), ptrs);
         });
       },
@@ -601,6 +607,8 @@ nb::dict stream_job(std::size_t units, const std::vector<any_host_array>& inputs
   sum.tasks_completed = rep.tasks_completed;
   sum.completed = rep.completed;
   sum.devices = rep.devices;
+  sum.tasks_per_device = rep.tasks_per_device;
+  sum.bytes_per_device = rep.bytes_per_device;
   sum.elapsed_seconds = rep.elapsed_seconds;
   sum.bytes_moved = rep.bytes_moved;
   nb::dict d;
@@ -945,7 +953,7 @@ NB_MODULE(_core, m) {
       },
       "a"_a, "rows"_a, "cols"_a, "ld"_a, "dtype"_a, "device"_a, "stream"_a, "nonzero_as_one"_a);
 
-  m.def("_stream_job", &stream_job, "units"_a, "inputs"_a, "outputs"_a, "fn"_a, "budget"_a, "devices"_a, "slots"_a,
+  m.def("_stream_job", &stream_job, "units"_a, "inputs"_a, "outputs"_a, "residents"_a, "fn"_a, "budget"_a, "devices"_a, "slots"_a,
         "max_chunk_bytes"_a, "progress"_a.none());
 
   m.def(
@@ -1000,6 +1008,19 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release unlocked;
     sp::stream_synchronize(s, device);
   });
+  // Device bytes copied into host memory on `stream` of `device` and waited for, GIL released
+  // (spillway.stream: a device-resident operand's copy for the job's other GPUs).
+  m.def(
+      "_copy_to_host",
+      [](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, int device, std::uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        spillway::device_guard g(device);
+        const cudaStream_t s = stream_of(stream);
+        SPILLWAY_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes,
+                                          cudaMemcpyDeviceToHost, s));
+        SPILLWAY_CUDA_TRY(cudaStreamSynchronize(s));
+      },
+      "dst"_a, "src"_a, "bytes"_a, "device"_a, "stream"_a);
   m.def("_pointer_device", &sp::pointer_device);
   m.def("_stream_device", &stream_device, "stream"_a, "The device of a stream handle (0, 1, 2: the current device).");
 

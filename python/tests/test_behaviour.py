@@ -271,8 +271,8 @@ def test_mean_field_refuses_before_warning():
 
 def test_report_round_trips():
     d = {"on_host": True, "cancelled": False, "tasks_total": 3, "tasks_completed": 2, "completed_tasks": [0, 2],
-         "devices": [0], "tasks_per_device": [2], "bytes_per_device": [10], "elapsed_seconds": 0.5,
-         "bytes_moved": 10}
+         "devices": [0], "tasks_per_device": [2], "bytes_per_device": [10], "seconds_per_device": [0.25],
+         "elapsed_seconds": 0.5, "bytes_moved": 10}
     r = spillway.Report.from_dict(dict(d, unknown_key=1))
     assert r.tasks_completed == 2 and r.completed_tasks == [0, 2] and r.on_host
     assert r.to_dict() == d
