@@ -178,15 +178,19 @@ def test_stream_resident_host_and_device(gpu, kind):
     bias = cp.asarray(bias_h)
     out = np.empty((n, 3))
 
+    home = bias.device.id
+
     def fn(c):
         wv, mv, bv = c.resident
         x, = c.inputs
+        ptr = bv.data.ptr if kind == "cupy" else bv.data_ptr()
+        # On its own GPU the device resident is the caller's memory; other GPUs get a copy.
+        assert (ptr == bias.data.ptr) == (c.device == home)
         if kind == "cupy":
-            assert bv.data.ptr == bias.data.ptr and mv.flags.f_contiguous
-            c.outputs[0][...] = (x * wv) @ mv + bv
+            assert mv.flags.f_contiguous
         else:
-            assert bv.data_ptr() == bias.data.ptr
-            c.outputs[0][...] = (x * wv) @ mv + bv
+            assert mv.stride() == (1, 3)
+        c.outputs[0][...] = (x * wv) @ mv + bv
 
     if kind == "torch":
         need(importlib.util.find_spec("torch") is not None, "torch is not installed")
