@@ -61,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <future>
 #include <memory>
@@ -179,13 +180,15 @@ struct topk_host_side {
 /// size, one half filling over PCIe while the other is copied into the vectors.
 inline constexpr std::size_t topk_stage_half_bytes = std::size_t{8} << 20;
 
+/// `devices`: the devices that will copy lists down at once (each its rows' share, through its own
+/// pair of halves of the block).
 template <class V>
-std::future<topk_host_side<V>> start_topk_host(std::int64_t n, int k) {
-  return std::async(std::launch::async, [n, k] {
+std::future<topk_host_side<V>> start_topk_host(std::int64_t n, int k, std::size_t devices = 1) {
+  return std::async(std::launch::async, [n, k, devices] {
     topk_host_side<V> h;
     h.result = empty_topk<V>(n, k);
     try {
-      h.stage = ::spillway::detail::staging_block(2 * topk_stage_half_bytes);
+      h.stage = ::spillway::detail::staging_block(2 * topk_stage_half_bytes * std::max<std::size_t>(devices, 1));
     } catch (const out_of_memory&) {
       // (no pinned block: the lists are copied straight into the vectors, at the pageable rate)
     }
@@ -798,7 +801,7 @@ void run_pair_job(pair_job<V, P>& job) {
     // while the strips run, not after them.
     const std::int64_t n = r.rows_a;
     const int k = job.topk.k;
-    job.topk_host = start_topk_host<V>(n, k);
+    job.topk_host = start_topk_host<V>(n, k, job.ctx.size());
   }
 
   if (job.opt.trace != nullptr) {
@@ -884,25 +887,28 @@ unsigned long long collect_checksum(pair_job<V, P>& job) {
   return sum;
 }
 
-/// Device lists (values, int64 columns; `count` entries) into the host vectors. Through `stage`
-/// (pinned, two halves) where there is one: a piece of both arrays fills one half over PCIe while
-/// the host threads copy the previous piece out of the other. The vectors are pageable, and a
-/// straight copy into them ran at 7-11 GB/s (38.4 MB: 3.6-5.2 ms on the lent H200s); pinned
-/// halves fill at the link's rate. Returns when every entry is on the host.
+/// Device lists (values, int32 columns; `count` entries) into the host vectors (int64 columns,
+/// widened on the host). Through `stage` (pinned, two halves of topk_stage_half_bytes, or null)
+/// where there is one: a piece of both arrays fills one half over PCIe while the host threads
+/// copy the previous piece out of the other. The vectors are pageable, and a straight copy into
+/// them ran at 7-11 GB/s (38.4 MB: 3.6-5.2 ms on the lent H200s); pinned halves fill at the
+/// link's rate. Returns when every entry is on the host.
 template <class V>
-void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, V* hv, std::int64_t* hi,
-                        const ::spillway::detail::staging_block& stage, stream_view s) {
-  constexpr std::size_t entry = sizeof(V) + sizeof(std::int64_t);
+void copy_lists_to_host(const V* dv, const std::int32_t* di, std::size_t count, V* hv, std::int64_t* hi,
+                        std::byte* stage, stream_view s) {
+  constexpr std::size_t entry = sizeof(V) + sizeof(std::int32_t);
   // Entries a half holds: their values, then their columns from the next 8-byte boundary (up to
   // 7 bytes of padding, kept inside the half for any value size).
   const std::size_t piece = (topk_stage_half_bytes - 8) / entry;
-  if (stage.data() == nullptr || stage.size() < 2 * topk_stage_half_bytes || count <= piece) {
+  if (stage == nullptr || count <= piece) {
+    std::vector<std::int32_t> cols(count);
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(hv, dv, count * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(hi, di, count * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(cols.data(), di, count * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s.value()));
     s.synchronize();
+    std::copy(cols.begin(), cols.end(), hi);
     return;
   }
-  auto* base = static_cast<std::byte*>(stage.data());
+  std::byte* base = stage;
   const std::size_t pieces = (count + piece - 1) / piece;
   const std::size_t col_off = (piece * sizeof(V) + 7) / 8 * 8;
   event filled[2];
@@ -910,10 +916,10 @@ void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, 
     const std::size_t e0 = q * piece, m = std::min(piece, count - e0);
     std::byte* h = base + (q % 2) * topk_stage_half_bytes;
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h, dv + e0, m * sizeof(V), cudaMemcpyDeviceToHost, s.value()));
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h + col_off, di + e0, m * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(h + col_off, di + e0, m * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s.value()));
     filled[q % 2].record(s);
   };
-  // The host copies: a few threads (each copy is 8 MB; more threads gain nothing and would
+  // The host copies: a few threads (each piece is 8 MB; more threads gain nothing and would
   // contend with other ranks' threads on a shared host).
 #ifdef _OPENMP
   const int threads = std::max(1, std::min(8, omp_get_max_threads()));
@@ -927,7 +933,7 @@ void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, 
     const std::size_t e0 = q * piece, m = std::min(piece, count - e0);
     const std::byte* h = base + (q % 2) * topk_stage_half_bytes;
     const V* sv = reinterpret_cast<const V*>(h);
-    const std::int64_t* sc = reinterpret_cast<const std::int64_t*>(h + col_off);
+    const std::int32_t* sc = reinterpret_cast<const std::int32_t*>(h + col_off);
     constexpr std::int64_t parts = 16;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -935,7 +941,7 @@ void copy_lists_to_host(const V* dv, const std::int64_t* di, std::size_t count, 
     for (std::int64_t t = 0; t < parts; ++t) {
       const std::size_t a = m * static_cast<std::size_t>(t) / parts, b = m * static_cast<std::size_t>(t + 1) / parts;
       std::memcpy(hv + e0 + a, sv + a, (b - a) * sizeof(V));
-      std::memcpy(hi + e0 + a, sc + a, (b - a) * sizeof(std::int64_t));
+      std::copy(sc + a, sc + b, hi + e0 + a);
     }
     if (q + 2 < pieces) enqueue(q + 2);
   }
@@ -946,34 +952,22 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
   const std::int64_t n = job.prod.rows(false);
   const int k = job.topk.k;
   const bool larger = job.prod.larger();
-  // Each device merges its slots' lists on the device; only one n x k list per device comes back.
   const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   topk_host_side<V> host = job.topk_host.valid() ? job.topk_host.get() : topk_host_side<V>{empty_topk<V>(n, k), {}};
   topk_result<V>& r = host.result;
   using entry = topk_entry<V>;
-  // Merges a device's slot lists into its first (in place, on its setup stream).
-  const auto merge_slots = [&](entry* st, int lists, stream_view s) {
-    if (lists < 2) return;
+  // Merges `lists` lists of `rows` rows, `stride` entries apart, into the first (in place).
+  const auto merge_lists = [&](entry* st, std::int64_t rows, int lists, std::size_t stride, stream_view s) {
+    if (lists < 2 || rows == 0) return;
     with_larger(larger, [&](auto L) {
-      topk_merge_kernel<V, decltype(L)::value><<<warp_grid(n), 256, 0, s.value()>>>(st, n, k, lists,
-                                                                                      static_cast<std::int64_t>(per_slot));
+      topk_merge_kernel<V, decltype(L)::value><<<warp_grid(rows), 256, 0, s.value()>>>(st, rows, k, lists,
+                                                                                         static_cast<std::int64_t>(stride));
     });
     SPILLWAY_CUDA_TRY(cudaGetLastError());
   };
   const auto slots_of = [&](const auto& c) {
     return static_cast<int>(c.topk_state.size() / sizeof(entry) / per_slot);
   };
-  // Every device merges its own slots; the other devices' lists then go to the first device (peer
-  // copies of 12 bytes x k per row) into the slot lists its merge freed, or a buffer of their own
-  // when it has fewer slots than there are devices, and are merged there. The first device's
-  // merged lists are the result, sorted as the host sorts them: a kernel writes them out as values
-  // and indices straight into the result's vectors.
-  const std::size_t nd = job.ctx.size();
-  for (std::size_t d = 1; d < nd; ++d) {
-    auto& c = *job.ctx[d];
-    device_guard g(c.device);
-    merge_slots(reinterpret_cast<entry*>(c.topk_state.data()), slots_of(c), c.setup->view());
-  }
   if (job.symmetric && job.opt.report != nullptr) {
     std::int64_t full = 0;
     for (auto& c : job.ctx) {
@@ -982,35 +976,92 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
     }
     job.opt.report->topk_full_column_groups = full;
   }
-  auto& c0 = *job.ctx[0];
-  device_guard g(c0.device);
-  const stream_view s = c0.setup->view();
-  entry* st = reinterpret_cast<entry*>(c0.topk_state.data());
-  merge_slots(st, slots_of(c0), s);
-  device_buffer<std::byte> gathered;
-  if (nd > 1) {
-    if (static_cast<std::size_t>(slots_of(c0)) < nd) {
-      gathered = device_buffer<std::byte>(nd * per_slot * sizeof(entry), s);
-      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data(), st, per_slot * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
-      st = reinterpret_cast<entry*>(gathered.data());
-    }
-    for (std::size_t d = 1; d < nd; ++d) {
-      auto& c = *job.ctx[d];
-      {
-        device_guard gd(c.device);
-        c.setup->synchronize();  // its merge is done before its lists are read
-      }
-      SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(st + d * per_slot, c0.device, c.topk_state.data(), c.device,
-                                            per_slot * sizeof(entry), s.value()));
-    }
-    merge_slots(st, static_cast<int>(nd), s);
+  // Every device merges its slots' lists into its first. Then device e owns rows
+  // [n e / nd, n (e + 1) / nd): it pulls the other devices' merged lists of those rows (peer
+  // copies, 12 bytes x k per row) into its freed slot lists at the same rows (or a buffer of its
+  // own when it has fewer slots than there are devices), merges them, writes them out as values
+  // and indices and copies them into the result's vectors through its own link and its own
+  // halves of the pinned block, all devices at once. The result is sorted as the host sorts it.
+  const std::size_t nd = job.ctx.size();
+  std::vector<event> merged;  // each made on its own device
+  merged.reserve(nd);
+  for (std::size_t d = 0; d < nd; ++d) {
+    auto& c = *job.ctx[d];
+    device_guard g(c.device);
+    merge_lists(reinterpret_cast<entry*>(c.topk_state.data()), n, slots_of(c), per_slot, c.setup->view());
+    merged.emplace_back().record(c.setup->view());
   }
-  device_buffer<V> dv(per_slot, s);
-  device_buffer<std::int64_t> di(per_slot, s);
-  topk_export_kernel<V><<<elementwise_grid(static_cast<std::int64_t>(per_slot)), 256, 0, s.value()>>>(
-      st, static_cast<std::int64_t>(per_slot), dv.data(), di.data());
-  SPILLWAY_CUDA_TRY(cudaGetLastError());
-  copy_lists_to_host(dv.data(), di.data(), per_slot, r.values.data(), r.indices.data(), host.stage, s);
+  const std::size_t stage_pairs = host.stage.size() / (2 * topk_stage_half_bytes);
+  struct owned {
+    std::int64_t r0 = 0, rows = 0;
+    device_buffer<std::byte> gathered;
+    device_buffer<V> dv;
+    device_buffer<std::int32_t> di;
+  };
+  std::vector<owned> own(nd);
+  for (std::size_t e = 0; e < nd; ++e) {
+    auto& c = *job.ctx[e];
+    device_guard g(c.device);
+    const stream_view s = c.setup->view();
+    owned& o = own[e];
+    o.r0 = n * static_cast<std::int64_t>(e) / static_cast<std::int64_t>(nd);
+    o.rows = n * static_cast<std::int64_t>(e + 1) / static_cast<std::int64_t>(nd) - o.r0;
+    const std::size_t cnt = static_cast<std::size_t>(o.rows) * static_cast<std::size_t>(k);
+    const std::size_t at = static_cast<std::size_t>(o.r0) * static_cast<std::size_t>(k);
+    entry* st = reinterpret_cast<entry*>(c.topk_state.data()) + at;
+    std::size_t stride = per_slot;
+    if (nd > 1 && static_cast<std::size_t>(slots_of(c)) < nd) {
+      o.gathered = device_buffer<std::byte>(nd * cnt * sizeof(entry), s);
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(o.gathered.data(), st, cnt * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
+      st = reinterpret_cast<entry*>(o.gathered.data());
+      stride = cnt;
+    }
+    std::size_t q = 1;
+    for (std::size_t d = 0; d < nd; ++d) {
+      if (d == e || cnt == 0) continue;
+      auto& cd = *job.ctx[d];
+      s.wait(merged[d]);
+      SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(st + q * stride, c.device, reinterpret_cast<const entry*>(cd.topk_state.data()) + at,
+                                            cd.device, cnt * sizeof(entry), s.value()));
+      ++q;
+    }
+    merge_lists(st, o.rows, static_cast<int>(nd), stride, s);
+    o.dv = device_buffer<V>(cnt, s);
+    o.di = device_buffer<std::int32_t>(cnt, s);
+    if (cnt > 0) {
+      topk_export_kernel<V, std::int32_t><<<elementwise_grid(static_cast<std::int64_t>(cnt)), 256, 0, s.value()>>>(
+          st, static_cast<std::int64_t>(cnt), o.dv.data(), o.di.data());
+      SPILLWAY_CUDA_TRY(cudaGetLastError());
+    }
+  }
+  // The copies down, one host thread per device (the first on this one); devices past the pinned
+  // block's pairs of halves copy straight into the vectors.
+  const auto copy_down = [&](std::size_t e) {
+    auto& c = *job.ctx[e];
+    device_guard g(c.device);
+    const owned& o = own[e];
+    const std::size_t at = static_cast<std::size_t>(o.r0) * static_cast<std::size_t>(k);
+    std::byte* stage = e < stage_pairs ? static_cast<std::byte*>(host.stage.data()) + e * 2 * topk_stage_half_bytes : nullptr;
+    copy_lists_to_host(o.dv.data(), o.di.data(), static_cast<std::size_t>(o.rows) * static_cast<std::size_t>(k),
+                       r.values.data() + at, r.indices.data() + at, stage, c.setup->view());
+  };
+  std::vector<std::future<void>> others;
+  others.reserve(nd);
+  for (std::size_t e = 1; e < nd; ++e) others.push_back(std::async(std::launch::async, copy_down, e));
+  std::exception_ptr failed;
+  try {
+    copy_down(0);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (auto& f : others) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   return std::move(host.result);
 }
 
