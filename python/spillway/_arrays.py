@@ -228,14 +228,14 @@ def dlpack_capsule(x, stream: int):
 
 
 def _cai_stream(v, name: str) -> int:
-    """A __cuda_array_interface__ v3 ``stream`` entry as a handle (1, the legacy default, as 0)."""
+    """A __cuda_array_interface__ v3 ``stream`` entry as a handle (1, the legacy default, as 0).
+
+    Version 3 disallows 0 as ambiguous (legacy or per-thread default stream), but numba-cuda's own
+    DeviceNDArray gives 0 for arrays of the default stream; it is read as the legacy default stream,
+    the conservative reading (that stream orders itself after every blocking stream)."""
     if not _int_like(v):
         raise TypeError(f"spillway: {name}.__cuda_array_interface__['stream'] must be an int or None, got {v!r}")
     v = int(v)
-    if v == 0:
-        raise ValueError(f"spillway: {name}.__cuda_array_interface__['stream'] is 0, which version 3 of the "
-                         "interface disallows (ambiguous); the producer should give 1 (legacy default stream), "
-                         "2 (per-thread default stream), a stream handle, or None")
     if v < 0:
         raise ValueError(f"spillway: {name}.__cuda_array_interface__['stream'] is {v}; a stream handle is >= 1")
     return 0 if v == 1 else v

@@ -343,6 +343,11 @@ def _wrapper(kind: str):
         return wrap
     from numba import cuda
 
+    # numba-cuda fills its device list lazily and not thread-safely: two GPUs' workers asking for
+    # it at once raised "key already in dictionary: 0" inside numba (two H200s, 2026-11-28). It is
+    # filled here, on the calling thread, before any worker runs.
+    len(cuda.gpus)
+
     def wrap(device, handle, specs):
         ctx = cuda.gpus[device]
         with ctx:

@@ -397,9 +397,13 @@ if t.G.NUMPY_ROW_STACK_SHIM:
     t.G.NUMPY_ROW_STACK_SHIM = False
 else:
     t.G._apply_row_stack_shim()
-    assert getattr(np, "row_stack", None) is orig and t.G.NUMPY_ROW_STACK_SHIM is False  # present: untouched
-    if had:
+    if had:  # present: untouched
+        assert np.row_stack is orig and t.G.NUMPY_ROW_STACK_SHIM is False
         del np.row_stack
+    else:  # missing (and numba not imported yet): shimmed now
+        assert t.G.NUMPY_ROW_STACK_SHIM is True and "spillway" in (np.row_stack.__doc__ or "")
+        del np.row_stack
+        t.G.NUMPY_ROW_STACK_SHIM = False
 t.G._apply_row_stack_shim()
 assert t.G.NUMPY_ROW_STACK_SHIM is True
 a, b = np.arange(3.0), np.arange(3.0, 6.0)
