@@ -128,7 +128,8 @@ def cxx_dot(path):
     if r.returncode != 0:
         return {"error": r.stderr[-500:]}
     start = r.stdout.find("{")
-    data = json.loads(r.stdout[start:])
+    # raw_decode: the benchmark binary prints its own summary lines after the JSON document
+    data, _ = json.JSONDecoder().raw_decode(r.stdout[start:])
     return {b["name"]: b["real_time"] for b in data["benchmarks"] if b.get("time_unit") == "ms"}
 
 
