@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Include-boundary check: no header under include/spillway/ includes a layer above its own.
+"""Include-boundary check: no header under include/spillway/ includes a layer above its own, and
+none includes another module's detail/ (a module's detail/ headers are its own; what other
+modules use lives beside its public headers).
 
 The layers (docs/DESIGN order, bottom up): core; io and pipeline on core; map on pipeline; the
 tile engine on core only (gram and gemm instantiate it, it never includes them); the pairwise
@@ -43,6 +45,22 @@ def target_module(path):
     return parts[0] if len(parts) > 1 else None
 
 
+def is_detail(inc):
+    """'pairwise/detail/x.cuh' -> True (a module's detail/ folder at any depth below it)."""
+    return "detail" in inc.split("/")[1:-1]
+
+
+def detail_includes(path, module):
+    """The lines of `path` that include a detail/ header of a module other than `module`."""
+    found = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m and is_detail(m.group(1)) and target_module(m.group(1)) != module:
+                found.append(f"{path}:{lineno}: includes <spillway/{m.group(1)}>, a module's detail/ header")
+    return found
+
+
 def check(root):
     base = os.path.join(root, "spillway")
     if not os.path.isdir(base):
@@ -51,7 +69,11 @@ def check(root):
     for dirpath, _, files in os.walk(base):
         rel_dir = os.path.relpath(dirpath, base)
         if rel_dir == ".":
-            continue  # umbrella headers: anything goes
+            # umbrella headers: any layer, but no module's detail/
+            for name in sorted(files):
+                if name.endswith(HEADER_EXT):
+                    problems += detail_includes(os.path.join(dirpath, name), None)
+            continue
         module = rel_dir.split(os.sep)[0]
         if module not in ALLOWED:
             problems.append(f"{os.path.join(dirpath)}: module '{module}' has no place in the layer table")
@@ -70,6 +92,11 @@ def check(root):
                     if tgt is None and inc == "version.hpp":
                         continue  # generated, below every layer
                     if tgt == module:
+                        continue
+                    if is_detail(inc):
+                        problems.append(f"{path}:{lineno}: '{module}' includes <spillway/{inc}>, another "
+                                        f"module's detail/ header; move what '{module}' needs beside "
+                                        f"'{tgt}''s public headers")
                         continue
                     if tgt is None or tgt not in ALLOWED[module]:
                         where = "an umbrella header" if tgt is None else f"layer '{tgt}'"
@@ -100,9 +127,19 @@ def self_test():
         write("pairwise/bad_gram.cuh", "#include <spillway/gram/g.cuh>\n")
         write("pairwise/bad_gemm.hpp", "#include <spillway/core/a.hpp>\n#include <spillway/gemm/s.cuh>\n")
         write("tile/bad2.cuh", "#include <spillway/pairwise/p.cuh>\n")
+        # another module's detail/ (even a layer below), from a module and from an umbrella header;
+        # a module's own detail/ stays fine
+        write("core/detail/d.hpp", "#include <spillway/core/a.hpp>\n")
+        write("pairwise/own.cuh", "#include <spillway/pairwise/p.cuh>\n")
+        write("pairwise/detail/k.cuh", "#include <spillway/core/a.hpp>\n")
+        write("pairwise/uses_own_detail.cuh", "#include <spillway/pairwise/detail/k.cuh>\n")
+        write("gram/bad_detail.cuh", "#include <spillway/core/a.hpp>\n#include <spillway/pairwise/detail/k.cuh>\n")
+        write("pipeline/bad_detail.hpp", "#include <spillway/core/detail/d.hpp>\n")
+        write("bad_umbrella.cuh", "#include <spillway/gram/g.cuh>\n#include <spillway/pairwise/detail/k.cuh>\n")
         found = check(d)
         want = ["tile/bad.cuh:2", "core/bad.hpp:1", "gemm/bad.cuh:1", "pairwise/bad_gram.cuh:1",
-                "pairwise/bad_gemm.hpp:2", "tile/bad2.cuh:1"]
+                "pairwise/bad_gemm.hpp:2", "tile/bad2.cuh:1", "gram/bad_detail.cuh:2",
+                "pipeline/bad_detail.hpp:1", "bad_umbrella.cuh:2"]
         missing = [w for w in want if not any(w in p for p in found)]
         if missing or len(found) != len(want):
             print("self-test: expected exactly", want, "got:", *found, sep="\n  ")
@@ -124,7 +161,7 @@ def main():
     if problems:
         print(f"{len(problems)} include(s) cross a layer boundary")
         return 1
-    print("1 passed, 0 failed: no header includes a layer above its own")
+    print("1 passed, 0 failed: no header includes a layer above its own or another module's detail/")
     return 0
 
 

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <spillway/core.hpp>
-#include <spillway/core/detail/fault_hook.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/core/fault_hook.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/job.hpp>
 
 #include <gtest/gtest.h>

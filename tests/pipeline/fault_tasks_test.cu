@@ -5,7 +5,7 @@
 // device, the report lists exactly the tasks whose output is complete (checked against the host;
 // tasks never started are still poison), nothing leaked (device pool, free memory, pinned bytes,
 // threads), and the next job in the process is right. The faults are substituted results
-// (core/detail/fault_hook.hpp); the CUDA context stays healthy.
+// (core/fault_hook.hpp); the CUDA context stays healthy.
 #include <spillway/core.hpp>
 #include <spillway/pipeline.cuh>
 

@@ -1,7 +1,7 @@
 // spillway/core/device_buffer.hpp — typed, uninitialized, stream-ordered device memory.
 #pragma once
 
-#include <spillway/core/detail/fault_hook.hpp>
+#include <spillway/core/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_pool.hpp>

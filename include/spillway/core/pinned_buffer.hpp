@@ -1,7 +1,7 @@
 // spillway/core/pinned_buffer.hpp — page-locked host memory.
 #pragma once
 
-#include <spillway/core/detail/fault_hook.hpp>
+#include <spillway/core/fault_hook.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 

@@ -31,7 +31,7 @@
 // second stream of the device, while the loader copies the next panel (ooc_job::load).
 #pragma once
 
-#include <spillway/core/detail/fault_hook.hpp>
+#include <spillway/core/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
@@ -45,7 +45,7 @@
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/ooc_plan.hpp>
 #include <spillway/gemm/options.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>

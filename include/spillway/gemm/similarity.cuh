@@ -30,7 +30,7 @@
 #include <spillway/gemm/host_similarity.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
-#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pairwise/plan.hpp>

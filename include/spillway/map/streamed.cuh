@@ -25,7 +25,7 @@
 #include <spillway/map/ndview.hpp>
 #include <spillway/map/operand.hpp>
 #include <spillway/map/shape.hpp>
-#include <spillway/pipeline/detail/streamed_job.hpp>
+#include <spillway/pipeline/streamed_job.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>

@@ -33,14 +33,14 @@
 //   template <class W> void compute(const panel_pair<aux_type>&, const W& writer, V* scratch, stream_view) const;
 #pragma once
 
-#include <spillway/core/detail/fault_hook.hpp>
+#include <spillway/core/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/memory_pool.hpp>
 #include <spillway/core/stream.hpp>
-#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/sinks.hpp>

@@ -24,13 +24,13 @@
 // and a pipeline_error names the failed task and which tasks completed.
 #pragma once
 
-#include <spillway/core/detail/fault_hook.hpp>
+#include <spillway/core/fault_hook.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/stream.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
 

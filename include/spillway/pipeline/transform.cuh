@@ -16,7 +16,7 @@
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/detail/kernels.cuh>
 #include <spillway/pipeline/detail/streamed_job.hpp>
 #include <spillway/pipeline/host_operand.hpp>

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 
 #include <cstddef>

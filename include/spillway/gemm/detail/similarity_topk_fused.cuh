@@ -41,7 +41,7 @@
 #include <spillway/gemm/gemm.cuh>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
-#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pipeline/job.hpp>

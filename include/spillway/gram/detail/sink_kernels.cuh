@@ -1,10 +1,10 @@
 // spillway/gram/detail/sink_kernels.cuh — device packing, row popcounts, and the epilogue functors
 // handed to bit_gemm_async (a scorer feeding a pairwise writer). The sink kernels themselves (top-k,
-// threshold) are the pairwise layer's: spillway/pairwise/detail/sink_kernels.cuh.
+// threshold) are the pairwise layer's: spillway/pairwise/sink_kernels.cuh.
 #pragma once
 
 #include <spillway/gram/epilogue.hpp>
-#include <spillway/pairwise/detail/sink_kernels.cuh>
+#include <spillway/pairwise/sink_kernels.cuh>
 
 #include <cuda_runtime_api.h>
 

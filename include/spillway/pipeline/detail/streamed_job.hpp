@@ -7,7 +7,7 @@
 
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
-#include <spillway/pipeline/detail/host_workers.hpp>
+#include <spillway/pipeline/host_workers.hpp>
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
