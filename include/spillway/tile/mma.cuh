@@ -187,9 +187,6 @@ __device__ __forceinline__ void mma_m16n8k256_b1_and(std::int32_t (&d)[4], const
 
 // ---- traits --------------------------------------------------------------------------------------
 
-/// Tag for 1-bit operands (packed bits, AND + popcount), the Gram kernels' element.
-struct b1_and {};
-
 /// What a K-major mainloop needs to know about an operand element: the accumulator type, the k
 /// elements per 32-byte step, and the MMA for one m16n8 x 32-byte step (same fragment layout for
 /// every type, see the header comment).
@@ -228,15 +225,6 @@ struct mma_traits<std::int8_t> {
   __device__ __forceinline__ static void mma(std::int32_t (&d)[4], const std::uint32_t (&a)[4],
                                              const std::uint32_t (&b)[2]) {
     mma_m16n8k32_s8(d, a, b);
-  }
-};
-template <>
-struct mma_traits<b1_and> {
-  using accumulator = std::int32_t;
-  static constexpr int k_per_step = 256;
-  __device__ __forceinline__ static void mma(std::int32_t (&d)[4], const std::uint32_t (&a)[4],
-                                             const std::uint32_t (&b)[2]) {
-    mma_m16n8k256_b1_and(d, a, b);
   }
 };
 

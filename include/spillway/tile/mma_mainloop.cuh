@@ -1,7 +1,8 @@
 // spillway/tile/mma_mainloop.cuh — the K-major mma.sync mainloop (sm_80+) that the tensor-core
-// GEMM instantiates for half, bf16, TF32 and int8, and that 1-bit operands (mma_traits<b1_and>)
-// can run unchanged: both operands are rows of k bytes, every MMA step eats 32 bytes of k with the
-// same fragment layout (tile/mma.cuh), so only the MMA instruction depends on the element type.
+// GEMM instantiates for half, bf16, TF32 and int8: both operands are rows of k bytes, every MMA
+// step eats 32 bytes of k with the same fragment layout (tile/mma.cuh), so only the MMA
+// instruction depends on the element type (mma_traits<T>). (A 1-bit traits entry that nothing
+// instantiated was removed; the Gram kernels call mma_m16n8k256_b1_and directly.)
 //
 // Per block: a ring of `stages` shared stages, each one k-tile of 128 bytes for the BM rows of A
 // and the BN rows of B, 128-byte-swizzled (tile/swizzle.cuh), filled by 16-byte cp.async (.cg);
