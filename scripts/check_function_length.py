@@ -54,7 +54,7 @@ def strip_literals(text):
             j = n if j < 0 else j + 2
             out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
             i = j
-        elif c == '"' and text.startswith('R"', i - 1 if i > 0 else i) and i > 0 and text[i - 1] == "R":
+        elif c == '"' and i > 0 and text[i - 1] == "R":  # a raw string literal R"d(...)d"
             m = re.match(r'"([^(\s]*)\(', text[i:])
             end = text.find(")" + (m.group(1) if m else "") + '"', i)
             j = n if end < 0 else end + len(m.group(1) if m else "") + 2
