@@ -490,49 +490,55 @@ TEST(DistGram, DealtStripsGiveTheOneProcessLists) {
   // Exact against the one-process job (each pair computed once; ties break on the smaller column).
   sd::communicator c;
   const auto a = random_bits(233, 150, 0.15, seed("dist dealt"));  // sparse: many ties
-  for (const auto policy : {sd::gram_split_policy::cyclic, sd::gram_split_policy::snake,
-                            sd::gram_split_policy::greedy}) {
-    for (const std::int64_t strip : {5, 16, 64, 300}) {  // 300: one strip, one rank computes
-      for (const bool diag : {false, true}) {
-        const std::string what = std::string(sd::split_policy_name(policy)) + " strips of " +
-                                 std::to_string(strip) + (diag ? " diag" : "");
-        sd::gram_job_options o;
-        o.strip_rows = strip;
-        o.split = policy;
-        const int k = 5;
-        const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, diag});
-        sd::gram_report rep;
-        const auto b = sd::host_gram_topk<std::int32_t>(c, a, {k, diag}, o, &rep);
-        const auto& sp_ = rep.split;
-        EXPECT_EQ(sp_.deal, c.size() > 1 ? (policy == sd::gram_split_policy::snake ? sd::strip_deal::snake
-                                                                                     : sd::strip_deal::cyclic)
-                                         : sd::strip_deal::contiguous)
-            << what;
-        EXPECT_EQ(b.first_row, sp_.first_row(c.rank())) << what;
-        EXPECT_EQ(b.lists.rows, sp_.rows_of(c.rank())) << what;
-        expect_topk_block(b, ref, what);
-        const auto all = sd::gather_topk(c, b, a.rows());
-        if (c.rank() == 0) {
-          EXPECT_EQ(all.indices, ref.indices) << what;
-          EXPECT_EQ(all.values, ref.values) << what;
+  // Both exchanges: through the host's shared memory where every rank is on one host (the
+  // default; mpirun -np 2 and 3 here), and MPI_Alltoallv.
+  for (const bool shared : {true, false}) {
+    for (const auto policy : {sd::gram_split_policy::cyclic, sd::gram_split_policy::snake,
+                              sd::gram_split_policy::greedy}) {
+      for (const std::int64_t strip : {5, 16, 64, 300}) {  // 300: one strip, one rank computes
+        for (const bool diag : {false, true}) {
+          const std::string what = std::string(sd::split_policy_name(policy)) + " strips of " +
+                                   std::to_string(strip) + (diag ? " diag" : "") +
+                                   (shared ? " shared memory" : " alltoallv");
+          sd::gram_job_options o;
+          o.strip_rows = strip;
+          o.split = policy;
+          o.shared_memory_exchange = shared;
+          const int k = 5;
+          const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, diag});
+          sd::gram_report rep;
+          const auto b = sd::host_gram_topk<std::int32_t>(c, a, {k, diag}, o, &rep);
+          const auto& sp_ = rep.split;
+          EXPECT_EQ(sp_.deal, c.size() > 1 ? (policy == sd::gram_split_policy::snake ? sd::strip_deal::snake
+                                                                                       : sd::strip_deal::cyclic)
+                                           : sd::strip_deal::contiguous)
+              << what;
+          EXPECT_EQ(b.first_row, sp_.first_row(c.rank())) << what;
+          EXPECT_EQ(b.lists.rows, sp_.rows_of(c.rank())) << what;
+          expect_topk_block(b, ref, what);
+          const auto all = sd::gather_topk(c, b, a.rows());
+          if (c.rank() == 0) {
+            EXPECT_EQ(all.indices, ref.indices) << what;
+            EXPECT_EQ(all.values, ref.values) << what;
+          }
+          // The bytes: this rank's lists of each owner's rows its strips touched, out; one list per
+          // own row from each rank whose strips touched them, in. Every strip once.
+          const int me = c.rank();
+          const double entry = sizeof(sd::topk_wire<std::int32_t>);  // value + int32 column, as sent
+          double sent = 0, received = 0;
+          bool any = false;
+          for (int q = 0; q < c.size(); ++q)
+            for (int r = 0; r < c.size(); ++r) any = any || sp_.lists_meet(q, r);
+          for (int q = 0; q < c.size() && any; ++q) {
+            if (sp_.lists_meet(me, q)) sent += static_cast<double>(sp_.rows_of(q) * k) * entry;
+            if (sp_.lists_meet(q, me)) received += static_cast<double>(sp_.rows_of(me) * k) * entry;
+          }
+          EXPECT_EQ(rep.local.sent_bytes, sent) << what;
+          EXPECT_EQ(rep.local.received_bytes, received) << what;
+          std::size_t computed = 0;
+          for (const auto& r : rep.run.ranks) computed += r.tasks;
+          EXPECT_EQ(computed, static_cast<std::size_t>(sp_.strips)) << what;
         }
-        // The bytes: this rank's lists of each owner's rows its strips touched, out; one list per
-        // own row from each rank whose strips touched them, in. Every strip once.
-        const int me = c.rank();
-        const double entry = sizeof(sd::topk_wire<std::int32_t>);  // value + int32 column, as sent
-        double sent = 0, received = 0;
-        bool any = false;
-        for (int q = 0; q < c.size(); ++q)
-          for (int r = 0; r < c.size(); ++r) any = any || sp_.lists_meet(q, r);
-        for (int q = 0; q < c.size() && any; ++q) {
-          if (sp_.lists_meet(me, q)) sent += static_cast<double>(sp_.rows_of(q) * k) * entry;
-          if (sp_.lists_meet(q, me)) received += static_cast<double>(sp_.rows_of(me) * k) * entry;
-        }
-        EXPECT_EQ(rep.local.sent_bytes, sent) << what;
-        EXPECT_EQ(rep.local.received_bytes, received) << what;
-        std::size_t computed = 0;
-        for (const auto& r : rep.run.ranks) computed += r.tasks;
-        EXPECT_EQ(computed, static_cast<std::size_t>(sp_.strips)) << what;
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -574,6 +575,11 @@ TEST(GramDeal, TheBenchJobIsFasterDealtOnTwoRanks) {
   // Each rank sends the other the lists of its 50,000 rows: 50,000 x 32 x 8 bytes (int32 values,
   // int32 columns on the wire).
   EXPECT_DOUBLE_EQ(cyc.predicted[0].sent_bytes, 50000.0 * 32.0 * 8.0);
+  // Longest first: the shares end within a narrow strip of each other (cyclic: 4 ms apart).
+  const auto greedy = sd::make_gram_split_dealt(j, m, 2, sd::strip_deal::greedy);
+  EXPECT_LT(greedy.predicted_imbalance(), 1.002);
+  EXPECT_LT(std::abs(greedy.predicted[0].seconds - greedy.predicted[1].seconds), 0.5e-3);
+  EXPECT_LT(greedy.predicted_job_seconds(), cyc.predicted_job_seconds());
   const auto best = sd::make_gram_split_best(j, m, 2);
   EXPECT_NE(best.deal, sd::strip_deal::contiguous);
   for (const auto d : {sd::strip_deal::cyclic, sd::strip_deal::snake, sd::strip_deal::greedy})

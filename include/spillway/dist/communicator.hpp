@@ -17,6 +17,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -144,7 +146,13 @@ class communicator {
     SPILLWAY_MPI_TRY(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     SPILLWAY_MPI_TRY(MPI_Comm_rank(node, &local_rank_));
     SPILLWAY_MPI_TRY(MPI_Comm_size(node, &local_size_));
-    MPI_Comm_free(&node);
+    // Kept where every rank is on this host: its shared-memory segments (shared_segment).
+    if (local_size_ == size_ && size_ > 1) {
+      node_ = node;
+      SPILLWAY_MPI_TRY(MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN));
+    } else {
+      MPI_Comm_free(&node);
+    }
   }
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
@@ -153,6 +161,10 @@ class communicator {
     if (this != &o) {
       release();
       comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+      node_ = std::exchange(o.node_, MPI_COMM_NULL);
+      win_ = std::exchange(o.win_, MPI_WIN_NULL);
+      win_base_ = std::exchange(o.win_base_, nullptr);
+      win_bytes_ = std::exchange(o.win_bytes_, 0);
       rank_ = o.rank_;
       size_ = o.size_;
       local_rank_ = o.local_rank_;
@@ -170,14 +182,76 @@ class communicator {
   [[nodiscard]] int local_size() const noexcept { return local_size_; }
   void barrier() const { SPILLWAY_MPI_TRY(MPI_Barrier(comm_)); }
 
+  /// Whether every rank is on this host (and there are several): shared_segment works.
+  [[nodiscard]] bool one_host() const noexcept { return node_ != MPI_COMM_NULL; }
+
+  /// This rank's segment of a window of memory that every rank of the host reads
+  /// (MPI_Win_allocate_shared), at least `bytes` long; kept across calls and grown when some
+  /// rank needs more (fresh pages cost page faults: ~1 ms per 4 MB). Collective (every rank, its
+  /// own `bytes`); one_host() only (logic_error otherwise). The segments are written by their
+  /// owners, then shared_fence(), then read by anyone (shared_segment_of); a segment is written
+  /// again only after a collective that follows every rank's reads.
+  std::byte* shared_segment(std::size_t bytes) const {
+    if (!one_host()) throw logic_error("communicator::shared_segment: the ranks are not all on one host");
+    int grow = bytes > win_bytes_ ? 1 : 0;
+    SPILLWAY_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &grow, 1, MPI_INT, MPI_MAX, node_));
+    if (grow != 0) {
+      free_window();
+      const std::size_t want = std::max<std::size_t>({bytes + bytes / 4, win_bytes_, 64});
+      MPI_Info info = MPI_INFO_NULL;
+      SPILLWAY_MPI_TRY(MPI_Info_create(&info));
+      MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each segment on its own rank's pages
+      void* base = nullptr;
+      const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(want), 1, info, node_, &base, &win_);
+      MPI_Info_free(&info);
+      if (rc != MPI_SUCCESS) {
+        win_ = MPI_WIN_NULL;
+        detail::throw_mpi_error(rc, "MPI_Win_allocate_shared", __FILE__, __LINE__);
+      }
+      SPILLWAY_MPI_TRY(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+      win_base_ = static_cast<std::byte*>(base);
+      win_bytes_ = want;
+    }
+    return win_base_;
+  }
+  /// Rank `r`'s segment (after shared_fence).
+  [[nodiscard]] const std::byte* shared_segment_of(int r) const {
+    MPI_Aint size = 0;
+    int unit = 0;
+    void* p = nullptr;
+    SPILLWAY_MPI_TRY(MPI_Win_shared_query(win_, r, &size, &unit, &p));
+    return static_cast<const std::byte*>(p);
+  }
+  /// Every rank's writes to its segment visible to every rank. Collective.
+  void shared_fence() const {
+    SPILLWAY_MPI_TRY(MPI_Win_sync(win_));
+    SPILLWAY_MPI_TRY(MPI_Barrier(node_));
+    SPILLWAY_MPI_TRY(MPI_Win_sync(win_));
+  }
+
  private:
+  void free_window() const noexcept {
+    if (win_ == MPI_WIN_NULL) return;
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+    win_ = MPI_WIN_NULL;
+    win_base_ = nullptr;
+    win_bytes_ = 0;
+  }
   void release() noexcept {
     int fin = 0;
     MPI_Finalized(&fin);
+    if (!fin) free_window();
+    if (node_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&node_);
+    node_ = MPI_COMM_NULL;
     if (comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm node_ = MPI_COMM_NULL;  // every rank, ordered as in comm_, where all are on one host
+  mutable MPI_Win win_ = MPI_WIN_NULL;
+  mutable std::byte* win_base_ = nullptr;
+  mutable std::size_t win_bytes_ = 0;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 

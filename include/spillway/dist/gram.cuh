@@ -265,7 +265,7 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
     rep.local.collect_seconds = detail::seconds_since(t0);
     rep.local.collect_bytes = static_cast<double>(all.values.size()) * static_cast<double>(sizeof(V) + 8);
     b.lists = detail::lists_to_owners(c, rj.split, std::move(all), computes ? 0 : n,
-                                      gram::is_similarity(o.epilogue), rep.local);
+                                      gram::is_similarity(o.epilogue), o.shared_memory_exchange, rep.local);
   }
   detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);

@@ -194,6 +194,11 @@ struct gram_job_options {
   gram_split_policy split = gram_split_policy::automatic;
   /// The rates of that prediction (rank 0's model decides the split for every rank).
   gram_cost_model model{};
+  /// Top-k: where every rank is on one host, the lists of other ranks' rows go to their owners
+  /// through a window of shared memory (each sender packs into its segment, each owner merges
+  /// straight from the senders' segments: one copy, not MPI's copy in and out); false, or ranks
+  /// on several hosts: MPI_Alltoallv.
+  bool shared_memory_exchange = true;
 };
 
 /// Where one rank's time and bytes went in a distributed Gram job.
@@ -400,7 +405,7 @@ std::vector<topk_wire<V>>& exchange_scratch(int which) {
 /// and are merged with those that arrived. Collective. Fills the exchange and merge phases of `ph`.
 template <class V>
 pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split& sp, pairwise::topk_result<V>&& lists,
-                                         std::int64_t row0, bool larger, gram_phases& ph) {
+                                         std::int64_t row0, bool larger, bool shared_memory, gram_phases& ph) {
   const int P = c.size(), me = c.rank();
   const int k = lists.k;
   const std::int64_t r0 = sp.first_row(me), r1 = sp.last_row(me), mine = r1 - r0;
@@ -423,6 +428,8 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
   std::vector<wire>& sw = exchange_scratch<V>(0);
   std::vector<wire>& rw = exchange_scratch<V>(1);
   std::size_t arrived = 0;  // lists of each of this rank's rows that came from other ranks
+  std::vector<const wire*> arrived_at;  // where each arrived block lies (rw, or a sender's segment)
+  const bool through_shared = any_meet && shared_memory && c.one_host();
   if (any_meet) {
     std::vector<int> scount(static_cast<std::size_t>(P), 0), sdispl(static_cast<std::size_t>(P), 0);
     std::vector<int> rcount(static_cast<std::size_t>(P), 0), rdispl(static_cast<std::size_t>(P), 0);
@@ -453,17 +460,38 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
     }
     as_count(sent);
     as_count(recv);
-    if (sw.size() < static_cast<std::size_t>(sent)) sw.resize(static_cast<std::size_t>(sent));
-    if (rw.size() < static_cast<std::size_t>(recv)) rw.resize(static_cast<std::size_t>(recv));
+    wire* out = nullptr;
+    if (through_shared) {
+      // Collective: every rank, its own size (0 where it sends nothing).
+      out = reinterpret_cast<wire*>(c.shared_segment(static_cast<std::size_t>(sent) * sizeof(wire)));
+    } else {
+      if (sw.size() < static_cast<std::size_t>(sent)) sw.resize(static_cast<std::size_t>(sent));
+      if (rw.size() < static_cast<std::size_t>(recv)) rw.resize(static_cast<std::size_t>(recv));
+      out = sw.data();
+    }
     {
       std::int64_t at = 0;
       for (const auto& [first, count] : send_ranges) {
-        pack_topk_wire(lists.values.data() + first, lists.indices.data() + first, count, sw.data() + at, threads);
+        pack_topk_wire(lists.values.data() + first, lists.indices.data() + first, count, out + at, threads);
         at += count;
       }
     }
-    SPILLWAY_MPI_TRY(MPI_Alltoallv(sw.data(), scount.data(), sdispl.data(), MPI_UINT64_T, rw.data(), rcount.data(),
-                                   rdispl.data(), MPI_UINT64_T, c.get()));
+    if (through_shared) {
+      c.shared_fence();
+      // Sender q's segment holds its lists for the owners o it meets, in the order of o: this
+      // rank's block follows those of the owners before it.
+      for (int q = 0; q < P; ++q) {
+        if (!sp.lists_meet(q, me)) continue;
+        std::int64_t before = 0;
+        for (int o = 0; o < me; ++o)
+          if (sp.lists_meet(q, o)) before += sp.rows_of(o) * k;
+        arrived_at.push_back(reinterpret_cast<const wire*>(c.shared_segment_of(q)) + before);
+      }
+    } else {
+      SPILLWAY_MPI_TRY(MPI_Alltoallv(sw.data(), scount.data(), sdispl.data(), MPI_UINT64_T, rw.data(), rcount.data(),
+                                     rdispl.data(), MPI_UINT64_T, c.get()));
+      for (std::size_t q = 0; q < arrived; ++q) arrived_at.push_back(rw.data() + q * static_cast<std::size_t>(mine * k));
+    }
     ph.sent_bytes = static_cast<double>(sent) * static_cast<double>(sizeof(wire));
     ph.received_bytes = static_cast<double>(recv) * static_cast<double>(sizeof(wire));
   }
@@ -472,8 +500,7 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
   std::vector<topk_list_ref<V>> refs;
   const auto own = static_cast<std::size_t>(self ? (r0 - row0) * k : 0);
   if (self) refs.push_back(topk_list_ref<V>{lists.values.data() + own, lists.indices.data() + own, nullptr});
-  for (std::size_t q = 0; q < arrived; ++q)
-    refs.push_back(topk_list_ref<V>{nullptr, nullptr, rw.data() + q * static_cast<std::size_t>(mine * k)});
+  for (const wire* w : arrived_at) refs.push_back(topk_list_ref<V>{nullptr, nullptr, w});
   pairwise::topk_result<V> out;
   if (self) {
     if (arrived > 0 && r0 - row0 >= mine) {
@@ -680,7 +707,7 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   } else {
     // The partial lists are already the top-k layout (−1 past a row's last entry).
     pairwise::topk_result<V> lists{pt.rows, pt.k, std::move(pt.v), std::move(pt.c)};
-    b.lists = detail::lists_to_owners(c, sp, std::move(lists), row0, larger, rep.local);
+    b.lists = detail::lists_to_owners(c, sp, std::move(lists), row0, larger, o.shared_memory_exchange, rep.local);
   }
   detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
