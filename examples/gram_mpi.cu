@@ -51,6 +51,7 @@ struct args {
   std::int64_t strip_rows = 0;
   int repeat = 1;
   std::string split = "auto";
+  bool alltoallv = false;
   sd::gram_cost_model model{};
 };
 
@@ -85,10 +86,12 @@ void print_usage(std::FILE* f) {
       "                         pairs: the strips of its own rows, cut by each share's predicted seconds\n"
       "                         on its GPU or by pairs alone; cyclic / snake / greedy (top-k only): the\n"
       "                         strips dealt across the matrix in the order one process runs them, round\n"
-      "                         robin, back and forth, or each to the rank the model predicts ends first;\n"
+      "                         robin, back and forth, or longest first to the rank predicted least busy;\n"
       "                         auto (default): top-k the fastest of model and the deals as the model\n"
       "                         predicts them, the triangle and threshold model. --bench with several\n"
       "                         ranks runs top-k under each\n"
+      "  --alltoallv            top-k lists to their owners with MPI_Alltoallv even where every rank is on\n"
+      "                         one host (default there: through the host's shared memory)\n"
       "  --model-rate R         the model's b1 product rate, bit-MAC/s (default 5.8e15)\n"
       "  --model-h2d B          its upload rate, bytes/s (default 55e9); --model-d2h B likewise (55e9)\n"
       "  --model-score B        its rate of the top-k/threshold sink's pass over the scores, bytes/s (1e12)\n"
@@ -175,6 +178,8 @@ args parse(int argc, char** argv) {
       a.strip_rows = std::atoll(val().c_str());
     else if (k == "--split")
       a.split = val();
+    else if (k == "--alltoallv")
+      a.alltoallv = true;
     else if (k == "--model-rate")
       a.model.bit_macs_per_second = std::atof(val().c_str());
     else if (k == "--model-h2d")
@@ -336,6 +341,7 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   o.sync_files = a.sync;
   o.collective_io = !a.independent_io;
   o.split = sd::parse_split_policy(a.split);
+  o.shared_memory_exchange = !a.alltoallv;
   o.model = a.model;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();

@@ -43,9 +43,11 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   // the widest strip's columns.
   EXPECT_EQ(p.topk_bar_bytes, 10000u * 4u);
   ASSERT_NE(p.buf_cand, pw::pair_plan::none);
-  EXPECT_EQ(p.slot_buffers[p.buf_cand], pw::detail::topk_mirror_bytes(10000, 4));
-  EXPECT_EQ(pw::detail::topk_mirror_bytes(10000, 4),
-            40192u + 10000u * static_cast<std::size_t>(pw::detail::topk_mirror_cap) * 8u);
+  EXPECT_EQ(p.slot_buffers[p.buf_cand], pw::detail::topk_mirror_bytes(2048, 10000, 4));
+  // Counts (256-byte aligned), 16 places of 8 bytes per column, and per row a 32-bit hit mask per
+  // lane per 1,024 values (10 chunks, one more for a row off a 16-byte boundary).
+  EXPECT_EQ(pw::detail::topk_mirror_bytes(2048, 10000, 4),
+            40192u + 10000u * static_cast<std::size_t>(pw::detail::topk_mirror_cap) * 8u + 2048u * 11u * 32u * 4u);
   {
     // Where the candidate area does not fit at a strip height, that height is planned without it
     // (every column group read in full) before the strips shrink.
@@ -91,7 +93,7 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   EXPECT_EQ(e.slot_buffers[0], static_cast<std::size_t>(e.panel_rows) * 10000u * 8u);
   EXPECT_EQ(e.topk_state_bytes, 10000u * 32u * 16u);
   EXPECT_EQ(e.topk_bar_bytes, 10000u * 8u);
-  EXPECT_EQ(e.slot_buffers[e.buf_cand], pw::detail::topk_mirror_bytes(10000, 8));
+  EXPECT_EQ(e.slot_buffers[e.buf_cand], pw::detail::topk_mirror_bytes(static_cast<std::size_t>(e.panel_rows), 10000, 8));
   // Too small: the message starts with the job's name and states the minimum.
   r.budget_bytes = 1000;
   try {

@@ -656,9 +656,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       auto* st = reinterpret_cast<topk_entry<V>*>(c.topk_state.data()) +
                  slot.index() * static_cast<std::size_t>(n) * static_cast<std::size_t>(job.topk.k);
       const bool skip_diag = sym && !job.topk.include_diagonal;
-      // A·Aᵀ: the rows kernel also proposes each column's mirrored candidates (those reaching the
-      // column's bar), and the columns kernel offers them, reading in full only the column groups
-      // whose bars are too low to filter.
+      // A·Aᵀ: the rows kernel also marks each column's mirrored candidates (those reaching the
+      // column's bar), the append kernel appends them to the columns' candidates, and the columns
+      // kernel offers them, reading in full only the column groups whose bars are too low to filter.
       topk_mirror<V> m;  // left empty where the plan has no candidate area: every column read in full
       if (sym && p.buf_cand != pair_plan::none) {
         std::byte* area = slot.device<std::byte>(p.buf_cand);
@@ -667,6 +667,9 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         m.count = reinterpret_cast<int*>(area);
         m.cand = reinterpret_cast<topk_entry<V>*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)));
         m.cap = topk_mirror_cap;
+        m.hits = reinterpret_cast<unsigned*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)) +
+                                             topk_mirror_cand_bytes(static_cast<std::size_t>(n), sizeof(V)));
+        m.hit_words = static_cast<std::int64_t>(topk_mirror_hit_words(static_cast<std::size_t>(W)));
         // The other workers' bars, where this device reaches them (pool peer access).
         const std::size_t w = slot.worker();
         for (std::size_t h = 0; h < job.ctx.size() && m.n_peers < topk_max_peer_bars; ++h) {
@@ -683,6 +686,10 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
                                                                           job.topk.k, m);
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+        if (sym && W > PI && m.hits != nullptr) {
+          topk_append_kernel<V><<<elementwise_grid(PI * m.hit_words), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
+          SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+        }
         if (sym && W > PI) {
           const std::int64_t groups = (W - PI + 31) / 32;
           topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 528)), 1024, 0, s.value()>>>(

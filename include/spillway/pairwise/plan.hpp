@@ -125,11 +125,17 @@ constexpr std::size_t topk_key_size(std::size_t out_bytes) { return out_bytes <=
 /// (100,000 rows, k = 32): a column takes ~2048·k / (values its lists have seen) ≈ 1–3 per strip.
 inline constexpr int topk_mirror_cap = 16;
 
-/// The candidate area of a slot for strips up to `w` columns wide: counts (int32, 256-byte
-/// aligned), then `topk_mirror_cap` entries per column.
+/// The candidate area of a slot for strips of `p` rows and up to `w` columns: counts (int32,
+/// 256-byte aligned), `topk_mirror_cap` entries per column, then the rows' hit masks (a bit per
+/// score: which values reached their column's bar; a 32-bit word per lane of a warp per 1,024
+/// values of a row, one chunk more for a row that starts off a 16-byte boundary).
 inline std::size_t topk_mirror_count_bytes(std::size_t w) { return (w * 4u + 255u) / 256u * 256u; }
-inline std::size_t topk_mirror_bytes(std::size_t w, std::size_t out_bytes) {
-  return topk_mirror_count_bytes(w) + w * static_cast<std::size_t>(topk_mirror_cap) * topk_entry_size(out_bytes);
+inline std::size_t topk_mirror_hit_words(std::size_t w) { return ((w + 1023u) / 1024u + 1u) * 32u; }
+inline std::size_t topk_mirror_cand_bytes(std::size_t w, std::size_t out_bytes) {
+  return (w * static_cast<std::size_t>(topk_mirror_cap) * topk_entry_size(out_bytes) + 255u) / 256u * 256u;
+}
+inline std::size_t topk_mirror_bytes(std::size_t p, std::size_t w, std::size_t out_bytes) {
+  return topk_mirror_count_bytes(w) + topk_mirror_cand_bytes(w, out_bytes) + p * topk_mirror_hit_words(w) * 4u;
 }
 
 /// `candidates`: an A·Aᵀ top-k plan keeps the mirrored side's candidate area per slot and the bars
@@ -176,7 +182,7 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
     g.buf_scratch = add(P * W * r.out_bytes);
   }
   const bool mirror = candidates && r.sink == sink_kind::topk && r.symmetric;
-  if (mirror) g.buf_cand = add(topk_mirror_bytes(W, r.out_bytes));
+  if (mirror) g.buf_cand = add(topk_mirror_bytes(P, W, r.out_bytes));
   g.resident_bytes = resident && !r.operands_on_device ? static_cast<std::size_t>(r.rows_b) * r.row_bytes : 0;
   g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
                                                        topk_entry_size(r.out_bytes)

@@ -258,7 +258,9 @@ __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
 /// The mirrored side of a symmetric strip's top-k, for the rows kernel to fill: local column x ≥
 /// `x_begin` of the strip (global row col0 + x) takes the values of its column whose key reaches
 /// `bar[col0 + x]`; each column has `cap` places in `cand` (x − x_begin)·cap.. and a count in
-/// `count` (zero before the strip; a count above cap means "read the column in full").
+/// `count` (zero before the strip; a count above cap means "read the column in full"). The rows
+/// kernel marks those values in `hits` (`hit_words` 32-bit words per row: a word per lane of a
+/// warp per 1,024 values), and topk_append_kernel appends them to their columns.
 /// The other workers of a job whose bars a raise also reaches (more workers than this many + 1
 /// keep their bars to themselves beyond it: still exact, the bars only filter less).
 inline constexpr int topk_max_peer_bars = 7;
@@ -270,6 +272,8 @@ struct topk_mirror {
   int* count = nullptr;
   topk_entry<V>* cand = nullptr;
   int cap = 0;
+  unsigned* hits = nullptr;
+  std::int64_t hit_words = 0;
   /// The bars of the job's other workers (other devices: peer memory, over NVLink), raised with
   /// this one. The k-th place of any list of a row bounds that row's final list wherever the list
   /// lives, so a bar raised on one device is valid on all; without this a column whose own row
@@ -288,35 +292,117 @@ __device__ __forceinline__ void topk_raise_bar(const topk_mirror<V>& m, std::int
   for (int p = 0; p < m.n_peers; ++p) atomicMax(m.peers[p] + row, key);
 }
 
+/// One compare-exchange step of a bitonic network across the warp: the lane keeps the better of
+/// its entry and lane (lane ^ mask)'s when `keep_better`, else the worse.
+template <class V, bool Larger>
+__device__ __forceinline__ void topk_exchange(V& v, std::int32_t& c, int mask, bool keep_better) {
+  const V ov = __shfl_xor_sync(0xFFFFFFFFu, v, mask);
+  const std::int32_t oc = __shfl_xor_sync(0xFFFFFFFFu, c, mask);
+  if (topk_better_dev<V, Larger>(ov, oc, v, c) == keep_better) {
+    v = ov;
+    c = oc;
+  }
+}
+
+/// Sorts one entry per lane across the warp: best first by lane when `best_first`, else worst first.
+template <class V, bool Larger>
+__device__ __forceinline__ void topk_sort32(V& v, std::int32_t& c, int lane, bool best_first) {
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int j = size >> 1; j > 0; j >>= 1) {
+      // A block of `size` lanes runs in the final direction when its bit `size` is clear (the
+      // whole warp at size 32) and against it otherwise; the lower lane of a pair keeps the entry
+      // that comes first in its block's direction.
+      const bool block_best_first = ((lane & size) == 0) == best_first;
+      topk_exchange<V, Larger>(v, c, j, ((lane & j) == 0) == block_best_first);
+    }
+  }
+}
+
+/// Merges 32 entries (one per lane, any order; (worst, INT_MAX) fills empty lanes) into a warp's
+/// list: the candidates are sorted worst first, the better of list place p and candidate p then
+/// forms a bitonic sequence holding the best of both, which a bitonic merge sorts (places 32..63
+/// for k > 32: the 64-place form of the same merge). ~25 shuffle steps for 32 candidates, where
+/// offering them one by one costs ~12 shuffles per insert.
+template <class V, bool Larger>
+__device__ __forceinline__ void topk_merge32(warp_topk<V, Larger>& t, V qv, std::int32_t qc) {
+  topk_sort32<V, Larger>(qv, qc, t.lane, false);
+  if (t.k <= 32) {
+    if (topk_better_dev<V, Larger>(qv, qc, t.v0, t.c0)) {
+      t.v0 = qv;
+      t.c0 = qc;
+    }
+  } else {
+    if (topk_better_dev<V, Larger>(qv, qc, t.v1, t.c1)) {
+      t.v1 = qv;
+      t.c1 = qc;
+    }
+    if (topk_better_dev<V, Larger>(t.v1, t.c1, t.v0, t.c0)) {
+      const V sv = t.v0;
+      const std::int32_t sc = t.c0;
+      t.v0 = t.v1;
+      t.c0 = t.c1;
+      t.v1 = sv;
+      t.c1 = sc;
+    }
+  }
+#pragma unroll
+  for (int j = 16; j > 0; j >>= 1) {
+    topk_exchange<V, Larger>(t.v0, t.c0, j, (t.lane & j) == 0);
+    if (t.k > 32) topk_exchange<V, Larger>(t.v1, t.c1, j, (t.lane & j) == 0);
+  }
+  t.refresh();
+}
+
 /// Rows of a score strip: row r (global row0 + r) takes candidates s[r * w + x] with global column
 /// col0 + x, x ≥ x_begin; the diagonal is skipped unless asked for. One warp per row.
 ///
-/// 4-byte scores are read 16 bytes per lane, eight loads in flight (4 KiB per warp) before the
-/// (rarely taken) inserts: a strip has only as many warps as rows (2,048 per strip of the
-/// 100,000-row job), and with 4-byte loads, four per lane, they kept too few bytes in flight to
-/// stream the strip from HBM.
+/// 4-byte scores are read 16 bytes per lane, eight loads in flight (4 KiB per warp, 1,024 values:
+/// a chunk). Each lane compares its 32 values of a chunk with the row list's k-th place (ties
+/// pass: the exact order decides later) into a mask; the values the masks hold go to a queue of
+/// the warp in shared memory, and every 32 queued values are merged into the list at once
+/// (topk_merge32) instead of inserted one by one. While the list is not full (its first chunk),
+/// the k-th best of the lanes' maxima (k ≤ 32) bounds the row's k-th place from below: k values of
+/// the chunk reach it, so only ~k of its 1,024 values are queued.
 ///
 /// With `m.bar` set (a symmetric strip) the same pass also serves the mirrored side: each value
-/// of a column x ≥ m.x_begin that reaches that column's bar is appended to the column's
-/// candidates (topk_cols_kernel then offers only those), and each row's bar is raised to its
-/// list's k-th place at the end. The bars of a strip's columns are read 16 bytes per lane where
-/// they line up with the scores.
+/// of a column x ≥ m.x_begin that reaches that column's bar is marked in the row's hit masks (one
+/// 32-bit store per lane per chunk), topk_append_kernel then appends the marked values to their
+/// columns' candidates and topk_cols_kernel offers them; each row's bar is raised to its list's
+/// k-th place at the end. The bars are read 16 bytes per lane where they line up with the
+/// scores. Heavy rows (rows of many ones) reach the bars of thousands of columns of a wide strip
+/// where the average row reaches ~k: appended by the row's own warp (an atomic count each, then
+/// the store), they set the kernel's time, which is its slowest warp's; marked, they cost their
+/// bits, and the appends spread over every thread of the next kernel.
+///
+/// A synthetic 2,048-row strip (one H200; scores as a random 0/1 matrix of 200,000 columns makes
+/// them, row weights included, and each column's bar where k of W values pass it): 4,000 /
+/// 10,000 / 50,000 / 100,000 columns (rows kernel + appends) in 54 / 71 / 181 / 322 µs, against
+/// 81 / 164 / 438 / 640 µs for values offered and appended one by one by the row's warp, and
+/// 9 / 25 / 104 / 201 µs to read the strip alone (benchmarks/results/gram_topk.md).
 template <class V, bool Larger>
-__global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
-                                 std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k,
-                                 topk_mirror<V> m = {}) {
+__global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
+                                                        std::int64_t row0, std::int64_t col0, bool skip_diagonal,
+                                                        topk_entry<V>* __restrict__ state, int k, topk_mirror<V> m = {}) {
   using K = topk_key<V>;
+  constexpr int warps_per_block = 8;  // launched with 256 threads
+  __shared__ topk_entry<V> row_queue_all[warps_per_block][64];
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x & 31u);
-  const bool mirror = m.bar != nullptr && m.count != nullptr && m.x_begin < w;
+  topk_entry<V>* const row_queue = row_queue_all[threadIdx.x >> 5];
+  const bool mirror = m.bar != nullptr && m.count != nullptr && m.hits != nullptr && m.x_begin < w;
   const std::int64_t xm = mirror ? m.x_begin : w;
   const K* bar = mirror ? m.bar + col0 : nullptr;  // bar[x]: local column x's
-  // A value of local column x (≥ xm) that may enter column x's list: appended to its candidates.
+  const V worst = topk_worst_value<V, Larger>();
+  const unsigned below = (1u << lane) - 1u;
+  // The first values of a row, before its first 16-byte boundary: a value of local column x ≥ xm
+  // that reaches the column's bar is appended to its candidates here (a count past the cap: the
+  // column is read in full, and the count only grows).
   const auto propose = [&](std::int64_t x, V v, K b, std::int64_t r) {
     if (x >= xm && topk_key_of<V, Larger>(v) >= b) {
       const std::int64_t q = x - xm;
-      if (*reinterpret_cast<volatile int*>(m.count + q) > m.cap) return;  // already read in full
       const int at = atomicAdd(m.count + q, 1);
       if (at < m.cap) m.cand[q * m.cap + at] = topk_entry<V>{v, static_cast<std::int32_t>(row0 + r)};
     }
@@ -325,12 +411,37 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
     warp_topk<V, Larger> t;
     topk_entry<V>* st = state + (row0 + r) * k;
     t.load(st, k);
+    int row_n = 0;  // queued entries (warp-uniform)
+    // Queues the `put` lanes' entries; merges 32 into the list whenever 32 are queued.
+    const auto queue_row = [&](bool put, V v, std::int32_t c) {
+      const unsigned b = __ballot_sync(0xFFFFFFFFu, put);
+      if (put) row_queue[row_n + __popc(b & below)] = topk_entry<V>{v, c};
+      row_n += __popc(b);
+      if (row_n >= 32) {
+        __syncwarp();
+        const topk_entry<V> e = row_queue[row_n - 32 + lane];
+        __syncwarp();
+        topk_merge32<V, Larger>(t, e.v, e.c);
+        row_n -= 32;
+      }
+    };
+    const auto flush_rows = [&]() {
+      if (row_n == 0) return;
+      __syncwarp();
+      const bool in = lane < row_n;
+      const topk_entry<V> e = in ? row_queue[lane] : topk_entry<V>{worst, INT_MAX};
+      __syncwarp();
+      topk_merge32<V, Larger>(t, e.v, in ? e.c : INT_MAX);
+      row_n = 0;
+    };
+    unsigned* const hits = mirror ? m.hits + r * m.hit_words : nullptr;  // this row's hit masks
+    std::int64_t chunk = 0;                                              // the next mask's chunk
     const V* row = s + r * w;
     // The local column of the diagonal, or -1 (never matched) when it is kept.
     const std::int64_t diag = skip_diagonal ? row0 + r - col0 : -1;
     std::int64_t x_vec = 0;
     if constexpr (sizeof(V) == 4) {
-      // Up to three values before the first 16-byte boundary of the row, then 1,024 per step.
+      // Up to three values before the first 16-byte boundary of the row, then 1,024 per chunk.
       const auto mis = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(row) / 4u) % 4u);
       const std::int64_t head = (4 - mis) % 4 < w ? (4 - mis) % 4 : w;
       {
@@ -354,11 +465,29 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
 #pragma unroll
           for (int i = 0; i < 8; ++i) b[i] = bq[32 * i + lane];
         }
-        // A screen first, a compare per value, into this lane's masks of the 32 values it holds:
-        // those not worse than the row list's k-th place (the exact offer decides; ties too), and
-        // those reaching their column's bar. Then the row's offers take one masked value per lane
-        // per round (a round per value the busiest lane holds, not one per value of every lane),
-        // each re-read from L1; the order of the offers does not change the list.
+        const auto x_of = [&](int h) { return x0 + 128 * (h >> 2) + 4 * lane + (h & 3); };
+        V floor = t.wv;  // what a value must reach to be queued
+        if (t.wc == INT_MAX && k <= 32) {
+          // The list is not full: the k-th best of the lanes' maxima (the diagonal left out).
+          V mx = worst;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const unsigned e[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              V v;
+              std::memcpy(&v, &e[j], sizeof v);
+              if (x_of(4 * i + j) != diag && (Larger ? v > mx : v < mx)) mx = v;
+            }
+          }
+          std::int32_t id = lane;
+          topk_sort32<V, Larger>(mx, id, lane, true);
+          const V f = __shfl_sync(0xFFFFFFFFu, mx, k - 1);
+          if (Larger ? f > floor : f < floor) floor = f;
+        }
+        // The screen: a compare per value into this lane's masks of the 32 values it holds, those
+        // not worse than the floor and those reaching their column's bar; then one masked value
+        // per lane per round (a round per value the busiest lane holds), re-read from L1.
         unsigned row_hits = 0, col_hits = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -368,33 +497,33 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
           for (int j = 0; j < 4; ++j) {
             V v;
             std::memcpy(&v, &e[j], sizeof v);
-            if (Larger ? !(v < t.wv) : !(v > t.wv)) row_hits |= 1u << (4 * i + j);
+            if (Larger ? !(v < floor) : !(v > floor)) row_hits |= 1u << (4 * i + j);
             if (any_m) {
               const K bk = bar_vec ? static_cast<K>(be[j]) : bar[x0 + 128 * i + 4 * lane + j];
               if (topk_key_of<V, Larger>(v) >= bk) col_hits |= 1u << (4 * i + j);
             }
           }
         }
-        const auto x_of = [&](int h) { return x0 + 128 * (h >> 2) + 4 * lane + (h & 3); };
         while (__any_sync(0xFFFFFFFFu, row_hits != 0u)) {
           const bool has = row_hits != 0u;
           const int h = has ? __ffs(static_cast<int>(row_hits)) - 1 : 0;
           row_hits &= row_hits - 1u;
           const std::int64_t x = x_of(h);
           const V v = has ? row[x] : V{};
-          t.offer(has && x != diag, v, static_cast<std::int32_t>(col0 + x));
+          // The list's k-th place may have risen since the screen.
+          queue_row(has && x != diag && (Larger ? !(v < t.wv) : !(v > t.wv)), v, static_cast<std::int32_t>(col0 + x));
         }
-        while (col_hits != 0u) {
-          const int h = __ffs(static_cast<int>(col_hits)) - 1;
-          col_hits &= col_hits - 1u;
-          const std::int64_t x = x_of(h);
-          propose(x, row[x], bar[x], r);
-        }
+        if (mirror) hits[chunk * 32 + lane] = col_hits;
+        ++chunk;
       }
       x_vec = x0;
     }
-    // The rest (every value of 8-byte scores): four loads in flight per lane.
-    for (std::int64_t x0 = x_vec; x0 < w; x0 += 128) {
+    flush_rows();
+    // The rest (every value of 8-byte scores): four loads in flight per lane, offered one by one;
+    // the column hits of each 1,024 values (eight steps) in one mask per lane, bit 4·step + u.
+    unsigned tail_hits = 0;
+    int step = 0;
+    for (std::int64_t x0 = x_vec; x0 < w; x0 += 128, ++step) {
       V v[4];
       bool in[4];
 #pragma unroll
@@ -407,11 +536,55 @@ __global__ void topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std
       for (int u = 0; u < 4; ++u) {
         const std::int64_t x = x0 + 32 * u + lane;
         t.offer(in[u] && x != diag, v[u], static_cast<std::int32_t>(col0 + x));
-        if (mirror && in[u]) propose(x, v[u], bar[x], r);
+        if (mirror && in[u] && x >= xm && topk_key_of<V, Larger>(v[u]) >= bar[x]) tail_hits |= 1u << (4 * (step & 7) + u);
+      }
+      if (mirror && ((step & 7) == 7 || x0 + 128 >= w)) {
+        hits[chunk * 32 + lane] = tail_hits;
+        ++chunk;
+        tail_hits = 0;
       }
     }
     t.store(st);
     topk_raise_bar(m, row0 + r, t);
+  }
+}
+
+/// The mirrored side's appends of a strip marked by topk_rows_kernel (m.hits): each marked value
+/// of local column x ≥ m.x_begin goes to the column's candidates (an atomic count; past m.cap the
+/// column is read in full). One thread per mask word, all rows at once, so a heavy row's many
+/// appends spread over the grid instead of one warp. A mask word holds lane l's 32 values of a
+/// chunk of 1,024: bit 4i + j is local column head + 1,024 c + 128 i + 4 l + j in the chunks read
+/// 16 bytes per lane (4-byte scores: `head` values up to the row's first 16-byte boundary, then
+/// whole chunks), and head + 1,024 c + 128 i + 32 j + l in the rest (read 4 bytes per lane).
+template <class V>
+__global__ void topk_append_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
+                                   topk_mirror<V> m) {
+  const std::int64_t total = rows * m.hit_words;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    unsigned bits = m.hits[i];
+    if (bits == 0u) continue;
+    const std::int64_t r = i / m.hit_words, c = (i % m.hit_words) / 32;
+    const int lane = static_cast<int>(i & 31);
+    const V* row = s + r * w;
+    std::int64_t head = 0, full = 0;  // as topk_rows_kernel cut the row
+    if constexpr (sizeof(V) == 4) {
+      const auto mis = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(row) / 4u) % 4u);
+      head = (4 - mis) % 4 < w ? (4 - mis) % 4 : w;
+      full = (w - head) / 1024;
+    }
+    const std::int64_t chunks = full + (w - head - full * 1024 + 1023) / 1024;
+    if (c >= chunks) continue;  // a word past the row's chunks: never written
+    while (bits != 0u) {
+      const int b = __ffs(static_cast<int>(bits)) - 1;
+      bits &= bits - 1u;
+      const std::int64_t x = c < full ? head + 1024 * c + 128 * (b >> 2) + 4 * lane + (b & 3)
+                                      : head + 1024 * c + 128 * (b >> 2) + 32 * (b & 3) + lane;
+      if (x < m.x_begin || x >= w) continue;
+      const std::int64_t q = x - m.x_begin;
+      const int at = atomicAdd(m.count + q, 1);
+      if (at < m.cap) m.cand[q * m.cap + at] = topk_entry<V>{row[x], static_cast<std::int32_t>(row0 + r)};
+    }
   }
 }
 
