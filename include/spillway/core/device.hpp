@@ -149,4 +149,14 @@ inline std::vector<int> all_devices() {
   return v;
 }
 
+/// A job's device list: `given` (each ordinal checked; a device may repeat, one worker per entry)
+/// or, when empty, every visible device. Throws no_gpu_error (naming `who`) when that leaves none,
+/// logic_error for an ordinal that does not exist.
+inline std::vector<int> resolve_devices(const std::vector<int>& given, const char* who) {
+  std::vector<int> d = given.empty() ? all_devices() : given;
+  if (d.empty()) throw_no_gpu(who);
+  for (int x : d) detail::check_device_ordinal(x, who);
+  return d;
+}
+
 }  // namespace spillway

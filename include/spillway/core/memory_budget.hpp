@@ -6,7 +6,10 @@
 
 #include <cstddef>
 #include <exception>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace spillway {
 
@@ -54,11 +57,36 @@ class memory_budget {
     return memory_budget(b);
   }
 
+  /// Every job's budget rule: `given` where the caller set one, else default_for_all(devices) —
+  /// the default, 80% of the least free memory over the job's devices (so never more than a
+  /// device has), shared between the entries that name one device.
+  template <class Devices>
+  static memory_budget or_default(const std::optional<memory_budget>& given, const Devices& devices) {
+    return given ? *given : default_for_all(devices);
+  }
+
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   std::size_t bytes_;
 };
+
+/// What every job resolves before it plans: its devices (resolve_devices) and its budget per
+/// device entry (memory_budget::or_default over them).
+struct job_devices {
+  std::vector<int> devices;
+  memory_budget budget;
+};
+
+/// The one prologue of a job: `devices` (empty: every visible device; each checked, repeats
+/// allowed) and `budget` (unset: the default over those devices). Throws no_gpu_error naming
+/// `who` when no device is left.
+inline job_devices resolve_job_devices(const std::vector<int>& devices, const std::optional<memory_budget>& budget,
+                                       const char* who) {
+  std::vector<int> d = resolve_devices(devices, who);
+  const memory_budget b = memory_budget::or_default(budget, d);
+  return job_devices{std::move(d), b};
+}
 
 /// Parses a byte count as the examples' `--budget` takes it: a number with an optional unit,
 /// binary `KiB` `MiB` `GiB` `TiB` (also `K` `M` `G` `T`) or decimal `kB` `MB` `GB` `TB`, e.g. "4GiB",

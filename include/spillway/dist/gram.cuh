@@ -89,7 +89,7 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     const int nd = device_count();
     rj.device = o.device >= 0 ? o.device : c.local_rank() % nd;
     ::spillway::detail::check_device_ordinal(rj.device, "dist gram");
-    rj.budget = o.budget ? *o.budget : memory_budget::default_for(rj.device);
+    rj.budget = memory_budget::or_default(o.budget, std::vector<int>{rj.device});
     pairwise::pair_plan_request r;
     r.rows_a = r.rows_b = a.rows;
     r.row_bytes = job.prod.row_bytes();

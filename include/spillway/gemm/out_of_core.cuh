@@ -1133,7 +1133,8 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   SPILLWAY_EXPECTS(ooc.compute_seconds >= 0 && ooc.compute_seconds < std::numeric_limits<double>::infinity(),
                    "gemm_out_of_core: ooc_options::compute_seconds is " + std::to_string(ooc.compute_seconds) +
                        "; give the in-core time of the product in seconds, or 0 to have it estimated");
-  const std::vector<int> devices = ::spillway::detail::resolve_devices(ooc.devices, "gemm_out_of_core");
+  const job_devices jd = resolve_job_devices(ooc.devices, ooc.budget, "gemm_out_of_core");
+  const std::vector<int>& devices = jd.devices;
   gemm_options o = opt;
   if (o.split_k == 0) o.split_k = 1;  // blocks are planned large enough to fill the device
   gemm_path path = gemm_path::simt;
@@ -1157,7 +1158,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   rep.a_page_locked = detail::ooc_page_locked<T>(ooc.memory, ca);
   rep.b_page_locked = detail::ooc_page_locked<T>(ooc.memory, cb);
   rep.c_page_locked = detail::ooc_page_locked<TC>(ooc.memory, cc);
-  const memory_budget budget = ooc.budget ? *ooc.budget : memory_budget::default_for_all(devices);
+  const memory_budget& budget = jd.budget;
   rep.budget_bytes = budget.bytes();
   const Acc al = static_cast<Acc>(alpha), be = static_cast<Acc>(beta);
 

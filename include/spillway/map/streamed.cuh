@@ -156,8 +156,9 @@ job_report streamed_transform_impl(const transform_options& o, ndview<Out> out, 
   for (int d = split; d < rank; ++d) row *= out.extent(d);
   const index_t rows = n / row;
 
-  const std::vector<int> devices = resolve_devices(o.devices, "transform");
-  const memory_budget budget = o.budget ? *o.budget : memory_budget::default_for_all(devices);
+  const job_devices jd = resolve_job_devices(o.devices, o.budget, "transform");
+  const std::vector<int>& devices = jd.devices;
+  const memory_budget& budget = jd.budget;
 
   plan_request pr;
   pr.extent = static_cast<std::size_t>(rows);

@@ -498,6 +498,37 @@ void chained_compute(pair_job<V, P>& job, Ctx& c, const panel_pair<typename P::a
   }
 }
 
+/// The mirrored side of a top-k strip of PI rows and W columns (pairwise/sink_kernels.cuh:
+/// topk_mirror) in the slot's candidate area, its counts zeroed on `s`; empty where the strip is not
+/// symmetric or the plan has no candidate area (every column group then read in full).
+template <class V, class P, class Aux>
+topk_mirror<V> topk_mirror_of(pair_job<V, P>& job, pair_device_ctx<Aux>& c, task_slot& slot, bool sym, std::int64_t PI,
+                              std::int64_t W, stream_view s) {
+  const pair_plan& p = job.plan;
+  const std::int64_t n = job.prod.rows(false);
+  topk_mirror<V> m;
+  if (!sym || p.buf_cand == pair_plan::none) return m;
+  std::byte* area = slot.device<std::byte>(p.buf_cand);
+  const std::size_t count_bytes = topk_mirror_count_bytes(static_cast<std::size_t>(n));
+  m.bar = reinterpret_cast<topk_key<V>*>(c.topk_bar.data());
+  m.x_begin = PI;
+  m.count = reinterpret_cast<int*>(area);
+  m.cand = reinterpret_cast<topk_entry<V>*>(area + count_bytes);
+  m.cap = topk_mirror_cap;
+  m.hits = reinterpret_cast<unsigned*>(area + count_bytes + topk_mirror_cand_bytes(static_cast<std::size_t>(n), sizeof(V)));
+  m.hit_words = static_cast<std::int64_t>(topk_mirror_hit_words(static_cast<std::size_t>(W)));
+  // The other workers' bars, where this device reaches them (pool peer access).
+  const std::size_t w = slot.worker();
+  for (std::size_t h = 0; h < job.ctx.size() && m.n_peers < topk_max_peer_bars; ++h) {
+    if (h == w || !job.share->reaches(w, h)) continue;
+    m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
+  }
+  if (W > PI) {
+    SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
+  }
+  return m;
+}
+
 template <class V, class P>
 void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_view s) {
   using Aux = typename P::aux_type;
@@ -659,28 +690,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       // A·Aᵀ: the rows kernel also marks each column's mirrored candidates (those reaching the
       // column's bar), the append kernel appends them to the columns' candidates, and the columns
       // kernel offers them, reading in full only the column groups whose bars are too low to filter.
-      topk_mirror<V> m;  // left empty where the plan has no candidate area: every column read in full
-      if (sym && p.buf_cand != pair_plan::none) {
-        std::byte* area = slot.device<std::byte>(p.buf_cand);
-        m.bar = reinterpret_cast<topk_key<V>*>(c.topk_bar.data());
-        m.x_begin = PI;
-        m.count = reinterpret_cast<int*>(area);
-        m.cand = reinterpret_cast<topk_entry<V>*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)));
-        m.cap = topk_mirror_cap;
-        m.hits = reinterpret_cast<unsigned*>(area + topk_mirror_count_bytes(static_cast<std::size_t>(n)) +
-                                             topk_mirror_cand_bytes(static_cast<std::size_t>(n), sizeof(V)));
-        m.hit_words = static_cast<std::int64_t>(topk_mirror_hit_words(static_cast<std::size_t>(W)));
-        // The other workers' bars, where this device reaches them (pool peer access).
-        const std::size_t w = slot.worker();
-        for (std::size_t h = 0; h < job.ctx.size() && m.n_peers < topk_max_peer_bars; ++h) {
-          if (h == w || !job.share->reaches(w, h)) continue;
-          m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
-        }
-        if (W > PI) {
-          SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
-              cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
-        }
-      }
+      const topk_mirror<V> m = topk_mirror_of(job, c, slot, sym, PI, W, s);
       with_larger(job.prod.larger(), [&](auto L) {
         constexpr bool larger = decltype(L)::value;
         topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
@@ -771,12 +781,13 @@ void read_trace(const pair_job<V, P>& job, pair_trace& tr) {
 template <class V, class P>
 void run_pair_job(pair_job<V, P>& job) {
   const auto t_call = std::chrono::steady_clock::now();
-  const std::vector<int> devices = ::spillway::detail::resolve_devices(job.opt.devices, job.who);
+  const job_devices jd = resolve_job_devices(job.opt.devices, job.opt.budget, job.who);
+  const std::vector<int>& devices = jd.devices;
   if (on_device(job) && devices.size() != 1) {
     throw logic_error(std::string(job.who) + ": rows in device memory are used on their own device only; pass "
                       "exactly that device (the entry points do), got " + std::to_string(devices.size()));
   }
-  const memory_budget budget = job.opt.budget ? *job.opt.budget : memory_budget::default_for_all(devices);
+  const memory_budget& budget = jd.budget;
   pair_plan_request r;
   r.rows_a = job.prod.rows(false);
   r.rows_b = job.symmetric ? r.rows_a : job.prod.rows(true);

@@ -221,8 +221,9 @@ class streamed_job {
                   "streamed_job::run: compute must be callable as compute(const spillway::job_chunk&)");
     check(o);
     if (units_ == 0) return job_report{};
-    const std::vector<int> devices = detail::resolve_devices(o.devices, "streamed_job::run");
-    const memory_budget budget = o.budget ? *o.budget : memory_budget::default_for_all(devices);
+    const job_devices jd = resolve_job_devices(o.devices, o.budget, "streamed_job::run");
+    const std::vector<int>& devices = jd.devices;
+    const memory_budget& budget = jd.budget;
     const chunk_plan p = plan(o, budget.bytes());
     std::vector<detail::streamed_array> arrays = streamed_;
     for (auto& a : arrays) {

@@ -403,15 +403,6 @@ class task_runner {
   std::size_t failed_slot_ = none;
 };
 
-/// The job's device list: the given one (each ordinal checked; a device may repeat, one worker per
-/// entry) or, when empty, every visible device.
-inline std::vector<int> resolve_devices(const std::vector<int>& given, const char* who) {
-  std::vector<int> d = given.empty() ? all_devices() : given;
-  if (d.empty()) throw_no_gpu(who);
-  for (int x : d) check_device_ordinal(x, who);
-  return d;
-}
-
 /// For the jobs that have a host implementation: true when it should run instead (no devices
 /// listed, none visible, and the caller allowed it); throws no_gpu_error, naming the option that
 /// would allow it, when there is no GPU and the caller did not. False when there is a GPU.
@@ -451,7 +442,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
                 "on_complete must be callable as on_complete(std::size_t task) or (task, task_slot&)");
   const auto t0 = std::chrono::steady_clock::now();
   if (opts.slots_per_device == 0) throw logic_error("run_tasks: slots_per_device must be at least 1, got 0");
-  const std::vector<int> devices = detail::resolve_devices(opts.devices, "run_tasks");
+  const std::vector<int> devices = resolve_devices(opts.devices, "run_tasks");
   const std::size_t slots = n_tasks < opts.slots_per_device ? n_tasks : opts.slots_per_device;
   const std::size_t per_slot = detail::slot_device_bytes(opts.device_buffer_bytes);
   if (opts.budget && slots > 0) {

@@ -84,8 +84,9 @@ job_report transform_impl(const transform_options& o, const host_result<Out>& ou
     return host_job_report(t0);
   }
 
-  const std::vector<int> devices = resolve_devices(o.devices, "transform");
-  const memory_budget budget = o.budget ? *o.budget : memory_budget::default_for_all(devices);
+  const job_devices jd = resolve_job_devices(o.devices, o.budget, "transform");
+  const std::vector<int>& devices = jd.devices;
+  const memory_budget& budget = jd.budget;
 
   plan_request pr;
   pr.extent = n;

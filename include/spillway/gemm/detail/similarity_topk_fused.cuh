@@ -468,7 +468,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
   const bool in_place = rows_device >= 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % align == 0;
   const std::int64_t ldd = in_place ? a.ld : (d + align - 1) / align * align;
-  const memory_budget budget = opt.budget ? *opt.budget : memory_budget::default_for(dev);
+  const memory_budget budget = memory_budget::or_default(opt.budget, std::vector<int>{dev});
   const fused_topk_layout L = fused_topk_plan<T>(n, k, opt.max_panel_rows, !in_place, ldd, budget.bytes());
   if (L.bytes > budget.bytes()) return std::nullopt;
   const bool larger = is_similarity(opt.metric);
