@@ -80,7 +80,7 @@ def gram(
     sink: _Sink = "full",
     k: Optional[int] = None,
     threshold: Optional[float] = None,
-    budget: _Budget = "8GiB",
+    budget: _Budget = None,
     devices: Optional[Sequence[int]] = None,
     progress: _Progress = True,
     include_diagonal: bool = False,

@@ -212,7 +212,7 @@ def gram(
     sink: str = "full",
     k: Optional[int] = None,
     threshold: Optional[float] = None,
-    budget: Union[str, int, None] = "8GiB",
+    budget: Union[str, int, None] = None,
     devices: Optional[Sequence[int]] = None,
     progress=True,
     include_diagonal: bool = False,
@@ -242,8 +242,9 @@ def gram(
         index; -1 pads a short row) or "threshold" (``scipy.sparse.coo_array`` of the entries
         >= threshold, <= for Hamming; upper triangle unless ``both_halves``).
     k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
-    budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory): A and C
-        are streamed in row strips to stay inside it.
+    budget : device memory per GPU ("8GiB", bytes, or None — the default, as every call's — for
+        80% of the least free memory over the GPUs used): A and C are streamed in row strips to
+        stay inside it.
     devices : GPU ordinals to use (default: all visible).
     progress : True for a tqdm bar (when tqdm is installed), False for none, or a callable
         ``fn(done, total)`` called on this thread as strips complete.
