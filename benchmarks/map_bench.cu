@@ -161,12 +161,12 @@ void BM_d2d_copy_roofline(benchmark::State& state) {
   });
 }
 
-template <int U, bool P>
+template <int U>
 void BM_map_mul(benchmark::State& state) {
   auto& c = mul_data();
   c.out.buffer().fill_bytes_async(0xFF, c.s);
-  timed(state, std::string("map_mul_u") + std::to_string(U) + (P ? "_persistent" : ""), kMulBytes, c.s,
-        [&](spillway::stream_view s) { spillway::detail::map_into_impl<U>(s, c.out.view(), mul{}, P, c.a, c.b); });
+  timed(state, std::string("map_mul_u") + std::to_string(U), kMulBytes, c.s,
+        [&](spillway::stream_view s) { spillway::detail::map_into_impl<U>(s, c.out.view(), mul{}, c.a, c.b); });
   expect_same(c.out.data(), c.ref.data(), kMulN, "map a*b", c.s);
 }
 
@@ -201,7 +201,7 @@ void BM_naive_mul(benchmark::State& state) {
 
 // ---- broadcast (k*100, 4000, 5) ⊙ (4000, 5) float64 -----------------------------------------------
 
-template <int U, bool P, bool E2E = false>
+template <int U, bool E2E = false>
 void BM_broadcast(benchmark::State& state) {
   const index_t outer = state.range(0);
   spillway::stream s;
@@ -211,9 +211,9 @@ void BM_broadcast(benchmark::State& state) {
   out.buffer().fill_bytes_async(0xFF, s);
   const double bytes = static_cast<double>((2 * big.size() + small.size()) * sizeof(double));
   timed(state,
-        std::string("broadcast_u") + std::to_string(U) + (P ? "_persistent_" : "_") + std::to_string(outer * 20000) +
+        std::string("broadcast_u") + std::to_string(U) + "_" + std::to_string(outer * 20000) +
             (E2E ? "_e2e" : ""),
-        bytes, s, [&](spillway::stream_view st) { spillway::detail::map_into_impl<U>(st, out.view(), mul{}, P, small, big); },
+        bytes, s, [&](spillway::stream_view st) { spillway::detail::map_into_impl<U>(st, out.view(), mul{}, small, big); },
         E2E ? sample::e2e : sample::gpu);
   // Check the last rows against a naive computation of the same product.
   auto ref = spillway::device_array<double>({outer, 4000, 5}, s);
@@ -311,18 +311,14 @@ constexpr int kIters = 30;
 
 BENCHMARK(BM_d2d_copy_roofline)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_map_mul_default)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<2, false>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<8, false>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<4, true>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_map_mul<8, true>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<2>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_map_mul<8>)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_thrust_transform_mul)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_naive_mul)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_d2d_copy_roofline)->Name("BM_d2d_copy_roofline_again")->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<spillway::detail::map_unroll, spillway::detail::map_persistent>)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<4, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<8, true>)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<2, false>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_broadcast<spillway::detail::map_unroll, spillway::detail::map_persistent, true>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<spillway::detail::map_unroll>)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<2>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_broadcast<spillway::detail::map_unroll, true>)->Arg(1000)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_same_size_refs)->Args({20000000, 0, 0})->Args({20000000, 1, 0})->Args({200000000, 0, 0})->Args({200000000, 1, 0})->Args({20000000, 1, 1})->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_d2d_copy_roofline)->Name("BM_d2d_copy_roofline_before_dot")->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gufunc_dot)->Arg(0)->Arg(-5)->Arg(-2)->Arg(-1)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseManualTime()->Iterations(kIters)->Unit(benchmark::kMillisecond);

@@ -93,8 +93,7 @@ bool kop_unit_inner(const KOp& k, int rank) {
 
 /// Launches the elementwise loop `plan` (operand 0 = out). U = vectors per thread per operand.
 template <int U, class Out, class F, class... KOps>
-void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s, bool persistent,
-                const KOps&... kops_in) {
+void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s, const KOps&... kops_in) {
   loop_plan plan = plan0;
   if (plan.rank() == 0) {  // a single element
     plan.extents = {1};
@@ -133,12 +132,10 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
   if (rank == 1 && all_unit && out_unit) {
     if (V > 1 && aligned_for(V)) {
       auto* k = &map_contig_kernel<V, U, Out, F, KOps...>;
-      k<<<resident_grid(k, grid_for(n / V, index_t{map_block} * U, "map"), persistent), map_block, 0, s.value()>>>(
-          out_base, n, f, ops);
+      k<<<grid_for(n / V, index_t{map_block} * U, "map"), map_block, 0, s.value()>>>(out_base, n, f, ops);
     } else {
       auto* k = &map_contig_kernel<1, U, Out, F, KOps...>;
-      k<<<resident_grid(k, grid_for(n, index_t{map_block} * U, "map"), persistent), map_block, 0, s.value()>>>(
-          out_base, n, f, ops);
+      k<<<grid_for(n, index_t{map_block} * U, "map"), map_block, 0, s.value()>>>(out_base, n, f, ops);
     }
     SPILLWAY_CUDA_TRY(cudaGetLastError());
     return;
@@ -153,11 +150,11 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
       const unsigned grid = grid_for(total, index_t{map_block} * U, "map");
       if (total + index_t{map_block} * U < (index_t{1} << 32)) {
         auto* k = &map_rows_kernel<VV, U, std::uint32_t, Out, F, KOps...>;
-        k<<<resident_grid(k, grid, persistent), map_block, 0, s.value()>>>(
+        k<<<grid, map_block, 0, s.value()>>>(
             out_base, os[0], static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(lv), f, ops);
       } else {
         auto* k = &map_rows_kernel<VV, U, std::uint64_t, Out, F, KOps...>;
-        k<<<resident_grid(k, grid, persistent), map_block, 0, s.value()>>>(
+        k<<<grid, map_block, 0, s.value()>>>(
             out_base, os[0], static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(lv), f, ops);
       }
     };
@@ -189,15 +186,14 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
 /// benchmarks/map_bench.cu).
 inline constexpr int map_unroll = 4;
 
-/// Whether the 1-d and rows kernels run on a resident-sized grid (tiles strided over it) or on one
-/// block per tile (tuned on the H200: see benchmarks/map_bench.cu).
-inline constexpr bool map_persistent = false;
-
+/// The 1-d and rows kernels run one block per tile: a resident-sized grid with the tiles strided
+/// over it measured slower on the H200 (benchmarks/results/map.md: 4,038 against 4,289 GB/s on a*b,
+/// 3,349 / 3,792 GB/s on the broadcast) and was removed on 2026-11-28.
 template <int U, class Out, class F, class... Args>
-void map_into_impl(stream_view s, ndview<Out> out, F f, bool persistent, const Args&... args) {
+void map_into_impl(stream_view s, ndview<Out> out, F f, const Args&... args) {
   static_assert(!std::is_const_v<Out>, "map_into: the output view must be writable");
   const auto plan = plan_map(out, "map", as_operand(args)...);
-  launch_map<U>(plan, out.data(), f, s, persistent, make_kop(as_operand(args), std::vector<index_t>{})...);
+  launch_map<U>(plan, out.data(), f, s, make_kop(as_operand(args), std::vector<index_t>{})...);
 }
 
 }  // namespace detail
@@ -206,7 +202,7 @@ void map_into_impl(stream_view s, ndview<Out> out, F f, bool persistent, const A
 /// broadcast shape and may be strided). Arguments are device ndviews/device_arrays and scalars.
 template <class Out, class F, class... Args>
 void map_into_async(stream_view s, ndview<Out> out, F f, const Args&... args) {
-  detail::map_into_impl<detail::map_unroll>(s, out, f, detail::map_persistent, args...);
+  detail::map_into_impl<detail::map_unroll>(s, out, f, args...);
 }
 
 /// Allocates the broadcast-shaped output on `s` (element type: the functor's return type) and

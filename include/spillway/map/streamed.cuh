@@ -196,7 +196,7 @@ job_report streamed_transform_impl(const transform_options& o, ndview<Out> out, 
     std::vector<index_t> chunk_shape{static_cast<index_t>(c.count)};
     for (int d = split; d < rank; ++d) chunk_shape.push_back(out.extent(d));
     ndview<Out> dev_out(static_cast<Out*>(dev[out_buffer]), chunk_shape);
-    map_into_impl<map_unroll>(s, dev_out, f, map_persistent, chunk_arg(std::get<I>(ops), in_plans[I], dev, chunk_shape)...);
+    map_into_impl<map_unroll>(s, dev_out, f, chunk_arg(std::get<I>(ops), in_plans[I], dev, chunk_shape)...);
   };
   return run_streamed_job(devices, budget, o.progress, plan, arrays, residents, compute);
 }
