@@ -509,13 +509,14 @@ topk_mirror<V> topk_mirror_of(pair_job<V, P>& job, pair_device_ctx<Aux>& c, task
   topk_mirror<V> m;
   if (!sym || p.buf_cand == pair_plan::none) return m;
   std::byte* area = slot.device<std::byte>(p.buf_cand);
-  const std::size_t count_bytes = topk_mirror_count_bytes(static_cast<std::size_t>(n));
+  std::vector<std::size_t> at;  // counts, places, hit masks: as the plan laid them out
+  (void)topk_mirror_bytes(static_cast<std::size_t>(p.panel_rows), static_cast<std::size_t>(n), sizeof(V), &at);
   m.bar = reinterpret_cast<topk_key<V>*>(c.topk_bar.data());
   m.x_begin = PI;
-  m.count = reinterpret_cast<int*>(area);
-  m.cand = reinterpret_cast<topk_entry<V>*>(area + count_bytes);
+  m.count = reinterpret_cast<int*>(area + at[0]);
+  m.cand = reinterpret_cast<topk_entry<V>*>(area + at[1]);
   m.cap = topk_mirror_cap;
-  m.hits = reinterpret_cast<unsigned*>(area + count_bytes + topk_mirror_cand_bytes(static_cast<std::size_t>(n), sizeof(V)));
+  m.hits = reinterpret_cast<unsigned*>(area + at[2]);
   m.hit_words = static_cast<std::int64_t>(topk_mirror_hit_words(static_cast<std::size_t>(W)));
   // The other workers' bars, where this device reaches them (pool peer access).
   const std::size_t w = slot.worker();
@@ -696,11 +697,11 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
         topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
                                                                           job.topk.k, m);
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-        if (sym && W > PI && m.hits != nullptr) {
-          topk_append_kernel<V><<<elementwise_grid(PI * m.hit_words), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
-          SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-        }
         if (sym && W > PI) {
+          if (m.hits != nullptr) {
+            topk_append_kernel<V><<<elementwise_grid(PI * m.hit_words), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
+            SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+          }
           const std::int64_t groups = (W - PI + 31) / 32;
           topk_cols_kernel<V, larger><<<static_cast<unsigned>(std::min<std::int64_t>(groups, 528)), 1024, 0, s.value()>>>(
               sc_buf, PI, W, I0, PI, st, job.topk.k, m, c.topk_full.data());

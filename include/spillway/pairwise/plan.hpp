@@ -125,17 +125,17 @@ constexpr std::size_t topk_key_size(std::size_t out_bytes) { return out_bytes <=
 /// (100,000 rows, k = 32): a column takes ~2048·k / (values its lists have seen) ≈ 1–3 per strip.
 inline constexpr int topk_mirror_cap = 16;
 
-/// The candidate area of a slot for strips of `p` rows and up to `w` columns: counts (int32,
-/// 256-byte aligned), `topk_mirror_cap` entries per column, then the rows' hit masks (a bit per
-/// score: which values reached their column's bar; a 32-bit word per lane of a warp per 1,024
-/// values of a row, one chunk more for a row that starts off a 16-byte boundary).
-inline std::size_t topk_mirror_count_bytes(std::size_t w) { return (w * 4u + 255u) / 256u * 256u; }
+/// The candidate area of a slot for strips of `p` rows and up to `w` columns: a count per column
+/// (int32), `topk_mirror_cap` entries per column, then the rows' hit masks (a bit per score: which
+/// values reached their column's bar; a 32-bit word per lane of a warp per 1,024 values of a row,
+/// one chunk more for a row that starts off a 16-byte boundary). The three parts are laid out as a
+/// slot's buffers are: slot_device_bytes rounds each to slot_buffer_alignment and gives `offsets`.
 inline std::size_t topk_mirror_hit_words(std::size_t w) { return ((w + 1023u) / 1024u + 1u) * 32u; }
-inline std::size_t topk_mirror_cand_bytes(std::size_t w, std::size_t out_bytes) {
-  return (w * static_cast<std::size_t>(topk_mirror_cap) * topk_entry_size(out_bytes) + 255u) / 256u * 256u;
-}
-inline std::size_t topk_mirror_bytes(std::size_t p, std::size_t w, std::size_t out_bytes) {
-  return topk_mirror_count_bytes(w) + topk_mirror_cand_bytes(w, out_bytes) + p * topk_mirror_hit_words(w) * 4u;
+inline std::size_t topk_mirror_bytes(std::size_t p, std::size_t w, std::size_t out_bytes,
+                                     std::vector<std::size_t>* offsets = nullptr) {
+  return ::spillway::detail::slot_device_bytes(
+      {w * 4u, w * static_cast<std::size_t>(topk_mirror_cap) * topk_entry_size(out_bytes), p * topk_mirror_hit_words(w) * 4u},
+      offsets);
 }
 
 /// `candidates`: an A·Aᵀ top-k plan keeps the mirrored side's candidate area per slot and the bars
