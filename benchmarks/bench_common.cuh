@@ -26,7 +26,7 @@ inline bool skip_without_gpus(benchmark::State& state, int gpus) {
   if (skip_without_gpu(state)) return true;
   if (device_count() < gpus) {
     state.SkipWithError(("needs " + std::to_string(gpus) + " GPUs; " + std::to_string(device_count()) +
-                         " visible (run on nvidia-h200-x2)")
+                         " visible (run on a machine with as many)")
                             .c_str());
     return true;
   }

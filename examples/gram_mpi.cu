@@ -52,6 +52,7 @@ struct args {
   int repeat = 1;
   std::string split = "auto";
   bool alltoallv = false;
+  bool host_exchange = false;
   sd::gram_cost_model model{};
 };
 
@@ -91,7 +92,9 @@ void print_usage(std::FILE* f) {
       "                         predicts them, the triangle and threshold model. --bench with several\n"
       "                         ranks runs top-k under each\n"
       "  --alltoallv            top-k lists to their owners with MPI_Alltoallv even where every rank is on\n"
-      "                         one host (default there: through the host's shared memory)\n"
+      "                         one host (default there: GPU to GPU, else through the host's shared memory)\n"
+      "  --host-exchange        top-k lists to their owners through the host even where every rank is on\n"
+      "                         one host (default there: GPU to GPU by CUDA IPC, each owner merging on its GPU)\n"
       "  --model-rate R         the model's b1 product rate, bit-MAC/s (default 5.8e15)\n"
       "  --model-h2d B          its upload rate, bytes/s (default 55e9); --model-d2h B likewise (55e9)\n"
       "  --model-score B        its rate of the top-k/threshold sink's pass over the scores, bytes/s (1e12)\n"
@@ -179,7 +182,9 @@ args parse(int argc, char** argv) {
     else if (k == "--split")
       a.split = val();
     else if (k == "--alltoallv")
-      a.alltoallv = true;
+      a.alltoallv = a.host_exchange = true;
+    else if (k == "--host-exchange")
+      a.host_exchange = true;
     else if (k == "--model-rate")
       a.model.bit_macs_per_second = std::atof(val().c_str());
     else if (k == "--model-h2d")
@@ -342,6 +347,7 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
   o.collective_io = !a.independent_io;
   o.split = sd::parse_split_policy(a.split);
   o.shared_memory_exchange = !a.alltoallv;
+  o.device_exchange = !a.host_exchange;
   o.model = a.model;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   const std::int64_t n = m.rows();
@@ -388,10 +394,11 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
       if (c.rank() == 0) {
         std::printf(
             "  top-%d total %.3f s --split %s (%s; predicted %.3f s) (median of %d; slowest rank's collect %.3f s, "
-            "exchange %.3f s, merge %.3f s; %.1f MB sent by the busiest rank) = %.2f P bit-MAC/s of the "
+            "exchange %.3f s, merge %.3f s; %.1f MB sent by the busiest rank%s) = %.2f P bit-MAC/s of the "
             "triangle%s\n",
             a.k, median(times), splits[si].c_str(), sd::deal_name(rep.split.deal), rep.split.predicted_job_seconds(),
-            a.repeat, collect, exchange, merge, sent / mb, bitmacs / median(times) / 1e15,
+            a.repeat, collect, exchange, merge, sent / mb, rep.lists_on_device ? ", GPU to GPU" : "",
+            bitmacs / median(times) / 1e15,
             f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
       }
       if (a.check) {

@@ -220,11 +220,14 @@ TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
     const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, diag});
     for (const auto policy : {sd::gram_split_policy::automatic, sd::gram_split_policy::model,
                               sd::gram_split_policy::pairs, sd::gram_split_policy::cyclic,
-                              sd::gram_split_policy::snake, sd::gram_split_policy::greedy}) {
-      const std::string what = std::string(sd::split_policy_name(policy)) + (diag ? " diag" : "");
+                              sd::gram_split_policy::snake, sd::gram_split_policy::greedy})
+    for (const bool on_device : {true, false}) {
+      const std::string what = std::string(sd::split_policy_name(policy)) + (diag ? " diag" : "") +
+                               (on_device ? " GPU to GPU" : " through the host");
       sd::gram_job_options o;
       o.strip_rows = 128;
       o.split = policy;
+      o.device_exchange = on_device;
       o.budget = spillway::memory_budget(std::size_t{64} << 20);
       sd::gram_report rep;
       const auto b = sd::gram_topk<std::int32_t>(c, a, {k, diag}, o, &rep);
@@ -237,6 +240,11 @@ TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
       if (policy == sd::gram_split_policy::model || policy == sd::gram_split_policy::pairs) {
         EXPECT_EQ(sp_.deal, sd::strip_deal::contiguous) << what;
       }
+      // GPU to GPU (CUDA IPC) wherever it may run: several ranks on one host, each computing
+      // strips and owning rows (two H200s map each other's memory).
+      bool every_rank_works = true;
+      for (int q = 0; q < c.size(); ++q) every_rank_works = every_rank_works && sp_.computes(q) && sp_.rows_of(q) > 0;
+      EXPECT_EQ(rep.lists_on_device, on_device && c.size() > 1 && c.one_host() && every_rank_works) << what;
       EXPECT_EQ(b.first_row, sp_.first_row(c.rank())) << what;
       EXPECT_EQ(b.lists.rows, sp_.rows_of(c.rank())) << what;
       std::int64_t bad = 0;

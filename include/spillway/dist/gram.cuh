@@ -21,6 +21,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/dist/agree.hpp>
 #include <spillway/dist/communicator.hpp>
+#include <spillway/dist/device_exchange.cuh>
 #include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/host_gram.hpp>
 #include <spillway/dist/run_tasks.hpp>
@@ -244,10 +245,17 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   // Its GPU's lists cover every row (those its strips did not touch empty): n x k.
   const bool computes = rj.split.computes(c.rank());
   const int kk = k.k;
-  // The result's host vectors (n x k: 38 MB at 100,000 x 32) allocated and filled on another
-  // thread while the strips run, as the one-process job does.
+  // Where the ranks share a host, the lists go to their owners GPU to GPU (device_exchange.cuh).
+  detail::ipc_lists ipc;
+  if (detail::device_exchange_possible(c, rj.split, o.device_exchange)) {
+    detail::open_ipc_lists(c, rj.split, rj.device, n, kk, sizeof(pairwise::detail::topk_entry<V>), ipc);
+  }
+  rep.lists_on_device = ipc.on;
+  // The result's host vectors (n x k: 38 MB at 100,000 x 32; this rank's rows only where the lists
+  // meet on the GPUs) allocated and filled on another thread while the strips run, as the
+  // one-process job does.
   if (computes)
-    rj.job.topk_host = pairwise::detail::start_topk_host<V>(n, kk);
+    rj.job.topk_host = pairwise::detail::start_topk_host<V>(ipc.on ? rj.split.rows_of(c.rank()) : n, kk);
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
   detail::note_run(c, rep);
@@ -255,6 +263,8 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   b.first_row = r0;
   if (rep.run.cancelled) {
     b.lists = pairwise::detail::empty_topk<V>(0, k.k);
+  } else if (ipc.on) {
+    b.lists = detail::ipc_lists_to_owners(c, rj.split, rj.job, ipc, rep.local);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     // This rank's lists over every row its strips touched, merged over its slots on the device:

@@ -199,6 +199,12 @@ struct gram_job_options {
   /// straight from the senders' segments: one copy, not MPI's copy in and out); false, or ranks
   /// on several hosts: MPI_Alltoallv.
   bool shared_memory_exchange = true;
+  /// Top-k on GPUs, every rank on one host: the lists go to their owners GPU to GPU (each rank's
+  /// merged lists in a buffer the other processes map through CUDA IPC; each owner copies its rows
+  /// over the peer link, merges them on its GPU and brings only its own rows to the host:
+  /// dist/device_exchange.cuh). false, ranks on several hosts, or GPUs that cannot map each
+  /// other's memory: the host exchange above.
+  bool device_exchange = true;
 };
 
 /// Where one rank's time and bytes went in a distributed Gram job.
@@ -257,6 +263,7 @@ struct gram_report {
   double local_write_seconds = 0.0;            ///< the MPI-IO writes (0 when nothing is written)
   std::size_t local_merge_bytes_sent = 0;      ///< top-k: bytes this rank sent to other ranks
   std::size_t local_merge_bytes_received = 0;  ///< top-k: bytes it received from other ranks
+  bool lists_on_device = false;                ///< top-k: the lists went to their owners GPU to GPU (device_exchange)
 };
 
 /// This rank's rows of a top-k result: rows [first_row, first_row + lists.rows) of the matrix.
@@ -398,6 +405,16 @@ std::vector<topk_wire<V>>& exchange_scratch(int which) {
   return b[which];
 }
 
+/// Where sender q's lists for owner o begin in its send buffer, in entries: its lists of the
+/// owners before o that it meets, in the order of the owners. The one layout the sender packs
+/// (and gives MPI_Alltoallv as displacements) and the owner reads from the sender's segment.
+inline std::int64_t sent_before(const gram_split& sp, int q, int o, int k) {
+  std::int64_t before = 0;
+  for (int u = 0; u < o; ++u)
+    if (sp.lists_meet(q, u)) before += sp.rows_of(u) * k;
+  return before;
+}
+
 /// Per-row top-k lists of rows [row0, row0 + lists.rows) (this rank's partial lists; every owner
 /// block they meet whole: lists_row0, or row0 = 0 with n rows) → this rank's rows' final lists.
 /// Only the lists of rows other ranks own leave the rank (MPI_Alltoallv to the owners whose rows
@@ -447,9 +464,9 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
         if (!covers(sp.first_row(q), sp.last_row(q)))
           throw logic_error("dist top-k: this rank's lists do not cover rank " + std::to_string(q) + "'s rows");
         scount[u] = as_count(sp.rows_of(q) * k);
-        sdispl[u] = as_count(sent);
+        sdispl[u] = as_count(sent_before(sp, me, q, k));
         send_ranges.emplace_back((sp.first_row(q) - row0) * k, sp.rows_of(q) * k);
-        sent += sp.rows_of(q) * k;
+        sent += sp.rows_of(q) * k;  // = sent_before(sp, me, q + 1, k)
       }
       if (sp.lists_meet(q, me)) {
         rcount[u] = as_count(mine * k);
@@ -478,14 +495,10 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
     }
     if (through_shared) {
       c.shared_fence();
-      // Sender q's segment holds its lists for the owners o it meets, in the order of o: this
-      // rank's block follows those of the owners before it.
+      // Sender q's segment holds its lists as its send buffer would (sent_before).
       for (int q = 0; q < P; ++q) {
-        if (!sp.lists_meet(q, me)) continue;
-        std::int64_t before = 0;
-        for (int o = 0; o < me; ++o)
-          if (sp.lists_meet(q, o)) before += sp.rows_of(o) * k;
-        arrived_at.push_back(reinterpret_cast<const wire*>(c.shared_segment_of(q)) + before);
+        if (sp.lists_meet(q, me))
+          arrived_at.push_back(reinterpret_cast<const wire*>(c.shared_segment_of(q)) + sent_before(sp, q, me, k));
       }
     } else {
       SPILLWAY_MPI_TRY(MPI_Alltoallv(sw.data(), scount.data(), sdispl.data(), MPI_UINT64_T, rw.data(), rcount.data(),

@@ -524,6 +524,7 @@ topk_mirror<V> topk_mirror_of(pair_job<V, P>& job, pair_device_ctx<Aux>& c, task
     if (h == w || !job.share->reaches(w, h)) continue;
     m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
   }
+
   if (W > PI) {
     SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
   }
@@ -966,6 +967,39 @@ void copy_lists_to_host(const V* dv, const std::int32_t* di, std::size_t count, 
   }
 }
 
+/// Merges `lists` lists of `rows` rows of k entries, `stride` entries apart, into the first (in
+/// place, on `s`).
+template <class V>
+void merge_topk_device(topk_entry<V>* st, std::int64_t rows, int k, int lists, std::size_t stride, bool larger,
+                      stream_view s) {
+  if (lists < 2 || rows == 0) return;
+  with_larger(larger, [&](auto L) {
+    topk_merge_kernel<V, decltype(L)::value><<<warp_grid(rows), 256, 0, s.value()>>>(st, rows, k, lists,
+                                                                                       static_cast<std::int64_t>(stride));
+  });
+  SPILLWAY_CUDA_TRY(cudaGetLastError());
+}
+
+/// Every device of a top-k job merges its slots' lists into its first (n x k entries at the start
+/// of its topk_state), on its setup stream; one event per device, recorded after it. Once only:
+/// merging again would take the other slots' entries twice.
+template <class V, class P>
+std::vector<event> merge_topk_slots(pair_job<V, P>& job) {
+  const std::int64_t n = job.prod.rows(false);
+  const std::size_t per_slot = static_cast<std::size_t>(n) * static_cast<std::size_t>(job.topk.k);
+  std::vector<event> merged;  // each made on its own device
+  merged.reserve(job.ctx.size());
+  for (auto& cp : job.ctx) {
+    auto& c = *cp;
+    device_guard g(c.device);
+    const int slots = per_slot == 0 ? 0 : static_cast<int>(c.topk_state.size() / sizeof(topk_entry<V>) / per_slot);
+    merge_topk_device(reinterpret_cast<topk_entry<V>*>(c.topk_state.data()), n, job.topk.k, slots, per_slot,
+                     job.prod.larger(), c.setup->view());
+    merged.emplace_back().record(c.setup->view());
+  }
+  return merged;
+}
+
 template <class V, class P>
 topk_result<V> collect_topk(pair_job<V, P>& job) {
   const std::int64_t n = job.prod.rows(false);
@@ -975,14 +1009,8 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
   topk_host_side<V> host = job.topk_host.valid() ? job.topk_host.get() : topk_host_side<V>{empty_topk<V>(n, k), {}};
   topk_result<V>& r = host.result;
   using entry = topk_entry<V>;
-  // Merges `lists` lists of `rows` rows, `stride` entries apart, into the first (in place).
   const auto merge_lists = [&](entry* st, std::int64_t rows, int lists, std::size_t stride, stream_view s) {
-    if (lists < 2 || rows == 0) return;
-    with_larger(larger, [&](auto L) {
-      topk_merge_kernel<V, decltype(L)::value><<<warp_grid(rows), 256, 0, s.value()>>>(st, rows, k, lists,
-                                                                                         static_cast<std::int64_t>(stride));
-    });
-    SPILLWAY_CUDA_TRY(cudaGetLastError());
+    merge_topk_device(st, rows, k, lists, stride, larger, s);
   };
   const auto slots_of = [&](const auto& c) {
     return static_cast<int>(c.topk_state.size() / sizeof(entry) / per_slot);
@@ -1002,14 +1030,7 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
   // and indices and copies them into the result's vectors through its own link and its own
   // halves of the pinned block, all devices at once. The result is sorted as the host sorts it.
   const std::size_t nd = job.ctx.size();
-  std::vector<event> merged;  // each made on its own device
-  merged.reserve(nd);
-  for (std::size_t d = 0; d < nd; ++d) {
-    auto& c = *job.ctx[d];
-    device_guard g(c.device);
-    merge_lists(reinterpret_cast<entry*>(c.topk_state.data()), n, slots_of(c), per_slot, c.setup->view());
-    merged.emplace_back().record(c.setup->view());
-  }
+  std::vector<event> merged = merge_topk_slots(job);
   const std::size_t stage_pairs = host.stage.size() / (2 * topk_stage_half_bytes);
   struct owned {
     std::int64_t r0 = 0, rows = 0;
@@ -1053,7 +1074,8 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
       SPILLWAY_CUDA_TRY(cudaGetLastError());
     }
   }
-  // The copies down, one host thread per device (the first on this one); devices past the pinned
+  // The copies down, one part per device on the staging workers (the first on
+  // this thread; a part that throws is rethrown here once all have ended); devices past the pinned
   // block's pairs of halves copy straight into the vectors.
   const auto copy_down = [&](std::size_t e) {
     auto& c = *job.ctx[e];
@@ -1064,23 +1086,7 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
     copy_lists_to_host(o.dv.data(), o.di.data(), static_cast<std::size_t>(o.rows) * static_cast<std::size_t>(k),
                        r.values.data() + at, r.indices.data() + at, stage, c.setup->view());
   };
-  std::vector<std::future<void>> others;
-  others.reserve(nd);
-  for (std::size_t e = 1; e < nd; ++e) others.push_back(std::async(std::launch::async, copy_down, e));
-  std::exception_ptr failed;
-  try {
-    copy_down(0);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  for (auto& f : others) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  ::spillway::detail::staging_workers().run_parts(nd, copy_down);
   return std::move(host.result);
 }
 
