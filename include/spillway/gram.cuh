@@ -17,7 +17,6 @@
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/gram/out_of_core.cuh>
-#include <spillway/gram/plan.hpp>
 
 #include <algorithm>
 #include <chrono>

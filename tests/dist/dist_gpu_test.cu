@@ -11,6 +11,8 @@
 #include <spillway/io/npy.hpp>
 
 #include <gtest/gtest.h>
+
+#include "dist_support.hpp"
 #include <mpi.h>
 #include <unistd.h>
 
@@ -76,53 +78,9 @@ std::string gpu_skip_reason(const sd::communicator& c, bool& fail) {
     }                                                   \
   } while (0)
 
-std::uint64_t seed(const std::string& salt) {
-  std::uint64_t s = 0x5eed5eedULL;
-  if (const char* v = std::getenv("SPILLWAY_TEST_SEED")) s = std::strtoull(v, nullptr, 0);
-  s ^= std::hash<std::string>{}(salt)*0x9E3779B97F4A7C15ULL;
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  if (r == 0)
-    std::printf("[ seed     ] %s seed=%llu (set SPILLWAY_TEST_SEED to vary)\n", salt.c_str(),
-                static_cast<unsigned long long>(s));
-  return s;
-}
-
-sg::bit_matrix random_bits(std::int64_t rows, std::int64_t cols, double d, std::uint64_t s) {
-  std::mt19937_64 g(s);
-  std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * cols));
-  for (auto& x : b) x = (g() % 1000) < d * 1000 ? 1 : 0;
-  return sg::pack_bits(b.data(), rows, cols);
-}
-
-// A folder every rank can reach (the ranks of these tests share a host): made by rank 0, named to
-// all, removed by rank 0 when the test's ranks are done with it.
-class shared_dir {
- public:
-  explicit shared_dir(const sd::communicator& c) : c_(c) {
-    if (c.rank() == 0) {
-      char tmpl[] = "/tmp/spillway_distgpu_XXXXXX";
-      const char* p = mkdtemp(tmpl);
-      path_ = p != nullptr ? p : "";
-    }
-    int len = static_cast<int>(path_.size());
-    MPI_Bcast(&len, 1, MPI_INT, 0, c.get());
-    path_.resize(static_cast<std::size_t>(len));
-    MPI_Bcast(path_.data(), len, MPI_CHAR, 0, c.get());
-  }
-  shared_dir(const shared_dir&) = delete;
-  shared_dir& operator=(const shared_dir&) = delete;
-  ~shared_dir() {
-    MPI_Barrier(c_.get());
-    std::error_code ec;
-    if (c_.rank() == 0 && !path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  std::string operator+(const char* rest) const { return path_ + rest; }
-
- private:
-  const sd::communicator& c_;
-  std::string path_;
-};
+using spillway::dist_test::random_bits;
+using spillway::dist_test::seed;
+using spillway::dist_test::shared_dir;
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 // naive byte-by-byte definition.
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/gram/host_gram.hpp>
-#include <spillway/gram/plan.hpp>
+#include <spillway/pairwise/plan.hpp>
 
 #include <support/gpu_test.hpp>
 
@@ -312,28 +312,31 @@ namespace {
 using namespace spillway::gram;
 
 TEST(GramPlan, FitsBudgetAndPrefersResident) {
-  gram_plan_request r;
+  // A Gram job's plan: the pair planner with the bit matrix's row bytes and a popcount per row.
+  namespace pw = spillway::pairwise;
+  pw::pair_plan_request r;
   r.rows_a = r.rows_b = 100000;
-  r.ld_words = padded_words(200000);
-  r.sink = sink_kind::dense_packed;
+  r.row_bytes = static_cast<std::size_t>(padded_words(200000)) * 4u;
+  r.aux_bytes = 4;
+  r.sink = pw::sink_kind::dense_packed;
   r.budget_bytes = std::size_t{8} << 30;
-  const gram_plan g = make_gram_plan(r);
+  const pw::pair_plan g = pw::make_pair_plan(r, "gram");
   EXPECT_TRUE(g.resident);
   EXPECT_LE(g.total_bytes(), r.budget_bytes);
   EXPECT_EQ(g.strips, (100000 + g.panel_rows - 1) / g.panel_rows);
   EXPECT_GE(g.panel_rows, 1024);
   // A budget far too small for A streams it in panels, still within budget, with many strips.
   r.rows_a = r.rows_b = 1000;
-  r.ld_words = 640;  // A is 2.56 MB
+  r.row_bytes = 640 * 4;  // A is 2.56 MB
   r.budget_bytes = 1500000;
-  const gram_plan s = make_gram_plan(r);
+  const pw::pair_plan s = pw::make_pair_plan(r, "gram");
   EXPECT_FALSE(s.resident);
   EXPECT_LE(s.total_bytes(), r.budget_bytes);
   EXPECT_GE(s.strips, 9);
   // Far too small: logic_error with the minimum.
   r.budget_bytes = 1000;
   try {
-    (void)make_gram_plan(r);
+    (void)pw::make_pair_plan(r, "gram");
     FAIL();
   } catch (const spillway::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("minimum"), std::string::npos);
@@ -341,9 +344,9 @@ TEST(GramPlan, FitsBudgetAndPrefersResident) {
   // max_panel_rows is honoured; top-k state is counted per slot.
   r.budget_bytes = std::size_t{1} << 30;
   r.max_panel_rows = 100;
-  r.sink = sink_kind::topk;
+  r.sink = pw::sink_kind::topk;
   r.k = 32;
-  const gram_plan t = make_gram_plan(r);
+  const pw::pair_plan t = pw::make_pair_plan(r, "gram");
   EXPECT_EQ(t.panel_rows, 100);
   EXPECT_EQ(t.strips, 10);
   EXPECT_EQ(t.topk_state_bytes, 1000u * 32u * 8u);

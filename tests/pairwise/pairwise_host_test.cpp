@@ -3,7 +3,6 @@
 // the float similarity host reference against a brute-force computation (printed seeds).
 #include <spillway/gemm/host_similarity.hpp>
 #include <spillway/gram/host_gram.hpp>
-#include <spillway/gram/plan.hpp>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/sinks.hpp>
@@ -166,25 +165,6 @@ TEST(PairwisePlan, SeveralWorkersEndOnHeldStrips) {
       EXPECT_EQ(p.strip_of_task(3, false), 3) << what;
     }
   }
-}
-
-TEST(PairwisePlan, GramPlanIsThePairPlan) {
-  spillway::gram::gram_plan_request r;
-  r.rows_a = r.rows_b = 5000;
-  r.ld_words = 64;
-  r.sink = spillway::gram::sink_kind::threshold;
-  r.budget_bytes = std::size_t{256} << 20;
-  const spillway::gram::gram_plan g1 = spillway::gram::make_gram_plan(r);
-  pw::pair_plan_request q;
-  q.rows_a = q.rows_b = 5000;
-  q.row_bytes = 64 * 4;
-  q.sink = pw::sink_kind::threshold;
-  q.budget_bytes = r.budget_bytes;
-  const pw::pair_plan g2 = pw::make_pair_plan(q, "gram");
-  EXPECT_EQ(g1.panel_rows, g2.panel_rows);
-  EXPECT_EQ(g1.slot_buffers, g2.slot_buffers);
-  EXPECT_EQ(g1.shared_bytes, g2.shared_bytes);
-  EXPECT_NE(g1.buf_compact, pw::pair_plan::none);
 }
 
 TEST(PairwiseHostSinks, TopKTiesAndDiagonalAgainstBruteForce) {

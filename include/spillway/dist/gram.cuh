@@ -72,9 +72,10 @@ struct rank_gram_job {
   std::vector<std::size_t> mine;  // this rank's tasks (task t = strip strips − 1 − t)
 };
 
+/// Plans this rank's share of a job (collective) and fills the report's device and split.
 template <class V>
 void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const gram_job_options& o,
-                   pairwise::sink_kind sink, int k, rank_gram_job<V>& rj) {
+                   pairwise::sink_kind sink, int k, rank_gram_job<V>& rj, gram_report& rep) {
   auto& job = rj.job;
   job.prod.a = a;
   job.prod.symmetric = true;
@@ -191,6 +192,9 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   for (auto it = part.tasks.rbegin(); it != part.tasks.rend(); ++it) {
     rj.mine.push_back(static_cast<std::size_t>(rj.split.strips - 1) - *it);
   }
+  rep.on_gpu = true;
+  rep.device = rj.device;
+  rep.split = rj.split;
 }
 
 template <class V, class OnComplete>
@@ -230,17 +234,10 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_topk<V>(c, a, k, o, report);  // (rows: the same on every rank)
   gram_report rep;
-  rep.on_gpu = true;
-  agree(c, "checking the top-k job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::gram_topk");
-    pairwise::detail::check_topk(k, "dist::gram_topk");
-    if (c.size() > 1) detail::check_exchange(a.rows, k.k, "dist::gram_topk");
-  });
+  detail::check_topk_job<V>(c, a, k, o, "dist::gram_topk");
   detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::topk, k.k, rj);
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::topk, k.k, rj, rep);
   rj.job.topk = k;
-  rep.device = rj.device;
-  rep.split = rj.split;
   const std::int64_t n = a.rows, r0 = rj.split.first_row(c.rank());
   // Its GPU's lists cover every row (those its strips did not touch empty): n x k.
   const bool computes = rj.split.computes(c.rank());
@@ -292,18 +289,9 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_triangle_npy<V>(c, a, path, layout, o);  // (rows: the same on every rank)
   gram_report rep;
-  rep.on_gpu = true;
-  agree(c, "checking the triangle job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::gram_triangle_npy");
-    if (layout == pairwise::triangle_layout::full) {
-      throw logic_error(
-          "dist::gram_triangle_npy: the full layout is not distributed; use upper_packed or condensed");
-    }
-  });
+  detail::check_triangle_job<V>(c, a, layout, o, "dist::gram_triangle_npy");
   detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::strips, 0, rj);
-  rep.device = rj.device;
-  rep.split = rj.split;
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::strips, 0, rj, rep);
   const std::int64_t n = a.rows;
   const bool wd = layout == pairwise::triangle_layout::upper_packed;
   auto row_off = [&](std::int64_t i) {
@@ -359,16 +347,10 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
   if (a.rows == 0 || !detail::all_ranks_on_gpu(c, o))
     return host_gram_threshold<V>(c, a, t, o, report);  // (rows: the same on every rank)
   gram_report rep;
-  rep.on_gpu = true;
-  agree(c, "checking the threshold job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::gram_threshold");
-    if (t.both_halves) throw logic_error("dist::gram_threshold: both_halves is not distributed yet");
-  });
+  detail::check_threshold_job<V>(c, a, t, o, "dist::gram_threshold");
   detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::threshold, 0, rj);
+  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::threshold, 0, rj, rep);
   rj.job.thr = t;
-  rep.device = rj.device;
-  rep.split = rj.split;
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
   detail::note_run(c, rep);

@@ -296,6 +296,52 @@ void check_dist_gram(const gram::bit_matrix_view& a, const gram_job_options& o, 
     throw logic_error(std::string(who) + ": strip_rows must be >= 0, got " + std::to_string(o.strip_rows));
 }
 
+/// The exchange counts entries (rows · k) in MPI's int (one rank exchanges nothing: no limit).
+inline void check_exchange(std::int64_t n, int k, const char* who) {
+  if (n * static_cast<std::int64_t>(k) > 0x7FFFFFFF) {
+    throw logic_error(std::string(who) + ": n * k = " + std::to_string(n * k) +
+                      " list entries; the exchange to the owners counts them in int (at most 2^31 - 1)");
+  }
+}
+
+/// The checks of a distributed top-k, triangle or threshold job, on every rank at once (agree): the
+/// same for the GPU and the host implementations, each naming its own entry point.
+template <class V>
+void check_topk_job(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
+                    const gram_job_options& o, const char* who) {
+  agree(c, "checking the top-k job", [&] {
+    check_dist_gram<V>(a, o, who);
+    pairwise::detail::check_topk(k, who);
+    if (c.size() > 1) check_exchange(a.rows, k.k, who);
+  });
+}
+
+template <class V>
+void check_triangle_job(const communicator& c, const gram::bit_matrix_view& a, pairwise::triangle_layout layout,
+                        const gram_job_options& o, const char* who) {
+  agree(c, "checking the triangle job", [&] {
+    check_dist_gram<V>(a, o, who);
+    if (layout == pairwise::triangle_layout::full) {
+      throw logic_error(std::string(who) +
+                        ": the full layout is not distributed (its rows need the mirrored half from other "
+                        "ranks); use upper_packed or condensed");
+    }
+  });
+}
+
+template <class V>
+void check_threshold_job(const communicator& c, const gram::bit_matrix_view& a, const pairwise::threshold_options& t,
+                         const gram_job_options& o, const char* who) {
+  agree(c, "checking the threshold job", [&] {
+    check_dist_gram<V>(a, o, who);
+    if (t.both_halves) {
+      throw logic_error(std::string(who) +
+                        ": both_halves is not distributed yet (a row's lower half is computed by other "
+                        "ranks); mirror the upper-triangle COO instead");
+    }
+  });
+}
+
 /// Per-row partial top-k lists for rows [row0, n): at most k entries each, best first.
 template <class V>
 struct partial_topk {
@@ -536,14 +582,6 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
   return out;
 }
 
-/// The exchange counts entries (rows · k) in MPI's int (one rank exchanges nothing: no limit).
-inline void check_exchange(std::int64_t n, int k, const char* who) {
-  if (n * static_cast<std::int64_t>(k) > 0x7FFFFFFF) {
-    throw logic_error(std::string(who) + ": n * k = " + std::to_string(n * k) +
-                      " list entries; the exchange to the owners counts them in int (at most 2^31 - 1)");
-  }
-}
-
 /// Every rank's phases on every rank (MPI_Allgather). Collective.
 inline void share_phases(const communicator& c, gram_report& rep) {
   std::vector<double> mine(gram_phases::fields), all(static_cast<std::size_t>(gram_phases::fields * c.size()));
@@ -686,11 +724,7 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
                              gram_report* report = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
-  agree(c, "checking the top-k job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::host_gram_topk");
-    pairwise::detail::check_topk(k, "dist::host_gram_topk");
-    if (c.size() > 1) detail::check_exchange(a.rows, k.k, "dist::host_gram_topk");
-  });
+  detail::check_topk_job<V>(c, a, k, o, "dist::host_gram_topk");
   const std::int64_t n = a.rows;
   rep.split = detail::host_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
                                  static_cast<std::size_t>(a.ld_words) * 4u, o.split, true);
@@ -737,14 +771,7 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
                                    const gram_job_options& o = {}) {
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
-  agree(c, "checking the triangle job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::host_gram_triangle_npy");
-    if (layout == pairwise::triangle_layout::full) {
-      throw logic_error(
-          "dist::host_gram_triangle_npy: the full layout is not distributed (its rows need the mirrored "
-          "half from other ranks); use upper_packed or condensed");
-    }
-  });
+  detail::check_triangle_job<V>(c, a, layout, o, "dist::host_gram_triangle_npy");
   const std::int64_t n = a.rows;
   rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
                               static_cast<std::size_t>(a.ld_words) * 4u);
@@ -801,14 +828,7 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
                                  gram_report* report = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
-  agree(c, "checking the threshold job", [&] {
-    detail::check_dist_gram<V>(a, o, "dist::host_gram_threshold");
-    if (t.both_halves) {
-      throw logic_error(
-          "dist::host_gram_threshold: both_halves is not distributed yet (a row's lower half is "
-          "computed by other ranks); mirror the upper-triangle COO instead");
-    }
-  });
+  detail::check_threshold_job<V>(c, a, t, o, "dist::host_gram_threshold");
   const std::int64_t n = a.rows;
   rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
                               static_cast<std::size_t>(a.ld_words) * 4u);

@@ -17,7 +17,7 @@
 #include <spillway/gram/epilogue.hpp>
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/gram/kernel_path.hpp>
-#include <spillway/gram/plan.hpp>
+#include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
@@ -34,6 +34,10 @@
 namespace spillway::gram {
 
 /// What a Gram job did (filled when gram_options::report is set): the pair job's report.
+using ::spillway::pairwise::sink_kind;
+/// The plan of a Gram job: the pair-job plan (spillway::pairwise::make_pair_plan with the bit
+/// matrix's row bytes and one int32 popcount per row).
+using gram_plan = ::spillway::pairwise::pair_plan;
 using gram_report = ::spillway::pairwise::pair_report;
 
 /// Options shared by every Gram entry point.
