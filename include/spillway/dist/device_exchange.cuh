@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,13 +45,12 @@ struct ipc_export {
 /// The export buffer of `device`, at least `bytes` long.
 inline ipc_export& ipc_export_of(int device, std::size_t bytes) {
   static std::mutex m;
-  static std::vector<ipc_export> all;  // one per device this process used
+  static std::list<ipc_export> all;  // one per device this process used (a list: references stay valid)
   std::lock_guard<std::mutex> l(m);
   ipc_export* e = nullptr;
   for (auto& x : all)
     if (x.device == device) e = &x;
   if (e == nullptr) {
-    all.reserve(64);  // (references handed out stay valid: at most one entry per device)
     e = &all.emplace_back();
     e->device = device;
   }

@@ -524,7 +524,6 @@ topk_mirror<V> topk_mirror_of(pair_job<V, P>& job, pair_device_ctx<Aux>& c, task
     if (h == w || !job.share->reaches(w, h)) continue;
     m.peers[m.n_peers++] = reinterpret_cast<topk_key<V>*>(job.ctx[h]->topk_bar.data());
   }
-
   if (W > PI) {
     SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaMemsetAsync(m.count, 0, static_cast<std::size_t>(W - PI) * 4u, s.value())));
   }
