@@ -4,6 +4,7 @@
 #include <spillway/gram.cuh>
 
 #include <support/gpu_test.hpp>
+#include <support/random_bits.hpp>
 
 #include <gtest/gtest.h>
 
@@ -22,18 +23,10 @@ namespace {
 using namespace spillway;
 using namespace spillway::gram;
 
+// An all-ones row, an all-zero row, and a duplicate (ties) among random rows.
 std::vector<std::uint8_t> random_bits(std::int64_t rows, std::int64_t cols, double p, std::uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::bernoulli_distribution b(p);
-  std::vector<std::uint8_t> v(static_cast<std::size_t>(rows * cols));
-  for (auto& x : v) x = b(g) ? 1 : 0;
-  if (rows > 4) {  // an all-ones row, an all-zero row, and a duplicate (ties)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      v[static_cast<std::size_t>(1 * cols + c)] = 1;
-      v[static_cast<std::size_t>(2 * cols + c)] = 0;
-      v[static_cast<std::size_t>(4 * cols + c)] = v[static_cast<std::size_t>(3 * cols + c)];
-    }
-  }
+  auto v = spillway::test::random_bit_bytes(rows, cols, p, seed);
+  spillway::test::plant_edge_rows(v, rows, cols, true);
   return v;
 }
 

@@ -4,6 +4,7 @@
 #include <spillway/gram.cuh>
 
 #include <support/gpu_test.hpp>
+#include <support/random_bits.hpp>
 
 #include <gtest/gtest.h>
 
@@ -16,13 +17,7 @@ namespace {
 using namespace spillway;
 using namespace spillway::gram;
 
-std::vector<std::uint8_t> random_bits(std::int64_t rows, std::int64_t cols, double p, std::uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::bernoulli_distribution b(p);
-  std::vector<std::uint8_t> v(static_cast<std::size_t>(rows * cols));
-  for (auto& x : v) x = b(g) ? 1 : 0;
-  return v;
-}
+using spillway::test::random_bit_bytes;
 
 // The checksum sink (what the benchmarks time as the bare compute) sums the counts of the upper
 // triangle with the diagonal: Σ over columns of m(m + 1)/2, m the column's ones.
@@ -30,7 +25,7 @@ TEST(PairwiseChecksumGpu, SumsTheUpperTriangleCounts) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("checksum-sink");
   const std::int64_t n = 2100, cols = 4100;
-  const auto bits = random_bits(n, cols, 0.4, seed);
+  const auto bits = random_bit_bytes(n, cols, 0.4, seed);
   const bit_matrix a = pack_bits(bits, n, cols);
   unsigned long long want = 0;
   for (std::int64_t c = 0; c < cols; ++c) {
