@@ -67,6 +67,31 @@ TEST(NpyReliability, ShapeWhoseByteCountOverflowsIsRefused) {
   EXPECT_NE(msg.find("overflows 64-bit"), std::string::npos) << msg;
 }
 
+// Found by fuzz_npy (tests/fuzz/regressions/npy/huge_extents_before_a_zero_fortran): a header's
+// extents may be anything when one of them is 0 (the array is empty), but the element count
+// multiplied them first (signed overflow, undefined), in npy_header::count() and in the
+// Fortran-to-C reorder. Both now count 0 at the zero extent.
+TEST(NpyReliability, HugeExtentsBeforeAZeroAreAnEmptyArray) {
+  const std::vector<std::int64_t> shape = {std::int64_t{4000000000000}, std::int64_t{1845565940265939}, 0};
+  for (const bool fortran : {false, true}) {
+    std::string h = io::make_npy_header(io::npy_dtype::u2, shape);
+    if (fortran) {
+      const std::size_t at = h.find("'fortran_order': False");
+      ASSERT_NE(at, std::string::npos) << h;
+      h.replace(at, 22, "'fortran_order': True ");  // the same length: the header keeps its padding
+    }
+    const io::npy_array a = io::read_npy_bytes(h.data(), h.size(), "empty");
+    EXPECT_EQ(a.header.shape, shape);
+    EXPECT_EQ(a.header.fortran_order, fortran);
+    EXPECT_EQ(a.header.count(), 0);
+    EXPECT_EQ(a.header.data_bytes(), 0u);
+    EXPECT_TRUE(a.bytes.empty());
+  }
+  EXPECT_EQ(io::npy_shape_elements({3, 0, std::numeric_limits<std::int64_t>::max()}), 0);
+  EXPECT_EQ(io::npy_shape_elements({}), 1);  // a scalar
+  EXPECT_EQ(io::npy_shape_elements({2, 3, 7}), 42);
+}
+
 TEST(NpyReliability, InMemoryReaderMatchesTheFileReader) {
   const std::vector<std::int32_t> v = {3, -1, 4, -1, 5, -9};
   const std::string p = tmp_path("same.npy");

@@ -95,6 +95,16 @@ constexpr npy_dtype npy_dtype_of() {
   }
 }
 
+/// Elements of a shape: 0 where any extent is 0 (a header may then give the other extents any
+/// size: they are never multiplied), else the product of the extents.
+inline std::int64_t npy_shape_elements(const std::vector<std::int64_t>& shape) noexcept {
+  for (auto d : shape)
+    if (d == 0) return 0;
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
 /// What a .npy header says.
 struct npy_header {
   npy_dtype dtype = npy_dtype::u1;
@@ -104,11 +114,7 @@ struct npy_header {
   bool fortran_order = false;  ///< the file's layout (read_npy always returns C order)
 
   /// Number of elements (1 for a scalar).
-  [[nodiscard]] std::int64_t count() const noexcept {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-  }
+  [[nodiscard]] std::int64_t count() const noexcept { return npy_shape_elements(shape); }
   [[nodiscard]] std::size_t data_bytes() const noexcept {
     return static_cast<std::size_t>(count()) * npy_itemsize(dtype);
   }
@@ -318,8 +324,7 @@ inline std::vector<unsigned char> npy_fortran_to_c(const std::vector<unsigned ch
                                                    const std::vector<std::int64_t>& shape, std::size_t item) {
   std::vector<unsigned char> c(f.size());
   const std::size_t rank = shape.size();
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  const std::int64_t n = npy_shape_elements(shape);
   if (n == 0 || rank < 2) return f;
   std::vector<std::int64_t> fstride(rank), idx(rank, 0);
   std::int64_t s = 1;
@@ -497,8 +502,7 @@ inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64
 template <class T>
 void write_npy(const std::string& path, const T* data, const std::vector<std::int64_t>& shape) {
   const std::string header = make_npy_header(npy_dtype_of<T>(), shape);
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  const std::int64_t n = npy_shape_elements(shape);
   if (n > 0 && data == nullptr) throw logic_error("write_npy: data is null for " + std::to_string(n) + " elements");
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) throw logic_error("write_npy: cannot open '" + path + "' for writing");
@@ -513,8 +517,7 @@ void write_npy(const std::string& path, const T* data, const std::vector<std::in
 
 template <class T>
 void write_npy(const std::string& path, const std::vector<T>& v, const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  const std::int64_t n = npy_shape_elements(shape);
   if (static_cast<std::int64_t>(v.size()) != n) {
     throw logic_error("write_npy: vector has " + std::to_string(v.size()) + " elements but the shape holds " +
                       std::to_string(n));
