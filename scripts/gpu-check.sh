@@ -237,8 +237,13 @@ run_python_wheel() {
   local py=${SPILLWAY_PYTHON:-python3} w=/tmp/spillway-wheels v=/tmp/spillway-venv t0=$SECONDS
   export SPILLWAY_REQUIRE_GPU=1 SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
   rm -rf "$w" "$v" /tmp/spillway-wheel-build
+  # The fresh venv sees the interpreter's packages (NumPy, numba-cuda, CuPy, PyTorch) through a .pth
+  # of its site directories: the GPU image's python3 is itself a venv, and --system-site-packages
+  # reaches only the base interpreter's (2026-11-28: pip then found no NumPy with --no-index).
   if ! { env -u CUDAARCHS "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$w" \
       --config-settings=build-dir=/tmp/spillway-wheel-build ./python && "$py" -m venv --system-site-packages "$v" &&
+      "$py" -c 'import site; print("\n".join(site.getsitepackages()))' \
+        >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_parent_site.pth" &&
       "$v/bin/python" -m pip install -q --no-index --find-links "$w" spillway-cu13; } >"$RESULTS/python_wheel.log" 2>&1; then
     status=1; tail -30 "$RESULTS/python_wheel.log"; summary+=("python wheel: build or install FAILED"); return
   fi

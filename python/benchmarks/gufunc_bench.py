@@ -54,6 +54,30 @@ def pricer(rank, size, mult_by, discount, cv):  # seed 002's body (examples/seed
         cv[i // cols, i % cols] = mult_by[i // cols, i % cols] * discount[i // cols, i % cols]
 
 
+def numba_cuda_gufunc(sigs, layout, fn):
+    """numba's own CUDA gufunc of fn: numba-cuda's cuda.guvectorize where it has one, else
+    numba.guvectorize(target="cuda") (older split). Returns (gufunc, which)."""
+    errs = []
+    for name, make in (("numba.cuda.guvectorize", lambda: cuda.guvectorize(sigs, layout)(fn)),
+                       ("numba.guvectorize(target='cuda')", lambda: guvectorize(sigs, layout, target="cuda")(fn))):
+        if name.startswith("numba.cuda") and not hasattr(cuda, "guvectorize"):
+            continue
+        try:
+            return make(), name
+        except Exception as e:  # noqa: BLE001 - try the other form, report both
+            errs.append(f"{name}: {type(e).__name__}: {e}")
+    raise RuntimeError("; ".join(errs))
+
+
+def call_numba_gufunc(g, ins, out, stream):
+    """Calls a numba CUDA gufunc with the output given (positionally, as numba-cuda documents;
+    else out=)."""
+    try:
+        return g(*ins, out, stream=stream)
+    except TypeError:
+        return g(*ins, out=out, stream=stream)
+
+
 def pricer_plain(mult_by, discount, cv):  # the same for one thread per instance (numba's guvectorize)
     for j in range(mult_by.shape[0]):
         for k in range(mult_by.shape[1]):
@@ -179,17 +203,17 @@ def device_rows(res, reps, rng, dates, label):
     row.update(call_host_us=host * 1e6, call_e2e_ms=e2e * 1e3)
     # numba's guvectorize of the plain body: one thread per date
     try:
-        g = guvectorize(["void(float64[:,:], float64[:,:], float64[:,:])"], "(m,o),(m,o)->(m,o)",
-                        target="cuda")(pricer_plain)
+        g, which = numba_cuda_gufunc(["void(float64[:,:], float64[:,:], float64[:,:])"], "(m,o),(m,o)->(m,o)",
+                                     pricer_plain)
         d_out2 = cuda.to_device(np.full(disc.shape, np.nan), stream=s)
         try:
-            run = (lambda: g(d_mb, d_disc, out=d_out2, stream=s))
+            run = (lambda: call_numba_gufunc(g, (d_mb, d_disc), d_out2, s))
             run()
-            note = "multBy broadcast by numba"
+            note = f"{which}, multBy broadcast by numba"
         except Exception:  # noqa: BLE001 - older numba: no broadcasting of the loop dims in CUDA gufuncs
             d_mb_full = cuda.to_device(np.ascontiguousarray(np.broadcast_to(mb, disc.shape)), stream=s)
-            run = (lambda: g(d_mb_full, d_disc, out=d_out2, stream=s))
-            note = "multBy materialized to (dates,4000,5): numba's CUDA gufunc did not broadcast it"
+            run = (lambda: call_numba_gufunc(g, (d_mb_full, d_disc), d_out2, s))
+            note = f"{which}, multBy materialized to (dates,4000,5): numba's CUDA gufunc did not broadcast it"
         tn = med(gpu_samples(run, s, max(3, reps // 4), warmup=1))
         row["numba_guvectorize"] = {"ms": tn * 1e3, "GBps": nbytes / tn / 1e9, "x_spillway_time": tn / t,
                                     "note": note, "ok": check(f"{label} numba", d_out2.copy_to_host(stream=s), want,
@@ -229,12 +253,13 @@ def dot_rows(res, reps, rng, rows):
     e2e, _ = timed(lambda: (f(da, db, out=d_out, stream=s), s.synchronize()), reps)
     row.update(call_host_us=host * 1e6, call_e2e_ms=e2e * 1e3)
     try:
-        g = guvectorize(["void(float32[:], float32[:], float32[:])"], "(n),(n)->()", target="cuda")(dot_plain)
+        g, which = numba_cuda_gufunc(["void(float32[:], float32[:], float32[:])"], "(n),(n)->()", dot_plain)
         d_out2 = cuda.to_device(np.full(rows, np.nan, np.float32), stream=s)
-        tn = med(gpu_samples(lambda: g(da, db, out=d_out2, stream=s), s, reps))
+        tn = med(gpu_samples(lambda: call_numba_gufunc(g, (da, db), d_out2, s), s, reps))
         good = check("dot numba", d_out2.copy_to_host(stream=s), want, False)
         ok = ok and good
-        row["numba_guvectorize"] = {"ms": tn * 1e3, "GBps": nbytes / tn / 1e9, "x_spillway_time": tn / t, "ok": good}
+        row["numba_guvectorize"] = {"ms": tn * 1e3, "GBps": nbytes / tn / 1e9, "x_spillway_time": tn / t, "ok": good,
+                                    "note": which}
     except Exception as e:  # noqa: BLE001
         row["numba_guvectorize"] = {"error": f"{type(e).__name__}: {e}"}
     res["dot"] = row

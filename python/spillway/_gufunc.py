@@ -453,9 +453,14 @@ def _register_team_sum(numba, cuda) -> None:
     except ImportError:  # older numba-cuda: the core registry with the CUDA target
         from numba.core.extending import overload
         kw = {"target": "cuda"}
+    # numba-cuda releases that carry their own type system have Float and Integer in
+    # numba.cuda.types; older ones keep only the CUDA types there (Dim3, ...) and the scalars in
+    # numba.core.types (seen on the GPU image's numba-cuda with numba 0.68.0).
     try:
         from numba.cuda import types as nbt
     except ImportError:
+        nbt = None
+    if nbt is None or not (hasattr(nbt, "Float") and hasattr(nbt, "Integer")):
         from numba.core import types as nbt
 
     @overload(team_sum, **kw)
