@@ -54,6 +54,21 @@ def pricer(rank, size, mult_by, discount, cv):  # seed 002's body (examples/seed
         cv[i // cols, i % cols] = mult_by[i // cols, i % cols] * discount[i // cols, i % cols]
 
 
+def pricer_walk(rank, size, mult_by, discount, cv):  # the same products, no division per element
+    rows, cols = mult_by.shape[0], mult_by.shape[1]
+    if cols == 0:
+        return
+    r, c = rank // cols, rank % cols  # element rank of the date, row-major
+    dr, dc = size // cols, size % cols  # `size` elements on
+    while r < rows:
+        cv[r, c] = mult_by[r, c] * discount[r, c]
+        r += dr
+        c += dc
+        if c >= cols:
+            c -= cols
+            r += 1
+
+
 def numba_cuda_gufunc(sigs, layout, fn):
     """numba's own CUDA gufunc of fn: numba-cuda's cuda.guvectorize where it has one, else
     numba.guvectorize(target="cuda") (older split). Returns (gufunc, which)."""
@@ -85,7 +100,7 @@ def pricer_plain(mult_by, discount, cv):  # the same for one thread per instance
 
 
 def dot(rank, size, a, b, out):
-    s = a[0] * 0
+    s = a.dtype.type(0)  # accumulate in the rows' type, as the C++ BM_gufunc_dot (a[0] * 0 is float64)
     for i in range(rank, a.shape[0], size):
         s += a[i] * b[i]
     s = spillway.team_sum(s, rank, size)
@@ -94,7 +109,7 @@ def dot(rank, size, a, b, out):
 
 
 def dot_plain(a, b, out):
-    s = a[0] * 0
+    s = a.dtype.type(0)  # accumulate in the rows' type, as the C++ BM_gufunc_dot (a[0] * 0 is float64)
     for i in range(a.shape[0]):
         s += a[i] * b[i]
     out[0] = s
@@ -195,6 +210,13 @@ def device_rows(res, reps, rng, dates, label):
     t_copy = med(gpu_samples(lambda: dst.copy_to_device(src, stream=s), s, reps))
     row = {"shape": list(disc.shape), "bytes": nbytes, "ms": t * 1e3, "GBps": nbytes / t / 1e9,
            "d2d_ms": t_copy * 1e3, "d2d_GBps": nbytes / t_copy / 1e9, "x_d2d": t_copy / t, "ok": ok}
+    # the same products with the row and column walked instead of divided out (pricer_walk)
+    fw = spillway.gufunc("(m,o),(m,o)->(m,o)", pricer_walk, cooperative=True)
+    d_out.copy_to_device(np.full(disc.shape, np.nan), stream=s)
+    tw = med(gpu_samples(lambda: fw(d_mb, d_disc, out=d_out, stream=s), s, reps))
+    okw = check(f"{label} gufunc (walk body)", d_out.copy_to_host(stream=s), want, True)
+    ok = ok and okw
+    row["walk"] = {"ms": tw * 1e3, "GBps": nbytes / tw / 1e9, "x_d2d": t_copy / tw, "ok": okw}
     # per-call overhead: the host time of one asynchronous call (the GPU held), and call + sync
     _hold[1, 32, s](200000)
     host, _ = timed(lambda: f(d_mb, d_disc, out=d_out, stream=s), reps)
@@ -346,7 +368,8 @@ def main(argv=None):
                f"time; {nb['note']})") if "ms" in nb else f"numba guvectorize: {nb.get('error')}"
         print(f"{k:11s} {tuple(r['shape'])} float64: {r['ms']:.3f} ms  {r['GBps']:.0f} GB/s = {r['x_d2d']:.3f}x "
               f"D2D ({r['d2d_GBps']:.0f} GB/s; target >= 0.8)  call {r['call_host_us']:.0f} us host, "
-              f"{r['call_e2e_ms']:.3f} ms e2e\n            {nbs}")
+              f"{r['call_e2e_ms']:.3f} ms e2e\n            walk body (no division per element): "
+              f"{r['walk']['ms']:.3f} ms  {r['walk']['GBps']:.0f} GB/s = {r['walk']['x_d2d']:.3f}x D2D\n            {nbs}")
     d = res["dot"]
     teams = ", ".join(f"team {k}: {v['GBps']:.0f} GB/s" for k, v in d["teams"].items())
     nb = d["numba_guvectorize"]

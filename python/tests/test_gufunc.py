@@ -643,7 +643,7 @@ def _ptx_main() -> None:
     out["pricer"] = g.gufunc("(m,o),(m,o)->(m,o)", mod["pricer"], cooperative=True).ptx(
         np.ones((4000, 5)), np.ones((10, 4000, 5)))
     exec("def isum(rank, size, a, out):\n"
-         "    s = a[0] * 0\n"
+         "    s = a.dtype.type(0)\n"
          "    for i in range(rank, a.shape[0], size):\n"
          "        s += a[i]\n"
          "    s = team_sum(s, rank, size)\n"
@@ -683,6 +683,14 @@ def _ptx_main() -> None:
     sc._launch(plan, 1, [("array", view(a), a.dtype), ("scalar", np.float64(2.0), np.dtype("f8")),
                          ("array", view(o), o.dtype)])
     out["launch_types"] = json.dumps(seen)
+    # a broadcast input (stride 0 over the first loop dimension): its view is not C-contiguous
+    seen = {}
+    ab = np.ones((5, 4))
+    lay = [g.OperandLayout((3, 5, 4), (0, 4, 1), 1), g.OperandLayout((), None, 0)]
+    plan_b = g.plan_gufunc(sc.signature, lay, [g.OperandLayout(o.shape, (20, 4, 1), 1)])
+    sc._launch(plan_b, 1, [("array", view(ab), ab.dtype), ("scalar", np.float64(2.0), np.dtype("f8")),
+                           ("array", view(o), o.dtype)])
+    out["launch_types_broadcast"] = json.dumps(seen)
     fn = sc._kernel_function([False, True], [1, 0, 1], len(plan.loop_extents), 1)
     types = sc._kernel_types(numba, len(plan.loop_extents), [a.dtype, np.dtype("f8"), o.dtype], [2, 0, 2],
                              [False, True])
@@ -737,9 +745,15 @@ def test_launch_types_match_the_arguments(ptx_results):
     # n, then one type per operand: the input view, the scalar by value, the output view
     assert len(seen["args"]) == len(seen["types"]) == 4, seen
     assert seen["types"][0] == "int64" and seen["types"][2] == "float64", seen
-    assert seen["types"][1].startswith("array(float64, 2d, A") and seen["types"][3].startswith("array(float64, 2d, A")
-    assert seen["args"][1].startswith("array(float64, 2d") and seen["args"][3].startswith("array(float64, 2d")
+    # C-contiguous views are typed "C" (no strides loaded in the kernel), exactly as numba types them
+    assert seen["types"][1].startswith("array(float64, 2d, C") and seen["types"][3].startswith("array(float64, 2d, C")
+    assert seen["args"][1] == seen["types"][1] and seen["args"][3] == seen["types"][3], seen
     assert ".entry" in ptx_results["launch_ptx"]
+    # a broadcast operand stays "A" (its loop stride is 0); the contiguous output is still "C"
+    b = json.loads(ptx_results["launch_types_broadcast"])
+    assert len(b["types"]) == 5, b  # n, the second loop extent, a, s, out: the loop did not collapse
+    assert b["types"][2].startswith("array(float64, 3d, A") and b["args"][2].startswith("array(float64, 3d, A"), b
+    assert b["types"][4] == b["args"][4] and b["types"][4].startswith("array(float64, 3d, C"), b
 
 
 def test_ptx_plain_and_other_forms(ptx_results):
@@ -774,7 +788,7 @@ def _pricer_gufunc():
 
 def _dot_gufunc():
     def dot(rank, size, a, b, out):
-        s = a[0] * 0  # the arrays' type: float32 stays float32
+        s = a.dtype.type(0)  # the arrays' type: float32 stays float32 (a[0] * 0 would be float64)
         for i in range(rank, a.shape[0], size):
             s += a[i] * b[i]
         s = G.team_sum(s, rank, size)
@@ -878,7 +892,7 @@ def test_gpu_broadcast_scalars_teams(rng):
     np.testing.assert_array_equal(f(cuda.to_device(x), 1.5).copy_to_host(), 2 * x + 1.5)
 
     def isum(rank, size, a, out):
-        s = a[0] * 0
+        s = a.dtype.type(0)
         for i in range(rank, a.shape[0], size):
             s += a[i]
         s = G.team_sum(s, rank, size)

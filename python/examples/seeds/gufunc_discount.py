@@ -35,13 +35,24 @@ if not GPU:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
-# The body for ONE date, cooperative form: `size` threads share the date's m*o products.
+# The body for ONE date, cooperative form: `size` threads share the date's m*o products, thread
+# `rank` taking products rank, rank + size, ... in row-major order. The row and column are walked,
+# not divided out of the flat index: a 64-bit division per product cost more than its three memory
+# accesses (H200, (1000, 4000, 5): 0.116 ms walked against 0.134 ms with `i // cols, i % cols`).
 @spillway.gufunc("(m,o),(m,o)->(m,o)", cooperative=True)
 def pricer(rank, size, mult_by, discount, cv):
-    cols = mult_by.shape[1]
-    n = mult_by.shape[0] * cols
-    for i in range(rank, n, size):
-        cv[i // cols, i % cols] = mult_by[i // cols, i % cols] * discount[i // cols, i % cols]
+    rows, cols = mult_by.shape[0], mult_by.shape[1]
+    if cols == 0:
+        return
+    r, c = rank // cols, rank % cols
+    dr, dc = size // cols, size % cols
+    while r < rows:
+        cv[r, c] = mult_by[r, c] * discount[r, c]
+        r += dr
+        c += dc
+        if c >= cols:
+            c -= cols
+            r += 1
 
 
 # The seed's body as it was: one thread walks the whole date (what guvectorize(target="cuda") does).
