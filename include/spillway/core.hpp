@@ -7,6 +7,7 @@
 #include <spillway/core/event_timer.hpp>
 #include <spillway/core/host_memory.hpp>
 #include <spillway/core/host_registration.hpp>
+#include <spillway/core/launch.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/memory_pool.hpp>
 #include <spillway/core/pinned_buffer.hpp>

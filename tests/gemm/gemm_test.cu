@@ -302,7 +302,7 @@ TEST(GemmGpu, SplitKAutoSkinnyInt8) {
 /// for a column-major C.
 struct position_shift {
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t r, index_t c) const {
+  SPILLWAY_HD V operator()(V v, index_t r, index_t c) const {
     return v + static_cast<V>(r) * V(0.25) - static_cast<V>(c) * V(0.125);
   }
 };

@@ -1,14 +1,34 @@
 // Host tests of what issue 16 found: reductions take a view of mutable elements as readily as a
 // const one (the README's `sum_host(v.view())` on a host_array).
 #include <spillway/map/host.hpp>
+#include <spillway/ode/config.hpp>
+#include <spillway/pairwise/layout.hpp>
 #include <support/gpu_test.hpp>
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using spillway::index_t;
+
+// SPILLWAY_HD (core/launch.hpp) is the one host/device mark; the modules' former names stay
+// usable for callers' functors (deprecated). A plain C++ compiler sees them as nothing.
+struct marked_by_former_names {
+  SPILLWAY_MAP_HD int a(spillway::index_t i) const { return static_cast<int>(i) + 1; }
+  SPILLWAY_ODE_HD int b(int i) const { return i * 2; }
+  SPILLWAY_PAIRWISE_HD int c(int i) const { return i - 3; }
+  SPILLWAY_HD int d(int i) const { return a(i) + b(i) + c(i); }
+};
+
+TEST(MapUsability, TheFormerHostDeviceMarksAreTheOneMark) {
+  static_assert(std::is_same_v<spillway::index_t, std::int64_t>, "index_t is signed 64-bit");
+  const marked_by_former_names f;
+  EXPECT_EQ(f.d(5), 6 + 10 + 2);
+  EXPECT_EQ(f.a(41), 42);
+}
 
 TEST(MapUsability, ReductionsAcceptMutableViews) {
   std::mt19937_64 rng(spillway::test::seed("MapUsability.ReductionsAcceptMutableViews"));

@@ -74,7 +74,7 @@ double worst_error(const std::vector<T>& dev, const std::vector<T>& host) {
 
 // A mixed state: a double array and a complex<float> array, coupled elementwise.
 struct mixed_rhs {
-  SPILLWAY_ODE_HD void operator()(double t, const float& k, const double& x, const cf& z, double& dx, cf& dz) const {
+  SPILLWAY_HD void operator()(double t, const float& k, const double& x, const cf& z, double& dx, cf& dz) const {
     dx = -static_cast<double>(k) * x + static_cast<double>(z.real()) + 0.1 * t;
     dz = cf(-z.imag() * static_cast<float>(x), z.real() * static_cast<float>(x)) - k * z;
   }
@@ -259,7 +259,7 @@ TEST(Rk4CoupledGpu, TrajectoryIsBitwiseReproducibleWithAndWithoutGraphs) {
 namespace {
 struct ring_diffusion {
   std::uint64_t n;
-  SPILLWAY_ODE_HD void operator()(std::uint64_t i, double t, const double& k, const double* u, const cd* z, double& du, cd& dz) const {
+  SPILLWAY_HD void operator()(std::uint64_t i, double t, const double& k, const double* u, const cd* z, double& du, cd& dz) const {
     const double l = u[(i + n - 1) % n], r = u[(i + 1) % n];
     du = k * (l - 2.0 * u[i] + r) + 0.01 * t;
     const cd zl = z[(i + n - 1) % n], zr = z[(i + 1) % n];
@@ -401,14 +401,14 @@ __global__ void fill_pattern(float* y, std::uint64_t n) {
     y[i] = 1.0f + static_cast<float>(i % 1000) * 1e-3f;
 }
 struct decay_half {
-  SPILLWAY_ODE_HD void operator()(double, const double&, const float& y, float& dy) const { dy = -0.5f * y; }
+  SPILLWAY_HD void operator()(double, const double&, const float& y, float& dy) const { dy = -0.5f * y; }
 };
 struct mean_of_state {
   using param_type = double;
   using accum_type = double;
   double inv_n;
-  SPILLWAY_ODE_HD accum_type contribution(std::uint64_t, const float& y) const { return static_cast<double>(y); }
-  SPILLWAY_ODE_HD param_type update(const accum_type& total, const param_type&) const { return total * inv_n; }
+  SPILLWAY_HD accum_type contribution(std::uint64_t, const float& y) const { return static_cast<double>(y); }
+  SPILLWAY_HD param_type update(const accum_type& total, const param_type&) const { return total * inv_n; }
 };
 }  // namespace
 

@@ -11,7 +11,7 @@
 //   gemm::gemm_async(s, 1.0f, a, b, 0.0f, c, {}, gemm::chain(gemm::bias_per_col<float>{d_bias}, gemm::relu{}));
 #pragma once
 
-#include <spillway/map/config.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <cuda/std/complex>
 #include <cuda_bf16.h>
@@ -27,7 +27,7 @@ namespace spillway::gemm {
 /// value as is.
 struct identity {
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t, index_t) const {
+  SPILLWAY_HD V operator()(V v, index_t, index_t) const {
     return v;
   }
 };
@@ -37,7 +37,7 @@ template <class T>
 struct bias_per_row {
   const T* bias = nullptr;
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t row, index_t) const {
+  SPILLWAY_HD V operator()(V v, index_t row, index_t) const {
     return v + static_cast<V>(bias[row]);
   }
 };
@@ -47,7 +47,7 @@ template <class T>
 struct bias_per_col {
   const T* bias = nullptr;
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t, index_t col) const {
+  SPILLWAY_HD V operator()(V v, index_t, index_t col) const {
     return v + static_cast<V>(bias[col]);
   }
 };
@@ -55,7 +55,7 @@ struct bias_per_col {
 /// max(value, 0).
 struct relu {
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t, index_t) const {
+  SPILLWAY_HD V operator()(V v, index_t, index_t) const {
     return v > V(0) ? v : V(0);
   }
 };
@@ -64,7 +64,7 @@ struct relu {
 /// value's floating-point type.
 struct gelu {
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t, index_t) const {
+  SPILLWAY_HD V operator()(V v, index_t, index_t) const {
     static_assert(std::is_floating_point_v<V>, "gelu needs a floating-point accumulator");
     if constexpr (std::is_same_v<V, float>) {
       return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
@@ -80,7 +80,7 @@ struct clamp {
   T lo;
   T hi;
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t, index_t) const {
+  SPILLWAY_HD V operator()(V v, index_t, index_t) const {
     const V l = static_cast<V>(lo), h = static_cast<V>(hi);
     return v < l ? l : (v > h ? h : v);
   }
@@ -92,7 +92,7 @@ struct chained {
   E1 first;
   E2 second;
   template <class V>
-  SPILLWAY_MAP_HD auto operator()(V v, index_t row, index_t col) const {
+  SPILLWAY_HD auto operator()(V v, index_t row, index_t col) const {
     return second(first(v, row, col), row, col);
   }
 };
@@ -110,7 +110,7 @@ namespace detail {
 /// The conversion of an epilogue's result to C's element type: round to nearest even for half and
 /// bf16, static_cast otherwise.
 template <class TC, class V>
-SPILLWAY_MAP_HD TC convert_output(V v) {
+SPILLWAY_HD TC convert_output(V v) {
   if constexpr (std::is_same_v<TC, __half>) {
     return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<TC, __nv_bfloat16>) {
@@ -122,7 +122,7 @@ SPILLWAY_MAP_HD TC convert_output(V v) {
 
 /// C's element as an accumulator value (for β·C).
 template <class V, class TC>
-SPILLWAY_MAP_HD V load_output(TC c) {
+SPILLWAY_HD V load_output(TC c) {
   if constexpr (std::is_same_v<TC, __half>) {
     return static_cast<V>(__half2float(c));
   } else if constexpr (std::is_same_v<TC, __nv_bfloat16>) {
@@ -134,7 +134,7 @@ SPILLWAY_MAP_HD V load_output(TC c) {
 
 /// An input element as an accumulator-type value (host GEMM, SIMT kernel).
 template <class V, class T>
-SPILLWAY_MAP_HD V widen(T x) {
+SPILLWAY_HD V widen(T x) {
   if constexpr (std::is_same_v<T, __half>) {
     return static_cast<V>(__half2float(x));
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -150,7 +150,7 @@ template <class Epi>
 struct swap_frame {
   Epi epi;
   template <class V>
-  SPILLWAY_MAP_HD auto operator()(V v, index_t r, index_t c) const {
+  SPILLWAY_HD auto operator()(V v, index_t r, index_t c) const {
     return epi(v, c, r);
   }
 };

@@ -44,26 +44,26 @@ struct matrix_view {
 
   /// The same elements seen as the transpose: rows and columns swap, the layout flips, data and
   /// leading dimension stay. op(A) = Aᵀ is `a.t()`.
-  [[nodiscard]] SPILLWAY_MAP_HD matrix_view t() const noexcept {
+  [[nodiscard]] SPILLWAY_HD matrix_view t() const noexcept {
     return {data, cols, rows, ld, order == layout::row_major ? layout::col_major : layout::row_major, batch_stride};
   }
   /// Element (i, j) (host or device, wherever the memory lives).
-  [[nodiscard]] SPILLWAY_MAP_HD T& operator()(index_t i, index_t j) const noexcept {
+  [[nodiscard]] SPILLWAY_HD T& operator()(index_t i, index_t j) const noexcept {
     return order == layout::row_major ? data[i * ld + j] : data[i + j * ld];
   }
   /// Matrix `b` of a strided batch.
-  [[nodiscard]] SPILLWAY_MAP_HD matrix_view batch(index_t b) const noexcept {
+  [[nodiscard]] SPILLWAY_HD matrix_view batch(index_t b) const noexcept {
     matrix_view v = *this;
     v.data = data + b * batch_stride;
     return v;
   }
   /// A const view of the same elements.
   template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
-  SPILLWAY_MAP_HD operator matrix_view<const U>() const noexcept {
+  SPILLWAY_HD operator matrix_view<const U>() const noexcept {
     return {data, rows, cols, ld, order, batch_stride};
   }
   /// The smallest valid leading dimension for this shape and layout.
-  [[nodiscard]] SPILLWAY_MAP_HD index_t min_ld() const noexcept {
+  [[nodiscard]] SPILLWAY_HD index_t min_ld() const noexcept {
     const index_t minor = order == layout::row_major ? cols : rows;
     return minor > 1 ? minor : 1;
   }

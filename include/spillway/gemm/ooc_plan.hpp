@@ -22,7 +22,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
-#include <spillway/map/config.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <algorithm>
 #include <cstddef>

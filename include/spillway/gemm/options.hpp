@@ -1,7 +1,7 @@
 // spillway/gemm/options.hpp — which kernel computes a GEMM, in which arithmetic, and how.
 #pragma once
 
-#include <spillway/map/config.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <cuda/std/complex>
 #include <cuda_bf16.h>

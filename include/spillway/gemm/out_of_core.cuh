@@ -219,8 +219,8 @@ template <int ES>
 struct ooc_xpose_tile {
   static constexpr int V = 16 / ES;
   static constexpr index_t len = 8 * V, lines = 32 * V;
-  SPILLWAY_MAP_HD static constexpr index_t tiles_along(index_t n) { return ceil_div(n, len); }
-  SPILLWAY_MAP_HD static constexpr index_t tiles(index_t n, index_t l) { return tiles_along(n) * ceil_div(l, lines); }
+  SPILLWAY_HD static constexpr index_t tiles_along(index_t n) { return ceil_div(n, len); }
+  SPILLWAY_HD static constexpr index_t tiles(index_t n, index_t l) { return tiles_along(n) * ceil_div(l, lines); }
 };
 
 /// One thread's V x V elements (V 16-byte vectors in, V out), transposed in registers. in[v] is

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 #include <spillway/pairwise/layout.hpp>
 
 #include <cmath>
@@ -13,11 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define SPILLWAY_HD __host__ __device__
-#else
-#define SPILLWAY_HD
-#endif
 
 namespace spillway::gram {
 

@@ -2,19 +2,16 @@
 // host/device annotation that lets the host-only headers compile under a plain C++ compiler.
 #pragma once
 
+#include <spillway/core/launch.hpp>
+
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SPILLWAY_MAP_HD __host__ __device__
-#else
-#define SPILLWAY_MAP_HD
-#endif
+/// The former name of SPILLWAY_HD (core/launch.hpp); deprecated, kept for callers' functors.
+#define SPILLWAY_MAP_HD SPILLWAY_HD
 
 namespace spillway {
 
-/// Extents, strides and element indices of N-d views. Signed 64-bit: arrays pass 2^31 elements and
-/// strides may be negative (reversed views).
-using index_t = std::int64_t;
+// index_t (extents, strides, element indices): core/launch.hpp.
 
 /// The largest rank an ndview, a broadcast loop or a gufunc operand may have.
 inline constexpr int max_rank = 8;

@@ -43,7 +43,7 @@ class ndview {
   using element_type = T;
   using value_type = std::remove_cv_t<T>;
 
-  SPILLWAY_MAP_HD ndview() noexcept : data_(nullptr), rank_(0), extents_{}, strides_{} {}
+  SPILLWAY_HD ndview() noexcept : data_(nullptr), rank_(0), extents_{}, strides_{} {}
 
   /// A contiguous row-major (C order) view of `shape`.
   ndview(T* data, std::initializer_list<index_t> shape) : ndview(data, std::vector<index_t>(shape)) {}
@@ -67,7 +67,7 @@ class ndview {
 
   /// A view from raw parts (arrays of max_rank entries, rank <= max_rank; unchecked): what kernels
   /// build for core instances.
-  SPILLWAY_MAP_HD static ndview from_parts(T* data, int rank, const index_t* extents, const index_t* strides) noexcept {
+  SPILLWAY_HD static ndview from_parts(T* data, int rank, const index_t* extents, const index_t* strides) noexcept {
     // Copies all max_rank entries (the callers' arrays are max_rank long, zero past `rank`): a
     // constant trip count keeps the view in registers inside kernels instead of local memory.
     ndview v;
@@ -82,7 +82,7 @@ class ndview {
 
   /// A const view of the same elements.
   template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
-  SPILLWAY_MAP_HD operator ndview<const U>() const noexcept {
+  SPILLWAY_HD operator ndview<const U>() const noexcept {
     ndview<const U> v;
     v.data_ = data_;
     v.rank_ = rank_;
@@ -93,27 +93,27 @@ class ndview {
     return v;
   }
 
-  [[nodiscard]] SPILLWAY_MAP_HD T* data() const noexcept { return data_; }
-  [[nodiscard]] SPILLWAY_MAP_HD int rank() const noexcept { return rank_; }
-  [[nodiscard]] SPILLWAY_MAP_HD index_t extent(int d) const noexcept { return extents_[d]; }
-  [[nodiscard]] SPILLWAY_MAP_HD index_t stride(int d) const noexcept { return strides_[d]; }
-  [[nodiscard]] SPILLWAY_MAP_HD index_t size() const noexcept {
+  [[nodiscard]] SPILLWAY_HD T* data() const noexcept { return data_; }
+  [[nodiscard]] SPILLWAY_HD int rank() const noexcept { return rank_; }
+  [[nodiscard]] SPILLWAY_HD index_t extent(int d) const noexcept { return extents_[d]; }
+  [[nodiscard]] SPILLWAY_HD index_t stride(int d) const noexcept { return strides_[d]; }
+  [[nodiscard]] SPILLWAY_HD index_t size() const noexcept {
     index_t n = 1;
     for (int d = 0; d < rank_; ++d) n *= extents_[d];
     return n;
   }
-  [[nodiscard]] SPILLWAY_MAP_HD bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] SPILLWAY_HD bool empty() const noexcept { return size() == 0; }
 
   /// Element (i0, i1, ...); the number of indices must equal rank() (0 indices for a 0-d view).
   template <class... I>
-  SPILLWAY_MAP_HD T& operator()(I... i) const noexcept {
+  SPILLWAY_HD T& operator()(I... i) const noexcept {
     const index_t idx[] = {static_cast<index_t>(i)..., 0};
     index_t off = 0;
     for (int d = 0; d < static_cast<int>(sizeof...(I)); ++d) off += idx[d] * strides_[d];
     return data_[off];
   }
   /// Element i of a 1-d view.
-  SPILLWAY_MAP_HD T& operator[](index_t i) const noexcept { return data_[i * strides_[0]]; }
+  SPILLWAY_HD T& operator[](index_t i) const noexcept { return data_[i * strides_[0]]; }
 
   [[nodiscard]] std::vector<index_t> shape() const { return {extents_, extents_ + rank_}; }
   [[nodiscard]] std::vector<index_t> strides() const { return {strides_, strides_ + rank_}; }

@@ -50,12 +50,12 @@ struct loaded_operand;
 template <class T>
 struct loaded_operand<T, true> {
   const T* p;
-  SPILLWAY_MAP_HD T value(index_t off) const noexcept { return p[off]; }
+  SPILLWAY_HD T value(index_t off) const noexcept { return p[off]; }
 };
 template <class T>
 struct loaded_operand<T, false> {
   T v;
-  SPILLWAY_MAP_HD T value(index_t) const noexcept { return v; }
+  SPILLWAY_HD T value(index_t) const noexcept { return v; }
 };
 
 template <class Op>

@@ -38,20 +38,20 @@ class gufunc_team {
   enum class kind : int { thread = 0, subwarp = 1, block = 2 };
 
   /// A one-thread team (the host target, and tiny cores on the device).
-  SPILLWAY_MAP_HD gufunc_team() noexcept : size_(1), rank_(0), mask_(0), kind_(kind::thread) {}
-  SPILLWAY_MAP_HD gufunc_team(int size, int rank, unsigned mask, kind k) noexcept
+  SPILLWAY_HD gufunc_team() noexcept : size_(1), rank_(0), mask_(0), kind_(kind::thread) {}
+  SPILLWAY_HD gufunc_team(int size, int rank, unsigned mask, kind k) noexcept
       : size_(size), rank_(rank), mask_(mask), kind_(k) {}
 
   /// Members in the team.
-  [[nodiscard]] SPILLWAY_MAP_HD int size() const noexcept { return size_; }
+  [[nodiscard]] SPILLWAY_HD int size() const noexcept { return size_; }
   /// This member's index, 0..size()-1.
-  [[nodiscard]] SPILLWAY_MAP_HD int rank() const noexcept { return rank_; }
+  [[nodiscard]] SPILLWAY_HD int rank() const noexcept { return rank_; }
   /// True on exactly one member (rank 0): the one that writes a scalar output.
-  [[nodiscard]] SPILLWAY_MAP_HD bool leader() const noexcept { return rank_ == 0; }
+  [[nodiscard]] SPILLWAY_HD bool leader() const noexcept { return rank_ == 0; }
 
   /// Combines every member's `x` with `op` (associative and commutative); all members get it.
   template <class T, class Op>
-  SPILLWAY_MAP_HD T reduce(T x, Op op) const {
+  SPILLWAY_HD T reduce(T x, Op op) const {
 #if defined(__CUDA_ARCH__)
     if (kind_ == kind::subwarp) {
       for (int o = size_ / 2; o > 0; o >>= 1) x = op(x, detail::shfl_xor_any(mask_, x, o, size_));
@@ -64,11 +64,11 @@ class gufunc_team {
     return x;
   }
   template <class T>
-  SPILLWAY_MAP_HD T sum(T x) const {
+  SPILLWAY_HD T sum(T x) const {
     return reduce(x, [](T a, T b) { return a + b; });
   }
   /// A barrier for the team's members (and a memory fence among them).
-  SPILLWAY_MAP_HD void sync() const {
+  SPILLWAY_HD void sync() const {
 #if defined(__CUDA_ARCH__)
     if (kind_ == kind::subwarp) __syncwarp(mask_);
     if (kind_ == kind::block) __syncthreads();

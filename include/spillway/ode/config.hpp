@@ -3,17 +3,15 @@
 // implementation and its tests include it without nvcc.
 #pragma once
 
+#include <spillway/core/launch.hpp>
+
 #include <cuda/std/complex>
 #include <cuda/std/type_traits>
 
-/// Marks a function callable from both host and device code under nvcc, and plain host code under
-/// a C++ compiler. Right-hand sides and couplings carry it so the host implementation (the tests'
-/// oracle) and the kernels evaluate the very same functor.
-#if defined(__CUDACC__)
-#define SPILLWAY_ODE_HD __host__ __device__
-#else
-#define SPILLWAY_ODE_HD
-#endif
+/// Right-hand sides and couplings carry SPILLWAY_HD (core/launch.hpp) so the host implementation
+/// (the tests' oracle) and the kernels evaluate the very same functor. SPILLWAY_ODE_HD is its
+/// former name (deprecated, kept for callers' functors).
+#define SPILLWAY_ODE_HD SPILLWAY_HD
 
 namespace spillway::ode {
 

@@ -21,7 +21,7 @@ using tuple_real_t = real_of_t<cuda::std::tuple_element_t<I, Tuple>>;
 /// One RK4 step of y (a tuple of state scalars) under `rhs(t, p, y..., dydt...)`.
 /// The stage combination is k1 + 2 k2 + 2 k3 + k4 accumulated in the state's own precision.
 template <class Rhs, class P, class Tuple, cuda::std::size_t... I>
-SPILLWAY_ODE_HD inline void rk4_tuple_step(const Rhs& rhs, double t, double dt, const P& p, Tuple& y,
+SPILLWAY_HD inline void rk4_tuple_step(const Rhs& rhs, double t, double dt, const P& p, Tuple& y,
                                            cuda::std::index_sequence<I...>) {
   using cuda::std::get;
   Tuple k{};
@@ -45,7 +45,7 @@ SPILLWAY_ODE_HD inline void rk4_tuple_step(const Rhs& rhs, double t, double dt, 
 // Element-wise moves in and out of the tuple (libcu++'s tuple converting constructors trip some
 // host compilers when the first element is a class type such as complex).
 template <class Rhs, class P, cuda::std::size_t... I, class... T>
-SPILLWAY_ODE_HD inline void rk4_refs_step(const Rhs& rhs, double t, double dt, const P& p,
+SPILLWAY_HD inline void rk4_refs_step(const Rhs& rhs, double t, double dt, const P& p,
                                           cuda::std::index_sequence<I...> seq, T&... y) {
   cuda::std::tuple<T...> v{};
   ((cuda::std::get<I>(v) = y), ...);
@@ -59,14 +59,14 @@ SPILLWAY_ODE_HD inline void rk4_refs_step(const Rhs& rhs, double t, double dt, c
 /// time t. The right-hand side is called as `rhs(t, p, y..., dydt...)` with `const T&` states and
 /// `T&` derivatives that it must all assign.
 template <class Rhs, class P, class... T>
-SPILLWAY_ODE_HD inline void rk4_step_values(const Rhs& rhs, double t, double dt, const P& p, T&... y) {
+SPILLWAY_HD inline void rk4_step_values(const Rhs& rhs, double t, double dt, const P& p, T&... y) {
   detail::rk4_refs_step(rhs, t, dt, p, cuda::std::index_sequence_for<T...>{}, y...);
 }
 
 /// Advances a small system's state `y` (D values of Real) by one RK4 step. `f(t, y, dydt)` is the
 /// system (for ensembles, the member returned by `family(i)`).
 template <class F, class Real, cuda::std::size_t D>
-SPILLWAY_ODE_HD inline void rk4_step_array(const F& f, Real t, Real dt, cuda::std::array<Real, D>& y) {
+SPILLWAY_HD inline void rk4_step_array(const F& f, Real t, Real dt, cuda::std::array<Real, D>& y) {
   cuda::std::array<Real, D> k{};
   cuda::std::array<Real, D> s{};
   cuda::std::array<Real, D> acc{};
@@ -99,7 +99,7 @@ namespace detail {
 /// write acc and dst; stage 3 reads src and updates y[i] in place (no other element of y is read
 /// in stage 3, so the in-place write is safe). Shared by the kernels and the host implementation.
 template <int Stage, class Rhs, class P, class... T, cuda::std::size_t... I>
-SPILLWAY_ODE_HD inline void general_stage_element(const Rhs& rhs, const P& p, double t, double dt,
+SPILLWAY_HD inline void general_stage_element(const Rhs& rhs, const P& p, double t, double dt,
                                                   cuda::std::uint64_t i, const cuda::std::tuple<T*...>& y,
                                                   const cuda::std::tuple<T*...>& src,
                                                   const cuda::std::tuple<T*...>& dst,

@@ -1,6 +1,6 @@
 // spillway/ode/systems.hpp — reference systems: right-hand sides with analytic solutions (used to
 // verify RK4's order), the Lorenz family (the ensemble reference case) and the mean-field coupled
-// two-field system of the rk4_coupled example. Plain C++ plus SPILLWAY_ODE_HD: the host
+// two-field system of the rk4_coupled example. Plain C++ plus SPILLWAY_HD: the host
 // implementation and the kernels call the same functors.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace spillway::ode::systems {
 /// dy/dt = -lambda y (p = lambda). Solution y0 exp(-lambda t).
 struct exponential_decay {
   template <class T, class R>
-  SPILLWAY_ODE_HD void operator()(double, const R& lambda, const T& y, T& dydt) const {
+  SPILLWAY_HD void operator()(double, const R& lambda, const T& y, T& dydt) const {
     dydt = -static_cast<real_of_t<T>>(lambda) * y;
   }
 };
@@ -24,7 +24,7 @@ struct exponential_decay {
 /// dy/dt = cos(t) y. Solution y0 exp(sin t - sin t0): exercises the stage times t + dt/2, t + dt.
 struct cosine_growth {
   template <class T, class P>
-  SPILLWAY_ODE_HD void operator()(double t, const P&, const T& y, T& dydt) const {
+  SPILLWAY_HD void operator()(double t, const P&, const T& y, T& dydt) const {
     dydt = static_cast<real_of_t<T>>(cuda::std::cos(t)) * y;
   }
 };
@@ -33,7 +33,7 @@ struct cosine_growth {
 /// x = x0 cos(omega t) + v0/omega sin(omega t).
 struct harmonic_oscillator {
   template <class T, class R>
-  SPILLWAY_ODE_HD void operator()(double, const R& omega, const T& x, const T& v, T& dx, T& dv) const {
+  SPILLWAY_HD void operator()(double, const R& omega, const T& x, const T& v, T& dx, T& dv) const {
     using real = real_of_t<T>;
     dx = v;
     dv = -static_cast<real>(omega * omega) * x;
@@ -43,7 +43,7 @@ struct harmonic_oscillator {
 /// z' = lambda z for complex z and complex lambda (p = lambda). Solution z0 exp(lambda t).
 struct linear_complex {
   template <class R>
-  SPILLWAY_ODE_HD void operator()(double, const cuda::std::complex<R>& lambda, const cuda::std::complex<R>& z,
+  SPILLWAY_HD void operator()(double, const cuda::std::complex<R>& lambda, const cuda::std::complex<R>& z,
                                   cuda::std::complex<R>& dz) const {
     // Written out: complex*complex in libcu++ carries Annex G inf/nan recovery branches.
     dz = cuda::std::complex<R>(lambda.real() * z.real() - lambda.imag() * z.imag(),
@@ -56,7 +56,7 @@ struct linear_complex {
 /// dG/dt is real (2 Im(conj(delta) F)), so Im(G) is an invariant: a cheap self-check.
 struct mean_field_rhs {
   template <class R>
-  SPILLWAY_ODE_HD void operator()(double, const cuda::std::complex<R>& delta, const cuda::std::complex<R>& f,
+  SPILLWAY_HD void operator()(double, const cuda::std::complex<R>& delta, const cuda::std::complex<R>& f,
                                   const cuda::std::complex<R>& g, cuda::std::complex<R>& df,
                                   cuda::std::complex<R>& dg) const {
     const R dr = delta.real(), di = delta.imag();
@@ -79,7 +79,7 @@ struct mean_field_coupling {
   using accum_type = cuda::std::complex<double>;
   double scale;
 
-  SPILLWAY_ODE_HD constexpr explicit mean_field_coupling(double s) noexcept : scale(s) {}
+  SPILLWAY_HD constexpr explicit mean_field_coupling(double s) noexcept : scale(s) {}
   /// delta <- mean(F) over `n` elements.
   static constexpr mean_field_coupling mean(std::uint64_t n) noexcept {
     return mean_field_coupling(n > 0 ? 1.0 / static_cast<double>(n) : 0.0);
@@ -87,11 +87,11 @@ struct mean_field_coupling {
   /// delta <- sum(F).
   static constexpr mean_field_coupling sum() noexcept { return mean_field_coupling(1.0); }
 
-  SPILLWAY_ODE_HD accum_type contribution(std::uint64_t, const cuda::std::complex<R>& f,
+  SPILLWAY_HD accum_type contribution(std::uint64_t, const cuda::std::complex<R>& f,
                                           const cuda::std::complex<R>&) const {
     return accum_type(static_cast<double>(f.real()), static_cast<double>(f.imag()));
   }
-  SPILLWAY_ODE_HD param_type update(const accum_type& total, const param_type&) const {
+  SPILLWAY_HD param_type update(const accum_type& total, const param_type&) const {
     return param_type(static_cast<R>(total.real() * scale), static_cast<R>(total.imag() * scale));
   }
 };
@@ -102,7 +102,7 @@ struct lorenz {
   Real sigma;
   Real beta;
   Real rho;
-  SPILLWAY_ODE_HD void operator()(Real, const cuda::std::array<Real, 3>& s, cuda::std::array<Real, 3>& d) const {
+  SPILLWAY_HD void operator()(Real, const cuda::std::array<Real, 3>& s, cuda::std::array<Real, 3>& d) const {
     d[0] = sigma * (s[1] - s[0]);
     d[1] = s[0] * (rho - s[2]) - s[1];
     d[2] = s[0] * s[1] - beta * s[2];
@@ -120,7 +120,7 @@ struct lorenz_family {
   Real rho_lo = Real(20);
   Real rho_hi = Real(30);
 
-  SPILLWAY_ODE_HD lorenz<Real> operator()(std::uint64_t i) const {
+  SPILLWAY_HD lorenz<Real> operator()(std::uint64_t i) const {
     const Real f = count > 1 ? static_cast<Real>(i) / static_cast<Real>(count - 1) : Real(0);
     return lorenz<Real>{sigma, beta, rho_lo + (rho_hi - rho_lo) * f};
   }

@@ -4,16 +4,14 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define SPILLWAY_PAIRWISE_HD __host__ __device__
-#else
-#define SPILLWAY_PAIRWISE_HD
-#endif
+/// The former name of SPILLWAY_HD (core/launch.hpp); deprecated.
+#define SPILLWAY_PAIRWISE_HD SPILLWAY_HD
 
 namespace spillway::pairwise {
 
@@ -45,12 +43,12 @@ inline std::int64_t layout_size(triangle_layout l, std::int64_t n) noexcept {
 
 /// Where row i starts in the packed upper triangle (with diagonal): (i, j ≥ i) is at
 /// packed_row_offset(n, i) + (j − i).
-SPILLWAY_PAIRWISE_HD inline std::int64_t packed_row_offset(std::int64_t n, std::int64_t i) noexcept {
+SPILLWAY_HD inline std::int64_t packed_row_offset(std::int64_t n, std::int64_t i) noexcept {
   return i * n - i * (i - 1) / 2;
 }
 /// Where row i starts in the condensed layout: (i, j > i) is at condensed_row_offset(n, i) + (j − i − 1),
 /// which is SciPy's n·i − i(i+1)/2 + (j − i − 1).
-SPILLWAY_PAIRWISE_HD inline std::int64_t condensed_row_offset(std::int64_t n, std::int64_t i) noexcept {
+SPILLWAY_HD inline std::int64_t condensed_row_offset(std::int64_t n, std::int64_t i) noexcept {
   return i * (n - 1) - i * (i - 1) / 2;
 }
 

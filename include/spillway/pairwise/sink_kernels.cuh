@@ -75,8 +75,8 @@ struct rect_writer {
   V* u;
   std::int64_t i0, ld;
   __device__ __forceinline__ bool wants(std::int64_t, std::int64_t) const { return true; }
-  SPILLWAY_PAIRWISE_HD V* block(std::int64_t i, std::int64_t j) const { return u + (i - i0) * ld + j; }
-  SPILLWAY_PAIRWISE_HD std::int64_t block_ld() const { return ld; }
+  SPILLWAY_HD V* block(std::int64_t i, std::int64_t j) const { return u + (i - i0) * ld + j; }
+  SPILLWAY_HD std::int64_t block_ld() const { return ld; }
   __device__ __forceinline__ void put(std::int64_t i, std::int64_t j, V v) const { u[(i - i0) * ld + j] = v; }
 };
 
@@ -90,8 +90,8 @@ struct score_writer {
   std::int64_t i0, i1, w, col0;
   bool symmetric;
   __device__ __forceinline__ bool wants(std::int64_t i, std::int64_t j) const { return !(symmetric && i > j); }
-  SPILLWAY_PAIRWISE_HD V* block(std::int64_t i, std::int64_t j) const { return s + (i - i0) * w + (j - col0); }
-  SPILLWAY_PAIRWISE_HD std::int64_t block_ld() const { return w; }
+  SPILLWAY_HD V* block(std::int64_t i, std::int64_t j) const { return s + (i - i0) * w + (j - col0); }
+  SPILLWAY_HD std::int64_t block_ld() const { return w; }
   __device__ __forceinline__ void put(std::int64_t i, std::int64_t j, V v) const {
     s[(i - i0) * w + (j - col0)] = v;
     if (symmetric && j < i1 && j != i) s[(j - i0) * w + (i - i0)] = v;

@@ -16,7 +16,7 @@
 // dimensions and strides fit their shapes, pointers are non-null.
 #pragma once
 
-#include <spillway/map/config.hpp>
+#include <spillway/core/launch.hpp>
 
 namespace spillway::gemm::detail {
 

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/gemm/host_similarity.hpp>
-#include <spillway/map/config.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -69,7 +69,7 @@ void row_aux_async(const T* rows, std::int64_t n, std::int64_t d, std::int64_t l
 /// row_aux_kernel). One definition for every place that scores: the GEMM epilogue below and the
 /// fused top-k's filter and recomputation, so all of them give the same value for a pair.
 template <class V>
-SPILLWAY_MAP_HD V similarity_score(similarity_metric m, V v, float ia, float ib, float cosine_zero) {
+SPILLWAY_HD V similarity_score(similarity_metric m, V v, float ia, float ib, float cosine_zero) {
   if (m == similarity_metric::cosine) {
     return (ia == 0.0f || ib == 0.0f) ? static_cast<V>(cosine_zero) : v * ia * ib;
   }
@@ -92,7 +92,7 @@ struct similarity_epilogue {
   const float* aux_b = nullptr;
   float cosine_zero = 0.0f;
   template <class V>
-  SPILLWAY_MAP_HD V operator()(V v, index_t r, index_t c) const {
+  SPILLWAY_HD V operator()(V v, index_t r, index_t c) const {
     // Inner products never read the per-row values.
     if (m == similarity_metric::inner_product) return v;
     return similarity_score(m, v, aux_a[r], aux_b[c], cosine_zero);

@@ -276,10 +276,10 @@ struct split_plan {
   [[nodiscard]] bool split() const noexcept { return slices() > 1; }
 };
 
-SPILLWAY_MAP_HD constexpr index_t ceil_div(index_t a, index_t b) {
+SPILLWAY_HD constexpr index_t ceil_div(index_t a, index_t b) {
   return (a + b - 1) / b;
 }
-SPILLWAY_MAP_HD constexpr index_t round_up(index_t a, index_t b) {
+SPILLWAY_HD constexpr index_t round_up(index_t a, index_t b) {
   return ceil_div(a, b) * b;
 }
 

@@ -22,14 +22,14 @@ struct core_arg;
 template <class T>
 struct core_arg<T, true> {
   const T* p;
-  SPILLWAY_MAP_HD ndview<const T> get(index_t off, const gufunc_operand_plan& o) const {
+  SPILLWAY_HD ndview<const T> get(index_t off, const gufunc_operand_plan& o) const {
     return ndview<const T>::from_parts(p + off, o.core_rank, o.core_extents, o.core_strides);
   }
 };
 template <class T>
 struct core_arg<T, false> {
   T v;
-  SPILLWAY_MAP_HD T get(index_t, const gufunc_operand_plan&) const { return v; }
+  SPILLWAY_HD T get(index_t, const gufunc_operand_plan&) const { return v; }
 };
 template <class Op>
 auto make_core_arg(const Op& op) {
@@ -42,7 +42,7 @@ auto make_core_arg(const Op& op) {
 }
 
 template <class F, class R, class... A>
-SPILLWAY_MAP_HD inline void invoke_gufunc(const F& f, const gufunc_team& team, ndview<R> out, const A&... a) {
+SPILLWAY_HD inline void invoke_gufunc(const F& f, const gufunc_team& team, ndview<R> out, const A&... a) {
   if constexpr (std::is_invocable_v<const F&, gufunc_team, ndview<R>, A...>) {
     f(team, out, a...);
   } else if constexpr (std::is_invocable_v<const F&, gufunc_team, A..., ndview<R>>) {
@@ -55,7 +55,7 @@ SPILLWAY_MAP_HD inline void invoke_gufunc(const F& f, const gufunc_team& team, n
 }
 
 template <class F, class R, class Args, class Idx, std::size_t... I>
-SPILLWAY_MAP_HD inline void gufunc_instance(const F& f, const gufunc_team& team, R* out_base, const gufunc_operand_plan* ops,
+SPILLWAY_HD inline void gufunc_instance(const F& f, const gufunc_team& team, R* out_base, const gufunc_operand_plan* ops,
                                             const index_t* loop_extents, int loop_rank, Idx inst, const Args& args,
                                             std::index_sequence<I...>) {
   index_t off[sizeof...(I) + 1];

@@ -126,7 +126,7 @@ inline gufunc_plan plan_gufunc(const gufunc_signature& sig, const std::vector<sh
 /// The row-major digits of loop instance `i` (dig[d] for d < loop_rank, 0 beyond). Unrolled over
 /// max_rank so that `dig` stays in registers; the outermost digit needs no division.
 template <class Idx>
-SPILLWAY_MAP_HD inline void loop_digits(Idx i, int loop_rank, const index_t* extents, index_t (&dig)[max_rank]) {
+SPILLWAY_HD inline void loop_digits(Idx i, int loop_rank, const index_t* extents, index_t (&dig)[max_rank]) {
   for (int d = max_rank - 1; d >= 0; --d) {
     if (d >= loop_rank) {
       dig[d] = 0;
@@ -142,7 +142,7 @@ SPILLWAY_MAP_HD inline void loop_digits(Idx i, int loop_rank, const index_t* ext
 }
 
 /// Offset of the instance with digits `dig` for an operand with loop strides `strides`.
-SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const index_t* strides, int loop_rank) {
+SPILLWAY_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const index_t* strides, int loop_rank) {
   index_t off = 0;
   for (int d = 0; d < max_rank; ++d) {
     if (d < loop_rank) off += dig[d] * strides[d];
@@ -153,7 +153,7 @@ SPILLWAY_MAP_HD inline index_t loop_offset(const index_t (&dig)[max_rank], const
 /// Offsets of instance `inst` for each of K operands (`ops`, output first). At loop rank 0 or 1
 /// (every call whose loop dimensions collapse) one multiply per operand, no digits.
 template <std::size_t K, class Idx, class Op>
-SPILLWAY_MAP_HD inline void loop_offsets(Idx inst, int loop_rank, const index_t* extents, const Op* ops, index_t (&off)[K]) {
+SPILLWAY_HD inline void loop_offsets(Idx inst, int loop_rank, const index_t* extents, const Op* ops, index_t (&off)[K]) {
   if (loop_rank <= 1) {  // loop_strides[0] is 0 at rank 0, where the only instance is 0
     for (std::size_t k = 0; k < K; ++k) off[k] = static_cast<index_t>(inst) * ops[k].loop_strides[0];
     return;
