@@ -340,14 +340,7 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   });
   detail::note_run(c, rep);
   rep.local.host_copy_seconds = copy_seconds;
-  if (!rep.run.cancelled) {
-    const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
-                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
-    rep.local.write_seconds = detail::seconds_since(t0);
-    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
-  }
-  detail::finish_report(c, rep, t_start);
+  detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
   return rep;
 }
 

@@ -635,6 +635,23 @@ struct rows_buffer {
   [[nodiscard]] std::int64_t size() const noexcept { return n; }
 };
 
+/// The triangle's end on every form: unless the job was cancelled, this rank's rows (`local`, from
+/// element `base` of the layout) into the one .npy at `path` (MPI-IO, collective), the write's
+/// seconds and bytes in the report; then the report finished (collective).
+template <class V>
+void write_rows_and_finish(const communicator& c, const std::string& path, std::int64_t n,
+                           pairwise::triangle_layout layout, const rows_buffer<V>& local, std::int64_t base,
+                           const gram_job_options& o, gram_report& rep, std::chrono::steady_clock::time_point t_start) {
+  if (!rep.run.cancelled) {
+    const auto t0 = std::chrono::steady_clock::now();
+    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
+                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
+    rep.local.write_seconds = seconds_since(t0);
+    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
+  }
+  finish_report(c, rep, t_start);
+}
+
 /// Concatenation bookkeeping of per-rank COO runs (MPI_Exscan of the counts). Collective.
 template <class V>
 void place_coo(const communicator& c, coo_block<V>& b) {
@@ -815,14 +832,7 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
       },
       o.run);
   detail::note_run(c, rep);
-  if (!rep.run.cancelled) {
-    const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
-                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
-    rep.local.write_seconds = detail::seconds_since(t0);
-    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
-  }
-  detail::finish_report(c, rep, t_start);
+  detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
   return rep;
 }
 

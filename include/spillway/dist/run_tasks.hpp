@@ -296,6 +296,21 @@ inline const std::vector<std::size_t>& my_part(const communicator& c, const pair
   return plan.parts[static_cast<std::size_t>(c.rank())].tasks;
 }
 
+/// This rank's part of `plan`, checked on every rank (collective): a plan for another number of
+/// ranks throws the same rank_error everywhere.
+inline const std::vector<std::size_t>& settled_part(const communicator& c, const pairwise::split_plan& plan) {
+  static const std::vector<std::size_t> none;
+  const std::vector<std::size_t>* mine = &none;
+  std::exception_ptr err;
+  try {
+    mine = &my_part(c, plan);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  settle(c, outcome_of(err), "checking its plan");
+  return *mine;
+}
+
 }  // namespace detail
 
 /// The host form: `run(t)` runs global task t on the calling thread (it may use OpenMP), for each
@@ -326,16 +341,7 @@ run_report run_host_tasks(const communicator& c, const std::vector<std::size_t>&
 template <class Run>
 run_report run_host_tasks(const communicator& c, const pairwise::split_plan& plan, Run&& run,
                           const run_options& o = {}) {
-  std::vector<std::size_t> none;
-  const std::vector<std::size_t>* mine = &none;
-  std::exception_ptr err;
-  try {
-    mine = &detail::my_part(c, plan);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  settle(c, outcome_of(err), "checking its plan");
-  return run_host_tasks(c, *mine, plan.owner.size(), std::forward<Run>(run), o);
+  return run_host_tasks(c, detail::settled_part(c, plan), plan.owner.size(), std::forward<Run>(run), o);
 }
 
 /// The device form: this rank's tasks `mine` (global indices) through spillway::run_tasks over
@@ -401,16 +407,7 @@ run_report run_tasks(const communicator& c, const std::vector<std::size_t>& mine
 template <class Enqueue, class OnComplete = ::spillway::detail::no_completion>
 run_report run_tasks(const communicator& c, const pairwise::split_plan& plan, const task_job_options& local,
                      Enqueue&& enqueue, OnComplete&& on_complete = {}, const run_options& o = {}) {
-  std::vector<std::size_t> none;
-  const std::vector<std::size_t>* mine = &none;
-  std::exception_ptr err;
-  try {
-    mine = &detail::my_part(c, plan);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  settle(c, outcome_of(err), "checking its plan");
-  return run_tasks(c, *mine, plan.owner.size(), local, std::forward<Enqueue>(enqueue),
+  return run_tasks(c, detail::settled_part(c, plan), plan.owner.size(), local, std::forward<Enqueue>(enqueue),
                    std::forward<OnComplete>(on_complete), o);
 }
 
