@@ -82,14 +82,12 @@ void print_usage(std::FILE* f) {
       "  --host                 the host implementation on every rank\n"
       "  --budget SIZE          device memory per rank's GPU, e.g. 8GiB (default 80%% of free)\n"
       "  --strip-rows P         rows per strip, the unit of the split (default: the planner's)\n"
-      "  --split S              auto | model | pairs | cyclic | snake | greedy | dynamic: who computes which strips\n"
+      "  --split S              auto | model | pairs | cyclic | snake | greedy: who computes which strips\n"
       "                         (each rank OWNS one contiguous block of rows whatever the split). model /\n"
       "                         pairs: the strips of its own rows, cut by each share's predicted seconds\n"
       "                         on its GPU or by pairs alone; cyclic / snake / greedy (top-k only): the\n"
       "                         strips dealt across the matrix in the order one process runs them, round\n"
       "                         robin, back and forth, or longest first to the rank predicted least busy;\n"
-      "                         dynamic (top-k, ranks on one host): each rank takes its next strip at run\n"
-      "                         time from a counter in the host's shared memory (elsewhere: greedy);\n"
       "                         auto (default): top-k the fastest of model and the deals as the model\n"
       "                         predicts them, the triangle and threshold model. --bench with several\n"
       "                         ranks runs top-k under each\n"
@@ -269,17 +267,15 @@ void print_ranks(const sd::communicator& c, const sd::gram_report& r, const char
               sp_.deal == sd::strip_deal::contiguous ? "of its own rows (contiguous)"
               : sp_.deal == sd::strip_deal::cyclic   ? "dealt cyclic"
               : sp_.deal == sd::strip_deal::snake    ? "dealt snake"
-              : sp_.dynamic                          ? "taken at run time (predicted as dealt greedy)"
                                                      : "dealt greedy (by the model)");
   double slowest = 0;
   for (int q = 0; q < c.size(); ++q) {
     const auto& s = r.run.ranks[static_cast<std::size_t>(q)];
     const auto& part = sp_.plan.parts[static_cast<std::size_t>(q)];
-    // (Taken at run time, the plan's share of the pairs is the prediction's, not what the rank ran.)
-    std::printf("  rank %d: owns rows [%ld, %ld), computes %zu strips, %.1f%% of the pairs%s, %.3f GB host<->device, %.3f s\n",
+    std::printf("  rank %d: owns rows [%ld, %ld), computes %zu strips, %.1f%% of the pairs, %.3f GB host<->device, %.3f s\n",
                 q, sp_.first_row(q), sp_.last_row(q), s.tasks,
                 sp_.plan.total_cost > 0 ? 100.0 * part.cost / sp_.plan.total_cost : 0.0,
-                sp_.dynamic ? " predicted" : "", static_cast<double>(s.bytes) / 1e9, s.seconds);
+                static_cast<double>(s.bytes) / 1e9, s.seconds);
     slowest = std::max(slowest, s.seconds);
   }
   if (sp_.predicted.empty()) {
@@ -369,7 +365,7 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
     // measures them all); the lists are written and checked after the first.
     std::vector<std::string> splits{a.split};
     if (a.bench && c.size() > 1) {
-      for (const char* x : {"model", "pairs", "cyclic", "snake", "greedy", "dynamic"})
+      for (const char* x : {"model", "pairs", "cyclic", "snake", "greedy"})
         if (a.split != x) splits.emplace_back(x);
     }
     for (std::size_t si = 0; si < splits.size(); ++si) {
@@ -403,9 +399,8 @@ bool run(const sd::communicator& c, const args& a, const sg::bit_matrix& m, sg::
             "  top-%d total %.3f s --split %s (%s; predicted %.3f s) (median of %d; slowest rank's collect %.3f s, "
             "exchange %.3f s, merge %.3f s; %.1f MB sent by the busiest rank%s; inside the call %.3f s) = %.2f P "
             "bit-MAC/s of the triangle%s\n",
-            a.k, median(times), splits[si].c_str(), rep.split.dynamic ? "taken at run time" : sd::deal_name(rep.split.deal),
-            rep.split.predicted_job_seconds(), a.repeat, collect, exchange, merge, sent / mb,
-            rep.lists_on_device ? ", GPU to GPU" : "", median(inside),
+            a.k, median(times), splits[si].c_str(), sd::deal_name(rep.split.deal), rep.split.predicted_job_seconds(),
+            a.repeat, collect, exchange, merge, sent / mb, rep.lists_on_device ? ", GPU to GPU" : "", median(inside),
             bitmacs / median(times) / 1e15,
             f.empty() ? "" : (", written to " + f + " in " + std::to_string(wt) + " s").c_str());
       }

@@ -178,8 +178,7 @@ TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
     const auto ref = sg::host_gram_topk<std::int32_t>(a, {k, diag});
     for (const auto policy : {sd::gram_split_policy::automatic, sd::gram_split_policy::model,
                               sd::gram_split_policy::pairs, sd::gram_split_policy::cyclic,
-                              sd::gram_split_policy::snake, sd::gram_split_policy::greedy,
-                              sd::gram_split_policy::dynamic})
+                              sd::gram_split_policy::snake, sd::gram_split_policy::greedy})
     for (const bool on_device : {true, false}) {
       const std::string what = std::string(sd::split_policy_name(policy)) + (diag ? " diag" : "") +
                                (on_device ? " GPU to GPU" : " through the host");
@@ -193,11 +192,9 @@ TEST(DistGramGpu, EverySplitGivesTheOneProcessLists) {
       const auto& sp_ = rep.split;
       EXPECT_EQ(sp_.predicted.size(), static_cast<std::size_t>(c.size())) << what;  // every split predicted
       if (c.size() > 1 && (policy == sd::gram_split_policy::cyclic || policy == sd::gram_split_policy::snake ||
-                           policy == sd::gram_split_policy::greedy || policy == sd::gram_split_policy::dynamic)) {
+                           policy == sd::gram_split_policy::greedy)) {
         EXPECT_NE(sp_.deal, sd::strip_deal::contiguous) << what;
       }
-      // Taken at run time exactly where asked with several ranks on one host.
-      EXPECT_EQ(sp_.dynamic, policy == sd::gram_split_policy::dynamic && c.size() > 1 && c.one_host()) << what;
       if (policy == sd::gram_split_policy::model || policy == sd::gram_split_policy::pairs) {
         EXPECT_EQ(sp_.deal, sd::strip_deal::contiguous) << what;
       }

@@ -204,59 +204,6 @@ TEST(DistRunTasks, APlanForAnotherRankCountIsRefusedOnEveryRank) {
 
 // ---- the input on every rank -------------------------------------------------------------------------
 
-TEST(DistRunTasks, TheHostsTaskCounterHandsEveryTaskOutOnceAcrossRanksAndThreads) {
-  // communicator::task_counter: what ranks on one host take tasks from at run time (the dynamic
-  // split). Four threads per rank race on it; every value below the total comes out exactly once,
-  // and the counter starts again from the value a second call sets.
-  sd::communicator c;
-  if (!c.one_host()) {
-    EXPECT_THROW((void)c.task_counter(0), spillway::logic_error);
-    GTEST_SKIP() << "one rank (or ranks on several hosts): no counter to share (run under mpirun -np 2, 3)";
-  }
-  for (const std::uint64_t start : {std::uint64_t{0}, std::uint64_t{17}}) {
-    constexpr std::uint64_t total = 20000;
-    std::atomic<std::uint64_t>& next = c.task_counter(start);
-    std::vector<std::vector<std::uint64_t>> got(4);
-    std::vector<std::thread> th;
-    for (auto& g : got) {
-      th.emplace_back([&next, &g] {
-        for (std::uint64_t t = next.fetch_add(1); t < total; t = next.fetch_add(1)) g.push_back(t);
-      });
-    }
-    for (auto& t : th) t.join();
-    std::vector<std::uint64_t> mine;
-    for (const auto& g : got) mine.insert(mine.end(), g.begin(), g.end());
-    // Every rank's values to rank 0.
-    const int n_mine = static_cast<int>(mine.size());
-    std::vector<int> counts(static_cast<std::size_t>(c.size())), displs(static_cast<std::size_t>(c.size()));
-    MPI_Allgather(&n_mine, 1, MPI_INT, counts.data(), 1, MPI_INT, c.get());
-    int sum = 0;
-    for (std::size_t q = 0; q < counts.size(); ++q) {
-      displs[q] = sum;
-      sum += counts[q];
-    }
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(sum));
-    MPI_Allgatherv(mine.data(), n_mine, MPI_UINT64_T, all.data(), counts.data(), displs.data(), MPI_UINT64_T,
-                   c.get());
-    c.barrier();  // no rank still reads the counter when the next round sets it
-    std::vector<int> seen(total, 0);
-    bool in_range = true;
-    for (const auto v : all) {
-      if (v < start || v >= total) {
-        in_range = false;
-      } else {
-        ++seen[v];
-      }
-    }
-    EXPECT_TRUE(in_range) << "start " << start;
-    std::int64_t wrong = 0;
-    for (std::uint64_t v = start; v < total; ++v) wrong += seen[v] != 1 ? 1 : 0;
-    EXPECT_EQ(wrong, 0) << "start " << start << ": values not handed out exactly once over " << c.size()
-                        << " ranks x 4 threads";
-    EXPECT_EQ(all.size(), total - start) << "start " << start;
-  }
-}
-
 TEST(DistInput, AFileMissingOnOneRankFailsOnAll) {
   sd::communicator c;
   const shared_dir dir(c);
@@ -504,7 +451,7 @@ TEST(DistGram, DealtStripsGiveTheOneProcessLists) {
   // default; mpirun -np 2 and 3 here), and MPI_Alltoallv.
   for (const bool shared : {true, false}) {
     for (const auto policy : {sd::gram_split_policy::cyclic, sd::gram_split_policy::snake,
-                              sd::gram_split_policy::greedy, sd::gram_split_policy::dynamic}) {
+                              sd::gram_split_policy::greedy}) {
       for (const std::int64_t strip : {5, 16, 64, 300}) {  // 300: one strip, one rank computes
         for (const bool diag : {false, true}) {
           const std::string what = std::string(sd::split_policy_name(policy)) + " strips of " +

@@ -113,48 +113,6 @@ TEST(TaskPipelineGpu, EveryTaskOnceResultsAtTheirOffsets) {
   }
 }
 
-TEST(TaskPipelineGpu, TwoJobsSharingOneCounterRunEveryTaskOnce) {
-  // shared_next: what dist::run_tasks gives ranks on one host (the counter then lives in the
-  // host's shared memory). Two jobs on two threads take the tasks of one list; each task runs in
-  // exactly one of them, and a job's report counts only its own.
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  mix_job job(100003, 997, "TaskPipelineGpu.Shared");  // 101 tasks
-  const std::size_t n = job.tasks();
-  std::vector<std::atomic<int>> runs(n);
-  for (auto& r : runs) r.store(0);
-  std::atomic<std::uint64_t> next{0};
-  std::vector<spillway::job_report> reps(2);
-  std::vector<std::thread> th;
-  for (std::size_t j = 0; j < 2; ++j) {
-    th.emplace_back([&, j] {
-      auto o = job.options(3);
-      o.devices = {0};
-      o.shared_next = &next;
-      o.shared_workers = 2;
-      reps[j] = spillway::run_tasks(
-          n, o, [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) { job.enqueue(t, slot, s); },
-          [&](std::size_t t) { ++runs[t]; });
-    });
-  }
-  for (auto& t : th) t.join();
-  std::size_t done = 0;
-  for (const auto& r : reps) {
-    done += r.tasks_completed;
-    EXPECT_FALSE(r.cancelled);
-  }
-  EXPECT_EQ(done, n);
-  EXPECT_EQ(reps[0].bytes_moved + reps[1].bytes_moved, 2 * job.n * 4);
-  for (std::size_t t = 0; t < n; ++t) {
-    EXPECT_EQ(runs[t].load(), 1) << "task " << t;
-    EXPECT_TRUE(job.task_correct(t)) << "task " << t;
-  }
-  // A counter without the workers' count is refused before any work.
-  auto o = job.options(3);
-  o.shared_next = &next;
-  EXPECT_THROW((void)spillway::run_tasks(n, o, [](std::size_t, spillway::task_slot&, spillway::stream_view) {}),
-               spillway::logic_error);
-}
-
 TEST(TaskPipelineGpu, SlotsAreReusedAndFreeWhenHandedOut) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   mix_job job(64 * 1000, 1000, "TaskPipelineGpu.Reuse");

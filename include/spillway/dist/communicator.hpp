@@ -18,11 +18,9 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -167,8 +165,6 @@ class communicator {
       win_ = std::exchange(o.win_, MPI_WIN_NULL);
       win_base_ = std::exchange(o.win_base_, nullptr);
       win_bytes_ = std::exchange(o.win_bytes_, 0);
-      counter_win_ = std::exchange(o.counter_win_, MPI_WIN_NULL);
-      counter_ = std::exchange(o.counter_, nullptr);
       rank_ = o.rank_;
       size_ = o.size_;
       local_rank_ = o.local_rank_;
@@ -233,33 +229,6 @@ class communicator {
     SPILLWAY_MPI_TRY(MPI_Win_sync(win_));
   }
 
-  /// A counter in the host's shared memory (rank 0's pages), set to `value` on return on every
-  /// rank: what the ranks of a job take tasks from at run time (fetch_add from any thread, no MPI
-  /// call). Created at the first call and kept; collective (every rank, the same `value`), and a
-  /// rank may use it only after the call, and set it again only once no rank still uses it (after
-  /// a collective that follows the job). one_host() only (logic_error otherwise).
-  std::atomic<std::uint64_t>& task_counter(std::uint64_t value) const {
-    static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
-                  "a counter shared by processes must be lock-free (address-free)");
-    if (!one_host()) throw logic_error("communicator::task_counter: the ranks are not all on one host");
-    if (counter_win_ == MPI_WIN_NULL) {
-      void* base = nullptr;
-      const MPI_Aint bytes = local_rank_ == 0 ? 64 : 0;  // a cache line of its own
-      MPI_Win w = MPI_WIN_NULL;
-      SPILLWAY_MPI_TRY(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node_, &base, &w));
-      counter_win_ = w;
-      MPI_Aint size = 0;
-      int unit = 0;
-      void* p = nullptr;
-      SPILLWAY_MPI_TRY(MPI_Win_shared_query(counter_win_, 0, &size, &unit, &p));
-      if (local_rank_ == 0) new (p) std::atomic<std::uint64_t>(0);
-      counter_ = static_cast<std::atomic<std::uint64_t>*>(p);
-    }
-    if (local_rank_ == 0) counter_->store(value);
-    SPILLWAY_MPI_TRY(MPI_Barrier(node_));  // the store (seq_cst) before any rank's first fetch
-    return *counter_;
-  }
-
  private:
   void free_window() const noexcept {
     if (win_ == MPI_WIN_NULL) return;
@@ -273,9 +242,6 @@ class communicator {
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) free_window();
-    if (!fin && counter_win_ != MPI_WIN_NULL) MPI_Win_free(&counter_win_);
-    counter_win_ = MPI_WIN_NULL;
-    counter_ = nullptr;
     if (node_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&node_);
     node_ = MPI_COMM_NULL;
     if (comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&comm_);
@@ -286,8 +252,6 @@ class communicator {
   mutable MPI_Win win_ = MPI_WIN_NULL;
   mutable std::byte* win_base_ = nullptr;
   mutable std::size_t win_bytes_ = 0;
-  mutable MPI_Win counter_win_ = MPI_WIN_NULL;  // task_counter's
-  mutable std::atomic<std::uint64_t>* counter_ = nullptr;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 

@@ -5,9 +5,8 @@
 // the top-k lists merged at the rows' owners, the threshold COO in rank order. The strips are
 // split by each share's predicted seconds on its GPU (gram_job_options::split, the model of
 // dist/gram_split.hpp): each rank computes its own rows' strips, or for top-k the strips are dealt
-// across the matrix (cyclic, snake, greedy) where the model predicts that faster, or taken by the
-// ranks at run time from a counter in the host's shared memory (dynamic), the rows still owned in
-// contiguous blocks. Every job reports where each rank's time went (gram_report::ranks). Where some rank
+// across the matrix (cyclic, snake, greedy) where the model predicts that faster, the rows still
+// owned in contiguous blocks. Every job reports where each rank's time went (gram_report::ranks). Where some rank
 // has no GPU (or gram_job_options::host is set) every rank runs the host implementation
 // instead, so the strips are cut alike everywhere; the results are the same either way.
 //
@@ -152,7 +151,7 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   // predicts the shares with its own.
   const auto parts = static_cast<std::size_t>(c.size());
   const auto S = static_cast<std::size_t>((a.rows + pmin - 1) / pmin);
-  std::vector<std::uint64_t> dealt(S + parts + 3, 0);  // dealer[S], bounds[parts + 1], deal, taken at run time
+  std::vector<std::uint64_t> dealt(S + parts + 2, 0);  // dealer[S], bounds[parts + 1], deal
   agree(c, "splitting the strips", [&] {
     if (c.rank() != 0) return;
     const bool topk = js.sink == gram_sink::topk && parts > 1;
@@ -171,7 +170,6 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
         s = topk ? make_gram_split_dealt(js, o.model, parts, strip_deal::snake) : make_gram_split_timed(js, o.model, parts);
         break;
       case gram_split_policy::greedy:
-      case gram_split_policy::dynamic:  // predicted as greedy; taken at run time where the ranks share a host
         s = topk ? make_gram_split_dealt(js, o.model, parts, strip_deal::greedy) : make_gram_split_timed(js, o.model, parts);
         break;
       case gram_split_policy::automatic:
@@ -181,29 +179,18 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     for (std::size_t t = 0; t < S; ++t) dealt[t] = s.plan.owner[t];
     for (std::size_t q = 0; q <= parts; ++q) dealt[S + q] = static_cast<std::uint64_t>(s.bounds[q]);
     dealt[S + parts + 1] = static_cast<std::uint64_t>(s.deal);
-    dealt[S + parts + 2] = topk && o.split == gram_split_policy::dynamic && c.one_host() ? 1 : 0;
   });
   SPILLWAY_MPI_TRY(MPI_Bcast(dealt.data(), static_cast<int>(dealt.size()), MPI_UINT64_T, 0, c.get()));
   rj.split = agree(c, "predicting its share", [&] {
-    gram_split s = gram_split_from_deal(js, o.model, std::vector<std::size_t>(dealt.begin(), dealt.begin() + S),
-                                        std::vector<std::int64_t>(dealt.begin() + S, dealt.begin() + S + parts + 1),
-                                        static_cast<strip_deal>(dealt[S + parts + 1]));
-    // Taken at run time (rank 0's policy: every rank must call task_counter): the deal's shares
-    // stand as the prediction; the lists of any rank may meet any owner's rows.
-    s.dynamic = dealt[S + parts + 2] != 0;
-    if (s.dynamic) predict_split(js, o.model, s);
-    return s;
+    return gram_split_from_deal(js, o.model, std::vector<std::size_t>(dealt.begin(), dealt.begin() + S),
+                                std::vector<std::int64_t>(dealt.begin() + S, dealt.begin() + S + parts + 1),
+                                static_cast<strip_deal>(dealt[S + parts + 1]));
   });
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
   // The scheduler's task t is strip strips − 1 − t: the last (narrowest) strips first, as in one
   // process, so the resident column panels are uploaded from the end as the strips need them.
-  // Taken dynamically: every rank's list is all of them, in that order (run_rank_job).
-  if (rj.split.dynamic) {
-    for (std::int64_t t = 0; t < rj.split.strips; ++t) rj.mine.push_back(static_cast<std::size_t>(t));
-  } else {
-    for (auto it = part.tasks.rbegin(); it != part.tasks.rend(); ++it) {
-      rj.mine.push_back(static_cast<std::size_t>(rj.split.strips - 1) - *it);
-    }
+  for (auto it = part.tasks.rbegin(); it != part.tasks.rend(); ++it) {
+    rj.mine.push_back(static_cast<std::size_t>(rj.split.strips - 1) - *it);
   }
   rep.on_gpu = true;
   rep.device = rj.device;
@@ -221,14 +208,12 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_
   const std::size_t b = rj.budget.bytes();
   to.budget = memory_budget(std::max<std::size_t>(1, b - std::min(b, job.plan.shared_bytes)));
   if (staging) to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
-  run_options ro = o.run;
-  ro.take_dynamically = rj.split.dynamic;
   return run_tasks(
       c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
       [&job](std::size_t t, task_slot& slot, stream_view s) {
         pairwise::detail::enqueue_strip(job, t, slot, s);
       },
-      std::forward<OnComplete>(on_complete), ro);
+      std::forward<OnComplete>(on_complete), o.run);
 }
 
 }  // namespace detail

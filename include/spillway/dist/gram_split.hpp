@@ -151,23 +151,16 @@ struct gram_split {
   std::vector<std::int64_t> bounds;  ///< size + 1: rank r owns rows [bounds[r], bounds[r+1])
   /// Each rank's predicted share (empty where not predicted: the host implementation).
   std::vector<share_prediction> predicted;
-  /// The strips are taken at run time (gram_split_policy::dynamic on one host): `plan` is the
-  /// prediction's deal only, and any rank may compute any strip (computes: every rank; a rank's
-  /// lists may hold candidates of every row).
-  bool dynamic = false;
   [[nodiscard]] std::int64_t first_row(int r) const { return bounds[static_cast<std::size_t>(r)]; }
   [[nodiscard]] std::int64_t last_row(int r) const { return bounds[static_cast<std::size_t>(r) + 1]; }
   [[nodiscard]] std::int64_t rows_of(int r) const { return last_row(r) - first_row(r); }
   [[nodiscard]] int owner(std::int64_t row) const {
     return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), row) - bounds.begin()) - 1;
   }
-  [[nodiscard]] bool computes(int r) const {
-    return dynamic ? strips > 0 : !plan.parts[static_cast<std::size_t>(r)].tasks.empty();
-  }
+  [[nodiscard]] bool computes(int r) const { return !plan.parts[static_cast<std::size_t>(r)].tasks.empty(); }
   /// The first row rank r's strips touch (as rows, or as columns: every row from its lowest
   /// strip's first row on); n where it computes none.
   [[nodiscard]] std::int64_t touched_from(int r) const {
-    if (dynamic) return strips > 0 ? 0 : n;
     const auto& t = plan.parts[static_cast<std::size_t>(r)].tasks;
     return t.empty() ? n : std::min(n, static_cast<std::int64_t>(t.front()) * strip_rows);
   }

@@ -133,7 +133,7 @@ inline void broadcast_bits(const communicator& c, gram::bit_matrix& m) {
 // ---- options, results ---------------------------------------------------------------------------
 
 /// How a distributed Gram job splits its strips between the ranks (gram_job_options::split).
-enum class gram_split_policy { automatic, pairs, model, cyclic, snake, greedy, dynamic };
+enum class gram_split_policy { automatic, pairs, model, cyclic, snake, greedy };
 
 inline const char* split_policy_name(gram_split_policy p) {
   switch (p) {
@@ -149,20 +149,17 @@ inline const char* split_policy_name(gram_split_policy p) {
       return "snake";
     case gram_split_policy::greedy:
       return "greedy";
-    case gram_split_policy::dynamic:
-      return "dynamic";
   }
   return "?";
 }
 
-/// "auto", "pairs", "model", "cyclic", "snake", "greedy" or "dynamic" (logic_error otherwise).
+/// "auto", "pairs", "model", "cyclic", "snake" or "greedy" (logic_error otherwise).
 inline gram_split_policy parse_split_policy(const std::string& s) {
   for (const auto p : {gram_split_policy::automatic, gram_split_policy::pairs, gram_split_policy::model,
-                       gram_split_policy::cyclic, gram_split_policy::snake, gram_split_policy::greedy,
-                       gram_split_policy::dynamic}) {
+                       gram_split_policy::cyclic, gram_split_policy::snake, gram_split_policy::greedy}) {
     if (s == split_policy_name(p)) return p;
   }
-  throw logic_error("unknown split '" + s + "': auto, pairs, model, cyclic, snake, greedy or dynamic");
+  throw logic_error("unknown split '" + s + "': auto, pairs, model, cyclic, snake or greedy");
 }
 
 struct gram_job_options {
@@ -194,9 +191,6 @@ struct gram_job_options {
   /// by pairs. pairs / model: contiguous, by pairs or by predicted seconds (the host: by pairs).
   /// cyclic / snake / greedy: top-k's strips dealt across the matrix (the host deals greedy as
   /// cyclic: it has no model); the triangle and threshold keep the contiguous split (model).
-  /// dynamic: top-k on the GPU with every rank on one host: each rank takes its next strip at run
-  /// time from a counter in the host's shared memory (run_options::take_dynamically), so the ranks
-  /// finish together; predicted as greedy. Elsewhere (several hosts, the host form) it is greedy.
   gram_split_policy split = gram_split_policy::automatic;
   /// The rates of that prediction (rank 0's model decides the split for every rank).
   gram_cost_model model{};
@@ -434,8 +428,7 @@ void offer_strip(partial_topk<V>& pt, const std::vector<V>& s, std::int64_t i0, 
 inline gram_split host_split(std::int64_t n, std::int64_t strip_rows, std::size_t parts, std::size_t row_bytes,
                              gram_split_policy policy, bool topk) {
   if (topk && parts > 1) {
-    if (policy == gram_split_policy::cyclic || policy == gram_split_policy::greedy ||
-        policy == gram_split_policy::dynamic)
+    if (policy == gram_split_policy::cyclic || policy == gram_split_policy::greedy)
       return make_gram_split_dealt(n, strip_rows, parts, strip_deal::cyclic, row_bytes);
     if (policy == gram_split_policy::snake)
       return make_gram_split_dealt(n, strip_rows, parts, strip_deal::snake, row_bytes);

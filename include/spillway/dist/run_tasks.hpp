@@ -34,7 +34,6 @@
 
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,12 +51,6 @@ struct run_options {
   progress_callback progress;
   /// Least seconds between two progress messages of one rank (its final message always goes).
   double progress_interval = 0.05;
-  /// The device form, ranks on one host: `mine` is the whole task list in the order to run it
-  /// (the same on every rank), and each rank's workers take its next task at run time from a
-  /// counter in the host's shared memory (communicator::task_counter) — the ranks finish together
-  /// whatever their speeds, where a static split leaves the faster one waiting. Where the ranks
-  /// are on several hosts (or one), this is ignored: each runs its `mine`. The same on every rank.
-  bool take_dynamically = false;
 };
 
 /// One rank's share, as reported to every rank.
@@ -65,7 +58,7 @@ struct rank_stats {
   std::size_t tasks = 0;    ///< tasks this rank completed
   std::size_t bytes = 0;    ///< host↔device bytes of those tasks (0 on the host path)
   double seconds = 0.0;     ///< wall time of the rank's share (its local job)
-  std::size_t planned = 0;  ///< tasks the plan gave it (taken dynamically: the whole list / ranks)
+  std::size_t planned = 0;  ///< tasks the plan gave it
 };
 
 struct run_report {
@@ -353,19 +346,8 @@ template <class Enqueue, class OnComplete = ::spillway::detail::no_completion>
 run_report run_tasks(const communicator& c, const std::vector<std::size_t>& mine, std::size_t n_total,
                      const task_job_options& local, Enqueue&& enqueue, OnComplete&& on_complete = {},
                      const run_options& o = {}) {
-  // Taken dynamically: the counter set to 0 and the workers over every rank (collectives, before
-  // the protocol's).
-  const bool shared = o.take_dynamically && c.one_host();
-  std::atomic<std::uint64_t>* next = nullptr;
-  std::uint64_t workers = 0;
-  if (shared) {
-    const std::uint64_t w = local.devices.empty() ? static_cast<std::uint64_t>(device_count()) : local.devices.size();
-    SPILLWAY_MPI_TRY(MPI_Allreduce(&w, &workers, 1, MPI_UINT64_T, MPI_SUM, c.get()));
-    next = &c.task_counter(0);
-  }
-  const std::size_t planned = shared ? mine.size() / static_cast<std::size_t>(c.size()) : mine.size();
   return detail::run_protocol(
-      c, n_total, planned, o, [&](auto&& hook, rank_stats& st, std::uint64_t& failed, job_report& lrep) {
+      c, n_total, mine.size(), o, [&](auto&& hook, rank_stats& st, std::uint64_t& failed, job_report& lrep) {
         for (std::size_t t : mine) {
           if (t >= n_total) {
             throw logic_error("dist::run_tasks: task " + std::to_string(t) + " is out of range (" +
@@ -373,8 +355,6 @@ run_report run_tasks(const communicator& c, const std::vector<std::size_t>& mine
           }
         }
         task_job_options lo = local;
-        lo.shared_next = next;
-        lo.shared_workers = static_cast<std::size_t>(workers);
         lo.progress = [&](const progress_info& p) {
           st.tasks = p.tasks_done;
           st.bytes = p.bytes_moved;

@@ -72,12 +72,6 @@ struct task_job_options {
   std::optional<memory_budget> budget;
   /// Optional; see progress_callback.
   progress_callback progress;
-  /// Tasks taken from a counter shared with other processes (dist::run_tasks with
-  /// `take_dynamically`, ranks on one host): each worker takes the next task with a fetch_add on
-  /// `*shared_next` (tasks ≥ n_tasks end it), so the job runs the tasks the other processes did not
-  /// take. `shared_workers`: the workers over every process (the tail rule). Null: the job's own.
-  std::atomic<std::uint64_t>* shared_next = nullptr;
-  std::size_t shared_workers = 0;
 };
 
 namespace detail {
@@ -328,21 +322,16 @@ class task_runner {
       // flight, so the last tasks go to the devices that free up first instead of queueing
       // behind a device's own (H200 pair, the Gram top-k: a device that had taken the last
       // three strips early finished 11 ms after the other).
-      std::atomic<std::uint64_t>* shared = o_.shared_next;
-      const std::size_t workers = shared != nullptr ? o_.shared_workers : st_.workers;
-      if (workers > 1 && !first) {
-        const std::size_t next = shared != nullptr ? static_cast<std::size_t>(shared->load()) : st_.next.load();
+      if (st_.workers > 1 && !first) {
+        const std::size_t next = st_.next.load();
         const std::size_t left = next < st_.total ? st_.total - next : 0;
         std::size_t in_flight = 0;
         for (bool b : busy_) in_flight += b ? 1u : 0u;
-        if (left <= workers * nslots_ && in_flight >= 2) continue;
+        if (left <= st_.workers * nslots_ && in_flight >= 2) continue;
       }
       // A worker's first task is its own (task w for worker w), so every worker set up for a job
-      // of at least as many tasks as workers takes part however fast the others are (not where
-      // the tasks are shared with other processes: there every take is a fetch_add).
-      const std::size_t t = shared != nullptr ? static_cast<std::size_t>(std::min<std::uint64_t>(shared->fetch_add(1), st_.total))
-                            : first && di_ < st_.first_round ? di_
-                                                            : st_.next.fetch_add(1);
+      // of at least as many tasks as workers takes part however fast the others are.
+      const std::size_t t = first && di_ < st_.first_round ? di_ : st_.next.fetch_add(1);
       first = false;
       if (t >= st_.total) return;
       task_slot& s = slots_[i];
@@ -453,8 +442,6 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
                 "on_complete must be callable as on_complete(std::size_t task) or (task, task_slot&)");
   const auto t0 = std::chrono::steady_clock::now();
   if (opts.slots_per_device == 0) throw logic_error("run_tasks: slots_per_device must be at least 1, got 0");
-  if (opts.shared_next != nullptr && opts.shared_workers == 0)
-    throw logic_error("run_tasks: shared_next is set but shared_workers is 0 (the workers over every process)");
   const std::vector<int> devices = resolve_devices(opts.devices, "run_tasks");
   const std::size_t slots = n_tasks < opts.slots_per_device ? n_tasks : opts.slots_per_device;
   const std::size_t per_slot = detail::slot_device_bytes(opts.device_buffer_bytes);
@@ -470,7 +457,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
   detail::task_job_state st;
   st.total = n_tasks;
   st.workers = devices.size();
-  st.first_round = opts.shared_next != nullptr ? 0 : std::min(n_tasks, devices.size());
+  st.first_round = std::min(n_tasks, devices.size());
   st.next.store(st.first_round);
   st.completed.assign(n_tasks, false);
   st.per_device.assign(devices.size(), 0);
