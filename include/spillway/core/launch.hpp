@@ -1,7 +1,7 @@
 // spillway/core/launch.hpp — what code that runs on both sides shares, for every module: the
 // host/device annotation (a plain C++ compiler sees plain host functions, so the host-only
-// headers and the host implementations compile without nvcc) and the index type of extents,
-// strides and element indices.
+// headers and the host implementations compile without nvcc), the declaration of a kernel defined
+// in a header, and the index type of extents, strides and element indices.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,13 @@
 #else
 #define SPILLWAY_HD
 #endif
+
+/// Declares a kernel defined in a header: `SPILLWAY_KERNEL void name(...) { ... }`, launched as
+/// `name<<<grid, block, smem, stream>>>(...)`. A template with a defaulted parameter, so that every
+/// translation unit that includes the header may define it without a duplicate symbol or an
+/// unused-function warning (a `static __global__` warns #177 where a unit does not launch it),
+/// and hidden, so that a shared library built with spillway exports none of its kernels.
+#define SPILLWAY_KERNEL template <int SpillwayKernel_ = 0> __global__ __attribute__((visibility("hidden")))
 
 namespace spillway {
 

@@ -10,6 +10,7 @@
 //   checksum   every score reduced to a sum on the device: a job's bare compute, nothing kept.
 #pragma once
 
+#include <spillway/core/launch.hpp>
 #include <spillway/pairwise/layout.hpp>
 
 #include <cuda_runtime_api.h>
@@ -716,8 +717,7 @@ __global__ void threshold_count_kernel(const V* __restrict__ s, std::int64_t row
 }
 
 /// Exclusive scan of counts[0..n) in place into offsets[0..n], offsets[n] = total. One block.
-template <int Unused = 0>
-__global__ void exclusive_scan_kernel(std::int64_t* __restrict__ v, std::int64_t n) {
+SPILLWAY_KERNEL void exclusive_scan_kernel(std::int64_t* __restrict__ v, std::int64_t n) {
   __shared__ std::int64_t part[1024];
   const std::int64_t per = (n + blockDim.x - 1) / blockDim.x;
   const std::int64_t b = threadIdx.x * per, e = b + per < n ? b + per : n;

@@ -9,6 +9,7 @@
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 #include <spillway/core/stream.hpp>
 
 #include <cuda_runtime_api.h>
@@ -36,8 +37,7 @@ inline constexpr int feature_wgmma = 2;  ///< wgmma code (sm_90a)
 inline constexpr int feature_tma = 4;    ///< tensor copy engine code (sm_90+)
 
 namespace detail {
-template <int Unused = 0>
-__global__ void build_probe_kernel(int* out) {
+SPILLWAY_KERNEL void build_probe_kernel(int* out) {
   int v = 0;
 #ifdef SPILLWAY_TILE_HAS_MMA
   v |= feature_mma;

@@ -3,6 +3,7 @@
 // threshold) are the pairwise layer's: spillway/pairwise/sink_kernels.cuh.
 #pragma once
 
+#include <spillway/core/launch.hpp>
 #include <spillway/gram/epilogue.hpp>
 #include <spillway/pairwise/sink_kernels.cuh>
 
@@ -49,8 +50,7 @@ __global__ void pack_bits_kernel(const T* __restrict__ src, std::int64_t rows, s
 }
 
 /// One warp per row: the row's popcount into out[row0 + r].
-template <int Unused = 0>
-__global__ void row_popcount_kernel(const std::uint32_t* __restrict__ m, std::int64_t rows, std::int64_t ld_words,
+SPILLWAY_KERNEL void row_popcount_kernel(const std::uint32_t* __restrict__ m, std::int64_t rows, std::int64_t ld_words,
                                            std::int32_t* __restrict__ out) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -168,8 +168,7 @@ struct checksum_epilogue {
 /// transposed writes are coalesced. Block (32, 8); grid (tiles, tiles) for tiles = ceil(rows / 32),
 /// blocks below the tile diagonal return at once. The top-k sink's raw-count strips are written
 /// by the tile kernels' bulk-store epilogue (i <= j only); the row lists then read whole rows.
-template <int Unused = 0>
-__global__ void __launch_bounds__(256) mirror_upper_block_kernel(std::int32_t* __restrict__ s, std::int64_t rows,
+SPILLWAY_KERNEL void __launch_bounds__(256) mirror_upper_block_kernel(std::int32_t* __restrict__ s, std::int64_t rows,
                                                                  std::int64_t ld) {
   __shared__ std::int32_t tile[32][33];
   const std::int64_t ti = blockIdx.y, tj = blockIdx.x;  // source tile: rows 32 ti.., columns 32 tj..
