@@ -54,19 +54,17 @@ def pricer(rank, size, mult_by, discount, cv):  # seed 002's body (examples/seed
         cv[i // cols, i % cols] = mult_by[i // cols, i % cols] * discount[i // cols, i % cols]
 
 
-def pricer_walk(rank, size, mult_by, discount, cv):  # the same products, no division per element
-    rows, cols = mult_by.shape[0], mult_by.shape[1]
-    if cols == 0:
-        return
-    r, c = rank // cols, rank % cols  # element rank of the date, row-major
-    dr, dc = size // cols, size % cols  # `size` elements on
-    while r < rows:
-        cv[r, c] = mult_by[r, c] * discount[r, c]
-        r += dr
-        c += dc
-        if c >= cols:
-            c -= cols
-            r += 1
+def seed_pricer():
+    """Seed 002's Python program's body (python/examples/seeds/gufunc_discount.py: the row and
+    column walked, no division per element), a cooperative spillway.gufunc loaded from the program
+    itself, so that the bench times the very body the program ships."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "seeds", "gufunc_discount.py")
+    spec = importlib.util.spec_from_file_location("spillway_seed_gufunc_discount", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.pricer
 
 
 def numba_cuda_gufunc(sigs, layout, fn):
@@ -210,8 +208,8 @@ def device_rows(res, reps, rng, dates, label):
     t_copy = med(gpu_samples(lambda: dst.copy_to_device(src, stream=s), s, reps))
     row = {"shape": list(disc.shape), "bytes": nbytes, "ms": t * 1e3, "GBps": nbytes / t / 1e9,
            "d2d_ms": t_copy * 1e3, "d2d_GBps": nbytes / t_copy / 1e9, "x_d2d": t_copy / t, "ok": ok}
-    # the same products with the row and column walked instead of divided out (pricer_walk)
-    fw = spillway.gufunc("(m,o),(m,o)->(m,o)", pricer_walk, cooperative=True)
+    # the same products with the row and column walked instead of divided out (seed 002's program)
+    fw = seed_pricer()
     d_out.copy_to_device(np.full(disc.shape, np.nan), stream=s)
     tw = med(gpu_samples(lambda: fw(d_mb, d_disc, out=d_out, stream=s), s, reps))
     okw = check(f"{label} gufunc (walk body)", d_out.copy_to_host(stream=s), want, True)
