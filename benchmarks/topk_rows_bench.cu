@@ -140,9 +140,9 @@ struct strip_fixture {
   }
   void pass() {
     // The lists of rows row0.. start at `lists` (state indexed by global row).
-    pd::topk_rows_kernel<int, true><<<pd::warp_grid(strip_rows), 256, 0, st.value()>>>(s, strip_rows, w, row0, row0,
-                                                                                       true, lists - row0 * k, k, m);
-    pd::topk_append_kernel<int><<<pd::elementwise_grid(strip_rows * m.hit_words), 256, 0, st.value()>>>(
+    pd::topk_rows_kernel<int, true><<<spillway::grid_blocks(strip_rows, 8), 256, 0, st.value()>>>(
+        s, strip_rows, w, row0, row0, true, lists - row0 * k, k, m);
+    pd::topk_append_kernel<int><<<spillway::grid_blocks(strip_rows * m.hit_words, 256), 256, 0, st.value()>>>(
         s, strip_rows, w, row0, m);
   }
 };
@@ -173,7 +173,9 @@ void BM_topk_rows(benchmark::State& state) {
 void BM_topk_read_floor(benchmark::State& state) {
   if (spillway::bench::skip_without_gpu(state)) return;
   strip_fixture f(state.range(0));
-  const auto launch = [&] { read_floor<<<pd::warp_grid(strip_rows), 256, 0, f.st.value()>>>(f.s, strip_rows, f.w, f.sink); };
+  const auto launch = [&] {
+    read_floor<<<spillway::grid_blocks(strip_rows, 8), 256, 0, f.st.value()>>>(f.s, strip_rows, f.w, f.sink);
+  };
   launch();  // warm-up
   f.st.synchronize();
   time_it(state, f, launch);

@@ -315,10 +315,10 @@ void gram_async(const bit_matrix_view& a, OutT* out, triangle_layout layout, str
   g.ld_words = a.ld_words;
   g.upper_only = true;
   if (layout == triangle_layout::full) {
-    detail::bit_gemm_async(g, detail::full_strip_epilogue<OutT>{{out, nullptr, 0, n, n, n}, pop.data(), sc}, path, s);
+    detail::bit_gemm_async(g, detail::scored_epilogue<::spillway::pairwise::detail::full_writer<OutT>>{{out, nullptr, 0, n, n, n}, pop.data(), pop.data(), sc}, path, s);
   } else {
     const bool wd = layout == triangle_layout::upper_packed;
-    detail::bit_gemm_async(g, detail::packed_strip_epilogue<OutT>{{out, n, 0, wd}, pop.data(), sc}, path, s);
+    detail::bit_gemm_async(g, detail::scored_epilogue<::spillway::pairwise::detail::packed_writer<OutT>>{{out, n, 0, wd}, pop.data(), pop.data(), sc}, path, s);
   }
 }
 
@@ -348,7 +348,7 @@ void gram_async(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, s
   g.b = b.words;
   g.b_rows = b.rows;
   g.ld_words = a.ld_words;
-  detail::bit_gemm_async(g, detail::rect_strip_epilogue<OutT>{{out, 0, ldc}, pa.data(), pb.data(), sc}, path, s);
+  detail::bit_gemm_async(g, detail::scored_epilogue<::spillway::pairwise::detail::rect_writer<OutT>>{{out, 0, ldc}, pa.data(), pb.data(), sc}, path, s);
 }
 
 /// The same for device_bit_matrix operands (their view()).

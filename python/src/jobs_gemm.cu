@@ -106,28 +106,23 @@ void run_typed_device(const host_matrix& ha, const host_matrix& hb, const host_m
 
 void run_matmul_device(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
                        int device, std::uintptr_t stream) {
-  switch (r.dtype) {
-    case 'f': return run_typed_device<float, float>(a, b, c, r, device, stream);
-    case 'd': return run_typed_device<double, double>(a, b, c, r, device, stream);
-    case 'h': return run_typed_device<__half, float>(a, b, c, r, device, stream);
-    case 'b': return run_typed_device<std::int8_t, std::int32_t>(a, b, c, r, device, stream);
-    case 'B': return run_typed_device<__nv_bfloat16, float>(a, b, c, r, device, stream);
-    case 'c': return run_typed_device<cuda::std::complex<float>, cuda::std::complex<float>>(a, b, c, r, device, stream);
-    default: throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
-  }
+  // C is the accumulator type for every row (the dtype spillway.matmul allocates: numpy_c).
+  const bool known = sg::visit_gemm_type(r.dtype, [&](auto row) {
+    using R = decltype(row);
+    run_typed_device<typename R::input, typename R::accumulator>(a, b, c, r, device, stream);
+  });
+  if (!known) throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
 }
 
 job_summary run_matmul(const host_matrix& a, const host_matrix& b, const host_matrix& c, const matmul_request& r,
                        job_progress& p) {
-  switch (r.dtype) {
-    case 'f': return run_typed<float, float>(a, b, c, r, p);
-    case 'd': return run_typed<double, double>(a, b, c, r, p);
-    case 'h': return run_typed<__half, float>(a, b, c, r, p);
-    case 'b': return run_typed<std::int8_t, std::int32_t>(a, b, c, r, p);
-    case 'B': return run_typed<__nv_bfloat16, float>(a, b, c, r, p);
-    case 'c': return run_typed<cuda::std::complex<float>, cuda::std::complex<float>>(a, b, c, r, p);
-    default: throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
-  }
+  job_summary s;
+  const bool known = sg::visit_gemm_type(r.dtype, [&](auto row) {
+    using R = decltype(row);
+    s = run_typed<typename R::input, typename R::accumulator>(a, b, c, r, p);
+  });
+  if (!known) throw logic_error(std::string("spillway.matmul: unknown element type code '") + r.dtype + "'");
+  return s;
 }
 
 }  // namespace spillway::python

@@ -9,6 +9,7 @@
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/pinned_buffer.hpp>
 #include <spillway/core/stream.hpp>
+#include <spillway/gemm/types.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/streamed_job.hpp>
@@ -35,6 +36,7 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace sg = spillway::gram;
+namespace sgm = spillway::gemm;
 namespace sp = spillway::python;
 
 namespace {
@@ -415,6 +417,14 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
 
 // ---- matmul --------------------------------------------------------------------------------------
 
+/// The GEMM type table's row of a code matmul_code / matmul_code_of returned.
+const sgm::gemm_type_info& gemm_info(char code) {
+  for (const sgm::gemm_type_info& t : sgm::gemm_type_table) {
+    if (t.code == code) return t;
+  }
+  throw sp_logic(std::string("matmul: unknown element type code '") + code + "'");
+}
+
 /// The element type code of an array for spillway.matmul ('f', 'd', 'h', 'b', 'c' complex64, 'B'
 /// bf16 — uint16 bit patterns, as spillway.matmul passes ml_dtypes.bfloat16, when `bf16`; 0 when
 /// unsupported).
@@ -469,13 +479,14 @@ nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::n
   sp::matmul_request r;
   r.dtype = matmul_code(a.dtype(), bf16);
   if (r.dtype == 0 || matmul_code(b.dtype(), bf16) != r.dtype) {
-    throw dtype_error("matmul: a and b must both be float32, float64, float16, bf16, complex64 or int8 (the same type)");
+    throw dtype_error("matmul: a and b must both be " + sgm::gemm_numpy_types() + " (the same type)");
   }
-  const auto want = r.dtype == 'd'   ? nb::dtype<double>()
-                    : r.dtype == 'b' ? nb::dtype<std::int32_t>()
-                    : r.dtype == 'c' ? nb::dtype<std::complex<float>>()
-                                     : nb::dtype<float>();
-  if (c.dtype() != want) throw dtype_error("matmul: out has the wrong dtype for these inputs");
+  const std::string want = gemm_info(r.dtype).numpy_c;
+  const auto want_dtype = want == "float64"   ? nb::dtype<double>()
+                          : want == "int32"   ? nb::dtype<std::int32_t>()
+                          : want == "complex64" ? nb::dtype<std::complex<float>>()
+                                                : nb::dtype<float>();
+  if (c.dtype() != want_dtype) throw dtype_error("matmul: out has the wrong dtype for these inputs (want " + want + ")");
   const auto m = static_cast<std::int64_t>(a.shape(0)), k = static_cast<std::int64_t>(a.shape(1)),
              n = static_cast<std::int64_t>(b.shape(1));
   if (static_cast<std::int64_t>(b.shape(0)) != k || static_cast<std::int64_t>(c.shape(0)) != m ||
@@ -503,14 +514,12 @@ nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::n
   return d;
 }
 
-/// The element type code of a dtype name for spillway.matmul of device arrays (0: unsupported).
+/// The element type code of a NumPy dtype name for spillway.matmul of device arrays (the GEMM's
+/// type table; 0: unsupported).
 char matmul_code_of(const std::string& dtype) {
-  if (dtype == "float32") return 'f';
-  if (dtype == "float64") return 'd';
-  if (dtype == "float16") return 'h';
-  if (dtype == "int8") return 'b';
-  if (dtype == "bfloat16") return 'B';
-  if (dtype == "complex64") return 'c';
+  for (const sgm::gemm_type_info& t : sgm::gemm_type_table) {
+    if (dtype == t.numpy) return t.code;
+  }
   return 0;
 }
 
@@ -523,9 +532,9 @@ void matmul_device(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c, std::in
   sp::matmul_request r;
   r.dtype = matmul_code_of(dtype);
   if (r.dtype == 0) {
-    throw dtype_error("matmul: device arrays must be float32, float64, float16, bf16, complex64 or int8, got " + dtype);
+    throw dtype_error("matmul: device arrays must be " + sgm::gemm_numpy_types() + ", got " + dtype);
   }
-  const char* want = r.dtype == 'd' ? "float64" : r.dtype == 'b' ? "int32" : r.dtype == 'c' ? "complex64" : "float32";
+  const std::string want = gemm_info(r.dtype).numpy_c;
   if (out_dtype != want) {
     throw dtype_error("matmul: out has dtype " + out_dtype + "; " + dtype + " inputs give " + want);
   }

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -101,6 +104,76 @@ inline device_properties get_device_properties(int device) {
   SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
   r.memory_pools = pools != 0;
   return r;
+}
+
+namespace detail {
+/// One fact per device, computed once (under `mutex`) and then read from `cache`: launchers ask on
+/// every launch, so a hit is a lookup and the ordinal is checked on a miss only.
+template <class F>
+int cached_per_device(int device, std::vector<int>& cache, std::mutex& mutex, F&& compute) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= 0 && static_cast<std::size_t>(device) < cache.size() && cache[static_cast<std::size_t>(device)] >= 0) {
+    return cache[static_cast<std::size_t>(device)];
+  }
+  check_device_ordinal(device, "device facts");
+  if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, -1);
+  int& v = cache[static_cast<std::size_t>(device)];
+  v = compute();
+  return v;
+}
+
+inline int device_attribute(cudaDeviceAttr what, int device) {
+  int v = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, what, device));
+  return v;
+}
+}  // namespace detail
+
+// The cached device facts every module's launchers and planners read (no module queries device
+// attributes itself).
+
+/// major * 10 + minor, cached.
+inline int compute_capability(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return detail::cached_per_device(device, cache, mutex, [device] {
+    return detail::device_attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
+           detail::device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+  });
+}
+
+/// Streaming multiprocessors, cached.
+inline int multiprocessor_count(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return detail::cached_per_device(device, cache, mutex,
+                                   [device] { return detail::device_attribute(cudaDevAttrMultiProcessorCount, device); });
+}
+
+/// The SM clock in kHz (the estimators' peak rates), cached.
+inline int clock_rate_khz(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return detail::cached_per_device(device, cache, mutex,
+                                   [device] { return detail::device_attribute(cudaDevAttrClockRate, device); });
+}
+
+/// The dynamic shared memory a block may opt into on `device`, cached.
+inline int max_block_smem(int device) {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  return detail::cached_per_device(
+      device, cache, mutex, [device] { return detail::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device); });
+}
+
+/// The blocks of `kernel` (`block` threads, `smem` dynamic shared bytes) that `device` holds at
+/// once: the cap of a persistent grid (grid_blocks' `cap`), so that no block waits for a second wave.
+template <class Kernel>
+index_t resident_blocks(Kernel kernel, int block, std::size_t smem, int device) {
+  int per_sm = 0;
+  SPILLWAY_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel), block, smem));
+  return static_cast<index_t>(multiprocessor_count(device)) * std::max(per_sm, 1);
 }
 
 /// Free and total bytes of device memory.

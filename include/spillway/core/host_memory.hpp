@@ -3,6 +3,8 @@
 // `using namespace spillway; using namespace spillway::gram;` sees one name, not two.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
+
 namespace spillway {
 
 /// What kind of host memory an array lives in (or should be allocated in).
@@ -14,12 +16,7 @@ enum class host_memory {
 };
 
 inline const char* to_string(host_memory m) noexcept {
-  switch (m) {
-    case host_memory::detect: return "detect";
-    case host_memory::page_locked: return "page-locked";
-    case host_memory::pageable: return "pageable";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(m, {"detect", "page-locked", "pageable"});
 }
 
 }  // namespace spillway

@@ -30,4 +30,22 @@ namespace spillway {
 /// 2^31 elements and strides may be negative (reversed views).
 using index_t = std::int64_t;
 
+/// The most blocks of a 1-D grid (gridDim.x).
+inline constexpr index_t max_grid_blocks = 0x7fffffff;
+
+/// The default cap, for grid-stride kernels that take no device fact (the pairwise sink and
+/// conversion kernels): more blocks than any device holds at once, few enough to launch anywhere.
+inline constexpr index_t stride_grid_cap = 65535 * 16;
+
+/// Blocks of a 1-D launch over `items` work items, `per_block` to a block: the blocks the items
+/// need, at least one, at most `cap`. Every launcher sizes its grid here. A kernel that loops over
+/// what its grid does not cover (grid-stride or persistent) takes the default cap, a few waves
+/// (`k * multiprocessor_count`) or the blocks resident at once (`resident_blocks`, in
+/// core/device.hpp); one that does not loop passes max_grid_blocks and checks the need itself.
+constexpr unsigned grid_blocks(index_t items, index_t per_block, index_t cap = stride_grid_cap) noexcept {
+  const index_t need = per_block > 0 ? (items + per_block - 1) / per_block : items;
+  const index_t top = cap < max_grid_blocks ? cap : max_grid_blocks;
+  return static_cast<unsigned>(need < 1 ? 1 : (need < top ? need : (top < 1 ? 1 : top)));
+}
+
 }  // namespace spillway

@@ -15,6 +15,19 @@ namespace spillway {
 
 class event;
 
+namespace detail {
+/// The answer of a cudaStreamQuery / cudaEventQuery: done (true), not yet (false, the sticky
+/// "not ready" cleared), or an error thrown naming `what`.
+inline bool query_done(cudaError_t e, const char* what) {
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  SPILLWAY_CUDA_CHECK(e, what);
+  return true;
+}
+}  // namespace detail
+
 /// A non-owning handle to a CUDA stream. It cannot be built from `0` or `nullptr`: the legacy
 /// default stream synchronizes with every other stream and silently serializes pipelines, so
 /// spillway never uses it. Use an owned `stream`, or `stream_view::per_thread()`.
@@ -39,13 +52,7 @@ class stream_view {
   void synchronize() const { SPILLWAY_CUDA_TRY(cudaStreamSynchronize(s_)); }
   /// True when all work enqueued so far has completed.
   [[nodiscard]] bool is_idle() const {
-    const cudaError_t e = cudaStreamQuery(s_);
-    if (e == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    SPILLWAY_CUDA_CHECK(e, "cudaStreamQuery (stream_view::is_idle)");
-    return true;
+    return detail::query_done(cudaStreamQuery(s_), "cudaStreamQuery (stream_view::is_idle)");
   }
   /// Makes later work on this stream wait for `e` (no host blocking).
   inline void wait(const event& e) const;
@@ -133,13 +140,7 @@ class event {
   void synchronize() const { SPILLWAY_CUDA_TRY(cudaEventSynchronize(e_)); }
   /// True when the work captured by the last record() has completed (or nothing was recorded).
   [[nodiscard]] bool is_complete() const {
-    const cudaError_t e = cudaEventQuery(e_);
-    if (e == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    SPILLWAY_CUDA_CHECK(e, "cudaEventQuery (event::is_complete)");
-    return true;
+    return detail::query_done(cudaEventQuery(e_), "cudaEventQuery (event::is_complete)");
   }
   [[nodiscard]] cudaEvent_t value() const noexcept { return e_; }
 

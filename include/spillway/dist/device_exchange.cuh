@@ -206,8 +206,9 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
     device_buffer<V> dv(cnt, s);
     device_buffer<std::int32_t> di(cnt, s);
     if (cnt > 0) {
-      pd::topk_export_kernel<V, std::int32_t><<<pd::elementwise_grid(static_cast<std::int64_t>(cnt)), 256, 0, s.value()>>>(
-          gathered.data(), static_cast<std::int64_t>(cnt), dv.data(), di.data());
+      pd::topk_export_kernel<V, std::int32_t>
+          <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
+              gathered.data(), static_cast<std::int64_t>(cnt), dv.data(), di.data());
       SPILLWAY_CUDA_TRY(cudaGetLastError());
     }
     pd::copy_lists_to_host(dv.data(), di.data(), cnt, r.values.data(), r.indices.data(),

@@ -379,25 +379,44 @@ struct partial_topk {
   }
 };
 
-/// Scores of rows [i0, i1) against columns [i0, n) (entries with j < i are not computed).
-template <class V>
-void host_strip_scores(const gram::bit_matrix_view& a, const std::vector<std::int32_t>& pc,
-                       const gram::detail::scorer& sc, std::int64_t i0, std::int64_t i1,
-                       std::vector<V>& out) {
-  const std::int64_t n = a.rows, w = n - i0;
-  out.resize(static_cast<std::size_t>((i1 - i0) * w));
-  const std::int64_t nw = gram::detail::words64(a);
+/// The host jobs' scores of pairs of A's rows: A, its rows' popcounts and the job's scorer.
+struct host_scorer {
+  const gram::bit_matrix_view& a;
+  std::vector<std::int32_t> pc;
+  gram::detail::scorer sc;
+  std::int64_t nw;
+  host_scorer(const gram::bit_matrix_view& rows, const gram_job_options& o)
+      : a(rows),
+        pc(gram::row_popcounts(rows)),
+        sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero},
+        nw(gram::detail::words64(rows)) {}
+  template <class V>
+  V score(std::int64_t i, std::int64_t j) const {
+    return sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
+                                     pc[static_cast<std::size_t>(j)]);
+  }
+};
+
+/// f(i, j, score) for the pairs of strip rows [i0, i1) x columns [first(i), n): rows in parallel
+/// (OpenMP), each row's columns in order on one thread.
+template <class V, class First, class F>
+void for_strip_pairs(const host_scorer& hs, std::int64_t i0, std::int64_t i1, First first, F&& f) {
+  const std::int64_t n = hs.a.rows;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4)
 #endif
   for (std::int64_t i = i0; i < i1; ++i) {
-    const std::uint32_t* x = a.row(i);
-    V* o = out.data() + (i - i0) * w - i0;
-    for (std::int64_t j = i; j < n; ++j) {
-      o[j] = sc.template operator()<V>(gram::detail::and_count(x, a.row(j), nw),
-                                       pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
-    }
+    for (std::int64_t j = first(i); j < n; ++j) f(i, j, hs.score<V>(i, j));
   }
+}
+
+/// Scores of rows [i0, i1) against columns [i0, n) (entries with j < i are not computed).
+template <class V>
+void host_strip_scores(const host_scorer& hs, std::int64_t i0, std::int64_t i1, std::vector<V>& out) {
+  const std::int64_t w = hs.a.rows - i0;
+  out.resize(static_cast<std::size_t>((i1 - i0) * w));
+  for_strip_pairs<V>(hs, i0, i1, [](std::int64_t i) { return i; },
+                     [&](std::int64_t i, std::int64_t j, V v) { out[static_cast<std::size_t>((i - i0) * w + (j - i0))] = v; });
 }
 
 /// Offers a strip's scores to the partial lists: each pair i < j to row i and to row j, (i, i)
@@ -748,8 +767,7 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   const gram_split& sp = rep.split;
   const std::int64_t r0 = sp.first_row(c.rank());
   const std::int64_t row0 = detail::lists_row0(sp, c.rank());  // its lists: rows [row0, n)
-  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
-  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  const detail::host_scorer hs(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
   detail::partial_topk<V> pt(row0, n, k.k, larger);
   std::vector<V> s;
@@ -759,7 +777,7 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
       [&](std::size_t t) {
         const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
                            i1 = std::min(n, i0 + sp.strip_rows);
-        detail::host_strip_scores<V>(a, pc, sc, i0, i1, s);
+        detail::host_strip_scores<V>(hs, i0, i1, s);
         detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
       },
       o.run);
@@ -802,26 +820,17 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   const std::int64_t base = row_off(r0);
   detail::rows_buffer<V> local;
   agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
-  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
-  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
-  const std::int64_t nw = gram::detail::words64(a);
+  const detail::host_scorer hs(a, o);
   rep.local.setup_seconds = detail::seconds_since(t_start);
   rep.run = run_host_tasks(
       c, sp.plan,
       [&](std::size_t t) {
         const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
                            i1 = std::min(n, i0 + sp.strip_rows);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 4)
-#endif
-        for (std::int64_t i = i0; i < i1; ++i) {
-          V* out = local.data() + (row_off(i) - base) - (wd ? i : i + 1);
-          for (std::int64_t j = wd ? i : i + 1; j < n; ++j) {
-            out[j] =
-                sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw),
-                                          pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
-          }
-        }
+        const auto first = [&](std::int64_t i) { return wd ? i : i + 1; };
+        detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
+          local.data()[row_off(i) - base + (j - first(i))] = v;
+        });
       },
       o.run);
   detail::note_run(c, rep);
@@ -843,10 +852,8 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
                               static_cast<std::size_t>(a.ld_words) * 4u);
   const gram_split& sp = rep.split;
-  const std::vector<std::int32_t> pc = gram::row_popcounts(a);
-  const gram::detail::scorer sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
+  const detail::host_scorer hs(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
-  const std::int64_t nw = gram::detail::words64(a);
   const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
   rep.local.setup_seconds = detail::seconds_since(t_start);
@@ -855,18 +862,11 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
       [&](std::size_t task) {
         const std::int64_t i0 = static_cast<std::int64_t>(task) * sp.strip_rows,
                            i1 = std::min(n, i0 + sp.strip_rows);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 4)
-#endif
-        for (std::int64_t i = i0; i < i1; ++i) {
-          auto& out = kept[static_cast<std::size_t>(i - r0)];
-          for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
-            const V v =
-                sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw),
-                                          pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
-            if (pairwise::detail::passes(larger, v, t.threshold)) out.emplace_back(j, v);
-          }
-        }
+        detail::for_strip_pairs<V>(
+            hs, i0, i1, [&](std::int64_t i) { return t.include_diagonal ? i : i + 1; },
+            [&](std::int64_t i, std::int64_t j, V v) {
+              if (pairwise::detail::passes(larger, v, t.threshold)) kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
+            });
       },
       o.run);
   detail::note_run(c, rep);

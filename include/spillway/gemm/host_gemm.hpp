@@ -32,7 +32,9 @@ namespace detail {
 /// The host GEMM's accumulator: the device's for the GEMM input types, plus complex<double> so a
 /// complex reference can be computed in double.
 template <class T>
-struct host_accumulator : accumulator<std::remove_cv_t<T>> {};
+struct host_accumulator {
+  using type = accumulator_t<T>;
+};
 template <>
 struct host_accumulator<cuda::std::complex<double>> {
   using type = cuda::std::complex<double>;

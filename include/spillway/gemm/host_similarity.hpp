@@ -5,6 +5,7 @@
 // the build enables it).
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/pairwise/layout.hpp>
@@ -30,12 +31,7 @@ enum class similarity_metric {
 };
 
 inline const char* to_string(similarity_metric m) noexcept {
-  switch (m) {
-    case similarity_metric::inner_product: return "inner_product";
-    case similarity_metric::cosine: return "cosine";
-    case similarity_metric::euclidean: return "euclidean";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(m, {"inner_product", "cosine", "euclidean"});
 }
 
 /// True for the metrics where larger means closer (all but Euclidean distance).

@@ -23,6 +23,7 @@
 
 #include <spillway/core/error.hpp>
 #include <spillway/core/launch.hpp>
+#include <spillway/gemm/types.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -57,6 +58,17 @@ struct copy_rates {
 /// What a product's in-core GEMM computes in (ooc_compute_estimate): `fp16` stands for half and
 /// bf16, `complex_fp32` counts complex multiply-adds.
 enum class ooc_arith { fp32, complex_fp32, fp64, tf32, fp16, int8 };
+/// The rate class of an element type's arithmetic (gemm/types.hpp), FP32 through TF32 when `tf32`.
+inline ooc_arith ooc_arith_of(element_arith a, bool tf32) {
+  switch (a) {
+    case element_arith::fp32: return tf32 ? ooc_arith::tf32 : ooc_arith::fp32;
+    case element_arith::fp64: return ooc_arith::fp64;
+    case element_arith::fp16: return ooc_arith::fp16;
+    case element_arith::int8: return ooc_arith::int8;
+    case element_arith::complex_fp32: return ooc_arith::complex_fp32;
+  }
+  return ooc_arith::fp32;
+}
 /// The kernel family that computes it (gemm_path without `automatic`).
 enum class ooc_unit { simt, mma_sync, wgmma };
 

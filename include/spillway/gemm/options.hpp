@@ -1,7 +1,9 @@
 // spillway/gemm/options.hpp — which kernel computes a GEMM, in which arithmetic, and how.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/launch.hpp>
+#include <spillway/gemm/types.hpp>  // accumulator_t, is_gemm_input_v
 
 #include <cuda/std/complex>
 #include <cuda_bf16.h>
@@ -23,14 +25,8 @@ namespace spillway::gemm {
 ///   for exact float and for complex<float>).
 enum class gemm_path { automatic, wgmma, mma_sync, simt };
 
-inline const char* to_string(gemm_path p) {
-  switch (p) {
-    case gemm_path::automatic: return "automatic";
-    case gemm_path::wgmma: return "wgmma";
-    case gemm_path::mma_sync: return "mma_sync";
-    case gemm_path::simt: return "simt";
-  }
-  return "unknown";
+inline const char* to_string(gemm_path p) noexcept {
+  return ::spillway::detail::enum_name(p, {"automatic", "wgmma", "mma_sync", "simt"});
 }
 
 /// Arithmetic for float inputs. `exact`: FP32 fused multiply-adds on the CUDA cores (the default,
@@ -50,44 +46,5 @@ struct gemm_options {
   /// them (C's must keep the outputs apart; A's or B's may be 0 to reuse one matrix).
   index_t batch_count = 1;
 };
-
-/// The accumulator (and α/β) type for an input element type: float for float, half and bf16;
-/// double for double; int32 for int8; complex<float> for complex<float>.
-template <class T>
-struct accumulator;
-template <>
-struct accumulator<float> {
-  using type = float;
-};
-template <>
-struct accumulator<double> {
-  using type = double;
-};
-template <>
-struct accumulator<__half> {
-  using type = float;
-};
-template <>
-struct accumulator<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct accumulator<std::int8_t> {
-  using type = std::int32_t;
-};
-template <>
-struct accumulator<cuda::std::complex<float>> {
-  using type = cuda::std::complex<float>;
-};
-template <class T>
-using accumulator_t = typename accumulator<std::remove_cv_t<T>>::type;
-
-/// True for the element types the GEMM takes as inputs.
-template <class T>
-inline constexpr bool is_gemm_input_v =
-    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double> ||
-    std::is_same_v<std::remove_cv_t<T>, __half> || std::is_same_v<std::remove_cv_t<T>, __nv_bfloat16> ||
-    std::is_same_v<std::remove_cv_t<T>, std::int8_t> ||
-    std::is_same_v<std::remove_cv_t<T>, cuda::std::complex<float>>;
 
 }  // namespace spillway::gemm

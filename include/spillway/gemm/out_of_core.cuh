@@ -303,7 +303,7 @@ void ooc_transpose(const T* src, index_t sld, index_t lines, index_t len, T* dst
   static_assert(es == 1 || es == 2 || es == 4 || es == 8, "ooc_transpose: element sizes 1, 2, 4 and 8");
   if (lines <= 0 || len <= 0) return;
   const index_t tiles = ooc_xpose_tile<es>::tiles(len, lines);
-  const unsigned grid = static_cast<unsigned>(std::min<index_t>(tiles, index_t{1} << 20));
+  const unsigned grid = grid_blocks(tiles, 1, index_t{1} << 20);
   ooc_transpose_kernel<es><<<grid, ooc_xpose_threads, 0, s.value()>>>(
       reinterpret_cast<const std::byte*>(src), sld, lines, len, reinterpret_cast<std::byte*>(dst), dld);
 }
@@ -930,7 +930,7 @@ struct ooc_job {
     }
     if (use_work) {
       const index_t count = rows * cols;
-      const unsigned grid = static_cast<unsigned>(std::min<index_t>(ceil_div(count, 256), 4096));
+      const unsigned grid = grid_blocks(count, 256, 4096);
       ooc_combine_kernel<TC, Acc><<<grid, 256, 0, s.value()>>>(work, cdev, count, beta, read_c);
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
     }
@@ -1071,21 +1071,13 @@ struct ooc_job {
 template <class T>
 double ooc_estimate(index_t m, index_t n, index_t k, const gemm_options& o, gemm_path path,
                     const std::vector<int>& devices) {
-  using U = std::remove_cv_t<T>;
-  const ooc_arith a = std::is_same_v<U, float>    ? (o.math == math_mode::tf32 ? ooc_arith::tf32 : ooc_arith::fp32)
-                      : std::is_same_v<U, double> ? ooc_arith::fp64
-                      : std::is_same_v<U, std::int8_t> ? ooc_arith::int8
-                      : (std::is_same_v<U, __half> || std::is_same_v<U, __nv_bfloat16>) ? ooc_arith::fp16
-                                                                                        : ooc_arith::complex_fp32;
+  const ooc_arith a = ooc_arith_of(gemm_type_info_of<T>().arith, o.math == math_mode::tf32);
   const ooc_unit u = path == gemm_path::wgmma      ? ooc_unit::wgmma
                      : path == gemm_path::mma_sync ? ooc_unit::mma_sync
                                                    : ooc_unit::simt;
   double worst = 0;
   for (int d : devices) {
-    int khz = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, d));
-    const ooc_device_shape shape{::spillway::tile::compute_capability(d), ::spillway::tile::multiprocessor_count(d),
-                                 khz * 1e3};
+    const ooc_device_shape shape{compute_capability(d), multiprocessor_count(d), clock_rate_khz(d) * 1e3};
     worst = std::max(worst, ooc_compute_estimate(m, n, k, a, u, shape));
   }
   return worst;

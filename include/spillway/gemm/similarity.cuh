@@ -165,13 +165,14 @@ struct float_producer {
       gemm_async(s, 1.0f, A, B, 0.0f, row_major(c, pp.a_rows, pp.b_rows, w.block_ld()), go, epi);
       if (pp.upper_only && pp.a_row0 == pp.b_row0) {
         const std::int64_t r = std::min(pp.a_rows, pp.b_rows);
-        pd::mirror_diagonal_block_kernel<float><<<pd::elementwise_grid(r * r), 256, 0, s.value()>>>(c, r, w.block_ld());
+        pd::mirror_diagonal_block_kernel<float>
+            <<<grid_blocks(r * r, 256), 256, 0, s.value()>>>(c, r, w.block_ld());
         SPILLWAY_CHECK_LAUNCH();
       }
     } else {
       // Triangle layouts: a dense block first, then the pairwise writer scatters the pairs it keeps.
       gemm_async(s, 1.0f, A, B, 0.0f, row_major(scratch, pp.a_rows, pp.b_rows), go, epi);
-      pd::scatter_strip_kernel<float, Writer><<<pd::elementwise_grid(pp.a_rows * pp.b_rows), 256, 0, s.value()>>>(
+      pd::scatter_strip_kernel<float, Writer><<<grid_blocks(pp.a_rows * pp.b_rows, 256), 256, 0, s.value()>>>(
           scratch, pp.a_rows, pp.b_rows, pp.b_rows, pp.a_row0, pp.b_row0, w);
       SPILLWAY_CHECK_LAUNCH();
     }
@@ -201,8 +202,8 @@ std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int devic
   device_buffer<unsigned long long> flag(1, st.view());
   flag.fill_bytes_async(0xFF, st.view());
   const std::int64_t total = a.rows * a.cols;
-  first_nonfinite_row_kernel<T><<<::spillway::pairwise::detail::elementwise_grid(total), 256, 0, st.view().value()>>>(
-      a.data, a.rows, a.cols, a.ld, flag.data());
+  first_nonfinite_row_kernel<T>
+      <<<grid_blocks(total, 256), 256, 0, st.view().value()>>>(a.data, a.rows, a.cols, a.ld, flag.data());
   SPILLWAY_CHECK_LAUNCH();
   const std::vector<unsigned long long> h = flag.to_host(st.view());
   return h[0] == ~0ULL ? -1 : static_cast<std::int64_t>(h[0]);

@@ -85,8 +85,8 @@ void launch_pack(const T* src, std::int64_t rows, std::int64_t cols, std::int64_
                  bool nonzero_as_one, unsigned long long* first_bad, stream_view s) {
   const std::int64_t words = rows * out.ld_words();
   if (words == 0) return;
-  pack_bits_kernel<T><<<warp_grid(words), 256, 0, s.value()>>>(src, rows, cols, ld, out.data(), out.ld_words(),
-                                                               nonzero_as_one, first_bad);
+  pack_bits_kernel<T><<<grid_blocks(words, 8), 256, 0, s.value()>>>(
+      src, rows, cols, ld, out.data(), out.ld_words(), nonzero_as_one, first_bad);
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }
 }  // namespace detail
@@ -137,7 +137,8 @@ device_bit_matrix pack_bits_device(const T* src, std::int64_t rows, std::int64_t
 /// Row popcounts of a device bit matrix into device memory `out` (rows elements), on `s`.
 inline void row_popcounts_async(const bit_matrix_view& d, std::int32_t* out, stream_view s) {
   if (d.rows == 0) return;
-  detail::row_popcount_kernel<<<detail::warp_grid(d.rows), 256, 0, s.value()>>>(d.words, d.rows, d.ld_words, out);
+  detail::row_popcount_kernel<<<grid_blocks(d.rows, 8), 256, 0, s.value()>>>(d.words, d.rows, d.ld_words,
+                                                                             out);
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }
 

@@ -4,6 +4,7 @@
 // layouts are the pairwise layer's (spillway/pairwise/layout.hpp), named here as before.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/launch.hpp>
 #include <spillway/pairwise/layout.hpp>
@@ -26,13 +27,7 @@ enum class metric {
 };
 
 inline const char* to_string(metric m) noexcept {
-  switch (m) {
-    case metric::counts: return "counts";
-    case metric::jaccard: return "jaccard";
-    case metric::cosine: return "cosine";
-    case metric::hamming: return "hamming";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(m, {"counts", "jaccard", "cosine", "hamming"});
 }
 
 /// True for metrics where a larger value means "more alike" (all but Hamming).

@@ -1,6 +1,8 @@
 // spillway/gram/kernel_path.hpp — which tile kernel computes the bit-matrix products.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
+
 namespace spillway::gram {
 
 /// The tile kernel that computes popcount(a_i & b_j) for the Gram products.
@@ -16,14 +18,8 @@ namespace spillway::gram {
 enum class kernel_path { automatic, wgmma, mma_sync, popc };
 
 /// "automatic", "wgmma", "mma_sync" or "popc".
-inline const char* to_string(kernel_path p) {
-  switch (p) {
-    case kernel_path::automatic: return "automatic";
-    case kernel_path::wgmma: return "wgmma";
-    case kernel_path::mma_sync: return "mma_sync";
-    case kernel_path::popc: return "popc";
-  }
-  return "unknown";
+inline const char* to_string(kernel_path p) noexcept {
+  return ::spillway::detail::enum_name(p, {"automatic", "wgmma", "mma_sync", "popc"});
 }
 
 /// The path `requested` runs as, given a device's compute capability (major * 10 + minor) and

@@ -78,26 +78,15 @@ using gram_device_strip = ::spillway::pairwise::device_strip<V>;
 
 namespace detail {
 
-// The epilogue that scores a count into each pairwise writer.
-template <class V>
-packed_strip_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::packed_writer<V>& w, const std::int32_t* pa,
-                                       const std::int32_t*, const scorer& sc) {
-  return {w, pa, sc};
-}
-template <class V>
-full_strip_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::full_writer<V>& w, const std::int32_t* pa,
-                                     const std::int32_t*, const scorer& sc) {
-  return {w, pa, sc};
-}
-template <class V>
-rect_strip_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::rect_writer<V>& w, const std::int32_t* pa,
-                                     const std::int32_t* pb, const scorer& sc) {
-  return {w, pa, pb, sc};
-}
-template <class V>
-score_strip_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::score_writer<V>& w, const std::int32_t* pa,
-                                      const std::int32_t* pb, const scorer& sc) {
-  return {w, pa, pb, sc};
+// The epilogue that scores a count into each pairwise writer. The triangle writers (A·Aᵀ only)
+// score both rows from A's popcounts.
+template <class Writer>
+scored_epilogue<Writer> make_epilogue(const Writer& w, const std::int32_t* pa, const std::int32_t* pb,
+                                      const scorer& sc) {
+  using V = typename writer_value<Writer>::type;
+  constexpr bool triangle = std::is_same_v<Writer, ::spillway::pairwise::detail::packed_writer<V>> ||
+                            std::is_same_v<Writer, ::spillway::pairwise::detail::full_writer<V>>;
+  return {w, pa, triangle ? pa : pb, sc};
 }
 
 template <class V>

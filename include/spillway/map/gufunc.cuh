@@ -114,11 +114,8 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
       skp.team = sp.team;
       skp.smem_bytes = sp.smem_bytes;
       for (std::size_t k = 0; k < K; ++k) skp.ops[k] = sp.ops[k];
-      const index_t tiles = (kp.instances + sp.per_block - 1) / sp.per_block;
-      int device = 0, optin = 0;
-      SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
-      SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      const int buffers = detail::gufunc_stage_buffers(sp, spec.stage_buffers, optin);
+      const int device = current_device();
+      const int buffers = detail::gufunc_stage_buffers(sp, spec.stage_buffers, max_block_smem(device));
       const auto smem = static_cast<std::size_t>(sp.smem_bytes) * static_cast<std::size_t>(buffers);
       const auto args_t = cuda::std::make_tuple(detail::make_core_arg(detail::as_operand(args))...);
       // A resident grid: each team walks instances grid-strided and overlaps its own loads.
@@ -128,9 +125,8 @@ void gufunc_into_async(stream_view s, const gufunc_spec& spec, ndview<R> out, F 
           SPILLWAY_CUDA_TRY(
               cudaFuncSetAttribute(narrow_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         }
-        const auto blocks = detail::resident_grid(
-            narrow_kernel, static_cast<unsigned>(std::min<index_t>(tiles, std::numeric_limits<int>::max())), true,
-            detail::gufunc_stage_block, smem);
+        const unsigned blocks = grid_blocks(kp.instances, sp.per_block,
+                                            resident_blocks(narrow_kernel, detail::gufunc_stage_block, smem, device));
         // 32-bit instance arithmetic while the last step past the end stays below 2^32.
         const index_t step = static_cast<index_t>(blocks) * sp.per_block;
         if (kp.instances + 2 * step < (index_t{1} << 32)) {

@@ -57,12 +57,12 @@ constexpr std::size_t array_elem_size() {
   }
 }
 
+/// map's kernels do not loop over a grid: one launch holds all of `work`, or this throws.
 inline unsigned grid_for(index_t work, index_t per_block, const char* who) {
-  const index_t blocks = (work + per_block - 1) / per_block;
-  if (blocks > std::numeric_limits<int>::max()) {
+  if ((work + per_block - 1) / per_block > max_grid_blocks) {
     throw logic_error(std::string(who) + ": " + std::to_string(work) + " work items exceed one launch");
   }
-  return static_cast<unsigned>(blocks > 0 ? blocks : 1);
+  return grid_blocks(work, per_block, max_grid_blocks);
 }
 
 template <class KOp>

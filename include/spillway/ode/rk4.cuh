@@ -94,19 +94,6 @@ void copy_state_async(const cuda::std::tuple<T*...>& dst, const cuda::std::tuple
    ...);
 }
 
-inline int fused_grid(std::uint64_t n, const void* kernel) {
-  int device = current_device();
-  int sms = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int per_sm = 0;
-  SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fused_block, 0));
-  const std::uint64_t resident = static_cast<std::uint64_t>(std::max(per_sm, 1)) * static_cast<std::uint64_t>(sms);
-  const std::uint64_t per_block = static_cast<std::uint64_t>(fused_block) * fused_items;
-  const std::uint64_t needed = (n + per_block - 1) / per_block;
-  return static_cast<int>(std::max<std::uint64_t>(1, std::min(needed, resident)));
-}
-
-
 }  // namespace detail
 
 /// Enqueues `steps` RK4 steps of the coupled elementwise system on `s` (see the file comment).
@@ -144,9 +131,11 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
 
   using args_t = detail::fused_args<Rhs, Coupling, T...>;
   using A = typename args_t::accum_type;
-  const void* kernel =
-      reinterpret_cast<const void*>(&detail::fused_step_kernel<detail::fused_block, detail::fused_items, Rhs, Coupling, T...>);
-  const int grid = detail::fused_grid(y.size, kernel);
+  // A resident grid: the steps of one launch meet at grid-wide barriers.
+  const auto grid = static_cast<int>(grid_blocks(
+      static_cast<index_t>(y.size), index_t{detail::fused_block} * detail::fused_items,
+      resident_blocks(&detail::fused_step_kernel<detail::fused_block, detail::fused_items, Rhs, Coupling, T...>,
+                      detail::fused_block, 0, current_device())));
 
   const std::uint64_t n = y.size;
   std::tuple<device_buffer<T>...> scratch{device_buffer<T>(static_cast<std::size_t>(n), s)...};
@@ -266,11 +255,8 @@ void rk4_integrate_general_async(const Rhs& rhs, const P& p, double t0, double d
   };
   const auto pa = ptrs(a), pb = ptrs(b), pacc = ptrs(acc);
   constexpr int threads = 256;
-  int device = current_device();
-  int sms = 0;
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::uint64_t cap = static_cast<std::uint64_t>(sms) * 16;
-  const int grid = static_cast<int>(std::min<std::uint64_t>((n + threads - 1) / threads, cap));
+  const auto grid = static_cast<int>(
+      grid_blocks(static_cast<index_t>(n), threads, index_t{16} * multiprocessor_count(current_device())));
   for (std::uint64_t k = 0; k < steps; ++k) {
     const double t = t0 + static_cast<double>(k) * dt;
     detail::general_stage_kernel<0><<<grid, threads, 0, s.value()>>>(rhs, p, t, dt, n, y.arrays, y.arrays, pa, pacc);

@@ -3,6 +3,7 @@
 // condensed order. Host and device code alike (the index arithmetic runs in kernel epilogues).
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/launch.hpp>
 
@@ -23,12 +24,7 @@ enum class triangle_layout {
 };
 
 inline const char* to_string(triangle_layout l) noexcept {
-  switch (l) {
-    case triangle_layout::full: return "full";
-    case triangle_layout::upper_packed: return "upper_packed";
-    case triangle_layout::condensed: return "condensed";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(l, {"full", "upper_packed", "condensed"});
 }
 
 /// Elements a layout holds for n rows.

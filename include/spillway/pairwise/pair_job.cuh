@@ -372,8 +372,9 @@ void setup_devices(pair_job<V, P>& job, const std::vector<int>& devices) {
       c->topk_state = device_buffer<std::byte>(n * sizeof(topk_entry<V>), s);
       if (n > 0) {
         with_larger(job.prod.larger(), [&](auto L) {
-          topk_init_kernel<V, decltype(L)::value><<<warp_grid(static_cast<std::int64_t>(n) / 8 + 1), 256, 0, s.value()>>>(
-              reinterpret_cast<topk_entry<V>*>(c->topk_state.data()), static_cast<std::int64_t>(n));
+          topk_init_kernel<V, decltype(L)::value>
+              <<<grid_blocks(static_cast<std::int64_t>(n) / 8 + 1, 8), 256, 0, s.value()>>>(
+                  reinterpret_cast<topk_entry<V>*>(c->topk_state.data()), static_cast<std::int64_t>(n));
         });
         SPILLWAY_CUDA_TRY(cudaGetLastError());
       }
@@ -694,12 +695,12 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       const topk_mirror<V> m = topk_mirror_of(job, c, slot, sym, PI, W, s);
       with_larger(job.prod.larger(), [&](auto L) {
         constexpr bool larger = decltype(L)::value;
-        topk_rows_kernel<V, larger><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, st,
-                                                                          job.topk.k, m);
+        topk_rows_kernel<V, larger><<<grid_blocks(PI, 8), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0,
+                                                                               skip_diag, st, job.topk.k, m);
         SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         if (sym && W > PI) {
           if (m.hits != nullptr) {
-            topk_append_kernel<V><<<elementwise_grid(PI * m.hit_words), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
+            topk_append_kernel<V><<<grid_blocks(PI * m.hit_words, 256), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
             SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
           }
           const std::int64_t groups = (W - PI + 31) / 32;
@@ -724,12 +725,12 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
                                         round8(static_cast<std::size_t>(PI * W) * 4u));
       const int shift = sym ? (job.thr.include_diagonal ? 0 : 1) : -1;
       const bool larger = job.prod.larger();
-      threshold_count_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold, offs);
+      threshold_count_kernel<V><<<grid_blocks(PI, 8), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold, offs);
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
       exclusive_scan_kernel<<<1, 1024, 0, s.value()>>>(offs, PI);
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-      threshold_write_kernel<V><<<warp_grid(PI), 256, 0, s.value()>>>(sc_buf, PI, W, shift, larger, job.thr.threshold,
-                                                                      col0, offs, cols, vals);
+      threshold_write_kernel<V><<<grid_blocks(PI, 8), 256, 0, s.value()>>>(
+          sc_buf, PI, W, shift, larger, job.thr.threshold, col0, offs, cols, vals);
       SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
       strip_sparse<V>& out = job.strips[static_cast<std::size_t>(I)];
       out.offsets.resize(static_cast<std::size_t>(PI + 1));
@@ -973,8 +974,8 @@ void merge_topk_device(topk_entry<V>* st, std::int64_t rows, int k, int lists, s
                       stream_view s) {
   if (lists < 2 || rows == 0) return;
   with_larger(larger, [&](auto L) {
-    topk_merge_kernel<V, decltype(L)::value><<<warp_grid(rows), 256, 0, s.value()>>>(st, rows, k, lists,
-                                                                                       static_cast<std::int64_t>(stride));
+    topk_merge_kernel<V, decltype(L)::value>
+        <<<grid_blocks(rows, 8), 256, 0, s.value()>>>(st, rows, k, lists, static_cast<std::int64_t>(stride));
   });
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }
@@ -1068,8 +1069,9 @@ topk_result<V> collect_topk(pair_job<V, P>& job) {
     o.dv = device_buffer<V>(cnt, s);
     o.di = device_buffer<std::int32_t>(cnt, s);
     if (cnt > 0) {
-      topk_export_kernel<V, std::int32_t><<<elementwise_grid(static_cast<std::int64_t>(cnt)), 256, 0, s.value()>>>(
-          st, static_cast<std::int64_t>(cnt), o.dv.data(), o.di.data());
+      topk_export_kernel<V, std::int32_t>
+          <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
+              st, static_cast<std::int64_t>(cnt), o.dv.data(), o.di.data());
       SPILLWAY_CUDA_TRY(cudaGetLastError());
     }
   }

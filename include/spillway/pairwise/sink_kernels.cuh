@@ -23,11 +23,6 @@
 
 namespace spillway::pairwise::detail {
 
-inline unsigned warp_grid(std::int64_t warps, int threads = 256) {
-  const std::int64_t blocks = (warps * 32 + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
-}
-
 // ---- writers --------------------------------------------------------------------------------
 // Each takes GLOBAL indices (i, j). `wants(i, j)` says whether the writer stores that pair at all
 // (the symmetric layouts keep i ≤ j and complete the rest by mirroring), so an epilogue computes a
@@ -124,11 +119,6 @@ __global__ void mirror_diagonal_block_kernel(V* __restrict__ s, std::int64_t row
     const std::int64_t r = e / rows, x = e - r * rows;
     if (x < r) s[r * ld + x] = s[x * ld + r];
   }
-}
-
-inline unsigned elementwise_grid(std::int64_t elements, int threads = 256) {
-  const std::int64_t blocks = (elements + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 
 // ---- per-row top-k, merged on the device ------------------------------------------------------

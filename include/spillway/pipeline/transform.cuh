@@ -104,16 +104,10 @@ job_report transform_impl(const transform_options& o, const host_result<Out>& ou
    ...);
   arrays.push_back({out.data, sizeof(Out), resolve_memory(out.memory, out.data, n * sizeof(Out)), true});
 
-  int max_dev = 0;
-  for (int d : devices) max_dev = d > max_dev ? d : max_dev;
-  std::vector<int> sms(static_cast<std::size_t>(max_dev) + 1, 0);
-  for (int d : devices) {
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms[static_cast<std::size_t>(d)], cudaDevAttrMultiProcessorCount, d));
-  }
   auto compute = [&](const chunk& c, task_slot& slot, stream_view s, const std::vector<void*>& dev) {
-    const std::size_t blocks_needed = (c.count + o.block_size - 1) / o.block_size;
-    const std::size_t max_blocks = static_cast<std::size_t>(sms[static_cast<std::size_t>(slot.device())]) * 8;
-    const auto grid = static_cast<unsigned>(blocks_needed < max_blocks ? blocks_needed : max_blocks);
+    // A grid-stride kernel: 8 waves of one block per SM.
+    const unsigned grid = grid_blocks(static_cast<index_t>(c.count), o.block_size,
+                                      index_t{8} * multiprocessor_count(slot.device()));
     transform_kernel<F, Out, In...><<<grid, o.block_size, 0, s.value()>>>(
         f, static_cast<Out*>(dev[n_in]), c.count, static_cast<const In*>(dev[I])...);
     SPILLWAY_CHECK_LAUNCH();

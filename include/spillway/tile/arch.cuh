@@ -1,6 +1,6 @@
-// spillway/tile/arch.cuh — what the build carries and what the device is: the feature macros
-// every tile kernel tests, and cached device facts for the dispatchers (compute capability,
-// multiprocessor count, and which tensor-core code this build holds for the device).
+// spillway/tile/arch.cuh — what the build carries for the device: the feature macros every tile
+// kernel tests, which tensor-core code this build holds for a device (a probe kernel, cached), and
+// the per-kernel shared-memory opt-in. The device facts themselves are core's (core/device.hpp).
 //
 // The tile engine layer sits on core only: gram and gemm both instantiate it, it includes
 // neither.
@@ -29,6 +29,19 @@
 #define SPILLWAY_TILE_HAS_WGMMA 1  // wgmma.mma_async, setmaxnreg (sm_90a only)
 #endif
 
+// The body of a wrapper around one instruction family: the statements where the target has it, a
+// trap elsewhere (the dispatchers never launch such code there; the trap makes a mistake loud).
+#ifdef SPILLWAY_TILE_HAS_MMA
+#define SPILLWAY_TILE_MMA_BODY(...) __VA_ARGS__
+#else
+#define SPILLWAY_TILE_MMA_BODY(...) __trap();
+#endif
+#ifdef SPILLWAY_TILE_HAS_TMA
+#define SPILLWAY_TILE_TMA_BODY(...) __VA_ARGS__
+#else
+#define SPILLWAY_TILE_TMA_BODY(...) __trap();
+#endif
+
 namespace spillway::tile {
 
 /// Bits of build_features().
@@ -51,19 +64,7 @@ SPILLWAY_KERNEL void build_probe_kernel(int* out) {
   *out = v;
 }
 
-template <class F>
-int cached_per_device(int device, std::vector<int>& cache, std::mutex& mutex, F&& compute) {
-  std::lock_guard<std::mutex> lock(mutex);
-  // A hit is a lookup (launchers ask on every launch); the ordinal is checked on a miss only.
-  if (device >= 0 && static_cast<std::size_t>(device) < cache.size() && cache[static_cast<std::size_t>(device)] >= 0) {
-    return cache[static_cast<std::size_t>(device)];
-  }
-  ::spillway::detail::check_device_ordinal(device, "tile: device facts");
-  if (cache.size() <= static_cast<std::size_t>(device)) cache.resize(static_cast<std::size_t>(device) + 1, -1);
-  int& v = cache[static_cast<std::size_t>(device)];
-  v = compute();
-  return v;
-}
+using ::spillway::detail::cached_per_device;
 }  // namespace detail
 
 /// Which tensor-core code this build carries for the code `device` actually runs (feature_* bits),
@@ -84,39 +85,10 @@ inline int build_features(int device) {
   });
 }
 
-/// major * 10 + minor, cached.
-inline int compute_capability(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  return detail::cached_per_device(device, cache, mutex, [device] {
-    int major = 0, minor = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major * 10 + minor;
-  });
-}
-
-/// Streaming multiprocessors, cached.
-inline int multiprocessor_count(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  return detail::cached_per_device(device, cache, mutex, [device] {
-    int n = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  });
-}
-
-/// The dynamic shared memory a block may opt into on `device`, cached.
-inline int max_block_smem(int device) {
-  static std::mutex mutex;
-  static std::vector<int> cache;
-  return detail::cached_per_device(device, cache, mutex, [device] {
-    int v = 0;
-    SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return v;
-  });
-}
+// The device facts live in core (every module reads them); the tile dispatchers name them here.
+using ::spillway::compute_capability;
+using ::spillway::max_block_smem;
+using ::spillway::multiprocessor_count;
 
 /// Raises `Kernel`'s dynamic shared-memory limit to `bytes` on `device` (the current one) the first
 /// time it is asked there; later calls cost a cache lookup. The cache belongs to the kernel itself

@@ -18,11 +18,6 @@
 
 namespace spillway::tile {
 
-#ifdef SPILLWAY_TILE_HAS_TMA
-#define SPILLWAY_TILE_TMA_BODY(...) __VA_ARGS__
-#else
-#define SPILLWAY_TILE_TMA_BODY(...) __trap();
-#endif
 
 /// Initializes the mbarrier at `bar` to expect `count` arrivals per phase (one thread, before use;
 /// follow with fence_barrier_init() and a block barrier).

@@ -39,61 +39,34 @@ inline constexpr int mma_k_bytes = 32;
 // Lane l supplies the shared address of row l % 8 of matrix l / 8 (x4: lanes 0..31, x2: 0..15,
 // x1: 0..7; other lanes' addresses are ignored but must be valid shared addresses).
 
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x2(std::uint32_t (&r)[2], std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x1(std::uint32_t& r, std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r) : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
-/// Transposed forms (16-bit elements only: each 8 x 8 matrix of b16 is transposed).
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[2], std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x1_trans(std::uint32_t& r, std::uint32_t addr) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r) : "r"(addr));
-#else
-  (void)r, (void)addr;
-  __trap();
-#endif
-}
+using regs4 = std::uint32_t[4];
+using regs2 = std::uint32_t[2];
+// Each shape in a plain and a transposed form (".trans": each 8 x 8 matrix of b16 is transposed;
+// 16-bit elements only).
+#define SPILLWAY_TILE_LDMATRIX(name, form, regs_t, outs, ...)                                       \
+  __device__ __forceinline__ void name(regs_t r, std::uint32_t addr) {                              \
+    SPILLWAY_TILE_MMA_BODY(asm volatile("ldmatrix.sync.aligned.m8n8" form ".shared.b16 " outs ";\n" \
+                                        : __VA_ARGS__                                               \
+                                        : "r"(addr));)                                              \
+    (void)r, (void)addr;                                                                            \
+  }
+#define SPILLWAY_TILE_LDMATRIX_X4(name, form)                                                         \
+  SPILLWAY_TILE_LDMATRIX(name, ".x4" form, regs4&, "{%0, %1, %2, %3}, [%4]", "=r"(r[0]), \
+                         "=r"(r[1]), "=r"(r[2]), "=r"(r[3]))
+#define SPILLWAY_TILE_LDMATRIX_X2(name, form) \
+  SPILLWAY_TILE_LDMATRIX(name, ".x2" form, regs2&, "{%0, %1}, [%2]", "=r"(r[0]), "=r"(r[1]))
+#define SPILLWAY_TILE_LDMATRIX_X1(name, form) \
+  SPILLWAY_TILE_LDMATRIX(name, ".x1" form, std::uint32_t&, "{%0}, [%1]", "=r"(r))
+SPILLWAY_TILE_LDMATRIX_X4(ldmatrix_x4, "")
+SPILLWAY_TILE_LDMATRIX_X2(ldmatrix_x2, "")
+SPILLWAY_TILE_LDMATRIX_X1(ldmatrix_x1, "")
+SPILLWAY_TILE_LDMATRIX_X4(ldmatrix_x4_trans, ".trans")
+SPILLWAY_TILE_LDMATRIX_X2(ldmatrix_x2_trans, ".trans")
+SPILLWAY_TILE_LDMATRIX_X1(ldmatrix_x1_trans, ".trans")
+#undef SPILLWAY_TILE_LDMATRIX_X1
+#undef SPILLWAY_TILE_LDMATRIX_X2
+#undef SPILLWAY_TILE_LDMATRIX_X4
+#undef SPILLWAY_TILE_LDMATRIX
 
 // ---- fragments -----------------------------------------------------------------------------------
 
@@ -112,78 +85,43 @@ struct fragment_c {
 
 // ---- mma.sync ------------------------------------------------------------------------------------
 
+// Every m16n8 mma.sync below takes the same fragments: four A registers, two B registers, four
+// accumulators updated in place ("+f" for f32, "+r" for s32); only the instruction differs.
+#define SPILLWAY_TILE_MMA_M16N8(instr, acc)                                                                 \
+  SPILLWAY_TILE_MMA_BODY(asm volatile(instr                                                                 \
+                                      " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"  \
+                                      : acc(d[0]), acc(d[1]), acc(d[2]), acc(d[3])                          \
+                                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));) \
+  (void)d, (void)a, (void)b
+
 /// d += a * b for m16n8k16, f16 inputs, f32 accumulation.
 __device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const std::uint32_t (&a)[4],
-                                                  const std::uint32_t (&b)[2]) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+                                                 const std::uint32_t (&b)[2]) {
+  SPILLWAY_TILE_MMA_M16N8("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "+f");
 }
 /// d += a * b for m16n8k16, bf16 inputs, f32 accumulation.
 __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4],
-                                                   const std::uint32_t (&b)[2]) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+                                                  const std::uint32_t (&b)[2]) {
+  SPILLWAY_TILE_MMA_M16N8("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "+f");
 }
 /// d += a * b for m16n8k8, tf32 inputs (FP32 bit patterns; the tensor core uses their top 19
 /// bits, i.e. truncates the mantissa to 10 bits), f32 accumulation.
 __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const std::uint32_t (&a)[4],
-                                                  const std::uint32_t (&b)[2]) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+                                                 const std::uint32_t (&b)[2]) {
+  SPILLWAY_TILE_MMA_M16N8("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "+f");
 }
 /// d += a * b for m16n8k32, s8 inputs, s32 accumulation (wrapping, no .satfinite: the same
 /// arithmetic as a plain int32 sum of products).
 __device__ __forceinline__ void mma_m16n8k32_s8(std::int32_t (&d)[4], const std::uint32_t (&a)[4],
-                                                 const std::uint32_t (&b)[2]) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+                                                const std::uint32_t (&b)[2]) {
+  SPILLWAY_TILE_MMA_M16N8("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "+r");
 }
 /// d += popc(a AND b) for m16n8k256, b1 inputs, s32 accumulation.
 __device__ __forceinline__ void mma_m16n8k256_b1_and(std::int32_t (&d)[4], const std::uint32_t (&a)[4],
-                                                      const std::uint32_t (&b)[2]) {
-#ifdef SPILLWAY_TILE_HAS_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+                                                     const std::uint32_t (&b)[2]) {
+  SPILLWAY_TILE_MMA_M16N8("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc", "+r");
 }
+#undef SPILLWAY_TILE_MMA_M16N8
 
 // ---- traits --------------------------------------------------------------------------------------
 
@@ -193,39 +131,21 @@ __device__ __forceinline__ void mma_m16n8k256_b1_and(std::int32_t (&d)[4], const
 template <class T>
 struct mma_traits;
 
-template <>
-struct mma_traits<__half> {
-  using accumulator = float;
-  static constexpr int k_per_step = 16;
-  __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-    mma_m16n8k16_f16(d, a, b);
-  }
-};
-template <>
-struct mma_traits<__nv_bfloat16> {
-  using accumulator = float;
-  static constexpr int k_per_step = 16;
-  __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-    mma_m16n8k16_bf16(d, a, b);
-  }
-};
-/// float operands run as TF32 (truncated; see mma_m16n8k8_tf32).
-template <>
-struct mma_traits<float> {
-  using accumulator = float;
-  static constexpr int k_per_step = 8;
-  __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-    mma_m16n8k8_tf32(d, a, b);
-  }
-};
-template <>
-struct mma_traits<std::int8_t> {
-  using accumulator = std::int32_t;
-  static constexpr int k_per_step = 32;
-  __device__ __forceinline__ static void mma(std::int32_t (&d)[4], const std::uint32_t (&a)[4],
-                                             const std::uint32_t (&b)[2]) {
-    mma_m16n8k32_s8(d, a, b);
-  }
-};
+#define SPILLWAY_TILE_MMA_TRAITS(T, Acc, k_step, instruction)                            \
+  template <>                                                                            \
+  struct mma_traits<T> {                                                                 \
+    using accumulator = Acc;                                                             \
+    static constexpr int k_per_step = k_step;                                            \
+    __device__ __forceinline__ static void mma(Acc (&d)[4], const std::uint32_t (&a)[4], \
+                                               const std::uint32_t (&b)[2]) {            \
+      instruction(d, a, b);                                                              \
+    }                                                                                    \
+  };
+SPILLWAY_TILE_MMA_TRAITS(__half, float, 16, mma_m16n8k16_f16)
+SPILLWAY_TILE_MMA_TRAITS(__nv_bfloat16, float, 16, mma_m16n8k16_bf16)
+SPILLWAY_TILE_MMA_TRAITS(float, float, 8,
+                         mma_m16n8k8_tf32)  // float runs as TF32 (truncated; see mma_m16n8k8_tf32)
+SPILLWAY_TILE_MMA_TRAITS(std::int8_t, std::int32_t, 32, mma_m16n8k32_s8)
+#undef SPILLWAY_TILE_MMA_TRAITS
 
 }  // namespace spillway::tile

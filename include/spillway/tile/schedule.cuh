@@ -89,9 +89,4 @@ struct tile_cursor {
   }
 };
 
-/// Blocks of a persistent grid over `slots` tiles when at most `max_blocks` can be resident.
-inline std::int64_t persistent_grid(std::int64_t slots, std::int64_t max_blocks) {
-  return slots < max_blocks ? slots : max_blocks;
-}
-
 }  // namespace spillway::tile

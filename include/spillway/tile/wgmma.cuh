@@ -151,57 +151,26 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
                 "wgmma_ss: half, bf16, float (TF32), int8 or b1_and_popc");
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   const std::uint32_t sc = accumulate ? 1u : 0u;
+  // One instruction at the three widths: "wgmma.mma_async.sync.aligned.m64n" N SHAPE, where the
+  // accumulators of N / 2 registers are "+f" (OPS = SPILLWAY_WG_F) or "+r" (SPILLWAY_WG_R).
+#define SPILLWAY_WG_ISSUE_N(SHAPE, TAIL, OPS)                                                                  \
+  if constexpr (N == 256)                                                                                      \
+    SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256" SHAPE, TAIL, 128, OPS, d, desc_a, desc_b, sc);    \
+  if constexpr (N == 128)                                                                                      \
+    SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128" SHAPE, TAIL, 64, OPS, d, desc_a, desc_b, sc);     \
+  if constexpr (N == 64) SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64" SHAPE, TAIL, 32, OPS, d, desc_a, desc_b, sc);
   if constexpr (std::is_same_v<T, __half>) {
-    if constexpr (N == 256)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 0", 128,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 128)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1, 1, 0, 0", 64,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 64)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 1, 1, 0, 0", 32,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    SPILLWAY_WG_ISSUE_N("k16.f32.f16.f16", ", 1, 1, 0, 0", SPILLWAY_WG_F)
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if constexpr (N == 256)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 0", 128,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 128)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0", 64,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
-    if constexpr (N == 64)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 1, 1, 0, 0", 32,
-                        SPILLWAY_WG_F, d, desc_a, desc_b, sc);
+    SPILLWAY_WG_ISSUE_N("k16.f32.bf16.bf16", ", 1, 1, 0, 0", SPILLWAY_WG_F)
   } else if constexpr (std::is_same_v<T, float>) {
-    if constexpr (N == 256)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1", 128, SPILLWAY_WG_F,
-                        d, desc_a, desc_b, sc);
-    if constexpr (N == 128)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", ", 1, 1", 64, SPILLWAY_WG_F,
-                        d, desc_a, desc_b, sc);
-    if constexpr (N == 64)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", ", 1, 1", 32, SPILLWAY_WG_F, d,
-                        desc_a, desc_b, sc);
+    SPILLWAY_WG_ISSUE_N("k8.f32.tf32.tf32", ", 1, 1", SPILLWAY_WG_F)
   } else if constexpr (std::is_same_v<T, b1_and_popc>) {
-    if constexpr (N == 256)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k256.s32.b1.b1.and.popc", "", 128, SPILLWAY_WG_R,
-                        d, desc_a, desc_b, sc);
-    if constexpr (N == 128)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k256.s32.b1.b1.and.popc", "", 64, SPILLWAY_WG_R,
-                        d, desc_a, desc_b, sc);
-    if constexpr (N == 64)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k256.s32.b1.b1.and.popc", "", 32, SPILLWAY_WG_R,
-                        d, desc_a, desc_b, sc);
+    SPILLWAY_WG_ISSUE_N("k256.s32.b1.b1.and.popc", "", SPILLWAY_WG_R)
   } else {
-    if constexpr (N == 256)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "", 128, SPILLWAY_WG_R, d,
-                        desc_a, desc_b, sc);
-    if constexpr (N == 128)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", "", 64, SPILLWAY_WG_R, d, desc_a,
-                        desc_b, sc);
-    if constexpr (N == 64)
-      SPILLWAY_WG_ISSUE("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8", "", 32, SPILLWAY_WG_R, d, desc_a,
-                        desc_b, sc);
+    SPILLWAY_WG_ISSUE_N("k32.s32.s8.s8", "", SPILLWAY_WG_R)
   }
+#undef SPILLWAY_WG_ISSUE_N
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
   __trap();

@@ -33,11 +33,9 @@ static_assert(path_feature_mma == tile::feature_mma && path_feature_wgmma == til
               "validate.hpp repeats tile::build_features' bits");
 
 /// Blocks for a grid-stride loop over `total` items of `per_block`: enough to fill the device a
-/// few times over, never more than the items need.
+/// few times over (16 waves of one block per SM), never more than the items need.
 inline unsigned stride_grid(index_t total, int per_block, int device) {
-  const index_t need = ceil_div(total, per_block);
-  const index_t cap = static_cast<index_t>(tile::multiprocessor_count(device)) * 16;
-  return static_cast<unsigned>(std::max<index_t>(1, std::min(need, cap)));
+  return grid_blocks(total, per_block, index_t{16} * multiprocessor_count(device));
 }
 
 // ---- staging copy --------------------------------------------------------------------------------
@@ -152,13 +150,12 @@ __global__ void __launch_bounds__(pass_threads)
 // ---- launcher choice -----------------------------------------------------------------------------
 
 template <class T>
-inline constexpr bool has_tensor_mma_v = std::is_same_v<T, float> || std::is_same_v<T, __half> ||
-                                         std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, std::int8_t>;
+inline constexpr bool has_tensor_mma_v = gemm_type_info_of<T>().tensor_mma;
 
 /// One launch on the resolved path (the problem already meets that launcher's preconditions).
 template <class T, class TC, class Acc, class Epi>
 void launch_on_path(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, stream_view s) {
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (gemm_type_info_of<T>().dmma) {
     if (path == gemm_path::mma_sync) return launch_dmma(p, s);
   } else if constexpr (has_tensor_mma_v<T>) {
     if (path == gemm_path::wgmma) return launch_wgmma(p, s);
@@ -172,7 +169,7 @@ void launch_on_path(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, stream
 template <class T, class TC, class Acc, class Epi>
 void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int device, stream_view s) {
   device_buffer<T> staged_a, staged_b;
-  if constexpr (has_tensor_mma_v<T> || std::is_same_v<T, double>) {
+  if constexpr (has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma) {
     if (path != gemm_path::simt) {
       const operand<T> a = stage_for_tensor_cores<T>({p.a, p.lda, p.a_kmajor, p.stride_a}, p.m, p.k, p.batch,
                                                      staged_a, s, device);

@@ -52,16 +52,12 @@ __global__ void first_nonfinite_row_kernel(const T* __restrict__ rows, std::int6
   }
 }
 
-inline unsigned rows_grid(std::int64_t warps) {
-  const std::int64_t blocks = (warps * 32 + 255) / 256;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
-}
-
 template <class T>
 void row_aux_async(const T* rows, std::int64_t n, std::int64_t d, std::int64_t ld, similarity_metric m, float* out,
                    stream_view s) {
   if (n <= 0) return;
-  row_aux_kernel<T><<<rows_grid(n), 256, 0, s.value()>>>(rows, n, d, ld, m == similarity_metric::cosine, out);
+  row_aux_kernel<T>
+      <<<grid_blocks(n, 8), 256, 0, s.value()>>>(rows, n, d, ld, m == similarity_metric::cosine, out);
   SPILLWAY_CHECK_LAUNCH();
 }
 

@@ -531,7 +531,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   recomputed.fill_bytes_async(0, s);
   bad_row.fill_bytes_async(0xFF, s);
   pd::with_larger(larger, [&](auto Lg) {
-    pd::topk_init_kernel<float, decltype(Lg)::value><<<pd::elementwise_grid(n * k), 256, 0, s.value()>>>(state.data(), n * k);
+    pd::topk_init_kernel<float, decltype(Lg)::value><<<grid_blocks(n * k, 256), 256, 0, s.value()>>>(state.data(), n * k);
   });
   SPILLWAY_CHECK_LAUNCH();
 
@@ -576,7 +576,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
     const T* br = rows + b0 * ldd;
     if (opt.check_finite) {
       first_nonfinite_row_kernel<T>
-          <<<pd::elementwise_grid(bn * d), 256, 0, s.value()>>>(br, bn, d, ldd, bad_row.data(), b0);
+          <<<grid_blocks(bn * d, 256), 256, 0, s.value()>>>(br, bn, d, ldd, bad_row.data(), b0);
       SPILLWAY_CHECK_LAUNCH();
     }
     row_aux_async(br, bn, d, ldd, metric, aux.data() + b0, s);
@@ -585,13 +585,13 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
     const similarity_epilogue epi{metric, aux.data() + b0, aux.data() + b0, cz};
     gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(scratch.data(), bn, bn, bn), opt.gemm, epi);
     pd::with_larger(larger, [&](auto Lg) {
-      pd::topk_rows_kernel<float, decltype(Lg)::value><<<pd::warp_grid(bn), 256, 0, s.value()>>>(
+      pd::topk_rows_kernel<float, decltype(Lg)::value><<<grid_blocks(bn, 8), 256, 0, s.value()>>>(
           scratch.data(), bn, bn, b0, b0, !tk.include_diagonal, state.data(), k);
     });
     SPILLWAY_CHECK_LAUNCH();
   }
   pd::with_larger(larger, [&](auto Lg) {
-    fused_bars_kernel<decltype(Lg)::value><<<pd::elementwise_grid(n), 256, 0, s.value()>>>(state.data(), n, k, bars.data());
+    fused_bars_kernel<decltype(Lg)::value><<<grid_blocks(n, 256), 256, 0, s.value()>>>(state.data(), n, k, bars.data());
   });
   SPILLWAY_CHECK_LAUNCH();
   mark();
@@ -626,7 +626,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
     m.cap = cap;
     m.other0 = other0;
     m.other1 = other1;
-    const unsigned grid = pd::warp_grid((m.rows + m.rows_per_warp - 1) / m.rows_per_warp);
+    const unsigned grid = grid_blocks((m.rows + m.rows_per_warp - 1) / m.rows_per_warp, 8);
     switch (metric) {
       case similarity_metric::cosine:
         fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
@@ -743,7 +743,7 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   {
     device_buffer<float> dv(per, s);
     device_buffer<std::int64_t> di(per, s);
-    pd::topk_export_kernel<float><<<pd::elementwise_grid(static_cast<std::int64_t>(per)), 256, 0, s.value()>>>(
+    pd::topk_export_kernel<float><<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
         state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
     SPILLWAY_CHECK_LAUNCH();
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));

@@ -465,6 +465,15 @@ struct simt_operand {
 
 // ---- multiply-accumulate -------------------------------------------------------------------------
 
+/// acc += a * b: one rounding for float and double (an explicit FMA, whatever -fmad says), the
+/// plain product and sum otherwise (integers).
+__device__ __forceinline__ void mac_into(float& acc, float a, float b) { acc = fmaf(a, b, acc); }
+__device__ __forceinline__ void mac_into(double& acc, double a, double b) { acc = fma(a, b, acc); }
+template <class E>
+__device__ __forceinline__ void mac_into(E& acc, E a, E b) {
+  acc += a * b;
+}
+
 template <class E, int TM, int TN>
 struct simt_accum {
   E v[TM][TN];
@@ -478,49 +487,7 @@ struct simt_accum {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int j = 0; j < TN; ++j) v[i][j] += a[i] * b[j];
-  }
-  template <class S>
-  __device__ __forceinline__ S value(int i, int j) const {
-    return static_cast<S>(v[i][j]);
-  }
-};
-
-template <int TM, int TN>
-struct simt_accum<float, TM, TN> {
-  float v[TM][TN];
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) v[i][j] = 0.0f;
-  }
-  __device__ __forceinline__ void mac(const float (&a)[TM], const float (&b)[TN]) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) v[i][j] = fmaf(a[i], b[j], v[i][j]);
-  }
-  template <class S>
-  __device__ __forceinline__ S value(int i, int j) const {
-    return static_cast<S>(v[i][j]);
-  }
-};
-
-template <int TM, int TN>
-struct simt_accum<double, TM, TN> {
-  double v[TM][TN];
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) v[i][j] = 0.0;
-  }
-  __device__ __forceinline__ void mac(const double (&a)[TM], const double (&b)[TN]) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) v[i][j] = fma(a[i], b[j], v[i][j]);
+      for (int j = 0; j < TN; ++j) mac_into(v[i][j], a[i], b[j]);
   }
   template <class S>
   __device__ __forceinline__ S value(int i, int j) const {
@@ -685,57 +652,51 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     __syncthreads();
 
     int stage = 0;
+    // The k steps [kb, ke) of one staged tile: each thread's fragments from shared memory, then
+    // its TM x TN multiply-adds.
+    auto steps = [&](const E* as, const E* bs, auto kb, auto ke) {
+#pragma unroll
+      for (int kk = decltype(kb)::value; kk < decltype(ke)::value; ++kk) {
+        E af[TM], bf[TN];
+#pragma unroll
+        for (int h = 0; h < HM; ++h) {
+          E x[RM];
+          simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
+#pragma unroll
+          for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+        }
+#pragma unroll
+        for (int h = 0; h < HN; ++h) {
+          E x[RN];
+          simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
+#pragma unroll
+          for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+        }
+        acc.mac(af, bf);
+      }
+    };
+    using k0_t = std::integral_constant<int, 0>;
+    using kh_t = std::integral_constant<int, BK / 2>;
+    using kn_t = std::integral_constant<int, BK>;
     if constexpr (Cfg::split_stage) {
       // A's next k-tile is in flight during the first half of the k steps and stored halfway, B's
       // during the second half: half the staging registers are live at a time, which leaves the
       // 128-register budget room to schedule the shared loads ahead (float 128x128: 43.0 -> 45.6
       // TFLOP/s on the H200 at 8192^3; complex lost 11%, so it keeps the whole-tile order).
-      auto steps = [&](const E* as, const E* bs, auto kb, auto ke) {
-#pragma unroll
-        for (int kk = decltype(kb)::value; kk < decltype(ke)::value; ++kk) {
-          E af[TM], bf[TN];
-#pragma unroll
-          for (int h = 0; h < HM; ++h) {
-            E x[RM];
-            simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
-#pragma unroll
-            for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
-          }
-#pragma unroll
-          for (int h = 0; h < HN; ++h) {
-            E x[RN];
-            simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
-#pragma unroll
-            for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
-          }
-          acc.mac(af, bf);
-        }
-      };
-      auto load_a = [&](index_t kt) {
+      // One operand's k-tile kt: g is ga (A) or gb (B), with its base, ld, rows and mode.
+      auto load_one = [&](auto& g, const T* base, index_t ld, int rows, int mode, index_t kt) {
         if constexpr (lean) {
           if (kt < k_full) {
-            ga.load_full(kt * BK);
+            g.load_full(kt * BK);
           } else {
-            ga.load_edge(kt * BK, p.k, tid);
+            g.load_edge(kt * BK, p.k, tid);
           }
         } else {
-          ga.load(a_base, p.lda, rows_a, kt * BK, p.k, mode_a, tid);
+          g.load(base, ld, rows, kt * BK, p.k, mode, tid);
         }
       };
-      auto load_b = [&](index_t kt) {
-        if constexpr (lean) {
-          if (kt < k_full) {
-            gb.load_full(kt * BK);
-          } else {
-            gb.load_edge(kt * BK, p.k, tid);
-          }
-        } else {
-          gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
-        }
-      };
-      using k0_t = std::integral_constant<int, 0>;
-      using kh_t = std::integral_constant<int, BK / 2>;
-      using kn_t = std::integral_constant<int, BK>;
+      auto load_a = [&](index_t kt) { load_one(ga, a_base, p.lda, rows_a, mode_a, kt); };
+      auto load_b = [&](index_t kt) { load_one(gb, b_base, p.ldb, rows_b, mode_b, kt); };
       // more: a next k-tile exists; edge: it crosses k (the row form; the other loads test k
       // themselves). The row form's hot loop has both compiled in (the next tile lies wholly inside
       // k), so its k-tile costs no edge tests and no branches.
@@ -774,27 +735,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
       for (index_t kt = 0; kt < k_tiles; ++kt) {
         const bool more = kt + 1 < k_tiles;
         if (more) load_tile(kt + 1);
-        const E* as = a_s[stage] + row_l;
-        const E* bs = b_s[stage] + col_l;
-#pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-          E af[TM], bf[TN];
-#pragma unroll
-          for (int h = 0; h < HM; ++h) {
-            E x[RM];
-            simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
-#pragma unroll
-            for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
-          }
-#pragma unroll
-          for (int h = 0; h < HN; ++h) {
-            E x[RN];
-            simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
-#pragma unroll
-            for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
-          }
-          acc.mac(af, bf);
-        }
+        steps(a_s[stage] + row_l, b_s[stage] + col_l, k0_t{}, kn_t{});
         if (more) {
           // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
           ga.store(a_s[stage ^ 1], mode_a, tid);
@@ -866,7 +807,7 @@ void simt_launch_cfg(const problem<T, T, TC, S, Epi>& p, stream_view s) {
   const index_t tiles_m = (p.m + Cfg::bm - 1) / Cfg::bm;
   const index_t tiles_n = (p.n + Cfg::bn - 1) / Cfg::bn;
   const index_t total = tiles_m * tiles_n * p.batch;
-  const auto grid = static_cast<unsigned>(total < index_t(INT_MAX) ? total : index_t(INT_MAX));
+  const unsigned grid = grid_blocks(total, 1, max_grid_blocks);
   if constexpr (simt_has_fast_kk_v<T>) {
     if (modes.a == simt_k_vector && modes.b == simt_k_vector) {
       simt_gemm_kernel<Cfg, T, TC, S, Epi, simt_k_vector, simt_k_vector>

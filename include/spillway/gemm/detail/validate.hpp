@@ -20,12 +20,7 @@ namespace spillway::gemm::detail {
 
 /// The output element types a GEMM writes for input type T (C's element type, const stripped).
 template <class T, class TC>
-inline constexpr bool is_gemm_output_v = std::is_same_v<accumulator_t<T>, float>
-                                             ? (std::is_same_v<TC, float> || std::is_same_v<TC, __half> ||
-                                                std::is_same_v<TC, __nv_bfloat16>)
-                                         : std::is_same_v<accumulator_t<T>, std::int32_t>
-                                             ? (std::is_same_v<TC, std::int32_t> || std::is_same_v<TC, float>)
-                                             : std::is_same_v<TC, accumulator_t<T>>;
+inline constexpr bool is_gemm_output_v = gemm_type_row_t<T>::template writes<TC>;
 
 template <class TA, class TB, class TC>
 constexpr void static_check_types() {
@@ -216,19 +211,13 @@ inline std::string cc_string(int cc) {
 template <class T>
 gemm_path choose_path(const gemm_options& opt, int cc, int features) {
   using U = std::remove_cv_t<T>;
-  const bool tensor_type = std::is_same_v<U, __half> || std::is_same_v<U, __nv_bfloat16> ||
-                           std::is_same_v<U, std::int8_t> ||
-                           (std::is_same_v<U, float> && opt.math == math_mode::tf32);
-  const bool is_double = std::is_same_v<U, double>;
+  const gemm_type_info& info = gemm_type_info_of<U>();
+  const bool tensor_type = info.tensor_mma && (!std::is_same_v<U, float> || opt.math == math_mode::tf32);
+  const bool is_double = info.dmma;
   const bool can_mma = cc >= 80 && (features & path_feature_mma) != 0;
   const bool can_wgmma = cc == 90 && (features & path_feature_wgmma) != 0;
-  const char* type_name = std::is_same_v<U, float>
-                              ? (opt.math == math_mode::tf32 ? "float (tf32)" : "float (exact)")
-                          : std::is_same_v<U, double>        ? "double"
-                          : std::is_same_v<U, __half>        ? "half"
-                          : std::is_same_v<U, __nv_bfloat16> ? "bf16"
-                          : std::is_same_v<U, std::int8_t>   ? "int8"
-                                                             : "complex<float>";
+  const std::string type_name =
+      std::is_same_v<U, float> ? (opt.math == math_mode::tf32 ? "float (tf32)" : "float (exact)") : info.short_name;
   auto refuse = [&](const std::string& why) {
     throw logic_error(std::string("gemm: path ") + to_string(opt.path) + " cannot run " + type_name +
                       " on a device of compute capability " + cc_string(cc) + ": " + why);

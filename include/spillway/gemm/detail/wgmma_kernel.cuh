@@ -410,7 +410,7 @@ void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
                  : map_a;  // unused
 
   const std::int64_t sms = wgmma_prepare<T, TC, S, Epi>(device);
-  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(sch.total, sms));
+  const unsigned grid = grid_blocks(sch.total, 1, sms);
   const problem<T, T, TC, S, Epi> kp = p;
   wgmma_gemm_kernel<T, TC, S, Epi>
       <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);

@@ -14,6 +14,7 @@
 // force one kernel with bit_gemm_forced_async.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
@@ -121,14 +122,8 @@ using ::spillway::tile::max_block_smem;
 /// The Gram tile kernels by what they are (see the table at the top of this file).
 enum class tile_kernel { wgmma, mma_sync_tma, mma_sync_cp_async, popc };
 
-inline const char* to_string(tile_kernel k) {
-  switch (k) {
-    case tile_kernel::wgmma: return "wgmma";
-    case tile_kernel::mma_sync_tma: return "mma_sync_tma";
-    case tile_kernel::mma_sync_cp_async: return "mma_sync_cp_async";
-    case tile_kernel::popc: return "popc";
-  }
-  return "unknown";
+inline const char* to_string(tile_kernel k) noexcept {
+  return ::spillway::detail::enum_name(k, {"wgmma", "mma_sync_tma", "mma_sync_cp_async", "popc"});
 }
 
 /// Why `k` cannot run on `device` (build code, compute capability, shared memory), or "" when it can.
@@ -296,8 +291,7 @@ void launch_wgmma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, con
     pairs = pairs < 1 ? 1 : (pairs > slot_record_max_pairs ? slot_record_max_pairs : pairs);
     if (device < 64) resident_pairs[device].store(pairs, std::memory_order_relaxed);
   }
-  const std::int64_t grid = ::spillway::tile::persistent_grid(sch.total, pairs) * wg_config::cluster;
-  cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  cfg.gridDim = dim3(grid_blocks(sch.total, 1, pairs) * wg_config::cluster, 1, 1);
   SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_c, ld_words, sch, epi, counter));
 }
 
@@ -332,7 +326,7 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
   if (sch.total == 0) return;
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
-  const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
+  const unsigned grid = grid_blocks(sch.total, 1, sms);
   const slot_record record(s);
   unsigned long long* const counter = record.get();  // the kernel claims its tiles from it
   if constexpr (is_int32_count_store<Epilogue>::value) {
@@ -361,22 +355,20 @@ void launch_mma_sync_cp_async_gram(const bit_gemm_args& args, Epilogue epi, int 
                                                                  args.upper_only, Cfg::bm, Cfg::bn, 8);
   if (sch.total == 0) return;
   ::spillway::tile::raise_smem_limit<mma_sync_gram_kernel<Cfg, Epilogue>>(current_device(), Cfg::smem_bytes);
-  const auto grid = static_cast<unsigned>(::spillway::tile::persistent_grid(sch.total, sms));
+  const unsigned grid = grid_blocks(sch.total, 1, sms);
   mma_sync_gram_kernel<Cfg, Epilogue><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(args.a, args.b,
                                                                                         args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
 }
 
 template <class Epilogue>
-void launch_popc_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+void launch_popc_gram(const bit_gemm_args& args, Epilogue epi, stream_view s) {
   const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
                                                                  args.upper_only, popc_tile, popc_tile, 8);
   if (sch.total == 0) return;
-  int per_sm = 0;
-  SPILLWAY_CUDA_TRY(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, popc_gemm_kernel<Epilogue>, popc_threads, 0));
-  const auto grid = ::spillway::tile::persistent_grid(sch.total, static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
-  popc_gemm_kernel<Epilogue><<<static_cast<unsigned>(grid), popc_threads, 0, s.value()>>>(args.a, args.b,
+  const unsigned grid =
+      grid_blocks(sch.total, 1, resident_blocks(popc_gemm_kernel<Epilogue>, popc_threads, 0, current_device()));
+  popc_gemm_kernel<Epilogue><<<grid, popc_threads, 0, s.value()>>>(args.a, args.b,
                                                                                          args.ld_words, sch, epi);
   SPILLWAY_CHECK_LAUNCH();
 }
@@ -389,7 +381,7 @@ void run_tile_kernel(tile_kernel k, const bit_gemm_args& args, Epilogue epi, int
   // With no columns every count is 0; the tensor-core kernels need at least one k-slice for
   // their tensor maps and pipelines, so the (trivially exact) CUDA-core kernel delivers the zeros.
   if (k == tile_kernel::popc || args.ld_words == 0) {
-    launch_popc_gram(args, epi, sms, s);
+    launch_popc_gram(args, epi, s);
   } else if (k == tile_kernel::wgmma) {
     launch_wgmma_gram(args, epi, sms, s);
   } else if (k == tile_kernel::mma_sync_tma) {

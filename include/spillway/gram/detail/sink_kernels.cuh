@@ -71,52 +71,26 @@ SPILLWAY_KERNEL void row_popcount_kernel(const std::uint32_t* __restrict__ m, st
 // pairwise writer (where the value goes) fed by the scorer (what the count becomes), so the
 // layouts are written once for bits and floats alike.
 
-/// A·Aᵀ into a strip of the packed upper triangle or the condensed layout (pairwise::packed_writer).
-template <class OutT>
-struct packed_strip_epilogue {
-  ::spillway::pairwise::detail::packed_writer<OutT> w;
-  const std::int32_t* pop;
-  scorer sc;
-  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (!w.wants(i, j)) return;
-    w.put(i, j, sc.template operator()<OutT>(c, pop[i], pop[j]));
-  }
+/// The value type V of a pairwise writer W<V>.
+template <class W>
+struct writer_value;
+template <template <class> class W, class V>
+struct writer_value<W<V>> {
+  using type = V;
 };
 
-/// A·Aᵀ into full rows plus the mirrored column strip (pairwise::full_writer).
-template <class OutT>
-struct full_strip_epilogue {
-  ::spillway::pairwise::detail::full_writer<OutT> w;
-  const std::int32_t* pop;
-  scorer sc;
-  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (!w.wants(i, j)) return;
-    w.put(i, j, sc.template operator()<OutT>(c, pop[i], pop[j]));
-  }
-};
-
-/// A·Bᵀ rows into a dense strip (pairwise::rect_writer).
-template <class OutT>
-struct rect_strip_epilogue {
-  ::spillway::pairwise::detail::rect_writer<OutT> w;
-  const std::int32_t* pop_a;
-  const std::int32_t* pop_b;
-  scorer sc;
-  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    w.put(i, j, sc.template operator()<OutT>(c, pop_a[i], pop_b[j]));
-  }
-};
-
-/// Scores of a strip kept on the device for top-k / threshold / device strips (pairwise::score_writer).
-template <class V>
-struct score_strip_epilogue {
-  ::spillway::pairwise::detail::score_writer<V> w;
+/// Every strip sink's epilogue: the count scored (scorer) into a pairwise writer (packed, full,
+/// rect, score). `pop_a` / `pop_b` are the popcounts of A's and B's rows by global index (one
+/// array for A·Aᵀ); pairs the writer does not want are skipped before scoring.
+template <class Writer>
+struct scored_epilogue {
+  Writer w;
   const std::int32_t* pop_a;
   const std::int32_t* pop_b;
   scorer sc;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
     if (!w.wants(i, j)) return;
-    w.put(i, j, sc.template operator()<V>(c, pop_a[i], pop_b[j]));
+    w.put(i, j, sc.template operator()<typename writer_value<Writer>::type>(c, pop_a[i], pop_b[j]));
   }
 };
 
@@ -196,7 +170,6 @@ inline void mirror_upper_block_async(std::int32_t* s, std::int64_t rows, std::in
 // The sink kernels moved to the pairwise layer; their old names stay valid here.
 using ::spillway::pairwise::detail::topk_entry;
 using ::spillway::pairwise::detail::topk_worst_value;
-using ::spillway::pairwise::detail::warp_grid;
 using ::spillway::pairwise::detail::warp_topk;
 
 }  // namespace spillway::gram::detail

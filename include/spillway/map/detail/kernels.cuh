@@ -29,20 +29,6 @@ namespace spillway::detail {
 
 inline constexpr int map_block = 256;
 
-/// With `persistent`, caps a tile-strided kernel's grid at the blocks of `block` threads and `smem`
-/// dynamic shared bytes the current device holds at once (so every block stays resident to the
-/// end: no partial last wave).
-template <class Kernel>
-unsigned resident_grid(Kernel kernel, unsigned grid, bool persistent, int block = map_block, std::size_t smem = 0) {
-  if (!persistent) return grid;
-  int device = 0, sms = 0, per_sm = 0;
-  SPILLWAY_CUDA_TRY(cudaGetDevice(&device));
-  SPILLWAY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
-  const auto cap = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
-  return grid < cap ? grid : cap;
-}
-
 /// A kernel's view of one operand: a base pointer and the collapsed loop strides for arrays, the
 /// value for scalars.
 template <class T, bool Array>
