@@ -12,7 +12,7 @@
 #include <spillway/core/host_registration.hpp>
 #include <spillway/gemm.cuh>
 
-#include "pipeline/fault_support.hpp"
+#include "support/fault_harness.hpp"
 #include "support/gpu_test.hpp"
 
 #include <cuda_fp16.h>
@@ -94,6 +94,7 @@ struct gemm_case {
     rep = gemm_out_of_core(alpha, av(), bv(), beta, row_major(c.data(), m, n, ldc), g, o);
     return rep;
   }
+  [[nodiscard]] std::size_t tasks() const { return rep.plan.tasks(); }
   [[nodiscard]] bool block_correct(const c_block& blk) const {
     for (index_t i = blk.row0; i < blk.row0 + blk.rows; ++i)
       for (index_t j = blk.col0; j < blk.col0 + blk.cols; ++j) {
@@ -124,6 +125,10 @@ struct gemm_case {
     EXPECT_EQ(changed, 0u) << "elements outside every started block changed, the first at row " << first / ldc
                            << " column " << first % ldc;
   }
+  /// The form the shared drivers call: this case checks the ooc_report its job filled.
+  void expect_report_matches_output(const spillway::job_report&, std::size_t) const {
+    expect_report_matches_output(rep);
+  }
   void expect_nothing_written() const {
     for (std::size_t e = 0; e < c.size(); ++e) ASSERT_TRUE(same_bits(c[e], c0[e])) << "element " << e << " changed";
   }
@@ -146,61 +151,29 @@ gemm_case<float> nine_blocks(const std::string& salt, bool beta_zero, bool page_
                           page_locked);
 }
 
-template <class Run, class Check>
-void run_failing(Run&& run, const fault::plan& p, Check&& check) {
-  ft::watchdog w(120, ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fault::scope armed(p);
-  try {
-    (void)run();
-    ADD_FAILURE() << "expected pipeline_error (faults fired: " << fault::fired() << ")";
-  } catch (const pipeline_error& e) {
-    EXPECT_EQ(fault::fired(), 1u) << e.what();
-    check(e);
-  }
-}
-
-class FaultGemmOocGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultGemmOocGpu : public ft::one_gpu_test {};
 
 TEST_F(FaultGemmOocGpu, BlockKernelErrorAtCompletion) {
   auto c = nine_blocks("FaultGemmOocGpu.Completion", true, false);
   c.expect_next_job_right();  // also loads every kernel before anything is counted
   ASSERT_EQ(c.rep.plan.tasks(), 9u);
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 4;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, 4, 0);
-    for (std::size_t t = 0; t < 4; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
+  const fault::plan p = ft::task_fails(4);
+  ft::fail_then_recover(c, {0}, p, "GEMM block error at completion", [&](const pipeline_error& e) {
+    ft::expect_named_after_earlier(e, 4, 0);
     EXPECT_EQ(c.rep.job.tasks_completed, e.report().tasks_completed) << "report_on_error";
     c.expect_report_matches_output(c.rep);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "GEMM block error at completion");
-  c.expect_next_job_right();
 }
 
 TEST_F(FaultGemmOocGpu, BlockCopyErrorWhenEnqueuedPageLocked) {
   auto c = nine_blocks("FaultGemmOocGpu.Enqueue", false, true);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 3;
-  p.task_at = fault::task_point::enqueue;
-  p.task_error = cudaErrorInvalidValue;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::task_fails_at(3, fault::task_point::enqueue, cudaErrorInvalidValue);
+  ft::fail_then_recover(c, {0}, p, "GEMM block error when enqueued", [&](const pipeline_error& e) {
     ft::expect_named(e, 3, 0);
     EXPECT_EQ(e.report().tasks_completed, 3u);
     c.expect_report_matches_output(c.rep);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "GEMM block error when enqueued");
-  c.expect_next_job_right();
 }
 
 // Each marked copy and launch of block task T fails in turn (its panel loads — its own and those it
@@ -208,46 +181,13 @@ TEST_F(FaultGemmOocGpu, BlockCopyErrorWhenEnqueuedPageLocked) {
 // C block out), until a run passes all of them and completes.
 template <class TC>
 void every_call_of_a_block(gemm_case<TC>& c, std::size_t T, const char* what) {
-  c.expect_next_job_right();
-  ASSERT_GT(c.rep.plan.tasks(), T + 2);
-  std::size_t k = 0;
-  for (;; ++k) {
-    ASSERT_LT(k, 64u) << "task " << T << " made more than 64 marked calls";
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.call = k;
-    p.call_task = T;
-    p.call_error = k % 2 == 0 ? cudaErrorLaunchFailure : cudaErrorInvalidValue;
-    bool failed = false;
-    {
-      ft::watchdog w(120, std::string(what) + ", call " + std::to_string(k));
-      fault::scope armed(p);
-      try {
-        (void)c.run();
-        EXPECT_EQ(fault::fired(), 0u);
-        EXPECT_TRUE(c.rep.job.complete());
+  ft::every_call_of_a_task(
+      c, T, what,
+      [&](const ooc_report& r) {
+        EXPECT_TRUE(r.job.complete());
         for (std::size_t e = 0; e < c.c.size(); ++e) ASSERT_TRUE(same_bits(c.c[e], c.ref[e])) << what << ": " << e;
-      } catch (const pipeline_error& e) {
-        failed = true;
-        EXPECT_EQ(fault::fired(), 1u);
-        SCOPED_TRACE(std::string(what) + ": call " + std::to_string(k) + " of task " + std::to_string(T));
-        ft::expect_named(e, T, 0);
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find(cudaGetErrorName(p.call_error)), std::string::npos) << msg;
-        EXPECT_TRUE(msg.find("injected fault") != std::string::npos || msg.find("SPILLWAY_FAULT_CALL") != std::string::npos)
-            << "the message names the call that failed: " << msg;
-        EXPECT_EQ(e.report().tasks_completed, T) << e.what();
-        for (std::size_t t = 0; t < T; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
-        c.expect_report_matches_output(c.rep);
-      }
-    }
-    ft::expect_no_leaks(before, ft::take({0}), std::string(what) + ", call " + std::to_string(k));
-    if (!failed) break;
-  }
-  std::printf("[ calls    ] %s: task %zu makes %zu marked copies and launches, each failed in turn\n", what, T, k);
-  EXPECT_GE(k, 2u);
-  c.expect_next_job_right();
+      },
+      [&](const pipeline_error&) { c.expect_report_matches_output(c.rep); });
 }
 
 TEST_F(FaultGemmOocGpu, EveryCopyAndLaunchOfABlockPageable) {
@@ -276,28 +216,15 @@ TEST_F(FaultGemmOocGpu, EveryDeviceAllocationInTurn) {
   auto c = nine_blocks("FaultGemmOocGpu.Allocations", false, false);
   c.g.split_k = 2;
   c.expect_next_job_right();
-  std::size_t allocations = 0;
-  {
-    fault::scope counting(fault::plan{});
-    (void)c.run();
-    ASSERT_TRUE(c.rep.job.complete());
-    allocations = fault::device_allocations();
-  }
+  ft::call_counts n;
+  ASSERT_NO_FATAL_FAILURE(ft::count_calls([&] { return c.run().job.complete(); }, n));
+  const std::size_t allocations = n.device_allocations;
   ASSERT_EQ(allocations, 2u + c.rep.plan.tasks()) << "the caches, the ring, one workspace per block";
   const std::size_t slice = std::size_t{768} * 768 * sizeof(float);  // the workspace: one C block per k slice
-  for (std::size_t k = 0; k < allocations; ++k) {
-    SCOPED_TRACE("allocation " + std::to_string(k) + " of " + std::to_string(allocations));
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.device_allocation = k;
-    {
-      ft::watchdog w(120, "EveryDeviceAllocationInTurn");
-      fault::scope armed(p);
-      try {
-        (void)c.run();
-        ADD_FAILURE() << "the job completed with allocation " << k << " failing";
-      } catch (const pipeline_error& e) {
+  ft::each_allocation_in_turn(
+      c, allocations, "allocation", "GEMM allocation ", false,
+      [](std::size_t k) { return ft::allocation_fails(k); },
+      [&](std::size_t k, const pipeline_error& e) {
         std::exception_ptr keep;
         const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
         ASSERT_NE(oom, nullptr) << e.what();
@@ -312,16 +239,12 @@ TEST_F(FaultGemmOocGpu, EveryDeviceAllocationInTurn) {
           EXPECT_GE(oom->requested_bytes(), 2 * slice) << oom->what();
         }
         c.expect_report_matches_output(c.rep);
-      } catch (const spillway::out_of_memory& oom) {
+      },
+      [&](std::size_t k, const spillway::out_of_memory& oom) {
         EXPECT_EQ(k, 0u) << oom.what();
         EXPECT_NE(std::string(oom.what()).find("on device 0"), std::string::npos) << oom.what();
         c.expect_nothing_written();
-      }
-      EXPECT_EQ(fault::fired(), 1u);
-    }
-    ft::expect_no_leaks(before, ft::take({0}), "GEMM allocation " + std::to_string(k));
-  }
-  c.expect_next_job_right();
+      });
 }
 
 TEST_F(FaultGemmOocGpu, WorkspaceAllocationRetriedAfterTrimCompletes) {
@@ -348,41 +271,20 @@ TEST_F(FaultGemmOocGpu, WorkspaceAllocationRetriedAfterTrimCompletes) {
 TEST_F(FaultGemmOocGpu, EveryPinnedAllocationInTurn) {
   auto c = nine_blocks("FaultGemmOocGpu.Pinned", false, false);
   c.expect_next_job_right();
-  std::size_t pins = 0;
-  {
-    (void)ft::take({0});  // empties the staging cache: the job pins every block anew
-    fault::scope counting(fault::plan{});
-    (void)c.run();
-    ASSERT_TRUE(c.rep.job.complete());
-    pins = fault::pinned_allocations();
-  }
+  (void)ft::take({0});  // empties the staging cache: the job pins every block anew
+  ft::call_counts n;
+  ASSERT_NO_FATAL_FAILURE(ft::count_calls([&] { return c.run().job.complete(); }, n));
+  const std::size_t pins = n.pinned_allocations;
   ASSERT_EQ(pins, 4u + c.rep.plan.slots) << "two staging blocks per operand, one C block per slot";
-  for (std::size_t k = 0; k < pins; ++k) {
-    SCOPED_TRACE("pinned allocation " + std::to_string(k) + " of " + std::to_string(pins));
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.pinned_allocation = k;
-    {
-      ft::watchdog w(120, "EveryPinnedAllocationInTurn");
-      fault::scope armed(p);
-      try {
-        (void)c.run();
-        ADD_FAILURE() << "the job completed with pinned allocation " << k << " failing";
-      } catch (const pipeline_error& e) {
+  ft::each_allocation_in_turn(
+      c, pins, "pinned allocation", "GEMM pinned allocation ", true, ft::pinned_allocation_fails,
+      [&](std::size_t k, const pipeline_error& e) {
         EXPECT_GE(k, 4u) << e.what();
         ft::expect_named(e, pipeline_error::no_task, 0);
         std::exception_ptr keep;
         EXPECT_NE(ft::cause_as<spillway::out_of_memory>(e, keep), nullptr) << e.what();
-      } catch (const spillway::out_of_memory& oom) {
-        EXPECT_LT(k, 4u) << oom.what();
-      }
-      EXPECT_EQ(fault::fired(), 1u);
-    }
-    c.expect_nothing_written();
-    ft::expect_no_leaks(before, ft::take({0}), "GEMM pinned allocation " + std::to_string(k));
-  }
-  c.expect_next_job_right();
+      },
+      [&](std::size_t k, const spillway::out_of_memory& oom) { EXPECT_LT(k, 4u) << oom.what(); });
 }
 
 // A staging copy of pageable C (a block in while it is enqueued, a block out when it completes)
@@ -391,20 +293,15 @@ TEST_F(FaultGemmOocGpu, EveryPinnedAllocationInTurn) {
 TEST_F(FaultGemmOocGpu, StagingCopyThrowsOnAPoolThread) {
   auto c = nine_blocks("FaultGemmOocGpu.Staging", false, false);
   c.expect_next_job_right();
-  std::size_t calls = 0;
-  {
-    fault::scope counting(fault::plan{});
-    (void)c.run();
-    calls = fault::staging_calls();
-  }
+  ft::call_counts n;
+  ASSERT_NO_FATAL_FAILURE(ft::count_calls([&] { return c.run().job.complete(); }, n));
+  const std::size_t calls = n.staging_calls;
   ASSERT_EQ(calls, 2 * c.rep.plan.tasks()) << "each 2.25 MiB block in and out through the pool";
   for (std::size_t k : {std::size_t{0}, std::size_t{5}, calls - 1}) {
     SCOPED_TRACE("staging call " + std::to_string(k));
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.staging_call = k;
-    run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
+    const auto before = ft::poisoned_start(c, {0});
+    const fault::plan p = ft::staging_call_throws(k);
+    ft::run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
       ASSERT_NE(e.failed_task(), pipeline_error::no_task) << e.what();
       ft::expect_named(e, e.failed_task(), 0);
       std::exception_ptr keep;
@@ -420,8 +317,7 @@ TEST_F(FaultGemmOocGpu, ProgressPointCancels) {
   gemm_case<float> c(1536, 1280, 256, "FaultGemmOocGpu.Cancel", {0}, 256, std::size_t{64} << 20, true, false);
   c.expect_next_job_right();
   ASSERT_EQ(c.rep.plan.tasks(), 30u);
-  c.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(c, {0});
   fault::plan p;
   p.cancel_after = 3;
   {
@@ -447,97 +343,42 @@ TEST_F(FaultGemmOocGpu, ProgressPointThrows) {
   gemm_case<float> c(1536, 1280, 256, "FaultGemmOocGpu.ProgressThrows", {0}, 256, std::size_t{64} << 20, false,
                      true);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.cancel_after = 2;
-  p.progress_throws = true;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::progress_throws_after(2);
+  ft::fail_then_recover(c, {0}, p, "GEMM progress throwing", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, -1);
     std::exception_ptr keep;
     EXPECT_NE(ft::cause_as<fault::injected_fault>(e, keep), nullptr) << e.what();
     c.expect_report_matches_output(c.rep);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "GEMM progress throwing");
-  c.expect_next_job_right();
 }
 
 // ---- two GPUs -----------------------------------------------------------------------------------
 
-class FaultGemmOocTwoGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPUS_TEST_OR_SKIP(2);
-    ft::warm_up({0, 1});
-  }
-};
+class FaultGemmOocTwoGpu : public ft::two_gpu_test {};
 
 TEST_F(FaultGemmOocTwoGpu, BlockErrorOnTheSecondDevice) {
   auto c = nine_blocks("FaultGemmOocTwoGpu.Completion", false, false, {0, 1});
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.task = fault::any_task;
-  p.task_device = 1;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 1);
-    c.expect_report_matches_output(c.rep);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "GEMM block error on device 1");
-  c.expect_next_job_right();
+  ft::any_task_fails_then_recover(c, ft::task_fails(fault::any_task, 1), 1, "GEMM block error on device 1");
 }
 
 TEST_F(FaultGemmOocTwoGpu, CopyOrLaunchFailsOnTheFirstDevice) {
   auto c = nine_blocks("FaultGemmOocTwoGpu.Call", true, true, {0, 1});
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.call = 6;
-  p.call_task = fault::any_task;
-  p.call_device = 0;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 0);
-    c.expect_report_matches_output(c.rep);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "GEMM copy error on device 0");
-  c.expect_next_job_right();
+  ft::any_task_fails_then_recover(c, ft::call_fails(6, fault::any_task, 0), 0, "GEMM copy error on device 0");
 }
 
 TEST_F(FaultGemmOocTwoGpu, CacheAllocationFailsOnTheSecondDevice) {
   auto c = nine_blocks("FaultGemmOocTwoGpu.Alloc", false, false, {0, 1});
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.device_allocation = 0;
-  p.allocation_device = 1;  // device 1's panel caches: device 0's are allocated by then
-  {
-    ft::watchdog w(120, "CacheAllocationFailsOnTheSecondDevice");
-    fault::scope armed(p);
-    try {
-      (void)c.run();
-      ADD_FAILURE() << "expected out_of_memory";
-    } catch (const spillway::out_of_memory& oom) {
-      EXPECT_NE(std::string(oom.what()).find("on device 1"), std::string::npos) << oom.what();
-    }
-    EXPECT_EQ(fault::fired(), 1u);
-  }
-  c.expect_nothing_written();
-  ft::expect_no_leaks(before, ft::take({0, 1}), "GEMM cache allocation on device 1");
-  c.expect_next_job_right();
+  // Device 1's panel caches fail: device 0's are allocated by then.
+  const fault::plan p = ft::allocation_fails(0, 1);
+  ft::setup_oom_then_recover(c, {0, 1}, p, 1, "GEMM cache allocation on device 1");
 }
 
 // ---- memory pressure ------------------------------------------------------------------------------
 
-class FaultGemmOocPressureGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultGemmOocPressureGpu : public ft::one_gpu_test {};
 
 // 3072 x 3072 x 512 with 48 MiB left free on the card: a 4 GiB budget plans 2048-wide blocks
 // (16 MiB panel caches, a 64 MiB ring) and fails at the start with out_of_memory naming the request
@@ -547,8 +388,7 @@ class FaultGemmOocPressureGpu : public ::testing::Test {
 TEST_F(FaultGemmOocPressureGpu, BudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
   gemm_case<float> c(3072, 3072, 512, "FaultGemmOocPressureGpu.Budget", {0}, 0, std::size_t{4} << 30, true, false);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(c, {0});
   {
     ft::card_hog h;
     h.take_all_but(std::size_t{48} << 20);
@@ -559,9 +399,8 @@ TEST_F(FaultGemmOocPressureGpu, BudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts
         ADD_FAILURE() << "expected out_of_memory";
       } catch (const pipeline_error& e) {
         std::printf("[ outcome  ] the ring failed: %s\n", e.what());
-        ft::expect_named(e, pipeline_error::no_task, 0);
         std::exception_ptr keep;
-        const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+        const auto* oom = ft::setup_oom(e, keep);
         ASSERT_NE(oom, nullptr) << e.what();
         ft::expect_oom_named(*oom);
         EXPECT_EQ(e.report().tasks_completed, 0u);
@@ -623,32 +462,19 @@ TEST_F(FaultGemmOocPressureGpu, MemoryTakenDuringAJobThatAllocatesPerBlock) {
   {
     ft::card_hog h;
     bool taken = false;
-    c.o.progress = [&](const spillway::progress_info& pi) {
-      if (!taken && pi.tasks_done >= 1) {
-        taken = true;
-        spillway::trim_device_pool(0);
-        h.take_all_but(std::size_t{16} << 20);
-      }
-      return true;
-    };
-    try {
-      ft::watchdog w(120, "MemoryTakenDuringAJobThatAllocatesPerBlock");
-      (void)c.run();
-      std::printf("[ outcome  ] adapted: the job completed with the card taken (%zu bytes)\n", h.bytes());
-      EXPECT_TRUE(c.rep.job.complete());
-      for (std::size_t e = 0; e < c.c.size(); ++e) ASSERT_TRUE(same_bits(c.c[e], c.ref[e])) << e;
-    } catch (const pipeline_error& e) {
-      std::printf("[ outcome  ] failed by name: %s\n", e.what());
-      ASSERT_NE(e.failed_task(), pipeline_error::no_task) << e.what();
-      ft::expect_named(e, e.failed_task(), 0);
-      std::exception_ptr keep;
-      const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
-      ASSERT_NE(oom, nullptr) << e.what();
-      EXPECT_EQ(oom->requested_bytes() % slice, 0u) << oom->what();
-      EXPECT_GE(oom->requested_bytes(), 2 * slice) << oom->what();
-      ft::expect_oom_named(*oom);
-      c.expect_report_matches_output(c.rep);
-    }
+    c.o.progress = ft::take_card_after(1, std::size_t{16} << 20, h, taken);
+    ft::adapts_or_fails_by_name(
+        [&] { return c.run(); }, h,
+        [&](const ooc_report& r) {
+          EXPECT_TRUE(r.job.complete());
+          for (std::size_t e = 0; e < c.c.size(); ++e) ASSERT_TRUE(same_bits(c.c[e], c.ref[e])) << e;
+        },
+        [&](const pipeline_error&, const spillway::out_of_memory& oom) {
+          EXPECT_EQ(oom.requested_bytes() % slice, 0u) << oom.what();
+          EXPECT_GE(oom.requested_bytes(), 2 * slice) << oom.what();
+          ft::expect_oom_named(oom);
+          c.expect_report_matches_output(c.rep);
+        });
     c.o.progress = nullptr;
     EXPECT_TRUE(taken);
   }

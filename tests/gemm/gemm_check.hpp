@@ -35,7 +35,9 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace spillway::gemm::test {
@@ -198,6 +200,30 @@ arithmetic arithmetic_for(bool tf32) {
   return ar;
 }
 
+/// Element (i, j) of the reference from its sums s = Σ a·b and sabs = Σ |a|·|b| over k terms:
+/// epi(α·s + β·C0(i, j)) (complex: the identity epilogue only) and its bound (see the top).
+template <class TA, class W, class CQ, class Epi>
+std::pair<W, double> finish_element(double alpha_re, double beta_re, const W& s, double sabs, const CQ& cq, index_t i,
+                                    index_t j, index_t k, const Epi& epi, const arithmetic& ar) {
+  W v = W(alpha_re) * s;
+  double p = std::fabs(alpha_re) * sabs;
+  if (beta_re != 0.0) {
+    const W c = to_wide(cq(i, j));
+    v += W(beta_re) * c;
+    p += std::fabs(beta_re) * wabs(c);
+  }
+  W out;
+  if constexpr (is_complex_v<TA>) {
+    out = v;
+  } else {
+    out = epi(v, i, j);
+  }
+  const double tol = 1.25 * (std::fabs(alpha_re) * (static_cast<double>(k) + 2) * ar.u_acc * sabs +
+                             std::fabs(alpha_re) * 2 * ar.u_op * sabs) +
+                     16 * ar.u_acc * p + ar.u_out * wabs(out);
+  return {out, tol};
+}
+
 /// ref = epi(α·A·B + β·C0) in double, element by element in each operand's own frame (no
 /// canonicalization: independent of the code under test). `epi` is called with double values.
 template <class TA, class TB, class TC, class Epi>
@@ -224,24 +250,8 @@ auto compute_reference(double alpha_re, matrix_view<const TA> a, matrix_view<con
           s += arow[static_cast<std::size_t>(x)] * bj[x];
           sabs += wabs(arow[static_cast<std::size_t>(x)]) * wabs(bj[x]);
         }
-        W v = W(alpha_re) * s;
-        double p = std::fabs(alpha_re) * sabs;
-        if (beta_re != 0.0) {
-          const W c = to_wide(cq(i, j));
-          v += W(beta_re) * c;
-          p += std::fabs(beta_re) * wabs(c);
-        }
-        W out;
-        if constexpr (is_complex_v<TA>) {
-          out = v;  // complex runs with the identity epilogue only
-        } else {
-          out = epi(v, i, j);
-        }
         const std::size_t e = static_cast<std::size_t>((q * m + i) * n + j);
-        r.value[e] = out;
-        r.tol[e] = 1.25 * (std::fabs(alpha_re) * (static_cast<double>(k) + 2) * ar.u_acc * sabs +
-                           std::fabs(alpha_re) * 2 * ar.u_op * sabs) +
-                   16 * ar.u_acc * p + ar.u_out * wabs(out);
+        std::tie(r.value[e], r.tol[e]) = finish_element<TA>(alpha_re, beta_re, s, sabs, cq, i, j, k, epi, ar);
       }
     }
   }
@@ -291,23 +301,8 @@ auto compute_reference_fast(double alpha_re, matrix_view<const TA> a, matrix_vie
     for (index_t i = 0; i < m; ++i)
       for (index_t j = 0; j < n; ++j) {
         const std::size_t e = static_cast<std::size_t>((q * m + i) * n + j);
-        W v = W(alpha_re) * r.value[e];
-        double p = std::fabs(alpha_re) * sabs[e];
-        if (beta_re != 0.0) {
-          const W c = to_wide(cq(i, j));
-          v += W(beta_re) * c;
-          p += std::fabs(beta_re) * wabs(c);
-        }
-        W out;
-        if constexpr (is_complex_v<TA>) {
-          out = v;
-        } else {
-          out = epi(v, i, j);
-        }
-        r.value[e] = out;
-        r.tol[e] = 1.25 * (std::fabs(alpha_re) * (static_cast<double>(k) + 2) * ar.u_acc * sabs[e] +
-                           std::fabs(alpha_re) * 2 * ar.u_op * sabs[e]) +
-                   16 * ar.u_acc * p + ar.u_out * wabs(out);
+        std::tie(r.value[e], r.tol[e]) =
+            finish_element<TA>(alpha_re, beta_re, r.value[e], sabs[e], cq, i, j, k, epi, ar);
       }
   }
   return r;

@@ -19,6 +19,7 @@
 #include <spillway/core/stream.hpp>
 
 #include <support/gpu_test.hpp>
+#include <support/narrow_values.hpp>
 
 #include <gtest/gtest.h>
 
@@ -36,21 +37,12 @@ namespace {
 using namespace spillway;
 using spillway::gemm::detail::launch_mma_sync;
 using spillway::gemm::detail::problem;
+using spillway::test::from_double;
+using spillway::test::poison_value;
 
 template <class T>
 double to_double(T x) {
   return spillway::gemm::detail::widen<double>(x);
-}
-
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
 }
 
 template <class T>
@@ -60,18 +52,6 @@ T random_value(std::mt19937_64& g) {
   } else {
     // Values in [-1, 1] rounded to T (so the host sees exactly what the device reads).
     return from_double<T>(std::uniform_real_distribution<double>(-1.0, 1.0)(g));
-  }
-}
-
-/// The bytes that fill operand rows past k and unused C: NaN for floating types, 0x7f for int8.
-template <class T>
-T pad_value() {
-  if constexpr (std::is_same_v<T, std::int8_t>) {
-    return static_cast<T>(0x7f);
-  } else if constexpr (std::is_same_v<T, std::int32_t>) {
-    return static_cast<T>(0x7f7f7f7f);
-  } else {
-    return from_double<T>(std::numeric_limits<double>::quiet_NaN());
   }
 }
 
@@ -120,8 +100,8 @@ void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T>
   const std::int64_t stride_c = L.m * ldc + 5;
   const std::int64_t a_entries = L.shared_a ? 1 : L.batch;
 
-  std::vector<T> a(static_cast<std::size_t>((a_entries - 1) * stride_a + L.m * ld), pad_value<T>());
-  std::vector<T> b(static_cast<std::size_t>((L.batch - 1) * stride_b + L.n * ld), pad_value<T>());
+  std::vector<T> a(static_cast<std::size_t>((a_entries - 1) * stride_a + L.m * ld), poison_value<T>());
+  std::vector<T> b(static_cast<std::size_t>((L.batch - 1) * stride_b + L.n * ld), poison_value<T>());
   for (std::int64_t q = 0; q < a_entries; ++q)
     for (std::int64_t i = 0; i < L.m; ++i)
       for (std::int64_t kk = 0; kk < L.k; ++kk) a[static_cast<std::size_t>(q * stride_a + i * ld + kk)] = random_value<T>(g);
@@ -130,7 +110,7 @@ void check(const std::string& label, const layout& L, acc_of<T> alpha, acc_of<T>
       for (std::int64_t kk = 0; kk < L.k; ++kk) b[static_cast<std::size_t>(q * stride_b + j * ld + kk)] = random_value<T>(g);
 
   const bool beta_zero = beta == S(0);
-  std::vector<TC> c(static_cast<std::size_t>(L.c_offset + (L.batch - 1) * stride_c + L.m * ldc), pad_value<TC>());
+  std::vector<TC> c(static_cast<std::size_t>(L.c_offset + (L.batch - 1) * stride_c + L.m * ldc), poison_value<TC>());
   if (!beta_zero) {
     for (std::int64_t q = 0; q < L.batch; ++q)
       for (std::int64_t i = 0; i < L.m; ++i)

@@ -21,6 +21,7 @@
 #include <spillway/core/stream.hpp>
 
 #include <support/gpu_test.hpp>
+#include <support/narrow_values.hpp>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +41,8 @@ namespace {
 using namespace spillway;
 using gemm::detail::launch_simt;
 using gemm::detail::problem;
+using spillway::test::from_double;
+using spillway::test::poison_value;
 using cfloat = cuda::std::complex<float>;
 
 template <class T>
@@ -58,17 +61,6 @@ std::complex<double> wide(T x) {
 }
 
 template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <class T>
 T random_value(std::mt19937_64& g) {
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::int32_t>) {
@@ -79,20 +71,6 @@ T random_value(std::mt19937_64& g) {
     return T(static_cast<float>(u(g)), static_cast<float>(u(g)));
   } else {
     return from_double<T>(u(g));
-  }
-}
-
-template <class T>
-T poison() {
-  if constexpr (std::is_same_v<T, std::int8_t>) {
-    return static_cast<T>(0x7f);
-  } else if constexpr (std::is_same_v<T, std::int32_t>) {
-    return static_cast<T>(0x7f7f7f7f);
-  } else if constexpr (is_cplx<T>) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    return T(nan, nan);
-  } else {
-    return from_double<T>(std::numeric_limits<double>::quiet_NaN());
   }
 }
 
@@ -148,7 +126,7 @@ operand<T> make_operand(index_t rows, index_t k, bool kmajor, index_t pad, index
   o.ld = (kmajor ? k : rows) + pad;
   const index_t fp = (kmajor ? rows : k) * o.ld;
   o.stride = broadcast ? 0 : fp + 7;
-  o.buf.assign(static_cast<std::size_t>(off + (batch - 1) * o.stride + fp), poison<T>());
+  o.buf.assign(static_cast<std::size_t>(off + (batch - 1) * o.stride + fp), poison_value<T>());
   for (index_t q = 0; q < (broadcast ? 1 : batch); ++q)
     for (index_t r = 0; r < rows; ++r)
       for (index_t kk = 0; kk < k; ++kk) o.buf[o.index(q, r, kk)] = random_value<T>(g);
@@ -175,7 +153,7 @@ void run_case(const spec& s, std::uint64_t seed) {
   const operand<T> b = make_operand<T>(s.n, s.k, s.b_kmajor, s.pad_b, s.off_b, s.batch, false, g);
 
   const index_t ldc = s.n + s.pad_c, stride_c = s.m * ldc + 3;
-  std::vector<TC> c0(static_cast<std::size_t>(s.off_c + (s.batch - 1) * stride_c + s.m * ldc), poison<TC>());
+  std::vector<TC> c0(static_cast<std::size_t>(s.off_c + (s.batch - 1) * stride_c + s.m * ldc), poison_value<TC>());
   auto c_at = [&](std::vector<TC>& c, index_t q, index_t i, index_t j) -> TC& {
     return c[static_cast<std::size_t>(s.off_c + q * stride_c + i * ldc + j)];
   };

@@ -22,6 +22,7 @@
 #include <spillway/tile/tensor_map.hpp>
 
 #include "support/gpu_test.hpp"
+#include "support/narrow_values.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,7 @@
 namespace {
 
 using spillway::index_t;
+using spillway::test::from_double;
 namespace gemm = spillway::gemm;
 
 // Whether this binary was compiled for sm_90 (sm_90a reports 900 too): only then must an sm_90
@@ -72,17 +74,6 @@ double to_double(T x) {
     return static_cast<double>(__bfloat162float(x));
   } else {
     return static_cast<double>(x);
-  }
-}
-
-template <class T>
-__host__ __device__ T from_double(double v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
   }
 }
 

@@ -10,8 +10,10 @@
 // memory, pinned bytes, threads), and the next job is right. See docs/reliability.md.
 #include <spillway/gram.cuh>
 
-#include "pipeline/fault_support.hpp"
+#include "support/fault_harness.hpp"
 #include "support/gpu_test.hpp"
+#include "support/task_split.hpp"
+#include "support/random_bits.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,10 +41,7 @@ using namespace spillway::gram;
 constexpr std::int32_t kPoison = 0x7f7f7f7f;  // no count of these shapes reaches it
 
 bit_matrix random_matrix(std::int64_t rows, std::int64_t cols, double p, std::uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::bernoulli_distribution b(p);
-  std::vector<std::uint8_t> v(static_cast<std::size_t>(rows * cols));
-  for (auto& x : v) x = b(g) ? 1 : 0;
+  const auto v = spillway::test::random_bit_bytes(rows, cols, p, seed);
   return pack_bits(v.data(), rows, cols);
 }
 
@@ -162,110 +161,43 @@ struct dense_case {
   }
 };
 
-// Runs a job armed with `p` and expects pipeline_error after exactly one fault.
-template <class Run, class Check>
-void run_failing(Run&& run, const fault::plan& p, Check&& check) {
-  ft::watchdog w(120, ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fault::scope armed(p);
-  try {
-    (void)run();
-    ADD_FAILURE() << "expected pipeline_error (faults fired: " << fault::fired() << ")";
-  } catch (const pipeline_error& e) {
-    EXPECT_EQ(fault::fired(), 1u) << e.what();
-    check(e);
-  }
-}
-
-class FaultGramGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultGramGpu : public ft::one_gpu_test {};
 
 TEST_F(FaultGramGpu, StripKernelErrorAtCompletion) {
   dense_case c(dense_case::kind::packed, 1000, 0, 300, "FaultGramGpu.Completion", {0}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();  // also loads every kernel before anything is counted
   ASSERT_EQ(c.tasks(), 16u);
   ASSERT_TRUE(c.rep.plan.resident);
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 5;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, 5, 0);
-    for (std::size_t t = 0; t < 5; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
+  const fault::plan p = ft::task_fails(5);
+  ft::fail_then_recover(c, {0}, p, "Gram strip error at completion", [&](const pipeline_error& e) {
+    ft::expect_named_after_earlier(e, 5, 0);
     EXPECT_EQ(c.rep.job.tasks_completed, e.report().tasks_completed) << "gram_options::report gets the failed job's report";
     c.expect_report_matches_output(e.report(), 5 + c.rep.plan.slots - 1);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "Gram strip error at completion");
-  c.expect_next_job_right();
 }
 
 TEST_F(FaultGramGpu, StripCopyErrorWhenEnqueuedFullLayout) {
   dense_case c(dense_case::kind::full, 777, 0, 500, "FaultGramGpu.Enqueue", {0}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
   ASSERT_EQ(c.tasks(), 13u);
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 4;
-  p.task_at = fault::task_point::enqueue;
-  p.task_error = cudaErrorInvalidValue;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::task_fails_at(4, fault::task_point::enqueue, cudaErrorInvalidValue);
+  ft::fail_then_recover(c, {0}, p, "Gram strip error when enqueued", [&](const pipeline_error& e) {
     ft::expect_named(e, 4, 0);
     EXPECT_EQ(e.report().tasks_completed, 4u);
     c.expect_report_matches_output(e.report(), 4);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "Gram strip error when enqueued");
-  c.expect_next_job_right();
 }
 
 // Each marked copy and launch of strip task T fails in turn (the resident panels it uploads, the
 // tile kernels, the device→host copies), until a run passes all of them and completes.
 void every_call_of_a_strip(dense_case& c, std::size_t T, const char* what) {
-  c.expect_next_job_right();
-  ASSERT_GT(c.tasks(), T + 2);
-  std::size_t k = 0;
-  for (;; ++k) {
-    ASSERT_LT(k, 64u) << "task " << T << " made more than 64 marked calls";
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.call = k;
-    p.call_task = T;
-    p.call_error = k % 2 == 0 ? cudaErrorLaunchFailure : cudaErrorInvalidValue;
-    bool failed = false;
-    {
-      ft::watchdog w(120, std::string(what) + ", call " + std::to_string(k));
-      fault::scope armed(p);
-      try {
-        const job_report r = c.run();
-        EXPECT_EQ(fault::fired(), 0u);
+  ft::every_call_of_a_task(
+      c, T, what,
+      [&](const job_report& r) {
         EXPECT_TRUE(r.complete());
         for (std::size_t t = 0; t < c.tasks(); ++t) EXPECT_TRUE(c.task_correct(t)) << what << ": strip task " << t;
-      } catch (const pipeline_error& e) {
-        failed = true;
-        EXPECT_EQ(fault::fired(), 1u);
-        SCOPED_TRACE(std::string(what) + ": call " + std::to_string(k) + " of task " + std::to_string(T));
-        ft::expect_named(e, T, 0);
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find(cudaGetErrorName(p.call_error)), std::string::npos) << msg;
-        EXPECT_TRUE(msg.find("injected fault") != std::string::npos || msg.find("SPILLWAY_FAULT_CALL") != std::string::npos)
-            << "the message names the call that failed: " << msg;
-        // Every strip before T was enqueued whole before T started: all complete.
-        EXPECT_EQ(e.report().tasks_completed, T) << e.what();
-        for (std::size_t t = 0; t < T; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
-        c.expect_report_matches_output(e.report(), T);
-      }
-    }
-    ft::expect_no_leaks(before, ft::take({0}), std::string(what) + ", call " + std::to_string(k));
-    if (!failed) break;
-  }
-  std::printf("[ calls    ] %s: task %zu makes %zu marked copies and launches, each failed in turn\n", what, T, k);
-  EXPECT_GE(k, 2u);
-  c.expect_next_job_right();
+      },
+      [&](const pipeline_error& e) { c.expect_report_matches_output(e.report(), T); });
 }
 
 TEST_F(FaultGramGpu, EveryCopyAndLaunchOfAStripResident) {
@@ -292,57 +224,33 @@ TEST_F(FaultGramGpu, EveryCopyAndLaunchOfAStripABt) {
 TEST_F(FaultGramGpu, EveryDeviceAllocationInTurn) {
   dense_case c(dense_case::kind::packed, 1000, 0, 300, "FaultGramGpu.Allocations", {0}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
-  std::size_t allocations = 0;
-  {
-    fault::scope counting(fault::plan{});
-    ASSERT_TRUE(c.run().complete());
-    allocations = fault::device_allocations();
-  }
-  ASSERT_GE(allocations, 3u) << "popcounts, resident A, the ring";
-  for (std::size_t k = 0; k < allocations; ++k) {
-    SCOPED_TRACE("allocation " + std::to_string(k) + " of " + std::to_string(allocations));
-    c.repoison();
-    const auto before = ft::take({0});
-    fault::plan p;
-    p.device_allocation = k;
-    {
-      ft::watchdog w(120, "EveryDeviceAllocationInTurn");
-      fault::scope armed(p);
-      try {
-        (void)c.run();
-        ADD_FAILURE() << "the job completed with allocation " << k << " failing";
-      } catch (const pipeline_error& e) {
-        EXPECT_EQ(k, allocations - 1) << "only the ring is allocated by the scheduler: " << e.what();
-        ft::expect_named(e, pipeline_error::no_task, 0);
+  ft::call_counts n;
+  ASSERT_NO_FATAL_FAILURE(ft::count_calls([&] { return c.run().complete(); }, n));
+  ASSERT_GE(n.device_allocations, 3u) << "popcounts, resident A, the ring";
+  ft::each_allocation_in_turn(
+      c, n.device_allocations, "allocation", "Gram allocation ", true,
+      [](std::size_t k) { return ft::allocation_fails(k); },
+      [&](std::size_t k, const pipeline_error& e) {
+        EXPECT_EQ(k, n.device_allocations - 1) << "only the ring is allocated by the scheduler: " << e.what();
         std::exception_ptr keep;
-        const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+        const auto* oom = ft::setup_oom(e, keep);
         ASSERT_NE(oom, nullptr) << e.what();
         EXPECT_EQ(oom->requested_bytes(), c.rep.plan.slots * c.rep.plan.slot_bytes()) << "the ring: " << oom->what();
         EXPECT_EQ(e.report().tasks_completed, 0u);
-      } catch (const spillway::out_of_memory& oom) {
-        EXPECT_LT(k, allocations - 1) << oom.what();
+      },
+      [&](std::size_t k, const spillway::out_of_memory& oom) {
+        EXPECT_LT(k, n.device_allocations - 1) << oom.what();
         EXPECT_NE(std::string(oom.what()).find("on device 0"), std::string::npos) << oom.what();
-      }
-      EXPECT_EQ(fault::fired(), 1u);
-    }
-    c.expect_nothing_written();
-    ft::expect_no_leaks(before, ft::take({0}), "Gram allocation " + std::to_string(k));
-  }
-  c.expect_next_job_right();
+      });
 }
 
 TEST_F(FaultGramGpu, RingAllocationRetriedAfterTrimCompletes) {
   dense_case c(dense_case::kind::full, 500, 0, 300, "FaultGramGpu.Retry", {0}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
-  std::size_t allocations = 0;
-  {
-    fault::scope counting(fault::plan{});
-    ASSERT_TRUE(c.run().complete());
-    allocations = fault::device_allocations();
-  }
+  ft::call_counts n;
+  ASSERT_NO_FATAL_FAILURE(ft::count_calls([&] { return c.run().complete(); }, n));
   c.repoison();
-  fault::plan p;
-  p.device_allocation = allocations - 1;  // the ring
+  fault::plan p = ft::allocation_fails(n.device_allocations - 1);  // the ring
   p.allocation_retry_succeeds = true;
   fault::scope armed(p);
   job_report r;
@@ -418,15 +326,14 @@ TEST_F(FaultGramGpu, StripStagingCannotBePinned) {
   ASSERT_TRUE((gram_strips<std::int32_t>(a.view(), b.view(), on_strip, o).complete()));
   calls = 0;
   const auto before = ft::take({0});  // empties the staging cache: the job pins its blocks anew
-  fault::plan p;
-  p.pinned_allocation = 1;  // the second slot's staging
-  run_failing([&] { return gram_strips<std::int32_t>(a.view(), b.view(), on_strip, o); }, p,
-              [&](const pipeline_error& e) {
-                ft::expect_named(e, pipeline_error::no_task, 0);
-                std::exception_ptr keep;
-                EXPECT_NE(ft::cause_as<spillway::out_of_memory>(e, keep), nullptr) << e.what();
-                EXPECT_EQ(e.report().tasks_completed, 0u);
-              });
+  const fault::plan p = ft::pinned_allocation_fails(1);  // the second slot's staging
+  ft::run_failing([&] { return gram_strips<std::int32_t>(a.view(), b.view(), on_strip, o); }, p,
+                  [&](const pipeline_error& e) {
+                    ft::expect_named(e, pipeline_error::no_task, 0);
+                    std::exception_ptr keep;
+                    EXPECT_NE(ft::cause_as<spillway::out_of_memory>(e, keep), nullptr) << e.what();
+                    EXPECT_EQ(e.report().tasks_completed, 0u);
+                  });
   EXPECT_EQ(calls.load(), 0);
   ft::expect_no_leaks(before, ft::take({0}), "Gram strip staging not pinned");
   EXPECT_TRUE((gram_strips<std::int32_t>(a.view(), b.view(), on_strip, o).complete()));
@@ -435,8 +342,7 @@ TEST_F(FaultGramGpu, StripStagingCannotBePinned) {
 TEST_F(FaultGramGpu, ProgressPointCancels) {
   dense_case c(dense_case::kind::full, 1000, 0, 300, "FaultGramGpu.Cancel", {0}, std::size_t{64} << 20, 32);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(c, {0});
   fault::plan p;
   p.cancel_after = 3;
   job_report r;
@@ -449,13 +355,7 @@ TEST_F(FaultGramGpu, ProgressPointCancels) {
   EXPECT_TRUE(r.cancelled);
   EXPECT_GE(r.tasks_completed, 3u);
   EXPECT_LT(r.tasks_completed, c.tasks());
-  for (std::size_t t = 0; t < c.tasks(); ++t) {
-    if (r.completed[t]) {
-      EXPECT_TRUE(c.task_correct(t)) << t;
-    } else {
-      EXPECT_TRUE(c.task_untouched(t)) << t << ": a cancelled job drains what it started, so the rest is poison";
-    }
-  }
+  spillway::test::expect_complete_or_untouched(c, r);
   ft::expect_no_leaks(before, ft::take({0}), "Gram cancel");
   c.expect_next_job_right();
 }
@@ -463,19 +363,13 @@ TEST_F(FaultGramGpu, ProgressPointCancels) {
 TEST_F(FaultGramGpu, ProgressPointThrows) {
   dense_case c(dense_case::kind::rect, 1000, 333, 300, "FaultGramGpu.ProgressThrows", {0}, std::size_t{64} << 20, 32);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.cancel_after = 2;
-  p.progress_throws = true;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::progress_throws_after(2);
+  ft::fail_then_recover(c, {0}, p, "Gram progress throwing", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, -1);
     std::exception_ptr keep;
     EXPECT_NE(ft::cause_as<fault::injected_fault>(e, keep), nullptr) << e.what();
     c.expect_report_matches_output(e.report(), fault::never);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "Gram progress throwing");
-  c.expect_next_job_right();
 }
 
 // The sinks that return a result (top-k lists, threshold COO) have nothing partial to show: a
@@ -509,10 +403,9 @@ TEST_F(FaultGramGpu, TopkAndThresholdSinks) {
   check_threshold();
   {
     const auto before = ft::take({0});
-    fault::plan p;
-    p.task = 2;
-    run_failing([&] { return gram_topk<float>(a.view(), k, o); }, p,
-                [&](const pipeline_error& e) { ft::expect_named(e, 2, 0); });
+    const fault::plan p = ft::task_fails(2);
+    ft::run_failing([&] { return gram_topk<float>(a.view(), k, o); }, p,
+                    [&](const pipeline_error& e) { ft::expect_named(e, 2, 0); });
     ft::expect_no_leaks(before, ft::take({0}), "Gram top-k strip error");
     check_topk();
   }
@@ -520,11 +413,9 @@ TEST_F(FaultGramGpu, TopkAndThresholdSinks) {
   // count / scan / compaction kernels (3-5), and copies the offsets (6) and the kept entries back.
   for (std::size_t call : {0, 2, 4, 6}) {
     const auto before = ft::take({0});
-    fault::plan p;
-    p.call = call;
-    p.call_task = 4;
-    run_failing([&] { return gram_threshold<float>(a.view(), th, o); }, p,
-                [&](const pipeline_error& e) { ft::expect_named(e, 4, 0); });
+    const fault::plan p = ft::call_fails(call, 4);
+    ft::run_failing([&] { return gram_threshold<float>(a.view(), th, o); }, p,
+                    [&](const pipeline_error& e) { ft::expect_named(e, 4, 0); });
     ft::expect_no_leaks(before, ft::take({0}), "Gram threshold call " + std::to_string(call));
     check_threshold();
   }
@@ -532,80 +423,30 @@ TEST_F(FaultGramGpu, TopkAndThresholdSinks) {
 
 // ---- two GPUs -----------------------------------------------------------------------------------
 
-class FaultGramTwoGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPUS_TEST_OR_SKIP(2);
-    ft::warm_up({0, 1});
-  }
-};
+class FaultGramTwoGpu : public ft::two_gpu_test {};
 
 TEST_F(FaultGramTwoGpu, StripErrorOnTheSecondDevice) {
   dense_case c(dense_case::kind::packed, 2000, 0, 600, "FaultGramTwoGpu.Completion", {0, 1}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.task = fault::any_task;
-  p.task_device = 1;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 1);
-    c.expect_report_matches_output(e.report(), fault::never);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "Gram strip error on device 1");
-  c.expect_next_job_right();
+  ft::any_task_fails_then_recover(c, ft::task_fails(fault::any_task, 1), 1, "Gram strip error on device 1");
 }
 
 TEST_F(FaultGramTwoGpu, CopyOrLaunchFailsOnTheFirstDevice) {
   dense_case c(dense_case::kind::full, 1500, 0, 600, "FaultGramTwoGpu.Call", {0, 1}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.call = 7;
-  p.call_task = fault::any_task;
-  p.call_device = 0;
-  run_failing([&] { return c.run(); }, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 0);
-    c.expect_report_matches_output(e.report(), fault::never);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "Gram copy error on device 0");
-  c.expect_next_job_right();
+  ft::any_task_fails_then_recover(c, ft::call_fails(7, fault::any_task, 0), 0, "Gram copy error on device 0");
 }
 
 TEST_F(FaultGramTwoGpu, SetupAllocationFailsOnTheSecondDevice) {
   dense_case c(dense_case::kind::packed, 1200, 0, 600, "FaultGramTwoGpu.Alloc", {0, 1}, std::size_t{64} << 20, 64);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.device_allocation = 0;
-  p.allocation_device = 1;  // device 1's popcounts: device 0 is set up by then
-  {
-    ft::watchdog w(120, "SetupAllocationFailsOnTheSecondDevice");
-    fault::scope armed(p);
-    try {
-      (void)c.run();
-      ADD_FAILURE() << "expected out_of_memory";
-    } catch (const spillway::out_of_memory& oom) {
-      EXPECT_NE(std::string(oom.what()).find("on device 1"), std::string::npos) << oom.what();
-    }
-    EXPECT_EQ(fault::fired(), 1u);
-  }
-  c.expect_nothing_written();
-  ft::expect_no_leaks(before, ft::take({0, 1}), "Gram set-up allocation on device 1");
-  c.expect_next_job_right();
+  const fault::plan p = ft::allocation_fails(0, 1);  // device 1's popcounts: device 0 is set up by then
+  ft::setup_oom_then_recover(c, {0, 1}, p, 1, "Gram set-up allocation on device 1");
 }
 
 // ---- memory pressure ------------------------------------------------------------------------------
 
-class FaultGramPressureGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultGramPressureGpu : public ft::one_gpu_test {};
 
 // 8192 rows into the packed triangle with 96 MiB left free on the card: a 4 GiB budget plans
 // 2048-row strips (a 192 MiB ring) and fails at the start with out_of_memory naming the ring and
@@ -614,8 +455,7 @@ class FaultGramPressureGpu : public ::testing::Test {
 TEST_F(FaultGramPressureGpu, BudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
   dense_case c(dense_case::kind::packed, 8192, 0, 256, "FaultGramPressureGpu.Budget", {0}, std::size_t{4} << 30, 0);
   c.expect_next_job_right();  // with the whole card free
-  c.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(c, {0});
   {
     ft::card_hog h;
     h.take_all_but(std::size_t{96} << 20);
@@ -624,9 +464,8 @@ TEST_F(FaultGramPressureGpu, BudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
       (void)c.run();
       ADD_FAILURE() << "expected pipeline_error";
     } catch (const pipeline_error& e) {
-      ft::expect_named(e, pipeline_error::no_task, 0);
       std::exception_ptr keep;
-      const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+      const auto* oom = ft::setup_oom(e, keep);
       ASSERT_NE(oom, nullptr) << e.what();
       ft::expect_oom_named(*oom);
       EXPECT_EQ(oom->requested_bytes(), c.rep.plan.slots * c.rep.plan.slot_bytes()) << oom->what();
@@ -655,8 +494,7 @@ TEST_F(FaultGramPressureGpu, BudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
 TEST_F(FaultGramPressureGpu, MemoryTakenAndPoolTrimmedDuringAJob) {
   dense_case c(dense_case::kind::full, 3000, 0, 800, "FaultGramPressureGpu.Hog", {0}, std::size_t{256} << 20, 64);
   c.expect_next_job_right();
-  c.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(c, {0});
   {
     ft::card_hog h;
     bool taken = false;

@@ -30,14 +30,20 @@ struct host_bits {
 
 std::int64_t words_for(std::int64_t cols) { return (cols + 1023) / 1024 * 32; }
 
-// Random bits of density ~`p`; rows listed in `ones` are all ones, rows in `zeros` all zeros.
-host_bits random_bits(std::int64_t rows, std::int64_t cols, std::uint64_t seed, double p = 0.5,
-                      const std::vector<std::int64_t>& ones = {}, const std::vector<std::int64_t>& zeros = {}) {
+// rows x cols zero bits, each row padded to the kernels' pitch.
+host_bits zero_bits(std::int64_t rows, std::int64_t cols) {
   host_bits m;
   m.rows = rows;
   m.cols = cols;
   m.ld_words = words_for(cols);
   m.w.assign(static_cast<std::size_t>(rows * m.ld_words), 0u);
+  return m;
+}
+
+// Random bits of density ~`p`; rows listed in `ones` are all ones, rows in `zeros` all zeros.
+host_bits random_bits(std::int64_t rows, std::int64_t cols, std::uint64_t seed, double p = 0.5,
+                      const std::vector<std::int64_t>& ones = {}, const std::vector<std::int64_t>& zeros = {}) {
+  host_bits m = zero_bits(rows, cols);
   std::mt19937_64 rng(seed);
   std::bernoulli_distribution bit(p);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -53,11 +59,7 @@ host_bits random_bits(std::int64_t rows, std::int64_t cols, std::uint64_t seed, 
 
 // Faster generator for large shapes: random words, tail bits of each row cleared.
 host_bits random_words(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
-  host_bits m;
-  m.rows = rows;
-  m.cols = cols;
-  m.ld_words = words_for(cols);
-  m.w.assign(static_cast<std::size_t>(rows * m.ld_words), 0u);
+  host_bits m = zero_bits(rows, cols);
   std::mt19937_64 rng(seed);
   const std::int64_t full = cols / 32;
   const int tail = static_cast<int>(cols % 32);
@@ -96,6 +98,38 @@ struct panel {
   std::int64_t row0, rows;
 };
 
+// A panel's rows on the device (the kernels see panel-relative pointers); never an empty buffer.
+spillway::device_buffer<std::uint32_t> upload(panel p, std::int64_t ld, spillway::stream_view s) {
+  spillway::device_buffer<std::uint32_t> d(static_cast<std::size_t>(std::max<std::int64_t>(p.rows * ld, 1)), s);
+  if (p.rows * ld > 0) d.copy_from_host_async({p.m->row(p.row0), static_cast<std::size_t>(p.rows * ld)}, s);
+  return d;
+}
+
+// The kernel's arguments for uploaded panels pa (at a) and pb (at b), ld words a row.
+gd::bit_gemm_args panel_args(const std::uint32_t* a, panel pa, const std::uint32_t* b, panel pb, std::int64_t ld,
+                             bool upper_only) {
+  gd::bit_gemm_args g;
+  g.a = a;
+  g.a_rows = pa.rows;
+  g.b = b;
+  g.b_rows = pb.rows;
+  g.ld_words = ld;
+  g.a_row0 = pa.row0;
+  g.b_row0 = pb.row0;
+  g.upper_only = upper_only;
+  return g;
+}
+
+// The kernel's arguments for A·Aᵀ of `rows` rows at a, ld words a row.
+gd::bit_gemm_args square_args(const std::uint32_t* a, std::int64_t rows, std::int64_t ld, bool upper_only) {
+  gd::bit_gemm_args g;
+  g.a = g.b = a;
+  g.a_rows = g.b_rows = rows;
+  g.ld_words = ld;
+  g.upper_only = upper_only;
+  return g;
+}
+
 // What runs a product: a path as callers give it (automatic kernel choice), or one tile kernel forced.
 struct route {
   kernel_path path = kernel_path::automatic;
@@ -116,39 +150,39 @@ void run_route(const route& r, const gd::bit_gemm_args& g, const Epilogue& epi, 
   }
 }
 
+// The counts of pa·pbᵀ (only i <= j with upper_only) in an output of n_out elements, ldc a row,
+// whose window starts row_shift rows and col_shift columns before the panels; -1 elsewhere.
+std::vector<std::int32_t> oracle_counts(panel pa, panel pb, bool upper_only, std::size_t n_out, std::int64_t ldc,
+                                        std::int64_t row_shift, std::int64_t col_shift) {
+  std::vector<std::int32_t> want(n_out, -1);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (std::int64_t li = 0; li < pa.rows; ++li) {
+    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
+      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
+      if (!upper_only || gi <= gj) {
+        want[static_cast<std::size_t>((li + row_shift) * ldc + lj + col_shift)] = oracle(*pa.m, gi, *pb.m, gj);
+      }
+    }
+  }
+  return want;
+}
+
 // Runs one product on the device through `r` and checks every element against the oracle.
 // A and B are row ranges of host matrices (the same matrix for A·Aᵀ panels).
 void check_product(panel pa, panel pb, bool upper_only, const route& r, spillway::stream_view s,
                    const std::string& what) {
   SCOPED_TRACE(what + " " + r.name());
-  const host_bits& A = *pa.m;
-  const host_bits& B = *pb.m;
-  ASSERT_EQ(A.ld_words, B.ld_words);
-  const std::int64_t ld = A.ld_words;
-  // Upload only the panels' rows (the kernels see panel-relative pointers).
-  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * ld, 1)), s);
-  spillway::device_buffer<std::uint32_t> db(static_cast<std::size_t>(std::max<std::int64_t>(pb.rows * ld, 1)), s);
-  if (pa.rows * ld > 0) {
-    da.copy_from_host_async({A.row(pa.row0), static_cast<std::size_t>(pa.rows * ld)}, s);
-  }
-  if (pb.rows * ld > 0) {
-    db.copy_from_host_async({B.row(pb.row0), static_cast<std::size_t>(pb.rows * ld)}, s);
-  }
+  ASSERT_EQ(pa.m->ld_words, pb.m->ld_words);
+  const std::int64_t ld = pa.m->ld_words;
+  const auto da = upload(pa, ld, s);
+  const auto db = upload(pb, ld, s);
   const std::size_t n_out = static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * pb.rows, 1));
   spillway::device_buffer<std::int32_t> dc(n_out, s);
   spillway::device_buffer<std::int32_t> dv(n_out, s);
   dc.fill_bytes_async(0xFF, s);  // poison: -1 is never a count
   dv.fill_bytes_async(0x00, s);
 
-  gd::bit_gemm_args g;
-  g.a = da.data();
-  g.a_rows = pa.rows;
-  g.b = db.data();
-  g.b_rows = pb.rows;
-  g.ld_words = ld;
-  g.a_row0 = pa.row0;
-  g.b_row0 = pb.row0;
-  g.upper_only = upper_only;
+  const gd::bit_gemm_args g = panel_args(da.data(), pa, db.data(), pb, ld, upper_only);
   const count_and_visit epi{dc.data(), dv.data(), pb.rows, pa.row0, pb.row0, upper_only};
   run_route(r, g, epi, s);
 
@@ -158,14 +192,7 @@ void check_product(panel pa, panel pb, bool upper_only, const route& r, spillway
   s.synchronize();
 
   // The oracle runs in parallel where OpenMP is on; the comparison stays serial.
-  std::vector<std::int32_t> want(n_out, -1);
-#pragma omp parallel for schedule(dynamic, 16)
-  for (std::int64_t li = 0; li < pa.rows; ++li) {
-    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
-      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
-      if (!upper_only || gi <= gj) want[static_cast<std::size_t>(li * pb.rows + lj)] = oracle(A, gi, B, gj);
-    }
-  }
+  const std::vector<std::int32_t> want = oracle_counts(pa, pb, upper_only, n_out, pb.rows, 0, 0);
   std::int64_t bad_values = 0, bad_visits = 0;
   for (std::int64_t li = 0; li < pa.rows; ++li) {
     for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
@@ -330,11 +357,7 @@ TEST(GramKernelsGpu, StoreCountsUint16AndPerThreadStream) {
     SCOPED_TRACE(spillway::gram::to_string(p));
     spillway::device_buffer<std::uint16_t> dc(static_cast<std::size_t>(m.rows * m.rows), s);
     dc.fill_bytes_async(0xFF, s);
-    gd::bit_gemm_args g;
-    g.a = g.b = da.data();
-    g.a_rows = g.b_rows = m.rows;
-    g.ld_words = m.ld_words;
-    g.upper_only = true;
+    const gd::bit_gemm_args g = square_args(da.data(), m.rows, m.ld_words, true);
     gd::bit_gemm_async(g, gd::store_counts<std::uint16_t>{dc.data(), m.rows, 0, 0, true}, p, s);
     std::vector<std::uint16_t> c(dc.size());
     dc.copy_to_host_async({c.data(), c.size()}, s);
@@ -364,11 +387,7 @@ TEST(GramKernelsGpu, OutputBeyond2To31Elements) {
   da.copy_from_host_async({m.w.data(), m.w.size()}, s);
   spillway::device_buffer<std::uint16_t> dc(static_cast<std::size_t>(n * n), s);
   dc.fill_bytes_async(0xFF, s);
-  gd::bit_gemm_args g;
-  g.a = g.b = da.data();
-  g.a_rows = g.b_rows = n;
-  g.ld_words = m.ld_words;
-  g.upper_only = true;
+  const gd::bit_gemm_args g = square_args(da.data(), n, m.ld_words, true);
   gd::bit_gemm_async(g, gd::store_counts<std::uint16_t>{dc.data(), n, 0, 0, true}, kernel_path::automatic, s);
   std::mt19937_64 rng(seed);
   std::vector<std::int64_t> rows;
@@ -454,29 +473,17 @@ void check_store_i32(panel pa, panel pb, bool upper_only, const route& r, std::i
                      const std::string& what) {
   SCOPED_TRACE(what + " " + r.name() + " shift=(" + std::to_string(row_shift) + "," + std::to_string(col_shift) + ") pad=" +
                std::to_string(pad));
-  const host_bits& A = *pa.m;
-  const host_bits& B = *pb.m;
-  ASSERT_EQ(A.ld_words, B.ld_words);
-  const std::int64_t ld = A.ld_words;
-  spillway::device_buffer<std::uint32_t> da(static_cast<std::size_t>(std::max<std::int64_t>(pa.rows * ld, 1)), s);
-  spillway::device_buffer<std::uint32_t> db(static_cast<std::size_t>(std::max<std::int64_t>(pb.rows * ld, 1)), s);
-  if (pa.rows * ld > 0) da.copy_from_host_async({A.row(pa.row0), static_cast<std::size_t>(pa.rows * ld)}, s);
-  if (pb.rows * ld > 0) db.copy_from_host_async({B.row(pb.row0), static_cast<std::size_t>(pb.rows * ld)}, s);
+  ASSERT_EQ(pa.m->ld_words, pb.m->ld_words);
+  const std::int64_t ld = pa.m->ld_words;
+  const auto da = upload(pa, ld, s);
+  const auto db = upload(pb, ld, s);
   const std::int64_t out_rows = pa.rows + row_shift;
   const std::int64_t ldc = pb.rows + col_shift + pad;
   const std::size_t n_out = static_cast<std::size_t>(out_rows * ldc);
   spillway::device_buffer<std::int32_t> dc(n_out, s);
   dc.fill_bytes_async(0xFF, s);
 
-  gd::bit_gemm_args g;
-  g.a = da.data();
-  g.a_rows = pa.rows;
-  g.b = db.data();
-  g.b_rows = pb.rows;
-  g.ld_words = ld;
-  g.a_row0 = pa.row0;
-  g.b_row0 = pb.row0;
-  g.upper_only = upper_only;
+  const gd::bit_gemm_args g = panel_args(da.data(), pa, db.data(), pb, ld, upper_only);
   const gd::store_counts<std::int32_t> epi{dc.data(), ldc, pa.row0 - row_shift, pb.row0 - col_shift, upper_only};
   EXPECT_EQ(gd::tma_store_fits(g, epi), bulk);
   run_route(r, g, epi, s);
@@ -484,16 +491,7 @@ void check_store_i32(panel pa, panel pb, bool upper_only, const route& r, std::i
   dc.copy_to_host_async({c.data(), c.size()}, s);
   s.synchronize();
 
-  std::vector<std::int32_t> want(n_out, -1);
-#pragma omp parallel for schedule(dynamic, 16)
-  for (std::int64_t li = 0; li < pa.rows; ++li) {
-    for (std::int64_t lj = 0; lj < pb.rows; ++lj) {
-      const std::int64_t gi = pa.row0 + li, gj = pb.row0 + lj;
-      if (!upper_only || gi <= gj) {
-        want[static_cast<std::size_t>((li + row_shift) * ldc + lj + col_shift)] = oracle(A, gi, B, gj);
-      }
-    }
-  }
+  const std::vector<std::int32_t> want = oracle_counts(pa, pb, upper_only, n_out, ldc, row_shift, col_shift);
   std::int64_t bad = 0;
   for (std::size_t at = 0; at < n_out; ++at) {
     if (c[at] != want[at] && ++bad <= 5) {
@@ -617,10 +615,7 @@ bool kernel_runs_or_is_refused(const kernel_suite& v) {
   spillway::device_buffer<std::uint32_t> da(32, s);
   spillway::device_buffer<std::int32_t> dc(1, s);
   dc.fill_bytes_async(0xFF, s);
-  gd::bit_gemm_args g;
-  g.a = g.b = da.data();
-  g.a_rows = g.b_rows = 1;
-  g.ld_words = 32;
+  const gd::bit_gemm_args g = square_args(da.data(), 1, 32, false);
   try {
     gd::bit_gemm_forced_async(g, gd::store_counts<std::int32_t>{dc.data(), 1, 0, 0, false}, v.kernel, s);
     ADD_FAILURE() << v.label << " ran on a device that cannot run it";
@@ -791,44 +786,27 @@ void suite_zero_columns_and_empty_panels(const kernel_suite& v) {
   for (auto x : c) EXPECT_EQ(x, -1);
 }
 
-#define SPILLWAY_GRAM_KERNEL_SUITE(Suite, v)                                                        \
-  TEST(Suite, EdgeShapesAAt) {                                                                      \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_edge_shapes_aat(v);                                                                       \
-  }                                                                                                 \
-  TEST(Suite, ABtDifferentRowCounts) {                                                              \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_abt_different_row_counts(v);                                                              \
-  }                                                                                                 \
-  TEST(Suite, UpperOnlyWithPanelOffsets) {                                                          \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_upper_only_with_panel_offsets(v);                                                         \
-  }                                                                                                 \
-  TEST(Suite, ManyTilesPerBlockAndDeepK) {                                                          \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_many_tiles_per_block_and_deep_k(v);                                                       \
-  }                                                                                                 \
-  TEST(Suite, Int32CountStoreEdgeShapes) {                                                          \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_int32_count_store_edge_shapes(v);                                                         \
-  }                                                                                                 \
-  TEST(Suite, Int32CountStorePanelsAndManyTiles) {                                                  \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_int32_count_store_panels_and_many_tiles(v);                                               \
-  }                                                                                                 \
-  TEST(Suite, MbarrierPhasesAcrossTiles) {                                                          \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_mbarrier_phases_across_tiles(v);                                                          \
-  }                                                                                                 \
-  TEST(Suite, ZeroColumnsAndEmptyPanels) {                                                          \
-    SPILLWAY_GPU_TEST_OR_SKIP();                                                                    \
-    suite_zero_columns_and_empty_panels(v);                                                         \
+// One TEST of a forced route: skips without a GPU, then runs the shared body on route v.
+#define SPILLWAY_GRAM_KERNEL_TEST(Suite, Name, body, v) \
+  TEST(Suite, Name) {                                    \
+    SPILLWAY_GPU_TEST_OR_SKIP();                         \
+    body(v);                                             \
   }
+#define SPILLWAY_GRAM_KERNEL_SUITE(Suite, v)                                                                            \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, EdgeShapesAAt, suite_edge_shapes_aat, v)                                             \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, ABtDifferentRowCounts, suite_abt_different_row_counts, v)                            \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, UpperOnlyWithPanelOffsets, suite_upper_only_with_panel_offsets, v)                   \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, ManyTilesPerBlockAndDeepK, suite_many_tiles_per_block_and_deep_k, v)                 \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, Int32CountStoreEdgeShapes, suite_int32_count_store_edge_shapes, v)                   \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, Int32CountStorePanelsAndManyTiles, suite_int32_count_store_panels_and_many_tiles, v) \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, MbarrierPhasesAcrossTiles, suite_mbarrier_phases_across_tiles, v)                    \
+  SPILLWAY_GRAM_KERNEL_TEST(Suite, ZeroColumnsAndEmptyPanels, suite_zero_columns_and_empty_panels, v)
 
 SPILLWAY_GRAM_KERNEL_SUITE(GramForcedWgmmaGpu, wgmma_suite)
 SPILLWAY_GRAM_KERNEL_SUITE(GramForcedMmaSyncTmaGpu, tma_suite)
 SPILLWAY_GRAM_KERNEL_SUITE(GramForcedMmaSyncCpAsyncGpu, cp_async_suite)
 
 #undef SPILLWAY_GRAM_KERNEL_SUITE
+#undef SPILLWAY_GRAM_KERNEL_TEST
 
 }  // namespace

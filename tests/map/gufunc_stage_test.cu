@@ -2,7 +2,7 @@
 // against the direct path, on random inputs with printed seeds; and the cases that fall back.
 #include <spillway/map.cuh>
 
-#include "support/gpu_test.hpp"
+#include "support/gpu_test_fn.hpp"
 
 #include <gtest/gtest.h>
 
@@ -124,21 +124,10 @@ void check_row_dot(index_t rows, index_t n, std::mt19937_64& g, spillway::stream
 
 }  // namespace
 
-void body_GufuncStagedGpu_RowDotExactForCoreSizes() {
-  std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.RowDot"));
-  spillway::stream st;
-  for (index_t n : {index_t{1}, index_t{3}, index_t{63}, index_t{64}, index_t{65}, index_t{1000}}) {
-    check_row_dot<float>(1031, n, g, st);
-    check_row_dot<double>(257, n, g, st);
-  }
-  check_row_dot<float>(1, 64, g, st);
-  check_row_dot<float>(33, 64, g, st);  // a tile of 32 plus one instance
-}
-
 // Teams walk several instances (and reuse their slots) only when the tiles of per_block instances
 // outnumber the resident blocks: row counts past twice the resident grid's tiles, none a multiple
 // of the tile.
-void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
+SPILLWAY_GPU_TEST_FN(GufuncStagedGpu, PipelinedManyTilesPerBlock) {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.Pipelined"));
   spillway::stream st;
   struct shape_case {
@@ -250,15 +239,11 @@ void body_GufuncStagedGpu_PipelinedManyTilesPerBlock() {
     EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
   }
 }
-TEST(GufuncStagedGpu, PipelinedManyTilesPerBlock) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncStagedGpu_PipelinedManyTilesPerBlock();
-}
 
 // Small enough for compute-sanitizer racecheck, yet teams reuse their slots: 1000-element cores
 // take 64 KB (float) per slot set of a block, so one block per SM and more tiles than blocks; the
 // last tile is partial.
-void body_GufuncStagedGpu_PipelinedBufferReuseSmall() {
+SPILLWAY_GPU_TEST_FN(GufuncStagedGpu, PipelinedBufferReuseSmall) {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.PipelinedSmall"));
   spillway::stream st;
   const index_t rows = 1500, n = 1000;
@@ -280,16 +265,19 @@ void body_GufuncStagedGpu_PipelinedBufferReuseSmall() {
     EXPECT_EQ(out.to_host(st), ref.data) << "stage_buffers=" << buffers;
   }
 }
-TEST(GufuncStagedGpu, PipelinedBufferReuseSmall) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncStagedGpu_PipelinedBufferReuseSmall();
-}
-TEST(GufuncStagedGpu, RowDotExactForCoreSizes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncStagedGpu_RowDotExactForCoreSizes();
+
+SPILLWAY_GPU_TEST_FN(GufuncStagedGpu, RowDotExactForCoreSizes) {
+  std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.RowDot"));
+  spillway::stream st;
+  for (index_t n : {index_t{1}, index_t{3}, index_t{63}, index_t{64}, index_t{65}, index_t{1000}}) {
+    check_row_dot<float>(1031, n, g, st);
+    check_row_dot<double>(257, n, g, st);
+  }
+  check_row_dot<float>(1, 64, g, st);
+  check_row_dot<float>(33, 64, g, st);  // a tile of 32 plus one instance
 }
 
-void body_GufuncStagedGpu_RealValuesWithinTolerance() {
+SPILLWAY_GPU_TEST_FN(GufuncStagedGpu, RealValuesWithinTolerance) {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.Real"));
   spillway::stream st;
   const index_t rows = 20011, n = 64;
@@ -314,12 +302,8 @@ void body_GufuncStagedGpu_RealValuesWithinTolerance() {
     ASSERT_LE(std::fabs(got[static_cast<std::size_t>(r)] - ref), 64 * 0x1p-24 * mag + 1e-30) << "row " << r;
   }
 }
-TEST(GufuncStagedGpu, RealValuesWithinTolerance) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncStagedGpu_RealValuesWithinTolerance();
-}
 
-void body_GufuncStagedGpu_FallbacksAndEdges() {
+SPILLWAY_GPU_TEST_FN(GufuncStagedGpu, FallbacksAndEdges) {
   std::mt19937_64 g(spillway::test::seed("GufuncStagedGpu.Edges"));
   spillway::stream st;
   // Transposed inputs: the core is strided, so the direct path runs.
@@ -405,8 +389,4 @@ void body_GufuncStagedGpu_FallbacksAndEdges() {
     spillway::gufunc_into_async(st, "(n),(n)->()", out.view(), row_dot{}, da, da);
     EXPECT_EQ(out.to_host(st), ref.data);
   }
-}
-TEST(GufuncStagedGpu, FallbacksAndEdges) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncStagedGpu_FallbacksAndEdges();
 }

@@ -1,7 +1,8 @@
 // Device maps, gufuncs and reductions, each checked against the host target on random inputs.
 #include <spillway/map.cuh>
 
-#include "support/gpu_test.hpp"
+#include "support/expect_throw.hpp"
+#include "support/gpu_test_fn.hpp"
 
 #include <gtest/gtest.h>
 
@@ -52,7 +53,7 @@ struct mul_add {
   }
 };
 
-void body_MapGpu_BroadcastTableMatchesHost() {
+SPILLWAY_GPU_TEST_FN(MapGpu, BroadcastTableMatchesHost) {
   std::mt19937_64 g(spillway::test::seed("MapGpu.BroadcastTable"));
   spillway::stream st;
   const std::vector<std::pair<shape_t, shape_t>> cases = {
@@ -73,10 +74,6 @@ void body_MapGpu_BroadcastTableMatchesHost() {
     EXPECT_EQ(alloc.shape(), ref.shape);
     EXPECT_EQ(alloc.to_host(st), ref.data);
   }
-}
-TEST(MapGpu, BroadcastTableMatchesHost) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_BroadcastTableMatchesHost();
 }
 
 template <class T>
@@ -102,7 +99,7 @@ void check_sizes(std::mt19937_64& g, spillway::stream_view st) {
   }
 }
 
-void body_MapGpu_ContiguousSizesTailsAndAlignment() {
+SPILLWAY_GPU_TEST_FN(MapGpu, ContiguousSizesTailsAndAlignment) {
   std::mt19937_64 g(spillway::test::seed("MapGpu.Contiguous"));
   spillway::stream st;
   check_sizes<double>(g, st);
@@ -110,12 +107,8 @@ void body_MapGpu_ContiguousSizesTailsAndAlignment() {
   check_sizes<std::int16_t>(g, st);
   check_sizes<std::int8_t>(g, st);
 }
-TEST(MapGpu, ContiguousSizesTailsAndAlignment) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_ContiguousSizesTailsAndAlignment();
-}
 
-void body_MapGpu_StridedTransposedAndReversedViews() {
+SPILLWAY_GPU_TEST_FN(MapGpu, StridedTransposedAndReversedViews) {
   std::mt19937_64 g(spillway::test::seed("MapGpu.Strided"));
   spillway::stream st;
   const index_t R = 67, C = 129;
@@ -142,12 +135,8 @@ void body_MapGpu_StridedTransposedAndReversedViews() {
     for (index_t j = 0; j < (C + 1) / 2; ++j)
       ASSERT_EQ(got2[static_cast<std::size_t>(j * R + i)], ref2.data[static_cast<std::size_t>(i * ((C + 1) / 2) + j)]);
 }
-TEST(MapGpu, StridedTransposedAndReversedViews) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_StridedTransposedAndReversedViews();
-}
 
-void body_MapGpu_ScalarsByValueAndDeducedTypes() {
+SPILLWAY_GPU_TEST_FN(MapGpu, ScalarsByValueAndDeducedTypes) {
   std::mt19937_64 g(spillway::test::seed("MapGpu.Scalars"));
   spillway::stream st;
   const index_t n = 1001;
@@ -175,12 +164,8 @@ void body_MapGpu_ScalarsByValueAndDeducedTypes() {
   const auto gq = q.to_host(st);
   EXPECT_EQ(gq[5], hi[5] + 1);
 }
-TEST(MapGpu, ScalarsByValueAndDeducedTypes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_ScalarsByValueAndDeducedTypes();
-}
 
-void body_MapGpu_ZeroSizeAndMismatchesLeaveOutputUntouched() {
+SPILLWAY_GPU_TEST_FN(MapGpu, ZeroSizeAndMismatchesLeaveOutputUntouched) {
   spillway::stream st;
   auto e = spillway::device_array<double>({0, 5}, st);
   auto r = spillway::map_async(st, mul_add{}, e, 2.0);
@@ -204,12 +189,8 @@ void body_MapGpu_ZeroSizeAndMismatchesLeaveOutputUntouched() {
   const auto after = out.to_host(st);
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(double)), 0);
 }
-TEST(MapGpu, ZeroSizeAndMismatchesLeaveOutputUntouched) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_ZeroSizeAndMismatchesLeaveOutputUntouched();
-}
 
-void body_MapGpu_SixtyFourBitSizes() {
+SPILLWAY_GPU_TEST_FN(MapGpu, SixtyFourBitSizes) {
   spillway::stream st;
   // 2^31 + 77 int8 elements: contiguous kernel; then a (3, 2^31+3) broadcast on a misaligned view:
   // the rows kernel with 64-bit indices.
@@ -242,10 +223,6 @@ void body_MapGpu_SixtyFourBitSizes() {
     }
   }
 }
-TEST(MapGpu, SixtyFourBitSizes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_MapGpu_SixtyFourBitSizes();
-}
 
 // ---- gufuncs -----------------------------------------------------------------------------------
 
@@ -260,7 +237,7 @@ struct dot_fn {
   }
 };
 
-void body_GufuncGpu_RowDotMatchesHostForEveryTeamSize() {
+SPILLWAY_GPU_TEST_FN(GufuncGpu, RowDotMatchesHostForEveryTeamSize) {
   std::mt19937_64 g(spillway::test::seed("GufuncGpu.Dot"));
   spillway::stream st;
   for (index_t n : {index_t{0}, index_t{1}, index_t{5}, index_t{64}, index_t{100}, index_t{5003}}) {
@@ -279,12 +256,8 @@ void body_GufuncGpu_RowDotMatchesHostForEveryTeamSize() {
     }
   }
 }
-TEST(GufuncGpu, RowDotMatchesHostForEveryTeamSize) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncGpu_RowDotMatchesHostForEveryTeamSize();
-}
 
-void body_GufuncGpu_ElementwiseCoresBroadcastAndScalars() {
+SPILLWAY_GPU_TEST_FN(GufuncGpu, ElementwiseCoresBroadcastAndScalars) {
   std::mt19937_64 g(spillway::test::seed("GufuncGpu.Cores"));
   spillway::stream st;
   const auto hbig = random_values<double>(100 * 40 * 5, g);
@@ -315,27 +288,16 @@ void body_GufuncGpu_ElementwiseCoresBroadcastAndScalars() {
     EXPECT_EQ(gc[static_cast<std::size_t>(j)], ref);
   }
 }
-TEST(GufuncGpu, ElementwiseCoresBroadcastAndScalars) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncGpu_ElementwiseCoresBroadcastAndScalars();
-}
 
-void body_GufuncGpu_MismatchesThrowNamingArgumentDimensionAndSizes() {
+SPILLWAY_GPU_TEST_FN(GufuncGpu, MismatchesThrowNamingArgumentDimensionAndSizes) {
   spillway::stream st;
   auto a = spillway::device_array<float>({10, 64}, st);
   auto b = spillway::device_array<float>({10, 63}, st);
   auto out = poisoned<float>({10}, st);
   const auto before = out.to_host(st);
-  try {
-    spillway::gufunc_into_async(st, "(n),(n)->()", out.view(), dot_fn{}, a, b);
-    FAIL() << "no exception";
-  } catch (const spillway::logic_error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("argument 1"), std::string::npos) << m;
-    EXPECT_NE(m.find("'n'"), std::string::npos) << m;
-    EXPECT_NE(m.find("63"), std::string::npos) << m;
-    EXPECT_NE(m.find("64"), std::string::npos) << m;
-  }
+  ASSERT_NO_FATAL_FAILURE(spillway::test::expect_throw_naming(
+      [&] { spillway::gufunc_into_async(st, "(n),(n)->()", out.view(), dot_fn{}, a, b); },
+      {"argument 1", "'n'", "63", "64"}));
   EXPECT_THROW(spillway::gufunc_into_async(st, "(n),(n)->(", out.view(), dot_fn{}, a, a), spillway::logic_error);
   EXPECT_THROW(spillway::gufunc_into_async(st, spillway::gufunc_spec("(n),(n)->()", 12), out.view(), dot_fn{}, a, a),
                spillway::logic_error);
@@ -344,14 +306,10 @@ void body_GufuncGpu_MismatchesThrowNamingArgumentDimensionAndSizes() {
   const auto after = out.to_host(st);
   EXPECT_EQ(std::memcmp(after.data(), before.data(), before.size() * sizeof(float)), 0);
 }
-TEST(GufuncGpu, MismatchesThrowNamingArgumentDimensionAndSizes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_GufuncGpu_MismatchesThrowNamingArgumentDimensionAndSizes();
-}
 
 // ---- reductions --------------------------------------------------------------------------------
 
-void body_ReduceGpu_IntegersExactOverAllAndChosenAxes() {
+SPILLWAY_GPU_TEST_FN(ReduceGpu, IntegersExactOverAllAndChosenAxes) {
   std::mt19937_64 g(spillway::test::seed("ReduceGpu.Int"));
   spillway::stream st;
   const shape_t s{7, 1031, 3};
@@ -384,12 +342,8 @@ void body_ReduceGpu_IntegersExactOverAllAndChosenAxes() {
   EXPECT_TRUE(total.shape().empty());
   EXPECT_EQ(total.to_host(st), spillway::sum_host(hv).data);
 }
-TEST(ReduceGpu, IntegersExactOverAllAndChosenAxes) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_ReduceGpu_IntegersExactOverAllAndChosenAxes();
-}
 
-void body_ReduceGpu_FloatsWithinToleranceAndIdenticalRunToRun() {
+SPILLWAY_GPU_TEST_FN(ReduceGpu, FloatsWithinToleranceAndIdenticalRunToRun) {
   std::mt19937_64 g(spillway::test::seed("ReduceGpu.Float"));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   spillway::stream st;
@@ -414,10 +368,6 @@ void body_ReduceGpu_FloatsWithinToleranceAndIdenticalRunToRun() {
   EXPECT_EQ(spillway::sum_async(st, spillway::ndview<const float>(e.view()), {1}).to_host(st), std::vector<float>(4, 0.0f));
   EXPECT_THROW(spillway::amax_async(st, spillway::ndview<const float>(e.view()), {1}), spillway::logic_error);
   EXPECT_THROW(spillway::sum_async(st, dv, {2}), spillway::logic_error);
-}
-TEST(ReduceGpu, FloatsWithinToleranceAndIdenticalRunToRun) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_ReduceGpu_FloatsWithinToleranceAndIdenticalRunToRun();
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <spillway/map.cuh>
 #include <spillway/map/streamed.cuh>
 
-#include "support/gpu_test.hpp"
+#include "support/gpu_test_fn.hpp"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ std::vector<double> random_doubles(std::size_t n, std::mt19937_64& g) {
   return v;
 }
 
-void body_broadcast_many_chunks() {
+SPILLWAY_GPU_TEST_FN(StreamedGpu, BroadcastMatchesHostAcrossManyChunks) {
   std::mt19937_64 g(spillway::test::seed("StreamedGpu.Broadcast"));
   const index_t dates = 100;
   const auto mult_by = random_doubles(4000 * 5, g);
@@ -49,12 +49,8 @@ void body_broadcast_many_chunks() {
   EXPECT_GE(r.tasks_total, 10u) << "the budget should force many chunks";
   EXPECT_EQ(cv, ref.data);
 }
-TEST(StreamedGpu, BroadcastMatchesHostAcrossManyChunks) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_broadcast_many_chunks();
-}
 
-void body_pinned_scalars() {
+SPILLWAY_GPU_TEST_FN(StreamedGpu, PinnedInputScalarAndNoBroadcast) {
   std::mt19937_64 g(spillway::test::seed("StreamedGpu.Pinned"));
   const index_t rows = 3001, cols = 7;  // primes-ish, nothing resident: element-sized units
   spillway::pinned_buffer<float> x(static_cast<std::size_t>(rows * cols));
@@ -75,12 +71,8 @@ void body_pinned_scalars() {
   EXPECT_GT(r.tasks_total, 3u);
   EXPECT_EQ(out, ref.data);
 }
-TEST(StreamedGpu, PinnedInputScalarAndNoBroadcast) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_pinned_scalars();
-}
 
-void body_leading_resident() {
+SPILLWAY_GPU_TEST_FN(StreamedGpu, ResidentOperandAlongTheLeadingDimension) {
   std::mt19937_64 g(spillway::test::seed("StreamedGpu.Leading"));
   // (7,1,1) varies along the output's first dimension: a single chunk holds everything.
   const auto a = random_doubles(7, g);
@@ -93,12 +85,8 @@ void body_leading_resident() {
   EXPECT_TRUE(r.complete());
   EXPECT_EQ(out, ref.data);
 }
-TEST(StreamedGpu, ResidentOperandAlongTheLeadingDimension) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_leading_resident();
-}
 
-void body_errors() {
+SPILLWAY_GPU_TEST_FN(StreamedGpu, BadArgumentsThrowBeforeTouchingData) {
   std::vector<double> a(4000 * 5, 1.0), b(10 * 4000 * 5, 2.0), out(b.size(), -1.0);
   const auto before = out;
   try {
@@ -118,10 +106,6 @@ void body_errors() {
                                    spillway::make_view(a.data(), {4000, 5}), spillway::make_view(b.data(), {10, 4000, 5})),
                spillway::logic_error);
   EXPECT_EQ(out, before);
-}
-TEST(StreamedGpu, BadArgumentsThrowBeforeTouchingData) {
-  SPILLWAY_GPU_TEST_OR_SKIP();
-  body_errors();
 }
 
 }  // namespace

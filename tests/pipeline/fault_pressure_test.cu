@@ -6,7 +6,7 @@
 #include <spillway/core.hpp>
 #include <spillway/pipeline.cuh>
 
-#include "pipeline/fault_support.hpp"
+#include "support/fault_harness.hpp"
 #include "support/gpu_test.hpp"
 
 #include <gtest/gtest.h>
@@ -27,13 +27,21 @@ struct axpy3 {
   __host__ __device__ double operator()(double x, double y) const { return x * 3.0 + y; }
 };
 
-class FaultPressureGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
+// out = 3a + b over n doubles, integer-valued (exact on both sides); out starts as poison.
+struct axpy_arrays {
+  std::vector<double> a, b, out;
+  axpy_arrays(std::size_t n, const std::string& salt) : a(n), b(n), out(n) {
+    std::mt19937_64 g(spillway::test::seed(salt));
+    std::uniform_int_distribution<int> v(-1000, 1000);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = v(g);
+      b[i] = v(g);
+    }
+    std::memset(out.data(), 0x7f, n * 8);
   }
 };
+
+class FaultPressureGpu : public ft::one_gpu_test {};
 
 TEST_F(FaultPressureGpu, RingLargerThanFreeMemoryFailsWithOutOfMemory) {
   const auto before = ft::take({0});
@@ -52,9 +60,8 @@ TEST_F(FaultPressureGpu, RingLargerThanFreeMemoryFailsWithOutOfMemory) {
     (void)spillway::run_tasks(8, o, [&](std::size_t, spillway::task_slot&, spillway::stream_view) { ++enqueued; });
     ADD_FAILURE() << "expected pipeline_error";
   } catch (const pipeline_error& e) {
-    ft::expect_named(e, pipeline_error::no_task, 0);
     std::exception_ptr keep;
-    const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+    const auto* oom = ft::setup_oom(e, keep);
     ASSERT_NE(oom, nullptr) << e.what();
     EXPECT_EQ(oom->requested_bytes(), 3 * buf);
     EXPECT_LE(oom->available_bytes(), free_b + ft::free_bytes_slack);
@@ -73,14 +80,8 @@ TEST_F(FaultPressureGpu, RingLargerThanFreeMemoryFailsWithOutOfMemory) {
 // (80% of what is free when the job starts) adapts and the job completes.
 TEST_F(FaultPressureGpu, MapBudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
   const std::size_t n = std::size_t{32} << 20;  // 256 MiB per array
-  std::vector<double> a(n), b(n), out(n);
-  std::mt19937_64 g(spillway::test::seed("FaultPressureGpu.MapBudget"));
-  std::uniform_int_distribution<int> v(-1000, 1000);
-  for (std::size_t i = 0; i < n; ++i) {
-    a[i] = v(g);
-    b[i] = v(g);
-  }
-  std::memset(out.data(), 0x7f, n * 8);
+  axpy_arrays arrays(n, "FaultPressureGpu.MapBudget");
+  auto& [a, b, out] = arrays;
   const auto before = ft::take({0});
   {
     ft::card_hog h;
@@ -94,9 +95,8 @@ TEST_F(FaultPressureGpu, MapBudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
       (void)spillway::streamed_map(o, out, axpy3{}, a, b);
       ADD_FAILURE() << "expected pipeline_error";
     } catch (const pipeline_error& e) {
-      ft::expect_named(e, pipeline_error::no_task, 0);
       std::exception_ptr keep;
-      const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+      const auto* oom = ft::setup_oom(e, keep);
       ASSERT_NE(oom, nullptr) << e.what();
       EXPECT_GT(oom->requested_bytes(), std::size_t{256} << 20);
       EXPECT_LT(oom->available_bytes(), oom->requested_bytes());
@@ -125,27 +125,14 @@ TEST_F(FaultPressureGpu, MapBudgetAboveFreeMemoryFailsTheDefaultBudgetAdapts) {
 // job: it completes, right.
 TEST_F(FaultPressureGpu, MemoryTakenDuringAStreamedMapDoesNotAffectIt) {
   const std::size_t n = std::size_t{24} << 20;
-  std::vector<double> a(n), b(n), out(n);
-  std::mt19937_64 g(spillway::test::seed("FaultPressureGpu.MapHog"));
-  std::uniform_int_distribution<int> v(-1000, 1000);
-  for (std::size_t i = 0; i < n; ++i) {
-    a[i] = v(g);
-    b[i] = v(g);
-  }
-  std::memset(out.data(), 0x7f, n * 8);
+  axpy_arrays arrays(n, "FaultPressureGpu.MapHog");
+  auto& [a, b, out] = arrays;
   ft::card_hog h;
   bool taken = false;
   spillway::transform_options o;
   o.devices = {0};
   o.max_chunk_bytes = std::size_t{12} << 20;  // ~48 chunks
-  o.progress = [&](const spillway::progress_info& p) {
-    if (!taken && p.tasks_done >= 2) {
-      taken = true;
-      spillway::trim_device_pool(0);
-      h.take_all_but(std::size_t{64} << 20);
-    }
-    return true;
-  };
+  o.progress = ft::take_card_after(2, std::size_t{64} << 20, h, taken);
   spillway::job_report r;
   {
     ft::watchdog w(120, "MemoryTakenDuringAStreamedMap");
@@ -232,32 +219,19 @@ TEST_F(FaultPressureGpu, MemoryTakenDuringAJobThatAllocatesPerTask) {
   {
     ft::card_hog h;
     bool taken = false;
-    auto progress = [&](const spillway::progress_info& p) {
-      if (!taken && p.tasks_done >= 2) {
-        taken = true;
-        spillway::trim_device_pool(0);
-        h.take_all_but(std::size_t{16} << 20);
-      }
-      return true;
-    };
-    try {
-      ft::watchdog w(120, "MemoryTakenDuringAJobThatAllocatesPerTask");
-      const auto r = job.run(progress);
-      std::printf("[ outcome  ] adapted: the job completed with the card taken (%zu bytes)\n", h.bytes());
-      EXPECT_TRUE(r.complete());
-      for (std::size_t t = 0; t < job.tasks; ++t) EXPECT_TRUE(job.task_correct(t)) << t;
-    } catch (const pipeline_error& e) {
-      std::printf("[ outcome  ] failed by name: %s\n", e.what());
-      ASSERT_NE(e.failed_task(), pipeline_error::no_task) << e.what();
-      ft::expect_named(e, e.failed_task(), 0);
-      std::exception_ptr keep;
-      const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
-      ASSERT_NE(oom, nullptr) << e.what();
-      EXPECT_EQ(oom->requested_bytes(), std::size_t{32} << 20);
-      EXPECT_LT(oom->available_bytes(), oom->requested_bytes());
-      EXPECT_NE(std::string(oom->what()).find("free of"), std::string::npos) << oom->what();
-      for (std::size_t t : e.report().completed_tasks()) EXPECT_TRUE(job.task_correct(t)) << t;
-    }
+    auto progress = ft::take_card_after(2, std::size_t{16} << 20, h, taken);
+    ft::adapts_or_fails_by_name(
+        [&] { return job.run(progress); }, h,
+        [&](const spillway::job_report& r) {
+          EXPECT_TRUE(r.complete());
+          for (std::size_t t = 0; t < job.tasks; ++t) EXPECT_TRUE(job.task_correct(t)) << t;
+        },
+        [&](const pipeline_error& e, const spillway::out_of_memory& oom) {
+          EXPECT_EQ(oom.requested_bytes(), std::size_t{32} << 20);
+          EXPECT_LT(oom.available_bytes(), oom.requested_bytes());
+          EXPECT_NE(std::string(oom.what()).find("free of"), std::string::npos) << oom.what();
+          for (std::size_t t : e.report().completed_tasks()) EXPECT_TRUE(job.task_correct(t)) << t;
+        });
     EXPECT_TRUE(taken);
   }
   ft::expect_no_leaks(before, ft::take({0}), "memory taken mid-job");

@@ -6,7 +6,7 @@
 #include <spillway/core.hpp>
 #include <spillway/pipeline.cuh>
 
-#include "pipeline/fault_support.hpp"
+#include "support/fault_harness.hpp"
 #include "support/gpu_test.hpp"
 
 #include <gtest/gtest.h>
@@ -110,88 +110,51 @@ struct map_case : chunk_checks<map_case> {
   }
 };
 
-template <class Job, class Check>
-void run_failing(Job& job, const fault::plan& p, Check check) {
-  ft::watchdog w(120, ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fault::scope armed(p);
-  try {
-    (void)job.run();
-    ADD_FAILURE() << "expected pipeline_error (faults fired: " << fault::fired() << ")";
-  } catch (const pipeline_error& e) {
-    EXPECT_EQ(fault::fired(), 1u);
-    check(e);
-  }
-}
-
-class FaultStreamedGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultStreamedGpu : public ft::one_gpu_test {};
 
 TEST_F(FaultStreamedGpu, MapChunkKernelError) {
   map_case m(40 * 65536 + 123, "FaultStreamedGpu.MapKernel", {0});
   ASSERT_EQ(m.plan().chunk_count(), 41u);
   m.expect_next_job_right();
-  m.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 9;
-  p.task_error = cudaErrorLaunchFailure;
-  run_failing(m, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, 9, 0);
-    for (std::size_t t = 0; t < 9; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
+  const fault::plan p = ft::task_fails_at(9, fault::task_point::complete, cudaErrorLaunchFailure);
+  ft::fail_then_recover(m, {0}, p, "map kernel error", [&](const pipeline_error& e) {
+    ft::expect_named_after_earlier(e, 9, 0);
     m.expect_report_matches_output(e.report(), 9 + 3);  // at most 3 more chunks in flight in the other slots
   });
-  ft::expect_no_leaks(before, ft::take({0}), "map kernel error");
-  m.expect_next_job_right();
 }
 
 TEST_F(FaultStreamedGpu, MapStagingThrows) {
   map_case m(40 * 65536, "FaultStreamedGpu.MapStaging", {0});
   m.expect_next_job_right();
-  m.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.staging_call = 7;  // inputs of chunks 0-3, chunk 0's output, chunk 4's input, chunk 1's output, …
-  run_failing(m, p, [&](const pipeline_error& e) {
+  // Staging calls in order: inputs of chunks 0-3, chunk 0's output, chunk 4's input, chunk 1's output, …
+  const fault::plan p = ft::staging_call_throws(7);
+  ft::fail_then_recover(m, {0}, p, "map staging throw", [&](const pipeline_error& e) {
     ASSERT_NE(e.failed_task(), pipeline_error::no_task) << e.what();
     ft::expect_named(e, e.failed_task(), 0);
     std::exception_ptr keep;
     EXPECT_NE(ft::cause_as<fault::injected_fault>(e, keep), nullptr) << e.what();
     m.expect_report_matches_output(e.report(), e.failed_task() + 4);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "map staging throw");
-  m.expect_next_job_right();
 }
 
 TEST_F(FaultStreamedGpu, MapSlotAllocationFails) {
   map_case m(10 * 65536, "FaultStreamedGpu.MapAlloc", {0});
   m.expect_next_job_right();
-  m.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.device_allocation = 0;
-  run_failing(m, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, pipeline_error::no_task, 0);
+  const fault::plan p = ft::allocation_fails(0);
+  ft::fail_then_recover(m, {0}, p, "map allocation failure", [&](const pipeline_error& e) {
     std::exception_ptr keep;
-    const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+    const auto* oom = ft::setup_oom(e, keep);
     ASSERT_NE(oom, nullptr);
     EXPECT_EQ(oom->requested_bytes(), 4u * 3 * 8 * 65536) << "4 slots of three 512 KiB buffers";
     m.expect_report_matches_output(e.report(), 0);
     EXPECT_TRUE(m.chunk_untouched(m.plan().at(0)));
   });
-  ft::expect_no_leaks(before, ft::take({0}), "map allocation failure");
-  m.expect_next_job_right();
 }
 
 TEST_F(FaultStreamedGpu, MapCancelledByItsProgressCallback) {
   map_case m(80 * 65536, "FaultStreamedGpu.MapCancel", {0});
   m.expect_next_job_right();
-  m.repoison();
-  const auto before = ft::take({0});
+  const auto before = ft::poisoned_start(m, {0});
   m.o.progress = [](const spillway::progress_info& pi) { return pi.tasks_done < 5; };
   spillway::job_report r;
   {
@@ -282,96 +245,58 @@ TEST_F(FaultStreamedGpu, JobChunkCopyErrorWhenEnqueued) {
   job_case j(30 * 32768 + 77, "FaultStreamedGpu.JobEnqueue", {0});
   ASSERT_EQ(j.plan().chunk_count(), 31u);
   j.expect_next_job_right();
-  j.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 6;
-  p.task_at = fault::task_point::enqueue;
-  p.task_error = cudaErrorInvalidValue;
-  run_failing(j, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, 6, 0);
-    for (std::size_t t = 0; t < 6; ++t) EXPECT_TRUE(e.report().completed[t]) << t;
+  const fault::plan p = ft::task_fails_at(6, fault::task_point::enqueue, cudaErrorInvalidValue);
+  ft::fail_then_recover(j, {0}, p, "streamed_job enqueue error", [&](const pipeline_error& e) {
+    ft::expect_named_after_earlier(e, 6, 0);
     EXPECT_EQ(e.report().tasks_completed, 6u);
     j.expect_report_matches_output(e.report(), 6);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "streamed_job enqueue error");
-  j.expect_next_job_right();
 }
 
 TEST_F(FaultStreamedGpu, JobChunkKernelErrorAtCompletion) {
   job_case j(30 * 32768, "FaultStreamedGpu.JobComplete", {0});
   j.expect_next_job_right();
-  j.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 0;  // the very first chunk
-  run_failing(j, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::task_fails(0);  // the very first chunk
+  ft::fail_then_recover(j, {0}, p, "streamed_job completion error", [&](const pipeline_error& e) {
     ft::expect_named(e, 0, 0);
     j.expect_report_matches_output(e.report(), 2);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "streamed_job completion error");
-  j.expect_next_job_right();
 }
 
 TEST_F(FaultStreamedGpu, JobStagingAllocationFails) {
   job_case j(30 * 32768, "FaultStreamedGpu.JobPinned", {0});
   j.expect_next_job_right();
-  j.repoison();
-  const auto before = ft::take({0});  // empties the staging cache: the job pins its blocks anew
-  fault::plan p;
-  p.pinned_allocation = 4;  // slot 2's first block (two staged arrays per slot)
-  run_failing(j, p, [&](const pipeline_error& e) {
+  // fail_then_recover counts leaks first, which empties the staging cache: the job pins its blocks anew.
+  const fault::plan p = ft::pinned_allocation_fails(4);  // slot 2's first block (two staged arrays per slot)
+  ft::fail_then_recover(j, {0}, p, "streamed_job pinned failure", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, 0);
     std::exception_ptr keep;
     EXPECT_NE(ft::cause_as<spillway::out_of_memory>(e, keep), nullptr);
     j.expect_report_matches_output(e.report(), 0);
     EXPECT_TRUE(j.chunk_untouched(j.plan().at(0)));
   });
-  ft::expect_no_leaks(before, ft::take({0}), "streamed_job pinned failure");
-  j.expect_next_job_right();
 }
 
 // ---- two GPUs -----------------------------------------------------------------------------------
 
-class FaultStreamedTwoGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPUS_TEST_OR_SKIP(2);
-    ft::warm_up({0, 1});
-  }
-};
+class FaultStreamedTwoGpu : public ft::two_gpu_test {};
 
 TEST_F(FaultStreamedTwoGpu, MapKernelErrorOnTheSecondDevice) {
   map_case m(120 * 65536, "FaultStreamedTwoGpu.Map", {0, 1});
   m.expect_next_job_right();
-  m.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.task = fault::any_task;
-  p.task_device = 1;
-  run_failing(m, p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 1);
-    m.expect_report_matches_output(e.report(), fault::never);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "map error on device 1");
-  m.expect_next_job_right();
+  ft::any_task_fails_then_recover(m, ft::task_fails(fault::any_task, 1), 1, "map error on device 1");
 }
 
 TEST_F(FaultStreamedTwoGpu, JobStagingThrowsOnEitherDevice) {
   job_case j(120 * 32768, "FaultStreamedTwoGpu.Job", {0, 1});
   j.expect_next_job_right();
-  j.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.staging_call = 20;
-  run_failing(j, p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::staging_call_throws(20);
+  ft::fail_then_recover(j, {0, 1}, p, "streamed_job staging throw, two devices", [&](const pipeline_error& e) {
     ASSERT_NE(e.failed_task(), pipeline_error::no_task) << e.what();
     ASSERT_TRUE(e.device() == 0 || e.device() == 1) << e.what();
     ft::expect_named(e, e.failed_task(), e.device());
     j.expect_report_matches_output(e.report(), fault::never);
   });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "streamed_job staging throw, two devices");
-  j.expect_next_job_right();
 }
 
 }  // namespace

@@ -9,8 +9,9 @@
 #include <spillway/core.hpp>
 #include <spillway/pipeline.cuh>
 
-#include "pipeline/fault_support.hpp"
+#include "support/fault_harness.hpp"
 #include "support/gpu_test.hpp"
+#include "support/task_split.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,15 +40,15 @@ constexpr std::uint32_t poison = 0x7f7f7f7fu;
 // n uint32 in tasks of per_task (the last shorter); task t's output is its input mixed with salt
 // t. `staged`: the host arrays are pageable and go through the slot's pinned staging with the
 // pipeline's host workers (spillway::detail::parallel_copy), as the streamed jobs do; otherwise
-// they are pinned and copied by DMA directly.
-struct mix_job {
-  std::size_t n, per_task;
+// they are pinned and copied by DMA directly. Runs on `devices`.
+struct mix_job : spillway::test::task_split {
   bool staged;
+  std::vector<int> devices;
   spillway::pinned_buffer<std::uint32_t> pin_in, pin_out;
   std::vector<std::uint32_t> page_in, page_out;
 
-  mix_job(std::size_t n_, std::size_t per_task_, bool staged_, const std::string& salt)
-      : n(n_), per_task(per_task_), staged(staged_) {
+  mix_job(std::size_t n_, std::size_t per_task_, bool staged_, const std::string& salt, std::vector<int> devices_ = {0})
+      : task_split{n_, per_task_}, staged(staged_), devices(std::move(devices_)) {
     if (staged) {
       page_in.resize(n);
       page_out.resize(n);
@@ -64,13 +65,10 @@ struct mix_job {
   const std::uint32_t* in() const { return staged ? page_in.data() : pin_in.data(); }
   const std::uint32_t* out() const { return staged ? page_out.data() : pin_out.data(); }
   void repoison() { std::fill_n(out(), n, poison); }
-  std::size_t tasks() const { return (n + per_task - 1) / per_task; }
-  std::size_t begin(std::size_t t) const { return t * per_task; }
-  std::size_t count(std::size_t t) const { return std::min(per_task, n - begin(t)); }
 
-  spillway::task_job_options options(std::vector<int> devices, std::size_t slots = 3) const {
+  spillway::task_job_options options(std::size_t slots = 3) const {
     spillway::task_job_options o;
-    o.devices = std::move(devices);
+    o.devices = devices;
     o.slots_per_device = slots;
     o.device_buffer_bytes = {per_task * 4, per_task * 4};
     if (staged) o.pinned_buffer_bytes = {per_task * 4, per_task * 4};
@@ -100,6 +98,7 @@ struct mix_job {
         tasks(), o, [this](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) { enqueue(t, slot, s); },
         [this](std::size_t t, spillway::task_slot& slot) { complete(t, slot); });
   }
+  spillway::job_report run() { return run(options()); }
   bool task_correct(std::size_t t) const {
     for (std::size_t i = begin(t); i < begin(t) + count(t); ++i)
       if (out()[i] != in()[i] * 2654435761u + static_cast<std::uint32_t>(t)) return false;
@@ -123,27 +122,13 @@ struct mix_job {
     }
   }
   // The job again with nothing injected: every task right.
-  void expect_next_job_right(const std::vector<int>& devices) {
+  void expect_next_job_right() {
     repoison();
-    const auto r = run(options(devices));
+    const auto r = run();
     EXPECT_TRUE(r.complete());
     for (std::size_t t = 0; t < tasks(); ++t) EXPECT_TRUE(task_correct(t)) << "next job, task " << t;
   }
 };
-
-// Runs the job under `p` (watchdog 120 s); returns the pipeline_error's copy through `out`.
-template <class Check>
-void run_failing(mix_job& job, const spillway::task_job_options& o, const fault::plan& p, Check check) {
-  ft::watchdog w(120, ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fault::scope armed(p);
-  try {
-    (void)job.run(o);
-    ADD_FAILURE() << "expected pipeline_error (faults fired: " << fault::fired() << ")";
-  } catch (const pipeline_error& e) {
-    EXPECT_EQ(fault::fired(), 1u);
-    check(e);
-  }
-}
 
 // ---- host worker pool: a part that throws on a pool thread reaches the caller -------------------
 
@@ -177,24 +162,13 @@ TEST(FaultHostWorkers, APartThrowingOnAPoolThreadIsRethrownOnTheCaller) {
 
 // ---- one GPU ------------------------------------------------------------------------------------
 
-class FaultTasksGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPU_TEST_OR_SKIP();
-    ft::warm_up({0});
-  }
-};
+class FaultTasksGpu : public ft::one_gpu_test {};
 
 TEST_F(FaultTasksGpu, KernelErrorReportedAtCompletionOfTaskK) {
   mix_job job(40 * 4099, 4099, false, "FaultTasksGpu.Completion");
-  job.expect_next_job_right({0});  // warms every kernel and cache the job uses
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 7;
-  p.task_at = fault::task_point::complete;
-  p.task_error = cudaErrorLaunchFailure;
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  job.expect_next_job_right();  // warms every kernel and cache the job uses
+  const fault::plan p = ft::task_fails_at(7, fault::task_point::complete, cudaErrorLaunchFailure);
+  ft::fail_then_recover(job, {0}, p, "completion error", [&](const pipeline_error& e) {
     ft::expect_named(e, 7, 0);
     EXPECT_NE(std::string(e.what()).find("cudaErrorLaunchFailure"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("completing task 7"), std::string::npos) << e.what();
@@ -207,20 +181,13 @@ TEST_F(FaultTasksGpu, KernelErrorReportedAtCompletionOfTaskK) {
     for (std::size_t t = 0; t < 7; ++t) EXPECT_TRUE(r.completed[t]) << t;
     job.expect_report_matches_output(r, 9);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "completion error");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, CopyErrorReportedWhenTaskKIsEnqueued) {
   mix_job job(40 * 4099, 4099, false, "FaultTasksGpu.Enqueue");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.task = 5;
-  p.task_at = fault::task_point::enqueue;
-  p.task_error = cudaErrorInvalidValue;
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  job.expect_next_job_right();
+  const fault::plan p = ft::task_fails_at(5, fault::task_point::enqueue, cudaErrorInvalidValue);
+  ft::fail_then_recover(job, {0}, p, "enqueue error", [&](const pipeline_error& e) {
     ft::expect_named(e, 5, 0);
     EXPECT_NE(std::string(e.what()).find("enqueueing task 5"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cudaErrorInvalidValue"), std::string::npos) << e.what();
@@ -230,18 +197,13 @@ TEST_F(FaultTasksGpu, CopyErrorReportedWhenTaskKIsEnqueued) {
     EXPECT_EQ(r.tasks_completed, 5u);
     job.expect_report_matches_output(r, 5);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "enqueue error");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, SlotAllocationFailsAtSetup) {
   mix_job job(20 * 8192, 8192, false, "FaultTasksGpu.Allocation");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.device_allocation = 0;  // the ring's one allocation
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  job.expect_next_job_right();
+  const fault::plan p = ft::allocation_fails(0);  // the ring's one allocation
+  ft::fail_then_recover(job, {0}, p, "allocation failure", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, 0);
     EXPECT_NE(std::string(e.what()).find("setting up the job on device 0"), std::string::npos) << e.what();
     std::exception_ptr keep;
@@ -254,8 +216,6 @@ TEST_F(FaultTasksGpu, SlotAllocationFailsAtSetup) {
     job.expect_report_matches_output(e.report(), 0);
     EXPECT_TRUE(job.task_untouched(0));
   });
-  ft::expect_no_leaks(before, ft::take({0}), "allocation failure");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, AllocationRetriedAfterTrimmingThePoolSucceeds) {
@@ -264,7 +224,7 @@ TEST_F(FaultTasksGpu, AllocationRetriedAfterTrimmingThePoolSucceeds) {
   p.device_allocation = 0;
   p.allocation_retry_succeeds = true;  // the first try fails, the pool is trimmed, the retry works
   fault::scope armed(p);
-  const auto r = job.run(job.options({0}));
+  const auto r = job.run();
   EXPECT_EQ(fault::fired(), 1u);
   EXPECT_TRUE(r.complete());
   for (std::size_t t = 0; t < job.tasks(); ++t) EXPECT_TRUE(job.task_correct(t)) << t;
@@ -272,22 +232,18 @@ TEST_F(FaultTasksGpu, AllocationRetriedAfterTrimmingThePoolSucceeds) {
 
 TEST_F(FaultTasksGpu, PinnedStagingAllocationFailsAtSetup) {
   mix_job job(24 * 8192, 8192, true, "FaultTasksGpu.Pinned");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});  // also empties the staging cache, so the job pins anew
-  fault::plan p;
-  p.pinned_allocation = 3;  // slot 1's second staging block: three blocks are pinned when it fails
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
-    ft::expect_named(e, pipeline_error::no_task, 0);
+  job.expect_next_job_right();
+  // fail_then_recover counts leaks first, which also empties the staging cache: the job pins anew.
+  // Slot 1's second staging block: three blocks are pinned when it fails.
+  const fault::plan p = ft::pinned_allocation_fails(3);
+  ft::fail_then_recover(job, {0}, p, "pinned allocation failure", [&](const pipeline_error& e) {
     std::exception_ptr keep;
-    const auto* oom = ft::cause_as<spillway::out_of_memory>(e, keep);
+    const auto* oom = ft::setup_oom(e, keep);
     ASSERT_NE(oom, nullptr);
     EXPECT_EQ(oom->requested_bytes(), 8192 * 4u);
     EXPECT_NE(std::string(oom->what()).find("cannot pin"), std::string::npos) << oom->what();
     job.expect_report_matches_output(e.report(), 0);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "pinned allocation failure");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, StagingWorkerThrows) {
@@ -296,14 +252,11 @@ TEST_F(FaultTasksGpu, StagingWorkerThrows) {
   const std::size_t per = std::size_t{2} << 20;
   mix_job job(9 * per + 1000, per, true, "FaultTasksGpu.Staging");
   ASSERT_GE(spillway::detail::staging_workers().size(), 1u) << "needs a host worker thread";
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
+  job.expect_next_job_right();
   // Calls in order on the one device's worker: inputs of tasks 0, 1, 2 (calls 0-2), task 0's
   // output when slot 0 is reused (3), task 3's input (4), task 1's output (5), task 4's input (6).
-  p.staging_call = 6;
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  const fault::plan p = ft::staging_call_throws(6);
+  ft::fail_then_recover(job, {0}, p, "staging throw", [&](const pipeline_error& e) {
     ft::expect_named(e, 4, 0);
     EXPECT_NE(std::string(e.what()).find("enqueueing task 4"), std::string::npos) << e.what();
     std::exception_ptr keep;
@@ -312,19 +265,14 @@ TEST_F(FaultTasksGpu, StagingWorkerThrows) {
     for (std::size_t t = 0; t < 4; ++t) EXPECT_TRUE(r.completed[t]) << t;
     job.expect_report_matches_output(r, 4);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "staging throw");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, StagingThrowWhileCopyingAnOutputOut) {
   const std::size_t per = std::size_t{2} << 20;
   mix_job job(9 * per, per, true, "FaultTasksGpu.StagingOut");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.staging_call = 5;  // task 1's output (see StagingWorkerThrows)
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  job.expect_next_job_right();
+  const fault::plan p = ft::staging_call_throws(5);  // task 1's output (see StagingWorkerThrows)
+  ft::fail_then_recover(job, {0}, p, "staging throw on output", [&](const pipeline_error& e) {
     ft::expect_named(e, 1, 0);
     EXPECT_NE(std::string(e.what()).find("on_complete of task 1"), std::string::npos) << e.what();
     const auto& r = e.report();
@@ -332,15 +280,12 @@ TEST_F(FaultTasksGpu, StagingThrowWhileCopyingAnOutputOut) {
     EXPECT_FALSE(r.completed[1]);
     job.expect_report_matches_output(r, 3);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "staging throw on output");
-  job.expect_next_job_right({0});
 }
 
 TEST_F(FaultTasksGpu, ProgressPointCancels) {
   mix_job job(120 * 2048, 2048, false, "FaultTasksGpu.Cancel");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
+  job.expect_next_job_right();
+  const auto before = ft::poisoned_start(job, {0});
   std::atomic<std::size_t> started{0};
   fault::plan p;
   p.cancel_after = 4;  // no progress callback of the caller's: the hook alone watches
@@ -348,7 +293,7 @@ TEST_F(FaultTasksGpu, ProgressPointCancels) {
   {
     ft::watchdog w(120, "ProgressPointCancels");
     fault::scope armed(p);
-    auto o = job.options({0});
+    auto o = job.options();
     r = spillway::run_tasks(
         job.tasks(), o,
         [&](std::size_t t, spillway::task_slot& slot, spillway::stream_view s) {
@@ -363,26 +308,16 @@ TEST_F(FaultTasksGpu, ProgressPointCancels) {
   EXPECT_FALSE(r.complete());
   EXPECT_GE(r.tasks_completed, 4u);
   EXPECT_EQ(r.tasks_completed, started.load()) << "every started task was drained to completion";
-  for (std::size_t t = 0; t < job.tasks(); ++t) {
-    if (r.completed[t]) {
-      EXPECT_TRUE(job.task_correct(t)) << t;
-    } else {
-      EXPECT_TRUE(job.task_untouched(t)) << t;
-    }
-  }
+  spillway::test::expect_complete_or_untouched(job, r);
   ft::expect_no_leaks(before, ft::take({0}), "cancel");
-  job.expect_next_job_right({0});
+  job.expect_next_job_right();
 }
 
 TEST_F(FaultTasksGpu, ProgressPointThrows) {
   mix_job job(120 * 2048, 2048, false, "FaultTasksGpu.ProgressThrows");
-  job.expect_next_job_right({0});
-  job.repoison();
-  const auto before = ft::take({0});
-  fault::plan p;
-  p.cancel_after = 3;
-  p.progress_throws = true;
-  run_failing(job, job.options({0}), p, [&](const pipeline_error& e) {
+  job.expect_next_job_right();
+  const fault::plan p = ft::progress_throws_after(3);
+  ft::fail_then_recover(job, {0}, p, "progress throw", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, -1);
     EXPECT_TRUE(std::string(e.what()).find("progress callback during the job") != std::string::npos ||
                 std::string(e.what()).find("progress callback after the last task of the job") != std::string::npos)
@@ -392,73 +327,39 @@ TEST_F(FaultTasksGpu, ProgressPointThrows) {
     EXPECT_GE(e.report().tasks_completed, 3u);
     job.expect_report_matches_output(e.report(), fault::never);
   });
-  ft::expect_no_leaks(before, ft::take({0}), "progress throw");
-  job.expect_next_job_right({0});
 }
 
 // ---- two GPUs -----------------------------------------------------------------------------------
 
-class FaultTasksTwoGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPILLWAY_GPUS_TEST_OR_SKIP(2);
-    ft::warm_up({0, 1});
-  }
-};
+class FaultTasksTwoGpu : public ft::two_gpu_test {};
 
 TEST_F(FaultTasksTwoGpu, KernelErrorOnTheSecondDevice) {
-  mix_job job(300 * 8192, 8192, false, "FaultTasksTwoGpu.Completion");
-  job.expect_next_job_right({0, 1});
-  job.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.task = fault::any_task;  // the first task device 1 finishes
-  p.task_device = 1;
-  p.task_at = fault::task_point::complete;
-  run_failing(job, job.options({0, 1}), p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 1);
-    EXPECT_EQ(fault::fired_device(), 1);
-    job.expect_report_matches_output(e.report(), fault::never);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "completion error on device 1");
-  job.expect_next_job_right({0, 1});
+  mix_job job(300 * 8192, 8192, false, "FaultTasksTwoGpu.Completion", {0, 1});
+  job.expect_next_job_right();
+  // Fails the first task device 1 finishes.
+  const auto p = ft::task_fails_at(fault::any_task, fault::task_point::complete, cudaErrorLaunchFailure, 1);
+  ft::any_task_fails_then_recover(job, p, 1, "completion error on device 1",
+                                  [](const pipeline_error&) { EXPECT_EQ(fault::fired_device(), 1); });
 }
 
 TEST_F(FaultTasksTwoGpu, StagedCopyErrorOnTheFirstDevice) {
-  mix_job job(200 * 8192, 8192, true, "FaultTasksTwoGpu.Enqueue");
-  job.expect_next_job_right({0, 1});
-  job.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.task = fault::any_task;
-  p.task_device = 0;
-  p.task_at = fault::task_point::enqueue;
-  p.task_error = cudaErrorInvalidValue;
-  run_failing(job, job.options({0, 1}), p, [&](const pipeline_error& e) {
-    ft::expect_named(e, fault::fired_task(), 0);
-    job.expect_report_matches_output(e.report(), fault::never);
-  });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "enqueue error on device 0");
-  job.expect_next_job_right({0, 1});
+  mix_job job(200 * 8192, 8192, true, "FaultTasksTwoGpu.Enqueue", {0, 1});
+  job.expect_next_job_right();
+  const auto p = ft::task_fails_at(fault::any_task, fault::task_point::enqueue, cudaErrorInvalidValue, 0);
+  ft::any_task_fails_then_recover(job, p, 0, "enqueue error on device 0");
 }
 
 TEST_F(FaultTasksTwoGpu, AllocationFailsOnTheSecondDevice) {
-  mix_job job(200 * 8192, 8192, false, "FaultTasksTwoGpu.Allocation");
-  job.expect_next_job_right({0, 1});
-  job.repoison();
-  const auto before = ft::take({0, 1});
-  fault::plan p;
-  p.device_allocation = 0;
-  p.allocation_device = 1;
-  run_failing(job, job.options({0, 1}), p, [&](const pipeline_error& e) {
+  mix_job job(200 * 8192, 8192, false, "FaultTasksTwoGpu.Allocation", {0, 1});
+  job.expect_next_job_right();
+  const fault::plan p = ft::allocation_fails(0, 1);
+  ft::fail_then_recover(job, {0, 1}, p, "allocation failure on device 1", [&](const pipeline_error& e) {
     ft::expect_named(e, pipeline_error::no_task, 1);
     std::exception_ptr keep;
     EXPECT_NE(ft::cause_as<spillway::out_of_memory>(e, keep), nullptr);
     // Device 0 may have completed tasks before the stop reached it: they must be right.
     job.expect_report_matches_output(e.report(), fault::never);
   });
-  ft::expect_no_leaks(before, ft::take({0, 1}), "allocation failure on device 1");
-  job.expect_next_job_right({0, 1});
 }
 
 }  // namespace

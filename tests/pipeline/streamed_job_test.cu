@@ -6,6 +6,7 @@
 #include <spillway/pipeline.cuh>
 
 #include "support/gpu_test.hpp"
+#include "support/round_once.cuh"
 
 #include <gtest/gtest.h>
 
@@ -28,13 +29,7 @@ __host__ __device__ inline double discount_factor(double rate, double t) {
   return 1.0 / std::fma(rate, t, 1.0);
 #endif
 }
-__host__ __device__ inline double mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+using spillway::test::mul_rn;
 
 __global__ void discount_kernel(const double* rate, const double* times, double* disc, std::size_t dates, std::size_t nt) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < dates * nt;
@@ -44,7 +39,7 @@ __global__ void discount_kernel(const double* rate, const double* times, double*
 }
 __global__ void flows_kernel(const double* disc, const double* flow, double* out, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-    out[i] = mul(disc[i], flow[i]);
+    out[i] = mul_rn(disc[i], flow[i]);
   }
 }
 __global__ void sum_kernel(const double* dflow, double* pv, std::size_t dates, std::size_t nt) {
@@ -72,7 +67,7 @@ pricer_data make_pricer(std::size_t dates, std::size_t nt, const std::string& sa
   p.want_pv.assign(dates, 0.0);
   for (std::size_t d = 0; d < dates; ++d) {
     for (std::size_t j = 0; j < nt; ++j) {
-      const double v = mul(discount_factor(p.rate[d], p.times[j]), p.flow[d * nt + j]);
+      const double v = mul_rn(discount_factor(p.rate[d], p.times[j]), p.flow[d * nt + j]);
       p.want_dflow[d * nt + j] = v;
       p.want_pv[d] += v;
     }

@@ -4,6 +4,7 @@
 #include <spillway/pipeline.cuh>
 
 #include "support/gpu_test.hpp"
+#include "support/task_split.hpp"
 
 #include <gtest/gtest.h>
 
@@ -37,21 +38,16 @@ std::size_t pool_used(int device) {
 
 // A job of n_tasks tasks of `per_task` uint32 each (the last one shorter) from pinned `in` to
 // pinned `out`: task t's chunk is mixed with salt t.
-struct mix_job {
-  std::size_t n;
-  std::size_t per_task;
+struct mix_job : spillway::test::task_split {
   spillway::pinned_buffer<std::uint32_t> in;
   spillway::pinned_buffer<std::uint32_t> out;
 
-  mix_job(std::size_t n_, std::size_t per_task_, const char* seed_name) : n(n_), per_task(per_task_), in(n_), out(n_) {
+  mix_job(std::size_t n_, std::size_t per_task_, const char* seed_name)
+      : task_split{n_, per_task_}, in(n_), out(n_) {
     std::mt19937 rng(static_cast<std::uint32_t>(spillway::test::seed(seed_name)));
     for (std::size_t i = 0; i < n; ++i) in[i] = rng();
     std::memset(out.data(), 0xFF, n * sizeof(std::uint32_t));  // poison
   }
-  std::size_t tasks() const { return (n + per_task - 1) / per_task; }
-  std::size_t begin(std::size_t t) const { return t * per_task; }
-  std::size_t count(std::size_t t) const { return std::min(per_task, n - begin(t)); }
-
   spillway::task_job_options options(std::size_t slots = 3) const {
     spillway::task_job_options o;
     o.slots_per_device = slots;
@@ -248,13 +244,7 @@ TEST(TaskPipelineGpu, ProgressCanCancel) {
   EXPECT_GE(r.tasks_completed, 4u);
   EXPECT_LT(r.tasks_completed, job.tasks());
   EXPECT_EQ(r.tasks_completed, started.load()) << "every started task was drained to completion";
-  for (std::size_t t = 0; t < job.tasks(); ++t) {
-    if (r.completed[t]) {
-      EXPECT_TRUE(job.task_correct(t)) << t;
-    } else {
-      EXPECT_TRUE(job.task_untouched(t)) << t;
-    }
-  }
+  spillway::test::expect_complete_or_untouched(job, r);
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.front().tasks_done, 0u);
   for (std::size_t i = 1; i < seen.size(); ++i) {

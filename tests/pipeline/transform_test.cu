@@ -5,6 +5,7 @@
 #include <spillway/pipeline.cuh>
 
 #include "support/gpu_test.hpp"
+#include "support/round_once.cuh"
 
 #include <cuda/functional>
 #include <gtest/gtest.h>
@@ -17,14 +18,7 @@
 
 namespace {
 
-// a * b rounded once, on host and device alike (no contraction into an FMA with a later add).
-__host__ __device__ inline double mul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+using spillway::test::mul_rn;
 
 struct multiplies {
   __host__ __device__ double operator()(double a, double b) const { return a * b; }
