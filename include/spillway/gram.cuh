@@ -64,13 +64,7 @@ gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const g
   job.symmetric = b == nullptr;
   job.sink = sink;
   job.who = "gram";
-  job.opt.budget = opt.budget;
-  job.opt.devices = opt.devices;
-  job.opt.max_panel_rows = opt.max_panel_rows;
-  job.opt.slots_per_device = opt.slots_per_device;
-  job.opt.progress = opt.progress;
-  job.opt.report = opt.report;
-  job.opt.trace = opt.trace;
+  job.opt = opt;  // the pair job's part of the options
   return job;
 }
 /// The host fallback of gram_strips: strips of 1024 rows of A against all of B (first_col 0).

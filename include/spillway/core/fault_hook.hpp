@@ -124,14 +124,21 @@ inline int device_allocation_fault(int device) {
   return s.p.allocation_retry_succeeds ? 1 : 2;
 }
 
-/// Called before each cudaHostAlloc by spillway: true to fail it.
-inline bool pinned_allocation_fault() {
+/// Counts a call on `calls` (a counter of global()) and says whether it is the plan's call number
+/// `target` of the plan (`target` read under the lock), which then counts as fired.
+template <class Target>
+bool nth_call_fails(std::atomic<std::size_t> state::*calls, Target target) {
   state& s = global();
   std::lock_guard<std::mutex> l(s.mutex);
-  const std::size_t k = s.pinned_allocations.fetch_add(1);
-  if (k != s.p.pinned_allocation) return false;
+  const std::size_t k = (s.*calls).fetch_add(1);
+  if (k != target(s.p)) return false;
   s.fired.fetch_add(1);
   return true;
+}
+
+/// Called before each cudaHostAlloc by spillway: true to fail it.
+inline bool pinned_allocation_fault() {
+  return nth_call_fails(&state::pinned_allocations, [](const plan& p) { return p.pinned_allocation; });
 }
 
 inline void pinned_allocated(std::size_t bytes) noexcept {
@@ -159,12 +166,7 @@ inline cudaError_t task_fault(task_point where, std::size_t task, int device) {
 
 /// Called once per host worker pool call: true when this call's last part must throw.
 inline bool staging_call_fault() {
-  state& s = global();
-  std::lock_guard<std::mutex> l(s.mutex);
-  const std::size_t k = s.staging_calls.fetch_add(1);
-  if (k != s.p.staging_call) return false;
-  s.fired.fetch_add(1);
-  return true;
+  return nth_call_fails(&state::staging_calls, [](const plan& p) { return p.staging_call; });
 }
 
 [[noreturn]] inline void throw_staging_fault() {

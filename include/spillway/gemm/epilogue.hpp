@@ -120,18 +120,6 @@ SPILLWAY_HD TC convert_output(V v) {
   }
 }
 
-/// C's element as an accumulator value (for β·C).
-template <class V, class TC>
-SPILLWAY_HD V load_output(TC c) {
-  if constexpr (std::is_same_v<TC, __half>) {
-    return static_cast<V>(__half2float(c));
-  } else if constexpr (std::is_same_v<TC, __nv_bfloat16>) {
-    return static_cast<V>(__bfloat162float(c));
-  } else {
-    return static_cast<V>(c);
-  }
-}
-
 /// An input element as an accumulator-type value (host GEMM, SIMT kernel).
 template <class V, class T>
 SPILLWAY_HD V widen(T x) {
@@ -142,6 +130,12 @@ SPILLWAY_HD V widen(T x) {
   } else {
     return static_cast<V>(x);
   }
+}
+
+/// C's element as an accumulator value (for β·C): widened like an input element.
+template <class V, class TC>
+SPILLWAY_HD V load_output(TC c) {
+  return widen<V>(c);
 }
 
 /// An epilogue seen from the transposed frame: kernels compute row-major C; a column-major C is

@@ -59,8 +59,9 @@ using ::spillway::pairwise::topk_options;
 using ::spillway::pairwise::topk_result;
 using ::spillway::pairwise::triangle_layout;
 
-/// Options of every similarity entry point.
-struct similarity_options {
+/// Options of every similarity entry point: the pair job's (budget, devices, max_panel_rows ≤ 2048,
+/// slots_per_device, progress, report, trace: pairwise::pair_job_options) and the similarity's own.
+struct similarity_options : ::spillway::pairwise::pair_job_options {
   similarity_metric metric = similarity_metric::cosine;
   /// Cosine when either row is all zero (0/0): this value, for every pair with a zero row (the
   /// row with itself included). Default 0: a zero vector is like nothing.
@@ -74,18 +75,6 @@ struct similarity_options {
   /// (logic_error naming the first such row; the output untouched). false skips the scan (one read
   /// of the rows); scores of such rows are then whatever IEEE arithmetic gives.
   bool check_finite = true;
-  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
-  std::optional<memory_budget> budget;
-  /// Devices to use. Empty: every visible device (rows in device memory: their device).
-  std::vector<int> devices;
-  /// Cap on rows per strip (0: automatic, ≤ 2048). Tests use it to force many strips.
-  std::int64_t max_panel_rows = 0;
-  /// Strips in flight per device (one stream each).
-  std::size_t slots_per_device = 3;
-  /// Called as strips complete; return false to cancel (see job_report::cancelled).
-  progress_callback progress;
-  /// If set, receives the plan and the scheduler's report.
-  ::spillway::pairwise::pair_report* report = nullptr;
   /// Host rows in ordinary (pageable) memory are page-locked for the call (cudaHostRegister,
   /// undone before it returns; pair_report::a_registered / b_registered say so), so the job copies
   /// them by DMA: `automatic` and `always` both do (10⁶ × 768 bf16 rows, top-32 cosine, 8 GiB
@@ -237,12 +226,7 @@ similarity_job<T> make_job(const matrix_view<const T>& a, const matrix_view<cons
   job.symmetric = b == nullptr;
   job.sink = sink;
   job.who = who;
-  job.opt.budget = opt.budget;
-  job.opt.devices = opt.devices;
-  job.opt.max_panel_rows = opt.max_panel_rows;
-  job.opt.slots_per_device = opt.slots_per_device;
-  job.opt.progress = opt.progress;
-  job.opt.report = opt.report;
+  job.opt = opt;  // the pair job's part of the options (devices: rows in device memory run on theirs)
   if (p.on_dev) {
     if (!opt.devices.empty() && (opt.devices.size() != 1 || opt.devices[0] != dev_a)) {
       throw logic_error(std::string(who) + ": the rows are in device " + std::to_string(dev_a) +

@@ -182,10 +182,10 @@ inline int value_as_int(const T* p) {
 inline std::uint64_t pack_row(const unsigned char* src, std::int64_t cols, std::uint32_t* dst, std::int64_t ld,
                               bool nonzero_as_one) {
   std::uint64_t bad = 0;
-  const std::int64_t full = cols / 32;
-  for (std::int64_t w = 0; w < full; ++w) {
+  // 32 bytes (columns) into one word, bit k of byte k.
+  const auto pack32 = [&](const unsigned char* p) {
     std::uint64_t x[4];
-    std::memcpy(x, src + w * 32, 32);
+    std::memcpy(x, p, 32);
     std::uint32_t word = 0;
     for (int k = 0; k < 4; ++k) {
       std::uint64_t v = x[k];
@@ -193,23 +193,16 @@ inline std::uint64_t pack_row(const unsigned char* src, std::int64_t cols, std::
       else bad |= v & ~low_bits;
       word |= gather8(v) << (8 * k);
     }
-    dst[w] = word;
-  }
+    return word;
+  };
+  const std::int64_t full = cols / 32;
+  for (std::int64_t w = 0; w < full; ++w) dst[w] = pack32(src + w * 32);
   const std::int64_t rem = cols - full * 32;
   std::int64_t w = full;
   if (rem > 0) {
     unsigned char tail[32] = {};
     std::memcpy(tail, src + full * 32, static_cast<std::size_t>(rem));
-    std::uint64_t x[4];
-    std::memcpy(x, tail, 32);
-    std::uint32_t word = 0;
-    for (int k = 0; k < 4; ++k) {
-      std::uint64_t v = x[k];
-      if (nonzero_as_one) v = any_bit_per_byte(v);
-      else bad |= v & ~low_bits;
-      word |= gather8(v) << (8 * k);
-    }
-    dst[w++] = word;
+    dst[w++] = pack32(tail);
   }
   for (; w < ld; ++w) dst[w] = 0u;
   return bad;

@@ -40,26 +40,13 @@ using ::spillway::pairwise::sink_kind;
 using gram_plan = ::spillway::pairwise::pair_plan;
 using gram_report = ::spillway::pairwise::pair_report;
 
-/// Options shared by every Gram entry point.
-struct gram_options {
+/// Options shared by every Gram entry point: the pair job's (budget, devices, max_panel_rows,
+/// slots_per_device, progress, report, trace: pairwise::pair_job_options) and the Gram's own.
+struct gram_options : ::spillway::pairwise::pair_job_options {
   metric epilogue = metric::counts;
   score_options scores{};
   /// Tile kernel (automatic = fastest the device and build can run).
   kernel_path path = kernel_path::automatic;
-  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
-  std::optional<memory_budget> budget;
-  /// Devices to use. Empty: every visible device.
-  std::vector<int> devices;
-  /// Cap on rows per strip (0: automatic). Tests use it to force many strips.
-  std::int64_t max_panel_rows = 0;
-  /// Strips in flight per device (one stream each): copy-in, compute and copy-out overlap.
-  std::size_t slots_per_device = 3;
-  /// Called as strips complete; return false to cancel (see job_report::cancelled).
-  progress_callback progress;
-  /// If set, receives the plan and the scheduler's report.
-  gram_report* report = nullptr;
-  /// If set, receives when each strip's products ran on its device (benchmarks).
-  ::spillway::pairwise::pair_trace* trace = nullptr;
   /// With no GPU (and `devices` empty): true runs the host implementation (host_gram_dense /
   /// host_gram_topk / host_gram_threshold, multi-threaded with OpenMP; the report then lists no
   /// devices); false (the default) throws no_gpu_error naming this option.

@@ -83,14 +83,7 @@ class ndview {
   /// A const view of the same elements.
   template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
   SPILLWAY_HD operator ndview<const U>() const noexcept {
-    ndview<const U> v;
-    v.data_ = data_;
-    v.rank_ = rank_;
-    for (int d = 0; d < max_rank; ++d) {
-      v.extents_[d] = extents_[d];
-      v.strides_[d] = strides_[d];
-    }
-    return v;
+    return ndview<const U>::from_parts(data_, rank_, extents_, strides_);
   }
 
   [[nodiscard]] SPILLWAY_HD T* data() const noexcept { return data_; }

@@ -112,16 +112,22 @@ struct pair_report {
 /// upper triangle and the diagonal block, complete); by symmetry the rest of those rows is in
 /// earlier strips' columns. For A·Bᵀ first_col is 0 and cols is all of them.
 template <class V>
-struct host_strip {
+struct strip_place {
   std::int64_t first_row = 0;
   std::int64_t rows = 0;
   std::int64_t first_col = 0;
   std::int64_t cols = 0;
   const V* values = nullptr;
-  /// Entry (i, j) in the matrix's own indices (first_row <= i < first_row + rows, likewise j).
-  [[nodiscard]] V at(std::int64_t i, std::int64_t j) const noexcept {
-    return values[(i - first_row) * cols + (j - first_col)];
+  /// Where entry (i, j) (global indices) lies in `values`.
+  [[nodiscard]] const V* address(std::int64_t i, std::int64_t j) const noexcept {
+    return values + (i - first_row) * cols + (j - first_col);
   }
+};
+
+template <class V>
+struct host_strip : strip_place<V> {
+  /// Entry (i, j) in the matrix's own indices (first_row <= i < first_row + rows, likewise j).
+  [[nodiscard]] V at(std::int64_t i, std::int64_t j) const noexcept { return *this->address(i, j); }
 };
 
 /// The same strip in DEVICE memory of `device`, before any device→host copy, handed over on the
@@ -130,18 +136,13 @@ struct host_strip {
 /// returned has completed, so a kernel or a copy the callback enqueues there needs no
 /// synchronization.
 template <class V>
-struct device_strip {
-  std::int64_t first_row = 0;
-  std::int64_t rows = 0;
-  std::int64_t first_col = 0;
-  std::int64_t cols = 0;
-  const V* values = nullptr;
+struct device_strip : strip_place<V> {
+  using strip_place<V>::first_row, strip_place<V>::rows, strip_place<V>::first_col, strip_place<V>::cols,
+      strip_place<V>::values;
   int device = 0;
   stream_view stream;
   /// Address of entry (i, j) (global indices) in device memory: dereference it on the device only.
-  [[nodiscard]] const V* at(std::int64_t i, std::int64_t j) const noexcept {
-    return values + (i - first_row) * cols + (j - first_col);
-  }
+  [[nodiscard]] const V* at(std::int64_t i, std::int64_t j) const noexcept { return this->address(i, j); }
   /// Enqueues on `stream` the copy of the strip into its place in a row-major matrix `dst` with `ld`
   /// values per row, in device memory of `dst_device` — which need not be the strip's device: a
   /// strip of device 1 copied into a buffer of device 0 is a 2-D peer copy (cudaMemcpy3DPeerAsync;
@@ -653,7 +654,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       V* u = slot.device<V>(0);
       compute(score_writer<V>{u, I0, I1, W, I0, true});
       if (job.on_device_strip) {
-        job.on_device_strip(device_strip<V>{I0, PI, I0, W, u, slot.device(), s});
+        job.on_device_strip(device_strip<V>{{I0, PI, I0, W, u}, slot.device(), s});
         break;
       }
       // rows I0..I1, columns I0..n, to the slot's staging for on_complete
@@ -666,7 +667,7 @@ void enqueue_strip(pair_job<V, P>& job, std::size_t t, task_slot& slot, stream_v
       V* u = slot.device<V>(0);
       compute(rect_writer<V>{u, I0, rows_b});
       if (job.on_device_strip) {
-        job.on_device_strip(device_strip<V>{I0, PI, 0, rows_b, u, slot.device(), s});
+        job.on_device_strip(device_strip<V>{{I0, PI, 0, rows_b, u}, slot.device(), s});
         break;
       }
       if (job.on_strip) {

@@ -52,24 +52,21 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 /// reads of the stage were tensor-core (async-proxy) reads, complete once wgmma.wait_group
 /// returned, and the peer's producer only overwrites the stage through the copy engine.
 /// (.release.cluster costs a MEMBAR.ALL.GPU before every arrival: measured in SASS.)
-__device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                                      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-                                      "r"(cta)
-                                      : "memory");)
-  (void)bar, (void)cta;
-}
+#define SPILLWAY_TILE_ARRIVE_REMOTE(name, arrive)                                                           \
+  __device__ __forceinline__ void name(std::uint32_t bar, std::uint32_t cta) {                               \
+    SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n " arrive \
+                                        " _, [remote];\n}\n" ::"r"(bar),                                     \
+                                        "r"(cta)                                                            \
+                                        : "memory");)                                                       \
+    (void)bar, (void)cta;                                                                                   \
+  }
+SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_cluster, "mbarrier.arrive.shared::cluster.b64")
 
 /// Arrives once on the mbarrier at the same offset in cluster block `cta` with release at cluster
 /// scope: this thread's prior writes (global or shared) are visible to whoever waits on that
 /// barrier with mbar_wait_cluster.
-__device__ __forceinline__ void mbar_arrive_release_cluster(std::uint32_t bar, std::uint32_t cta) {
-  SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                                      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-                                      "r"(cta)
-                                      : "memory");)
-  (void)bar, (void)cta;
-}
+SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_release_cluster, "mbarrier.arrive.release.cluster.shared::cluster.b64")
+#undef SPILLWAY_TILE_ARRIVE_REMOTE
 
 /// mbar_wait with acquire at cluster scope (the phase was completed by arrivals from other blocks
 /// of the cluster whose writes must be visible afterwards).

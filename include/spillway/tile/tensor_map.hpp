@@ -130,21 +130,10 @@ inline CUtensorMap make_tensor_map(const tensor_map_spec& spec) {
     box[d] = static_cast<cuuint32_t>(spec.box[d]);
   }
   for (int d = 0; d + 1 < spec.rank; ++d) strides[d] = static_cast<cuuint64_t>(spec.pitch[d]);
-  CUtensorMapSwizzle swz = CU_TENSOR_MAP_SWIZZLE_NONE;
-  switch (spec.swz) {
-    case swizzle::none:
-      swz = CU_TENSOR_MAP_SWIZZLE_NONE;
-      break;
-    case swizzle::b32:
-      swz = CU_TENSOR_MAP_SWIZZLE_32B;
-      break;
-    case swizzle::b64:
-      swz = CU_TENSOR_MAP_SWIZZLE_64B;
-      break;
-    case swizzle::b128:
-      swz = CU_TENSOR_MAP_SWIZZLE_128B;
-      break;
-  }
+  const CUtensorMapSwizzle swz = spec.swz == swizzle::b32    ? CU_TENSOR_MAP_SWIZZLE_32B
+                                 : spec.swz == swizzle::b64  ? CU_TENSOR_MAP_SWIZZLE_64B
+                                 : spec.swz == swizzle::b128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                             : CU_TENSOR_MAP_SWIZZLE_NONE;
   CUtensorMap map{};
   const CUresult r =
       encode(&map, spec.data_type, static_cast<cuuint32_t>(spec.rank), const_cast<void*>(spec.base), dims,

@@ -175,14 +175,8 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
                                                      staged_a, s, device);
       const operand<T> b = stage_for_tensor_cores<T>({p.b, p.ldb, p.b_kmajor, p.stride_b}, p.n, p.k, p.batch,
                                                      staged_b, s, device);
-      p.a = a.data;
-      p.lda = a.ld;
-      p.a_kmajor = a.kmajor;
-      p.stride_a = a.stride;
-      p.b = b.data;
-      p.ldb = b.ld;
-      p.b_kmajor = b.kmajor;
-      p.stride_b = b.stride;
+      set_operand(p, true, a);
+      set_operand(p, false, b);
     }
   }
   // The automatic split fills the device with the launcher's own tiles: the SIMT launcher says which

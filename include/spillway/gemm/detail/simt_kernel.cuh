@@ -368,6 +368,21 @@ struct simt_operand {
     }
   }
 
+  /// Registers [v·vw, v·vw + vw) from `p`: one vector load when `whole`, else element by element
+  /// where in(j) (zero elsewhere).
+  template <class In>
+  __device__ __forceinline__ void load_vw(int v, const T* p, bool whole, In in) {
+    if (whole) {
+      T x[vw];
+      simt_load_vec<vw>(p, x);
+#pragma unroll
+      for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < vw; ++j) reg[v * vw + j] = in(j) ? simt_elem<T>::from(p[j]) : E{};
+    }
+  }
+
   /// Loads k-tile [k0, k0 + BK) of rows [0, rows) from `base` (the tile's first row, batch
   /// applied). Out-of-range elements are zero.
   __device__ __forceinline__ void load(const T* __restrict__ base, index_t ld, int rows, index_t k0,
@@ -379,16 +394,7 @@ struct simt_operand {
         const int r = linear / (BK / vw);
         const int kk = (linear % (BK / vw)) * vw;
         const index_t kg = k0 + kk;
-        const T* p = base + r * ld + kg;
-        if (r < rows && kg + vw <= k) {
-          T x[vw];
-          simt_load_vec<vw>(p, x);
-#pragma unroll
-          for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < vw; ++j) reg[v * vw + j] = (r < rows && kg + j < k) ? simt_elem<T>::from(p[j]) : E{};
-        }
+        load_vw(v, base + r * ld + kg, r < rows && kg + vw <= k, [&](int j) { return r < rows && kg + j < k; });
       }
     } else if (mode == simt_k_scalar) {
 #pragma unroll
@@ -405,16 +411,7 @@ struct simt_operand {
         const int r = (linear % (R / vw)) * vw;
         const int kk = linear / (R / vw);
         const bool kin = k0 + kk < k;
-        const T* p = base + (k0 + kk) * ld + r;
-        if (kin && r + vw <= rows) {
-          T x[vw];
-          simt_load_vec<vw>(p, x);
-#pragma unroll
-          for (int j = 0; j < vw; ++j) reg[v * vw + j] = simt_elem<T>::from(x[j]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < vw; ++j) reg[v * vw + j] = (kin && r + j < rows) ? simt_elem<T>::from(p[j]) : E{};
-        }
+        load_vw(v, base + (k0 + kk) * ld + r, kin && r + vw <= rows, [&](int j) { return kin && r + j < rows; });
       }
     } else {
 #pragma unroll

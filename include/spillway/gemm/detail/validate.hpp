@@ -154,6 +154,18 @@ operand<T> cols_operand(const matrix_view<V>& b) {
   return {b.data, b.ld, b.order == layout::col_major, b.batch_stride};
 }
 
+/// Puts `o` into `p` as its A (`is_a`) or B operand: pointer, ld, orientation and, for a batch of
+/// more than one, the batch stride.
+template <class P, class T>
+void set_operand(P& p, bool is_a, const operand<T>& o) {
+  const index_t stride = p.batch > 1 ? o.stride : 0;
+  if (is_a) {
+    p.a = o.data, p.lda = o.ld, p.a_kmajor = o.kmajor, p.stride_a = stride;
+  } else {
+    p.b = o.data, p.ldb = o.ld, p.b_kmajor = o.kmajor, p.stride_b = stride;
+  }
+}
+
 template <class T, class TC, class Acc, class E>
 problem<T, T, TC, Acc, E> make_problem(index_t m, index_t n, index_t k, operand<T> pa, operand<T> pb,
                                        const matrix_view<TC>& c, Acc alpha, Acc beta, index_t batch, E epi) {
@@ -161,19 +173,13 @@ problem<T, T, TC, Acc, E> make_problem(index_t m, index_t n, index_t k, operand<
   p.m = m;
   p.n = n;
   p.k = k;
-  p.a = pa.data;
-  p.lda = pa.ld;
-  p.a_kmajor = pa.kmajor;
-  p.b = pb.data;
-  p.ldb = pb.ld;
-  p.b_kmajor = pb.kmajor;
+  p.batch = batch;
+  set_operand(p, true, pa);
+  set_operand(p, false, pb);
   p.c = c.data;
   p.ldc = c.ld;
   p.alpha = alpha;
   p.beta = beta;
-  p.batch = batch;
-  p.stride_a = batch > 1 ? pa.stride : 0;
-  p.stride_b = batch > 1 ? pb.stride : 0;
   p.stride_c = batch > 1 ? c.batch_stride : 0;
   p.epi = epi;
   return p;

@@ -131,6 +131,14 @@ inline std::string kernel_refusal(tile_kernel k, int device) {
   const int cc = ::spillway::tile::compute_capability(device);
   const std::string where = ::spillway::tile::describe_device(device);
   const int features = cc >= 80 && k != tile_kernel::popc ? build_features(device) : 0;
+  // The mma.sync kernels: compute capability `min_cc`, the build's `feature` code, `smem` bytes.
+  const auto mma_sync_refusal = [&](int min_cc, int feature, int smem) -> std::string {
+    if (cc >= min_cc && (features & feature) != 0 && max_block_smem(device) >= smem) return "";
+    return std::string("gram: tile kernel ") + to_string(k) + " needs compute capability " + std::to_string(min_cc / 10) +
+           ".0+, a build with sm_" + std::to_string(min_cc) + "+ code and " + std::to_string(smem) +
+           " bytes of shared memory per block; " + where + " and offers " + std::to_string(max_block_smem(device)) +
+           " bytes";
+  };
   switch (k) {
     case tile_kernel::popc:
       return "";
@@ -138,21 +146,9 @@ inline std::string kernel_refusal(tile_kernel k, int device) {
       if (cc == 90 && (features & ::spillway::tile::feature_wgmma) != 0) return "";
       return "gram: tile kernel wgmma needs a build with sm_90a code running on compute capability 9.0; " + where;
     case tile_kernel::mma_sync_cp_async:
-      if (cc >= 80 && (features & ::spillway::tile::feature_mma) != 0 &&
-          max_block_smem(device) >= bmma_cp_async_config::smem_bytes) {
-        return "";
-      }
-      return "gram: tile kernel mma_sync_cp_async needs compute capability 8.0+, a build with sm_80+ code and " +
-             std::to_string(bmma_cp_async_config::smem_bytes) + " bytes of shared memory per block; " + where +
-             " and offers " + std::to_string(max_block_smem(device)) + " bytes";
+      return mma_sync_refusal(80, ::spillway::tile::feature_mma, bmma_cp_async_config::smem_bytes);
     case tile_kernel::mma_sync_tma:
-      if (cc >= 90 && (features & ::spillway::tile::feature_tma) != 0 &&
-          max_block_smem(device) >= bmma_tma_config::smem_bytes) {
-        return "";
-      }
-      return "gram: tile kernel mma_sync_tma needs compute capability 9.0+, a build with sm_90+ code and " +
-             std::to_string(bmma_tma_config::smem_bytes) + " bytes of shared memory per block; " + where +
-             " and offers " + std::to_string(max_block_smem(device)) + " bytes";
+      return mma_sync_refusal(90, ::spillway::tile::feature_tma, bmma_tma_config::smem_bytes);
   }
   return "gram: unknown tile kernel " + std::to_string(static_cast<int>(k));
 }
