@@ -3,6 +3,8 @@
 // kernel must not read or write.
 #pragma once
 
+#include <spillway/gemm/epilogue.hpp>
+
 #include <cuda/std/complex>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,16 +15,10 @@
 
 namespace spillway::test {
 
-/// `v` rounded to T (to nearest for half and bf16).
+/// `v` rounded to T (to nearest for half and bf16): the GEMM's own conversion to an output type.
 template <class T>
 __host__ __device__ T from_double(double v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
+  return ::spillway::gemm::detail::convert_output<T>(v);
 }
 
 /// The poison of unused operand bytes and of C before a run: every byte 0x7f for integers (0x7f
