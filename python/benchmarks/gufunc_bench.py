@@ -207,14 +207,15 @@ def device_rows(res, reps, rng, dates, label):
     dst = cuda.device_array_like(src, stream=s)
     t_copy = med(gpu_samples(lambda: dst.copy_to_device(src, stream=s), s, reps))
     row = {"shape": list(disc.shape), "bytes": nbytes, "ms": t * 1e3, "GBps": nbytes / t / 1e9,
-           "d2d_ms": t_copy * 1e3, "d2d_GBps": nbytes / t_copy / 1e9, "x_d2d": t_copy / t, "ok": ok}
+           "d2d_ms": t_copy * 1e3, "d2d_GBps": nbytes / t_copy / 1e9, "x_d2d": t_copy / t, "ok": ok,
+           "kernel": f.last_kernel}
     # the same products with the row and column walked instead of divided out (seed 002's program)
     fw = seed_pricer()
     d_out.copy_to_device(np.full(disc.shape, np.nan), stream=s)
     tw = med(gpu_samples(lambda: fw(d_mb, d_disc, out=d_out, stream=s), s, reps))
     okw = check(f"{label} gufunc (walk body)", d_out.copy_to_host(stream=s), want, True)
     ok = ok and okw
-    row["walk"] = {"ms": tw * 1e3, "GBps": nbytes / tw / 1e9, "x_d2d": t_copy / tw, "ok": okw}
+    row["walk"] = {"ms": tw * 1e3, "GBps": nbytes / tw / 1e9, "x_d2d": t_copy / tw, "ok": okw, "kernel": fw.last_kernel}
     # per-call overhead: the host time of one asynchronous call (the GPU held), and call + sync
     _hold[1, 32, s](200000)
     host, _ = timed(lambda: f(d_mb, d_disc, out=d_out, stream=s), reps)
@@ -260,7 +261,8 @@ def dot_rows(res, reps, rng, rows):
         t = med(gpu_samples(lambda: f(da, db, out=d_out, stream=s, team=team), s, reps))
         good = check(f"dot team {team}", d_out.copy_to_host(stream=s), want, False)
         ok = ok and good
-        row["teams"][str(team or "auto(8)")] = {"ms": t * 1e3, "GBps": nbytes / t / 1e9, "ok": good}
+        row["teams"][str(team or "auto(8)")] = {"ms": t * 1e3, "GBps": nbytes / t / 1e9, "ok": good,
+                                                "kernel": f.last_kernel}
     t = row["teams"]["auto(8)"]["ms"] / 1e3
     src = cuda.device_array(nbytes // 2 // 4, dtype=np.float32, stream=s)
     dst = cuda.device_array_like(src, stream=s)
@@ -366,10 +368,10 @@ def main(argv=None):
                f"time; {nb['note']})") if "ms" in nb else f"numba guvectorize: {nb.get('error')}"
         print(f"{k:11s} {tuple(r['shape'])} float64: {r['ms']:.3f} ms  {r['GBps']:.0f} GB/s = {r['x_d2d']:.3f}x "
               f"D2D ({r['d2d_GBps']:.0f} GB/s; target >= 0.8)  call {r['call_host_us']:.0f} us host, "
-              f"{r['call_e2e_ms']:.3f} ms e2e\n            walk body (no division per element): "
+              f"{r['call_e2e_ms']:.3f} ms e2e, kernel {r['kernel']}\n            walk body (no division per element): "
               f"{r['walk']['ms']:.3f} ms  {r['walk']['GBps']:.0f} GB/s = {r['walk']['x_d2d']:.3f}x D2D\n            {nbs}")
     d = res["dot"]
-    teams = ", ".join(f"team {k}: {v['GBps']:.0f} GB/s" for k, v in d["teams"].items())
+    teams = ", ".join(f"team {k}: {v['GBps']:.0f} GB/s ({v['kernel']})" for k, v in d["teams"].items())
     nb = d["numba_guvectorize"]
     print(f"dot         {tuple(d['shape'])} float32: {d['ms']:.3f} ms  {d['GBps']:.0f} GB/s = {d['x_d2d']:.3f}x D2D "
           f"({d['d2d_GBps']:.0f} GB/s; target >= 0.8)  [{teams}]  call {d['call_host_us']:.0f} us host, "

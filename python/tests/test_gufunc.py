@@ -921,3 +921,152 @@ def test_gpu_typing_error_leaves_outputs_untouched(rng, monkeypatch):
         f(a, a, out=out, budget="8MiB")
     assert "undefined_name_in_body" in str(e.value)
     assert np.isnan(out).all()  # compiled before any row moved
+
+
+# ---- linked kernels (the body's LTO-IR linked into spillway's CUDA C++ loop kernel) ----------------
+
+def _lto_plan(sig_text, shapes, outs, dtypes, team, cooperative, scalars=(), strides=None):
+    L = _lto_module()
+    sig = G.parse_signature(sig_text)
+    lays = []
+    for i, sh in enumerate(shapes):
+        if i in scalars:
+            lays.append(G.OperandLayout((), None, 0))
+        else:
+            st = strides[i] if strides and strides[i] is not None else G._c_strides(sh)
+            lays.append(G.OperandLayout(tuple(sh), tuple(st), len(sig.inputs[i])))
+    out_lays = [G.OperandLayout(tuple(o), G._c_strides(o), len(c)) for o, c in zip(outs, sig.outputs)]
+    plan = G.plan_gufunc(sig, lays, out_lays)
+    ops = [("scalar", np.dtype(dt).type(1), np.dtype(dt)) if i in scalars else ("array", None, np.dtype(dt))
+           for i, dt in enumerate(dtypes)]
+    return L.plan_for(plan, ops, team, 256, cooperative, len(sig.inputs), list(sig.inputs) + list(sig.outputs))
+
+
+def _lto_module():
+    import importlib
+
+    return importlib.import_module(G.__name__.rsplit(".", 1)[0] + "._gufunc_lto")
+
+
+def test_lto_plans_and_sources():
+    """Which launches the linked kernel takes, and what it generates (host, no numba needed)."""
+    L = _lto_module()
+    dot = _lto_plan("(n),(n)->()", [(1000, 64), (1000, 64)], [(1000,)], ["float32"] * 3, 8, True)
+    assert dot.staged == (True, True, False) and dot.core_ranks == (1, 1, 0)
+    src = L.kernel_source(dot)
+    assert "spillway_gufunc_staged" in src and "spillway_gufunc_direct" in src and "cp.async.cg" in src
+    assert dot.names == ("n",)  # one parameter per signature dimension, shared by the operands
+    assert "def _wrapper(rank, p0, p1, p2, z0):" in L.wrapper_source(dot)
+    assert "body(rank, 8, _cview(p0, (z0,)), _cview(p1, (z0,)), _cview(p2, (_one,)))" in L.wrapper_source(dot)
+    # a fixed size is a constant in both sources
+    fx = _lto_plan("(3,n)->(n)", [(100, 3, 16)], [(100, 16)], ["float32"] * 2, 1, False)
+    assert "_cview(p0, (_k3, z0,))" in L.wrapper_source(fx) and "#define _k3 3LL" in L.kernel_source(fx)
+    # seed 002's pricer: multBy broadcast (loop stride 0) is taken; a block team is not staged
+    pr = _lto_plan("(m,o),(m,o)->(m,o)", [(4000, 5), (10, 4000, 5)], [(10, 4000, 5)], ["float64"] * 3, 256, True)
+    assert pr is not None and not any(pr.staged)
+    assert "spillway_gufunc_staged" not in L.kernel_source(pr)
+    assert "__launch_bounds__(BLOCK, 8)" in L.kernel_source(pr)  # a block team: 32 registers (full occupancy)
+    # a scalar passes by value; the plain form has no rank/size
+    ax = _lto_plan("(),()->()", [(30, 17), ()], [(30, 17)], ["float64"] * 3, 1, False, scalars=(1,))
+    assert ax.kinds == ("array", "scalar", "array")
+    assert "body(p0[0], s1, _cview(p2, (_one,)))" in L.wrapper_source(ax)
+    assert "double s1" in L.kernel_source(ax)
+    # rows too wide to stage (2 x 32 x 2400 bytes > 48 KiB): direct
+    wide = _lto_plan("(n)->()", [(3000, 300)], [(3000,)], ["int64"] * 2, 8, True)
+    assert wide is not None and not any(wide.staged)
+    # not taken: complex and float16 (no C type here), a loop of rank 2, a core that is not C-contiguous
+    assert _lto_plan("(n),(n)->()", [(10, 4), (10, 4)], [(10,)], ["complex128"] * 3, 1, True) is None
+    assert _lto_plan("(n),(n)->()", [(10, 4), (10, 4)], [(10,)], ["float16"] * 3, 1, True) is None
+    assert _lto_plan("(n)->()", [(6, 10, 4)], [(6, 10)], ["float32"] * 2, 1, True,
+                     strides=[(100, 8, 1)]) is None  # padded: the loop does not collapse to rank 1
+    assert _lto_plan("(n)->()", [(10, 4)], [(10,)], ["float32"] * 2, 1, True, strides=[(1, 10)]) is None
+
+
+def _lto_build_main():
+    """(subprocess) builds the linked cubins for the dot, the pricer and a scalar body, no GPU."""
+    import numba.cuda.dispatcher as disp
+
+    class _Cc:
+        compute_capability = (9, 0)
+
+    disp.get_current_device = lambda: _Cc()
+    L = _lto_module()
+    mod = {"team_sum": G.team_sum, "np": np}
+    exec("def dot(rank, size, a, b, out):\n"
+         "    s = a.dtype.type(0)\n"
+         "    for i in range(rank, a.shape[0], size):\n"
+         "        s += a[i] * b[i]\n"
+         "    s = team_sum(s, rank, size)\n"
+         "    if rank == 0:\n"
+         "        out[0] = s\n"
+         "def pricer(rank, size, m, d, o):\n"
+         "    c = m.shape[1]\n"
+         "    for i in range(rank, m.shape[0] * c, size):\n"
+         "        o[i // c, i % c] = m[i // c, i % c] * d[i // c, i % c]\n"
+         "def axpb(x, y, o):\n"
+         "    o[0] = 2 * x + y\n", mod)
+    out = {}
+    for name, sig, shapes, outs, dts, team, coop, sc in (
+            ("dot", "(n),(n)->()", [(1000, 64), (1000, 64)], [(1000,)], ["float32"] * 3, 8, True, ()),
+            ("pricer", "(m,o),(m,o)->(m,o)", [(4000, 5), (10, 4000, 5)], [(10, 4000, 5)], ["float64"] * 3, 256, True,
+             ()),
+            ("axpb", "(),()->()", [(30, 17), ()], [(30, 17)], ["float64"] * 3, 1, False, (1,))):
+        lp = _lto_plan(sig, shapes, outs, dts, team, coop, scalars=sc)
+        g = G.gufunc(sig, mod[name], cooperative=coop)
+        out[name] = L.build_cubin(g._body(), lp, (9, 0))[:4].hex()
+    print("LTORESULTS " + json.dumps(out))
+
+
+def test_lto_build_cubin():
+    """The body's LTO-IR (numba-cuda), the loop kernel's (NVRTC) and the link (nvJitLink) give a
+    cubin with no GPU present."""
+    need(HAVE_NUMBA, "numba-cuda is not installed (pip install numba-cuda)")
+    need(importlib.util.find_spec("cuda.bindings") is not None, "cuda-bindings is not installed")
+    code = f"import sys; sys.path.insert(0, {HERE!r}); import test_gufunc as t; t._lto_build_main()"
+    r = _run_py(code, {})
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("LTORESULTS ")]
+    if not line and any(w in r.stderr for w in ("NVVM", "libnvvm", "nvrtc", "nvJitLink", "nvjitlink")):
+        need(False, "no NVVM, NVRTC or nvJitLink library here: " + r.stderr[-300:])
+    assert r.returncode == 0 and line, r.stdout[-3000:] + r.stderr[-6000:]
+    got = json.loads(line[-1][len("LTORESULTS "):])
+    assert got == {"dot": "7f454c46", "pricer": "7f454c46", "axpb": "7f454c46"}  # ELF
+
+
+def test_gpu_linked_kernels_match_numba(rng, monkeypatch):
+    """Seed 002's shapes and a scalar body run the linked kernel, and give what the Numba kernel
+    gives (SPILLWAY_GUFUNC_LTO=0)."""
+    cuda = _gpu()
+    a = rng.standard_normal((100_003, 64)).astype(np.float32)  # a last tile part full
+    b = rng.standard_normal((100_003, 64)).astype(np.float32)
+    f = _dot_gufunc()
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    got = {}
+    for lto in ("1", "0"):
+        monkeypatch.setenv("SPILLWAY_GUFUNC_LTO", lto)
+        for team in (None, 4, 32, "block"):
+            d_out = cuda.to_device(np.full(a.shape[0], np.nan, np.float32))
+            f(da, db, out=d_out, team=team)
+            got[(lto, team)] = d_out.copy_to_host()
+            # team 8 (auto) and 32 stage their rows; team 4's two 32 KiB tiles pass the staging cap
+            # (48 KiB) and a block team is never staged: those run unstaged
+            want = ("lto-staged" if team in (None, 32) else "lto") if lto == "1" else "numba"
+            assert f.last_kernel == want, (lto, team, f.last_kernel, f.lto_error)
+    for team in (None, 4, 32, "block"):
+        np.testing.assert_allclose(got[("1", team)], got[("0", team)], rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("SPILLWAY_GUFUNC_LTO", "1")
+    mb = rng.uniform(0.5, 1.5, (4000, 5))
+    disc = rng.uniform(0.5, 1.5, (30, 4000, 5))
+    p = _pricer_gufunc()
+    np.testing.assert_array_equal(p(cuda.to_device(mb), cuda.to_device(disc)).copy_to_host(), mb * disc)
+    assert p.last_kernel == "lto", p.lto_error
+
+    def axpb(x, y, o):
+        o[0] = 2 * x + y
+
+    g = G.gufunc("(),()->()", axpb)
+    x = rng.standard_normal((30, 1, 17))
+    np.testing.assert_array_equal(g(cuda.to_device(x), 1.5).copy_to_host(), 2 * x + 1.5)
+    assert g.last_kernel == "lto", g.lto_error
+    y = rng.standard_normal((40, 1))
+    np.testing.assert_array_equal(g(cuda.to_device(x), cuda.to_device(y)).copy_to_host(), 2 * x + y)
+    assert g.last_kernel == "numba"  # the broadcast loop keeps rank 3: the Numba kernel
