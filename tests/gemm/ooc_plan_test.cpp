@@ -865,3 +865,18 @@ TEST(OocPlan, ChooseCopyOut) {
   r.compute_seconds = 0;
   EXPECT_FALSE(choose_ooc_plan(r, ooc_copy_out::automatic, true, 0).c_staged) << "no bound to weigh";
 }
+
+// k ≤ 16 (an outer product, k = 1): every k chunk rounds up to 16 ≥ k, so the chunk search ends
+// at k itself (it used to double its divisor until the signed integer overflowed).
+TEST(OocPlan, SmallInnerDimensionPlansOneChunk) {
+  for (const index_t k : {1, 2, 15, 16, 17}) {
+    ooc_plan_request r = square(20000, 4, GiB / 4);
+    r.n = 100000;
+    r.k = k;
+    const ooc_plan p = make_ooc_plan(r);
+    SCOPED_TRACE(p.describe());
+    EXPECT_EQ(p.k_chunks, 1) << "k " << k;
+    EXPECT_LE(p.device_bytes, r.budget_bytes);
+    expect_permutation(p);
+  }
+}

@@ -679,194 +679,207 @@ inline void ooc_independent_floor(const ooc_plan_request& r, std::size_t& h2d, s
   d2h = c;
   seconds = r.rates.seconds(static_cast<double>(h2d), static_cast<double>(d2h));
 }
+namespace detail {
 
-/// Plans an out-of-core GEMM. Searches, for each orientation (A or B resident), C block sides
-/// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
-/// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
-/// the fewest bytes moved, then a row-major B of 1- or 2-byte elements held whole (one panel of every
-/// column, C blocks of whole rows; see the search), then the smaller panels (the first block starts sooner), then
-/// fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
-/// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
-/// that minimum in bytes.
-inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
-  auto fail = [](const std::string& m) { throw logic_error("gemm_out_of_core: " + m); };
+/// Throws logic_error with the planner's prefix.
+[[noreturn]] inline void ooc_fail(const std::string& m) {
+  throw logic_error("gemm_out_of_core: " + m);
+}
+
+/// make_ooc_plan's checks of the request's sizes, slots, devices, element sizes and split-K.
+inline void ooc_check_request(const ooc_plan_request& r) {
   if (r.m < 0 || r.n < 0 || r.k < 0) {
-    fail("sizes must be >= 0, got m " + std::to_string(r.m) + ", n " + std::to_string(r.n) + ", k " +
-         std::to_string(r.k));
+    ooc_fail("sizes must be >= 0, got m " + std::to_string(r.m) + ", n " + std::to_string(r.n) + ", k " +
+             std::to_string(r.k));
   }
-  if (r.slots == 0) fail("slots_per_device must be at least 1, got 0");
-  if (r.devices == 0) fail("no devices");
-  if (r.in_bytes == 0 || r.out_bytes == 0 || r.acc_bytes == 0) fail("element sizes must be > 0");
-  if (r.split_k < 1) fail("split_k for the blocks must be >= 1, got " + std::to_string(r.split_k));
-  ooc_plan best;
-  best.devices = r.devices;
-  ooc_independent_floor(r, best.min_h2d_bytes, best.min_d2h_bytes, best.floor_seconds);
-  if (r.m == 0 || r.n == 0) {
-    best.m = r.m;
-    best.n = r.n;
-    best.k = r.k;
-    best.device_first.assign(r.devices + 1, 0);
-    return best;
-  }
+  if (r.slots == 0) ooc_fail("slots_per_device must be at least 1, got 0");
+  if (r.devices == 0) ooc_fail("no devices");
+  if (r.in_bytes == 0 || r.out_bytes == 0 || r.acc_bytes == 0) ooc_fail("element sizes must be > 0");
+  if (r.split_k < 1) ooc_fail("split_k for the blocks must be >= 1, got " + std::to_string(r.split_k));
+}
 
-  struct choice {
-    bool found = false;
-    bool whole = false;
-    double bytes = 0;
-    std::size_t panel = 0;
-    std::size_t tasks = 0;
-    detail::ooc_shape s{};
-    std::size_t a_slots = 0, b_slots = 0;
-    detail::ooc_sizes z{};
-  } pick;
+/// The best candidate of make_ooc_plan's search so far (found: there is one).
+struct ooc_choice {
+  bool found = false;
+  bool whole = false;
+  bool transposed = false;
+  double bytes = 0;
+  std::size_t panel = 0;
+  std::size_t tasks = 0;
+  ooc_shape s{};
+  std::size_t a_slots = 0, b_slots = 0;
+  ooc_sizes z{};
+};
 
-  const index_t floors[] = {2048, 1024, 512, 256, detail::ooc_min_side};
+/// The k chunks the search tries, longest first: k whole, then halvings (rounded up to the
+/// granule) down to ooc_min_side ({0} when k is 0).
+inline std::vector<index_t> ooc_k_chunk_candidates(const ooc_plan_request& r) {
   std::vector<index_t> kcs;
   if (r.k == 0) {
     kcs.push_back(0);
   } else {
     kcs.push_back(r.k);
     for (index_t q = 2;; q *= 2) {
-      const index_t c = detail::ooc_r16(detail::ooc_ceil(r.k, q));
-      if (c >= r.k) continue;
-      if (c <= std::min(r.k, detail::ooc_min_side)) break;
+      const index_t c = ooc_r16(ooc_ceil(r.k, q));
+      if (c >= r.k) {
+        if (q >= r.k) break;  // k ≤ 16: every chunk rounds up to 16 ≥ k; no smaller one exists
+        continue;
+      }
+      if (c <= std::min(r.k, ooc_min_side)) break;
       kcs.push_back(c);
     }
-    if (kcs.back() > detail::ooc_min_side) kcs.push_back(detail::ooc_min_side);
+    if (kcs.back() > ooc_min_side) kcs.push_back(ooc_min_side);
   }
+  return kcs;
+}
+
+/// One candidate shape of the search (orientation `tr`): its cache slots within the budget and its
+/// estimated bytes; it replaces `pick` when it moves fewer bytes, or as many and ranks before it.
+inline void ooc_consider(const ooc_plan_request& r, const ooc_shape& s, bool tr, ooc_choice& pick) {
+  const index_t M = s.m, N = s.n, bm = s.bm, bn = s.bn, kc = s.kc;
+  const bool sb = s.stage_b;
+  const ooc_sizes z = ooc_size_of(r, s);
+  const index_t rp = ooc_ceil(M, bm), np = ooc_ceil(N, bn);
+  const index_t kch = r.k == 0 ? 1 : ooc_ceil(r.k, kc);
+  const index_t rp_dev = ooc_ceil(rp, static_cast<index_t>(r.devices));
+  // Every device gets rows (as many as there are 128-row panels to give).
+  const index_t want_devices = std::min<index_t>(static_cast<index_t>(r.devices), ooc_ceil(M, ooc_min_side));
+  if (ooc_ceil(rp, rp_dev) < want_devices) return;
+  const std::size_t fixed = ooc_add(ooc_mul(z.slots, ooc_add(z.cblk, z.extra)), z.stage);
+  if (fixed > r.budget_bytes) return;
+  std::size_t rem = r.budget_bytes - fixed;
+  // At least two B slots (one loading while one is read) when there is more than one B panel.
+  const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, np * kch));
+  const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
+  if (ooc_add(ooc_mul(b_min, z.pb), ooc_mul(a_min, z.pa)) > rem) return;
+  std::size_t a_slots = 1;
+  if (z.pa > 0) {
+    a_slots = (rem - ooc_mul(b_min, z.pb)) / z.pa;
+    a_slots = std::min<std::size_t>(a_slots, static_cast<std::size_t>(rp_dev * kch));
+  }
+  rem -= ooc_mul(a_slots, z.pa);
+  // B slots beyond two widen the square start (ooc_device_order grows it over as many
+  // columns as B has slots: after a fraction x of the panels has arrived, x² of the work
+  // can run, over the whole first band instead of a linear ramp after its corner) and add
+  // reuse at band turns; more slots never move more bytes, so they take what the budget
+  // leaves, up to every panel.
+  std::size_t b_slots = 1;
+  if (z.pb > 0) {
+    b_slots = rem / z.pb;
+    b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(np * kch));
+  }
+  a_slots = std::max<std::size_t>(a_slots, 1);
+  b_slots = std::max<std::size_t>(b_slots, 1);
+  const double bytes = ooc_estimate(r, s, a_slots, b_slots, r.devices);
+  // A row-major B (MN-major in the executed frame) of 1- or 2-byte elements held whole as
+  // one panel, landing in pieces of whole rows (1-D copies at the full rate, each
+  // transposed as the next lands), with C blocks of whole rows (1-D copies out) when C is
+  // row-major there: preferred among the plans that move the fewest bytes (32768^3 on the
+  // H200: bf16 140.5-144.4 ms against 141.7-153.6 for 8192-column panels with 16 KiB
+  // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
+  // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
+  // not measured. Such candidates share that panel; the smaller streamed one decides.
+  const bool whole = r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr);
+  const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
+  const std::size_t tasks = static_cast<std::size_t>(rp * np);
+  const bool same_bytes = pick.found && bytes <= pick.bytes * (1 + 1e-9);
+  const bool better = !pick.found || bytes < pick.bytes * (1 - 1e-9) ||
+                      (same_bytes && whole && !pick.whole) ||
+                      (same_bytes && whole == pick.whole &&
+                       (panel < pick.panel || (panel == pick.panel && tasks < pick.tasks)));
+  if (better) {
+    pick.found = true;
+    pick.whole = whole;
+    pick.bytes = bytes;
+    pick.panel = panel;
+    pick.tasks = tasks;
+    pick.s = s;
+    pick.a_slots = a_slots;
+    pick.b_slots = b_slots;
+    pick.z = z;
+    pick.transposed = tr;
+  }
+}
+
+/// The search (see make_ooc_plan): k chunks longest first; for each, the passes over MN-major
+/// line lengths; for each, the side floors largest first; the first of these that yields a
+/// candidate in either orientation gives the best of its candidates (not found: nothing fits).
+inline ooc_choice ooc_search(const ooc_plan_request& r) {
+  ooc_choice pick;
+  const index_t floors[] = {2048, 1024, 512, 256, ooc_min_side};
+  const std::vector<index_t> kcs = ooc_k_chunk_candidates(r);
   // An MN-major panel is copied in as host lines of its MN side (bn elements of a row-major B,
   // bm of a column-major A): for each k chunk, a first pass keeps those lines at least
   // ooc_mn_line_bytes long (where the extent allows), a second, only if nothing fits, does not
   // (full-k panels with short lines before chunks of k with long ones: chunks move more bytes).
   const bool any_mn = r.stage_a || r.stage_b;
-  const index_t mn_min = detail::ooc_r16(detail::ooc_ceil(static_cast<index_t>(detail::ooc_mn_line_bytes),
-                                                          static_cast<index_t>(r.in_bytes)));
+  const index_t mn_min =
+      ooc_r16(ooc_ceil(static_cast<index_t>(ooc_mn_line_bytes), static_cast<index_t>(r.in_bytes)));
   for (const index_t kc : kcs) {
-    for (int pass = 0; pass < (any_mn ? 2 : 1) && !pick.found; ++pass)
-    for (const index_t fl : floors) {
-      for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
-        const bool tr = orient == 1;
-        const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
-        const bool sa = tr ? r.stage_b : r.stage_a, sb = tr ? r.stage_a : r.stage_b;
-        const index_t lo_m = std::max(std::min(M, fl), pass == 0 && sa ? std::min(M, mn_min) : index_t{0});
-        const index_t lo_n = std::max(std::min(N, fl), pass == 0 && sb ? std::min(N, mn_min) : index_t{0});
-        const auto bms = detail::ooc_sides(M, lo_m, r.max_block);
-        const auto bns = detail::ooc_sides(N, lo_n, r.max_block);
-        for (const index_t bm : bms) {
-          for (const index_t bn : bns) {
-            const detail::ooc_shape s{M, N, r.k, bm, bn, kc == 0 ? 0 : kc, sa, sb};
-            const detail::ooc_sizes z = detail::ooc_size_of(r, s);
-            const index_t rp = detail::ooc_ceil(M, bm), np = detail::ooc_ceil(N, bn);
-            const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
-            const index_t rp_dev = detail::ooc_ceil(rp, static_cast<index_t>(r.devices));
-            // Every device gets rows (as many as there are 128-row panels to give).
-            const index_t want_devices =
-                std::min<index_t>(static_cast<index_t>(r.devices), detail::ooc_ceil(M, detail::ooc_min_side));
-            if (detail::ooc_ceil(rp, rp_dev) < want_devices) continue;
-            const std::size_t fixed =
-                detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)), z.stage);
-            if (fixed > r.budget_bytes) continue;
-            std::size_t rem = r.budget_bytes - fixed;
-            // At least two B slots (one loading while one is read) when there is more than one B panel.
-            const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, np * kch));
-            const std::size_t a_min =
-                static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
-            if (detail::ooc_add(detail::ooc_mul(b_min, z.pb), detail::ooc_mul(a_min, z.pa)) > rem) continue;
-            std::size_t a_slots = 1;
-            if (z.pa > 0) {
-              a_slots = (rem - detail::ooc_mul(b_min, z.pb)) / z.pa;
-              a_slots = std::min<std::size_t>(a_slots, static_cast<std::size_t>(rp_dev * kch));
-            }
-            rem -= detail::ooc_mul(a_slots, z.pa);
-            // B slots beyond two widen the square start (ooc_device_order grows it over as many
-            // columns as B has slots: after a fraction x of the panels has arrived, x² of the work
-            // can run, over the whole first band instead of a linear ramp after its corner) and add
-            // reuse at band turns; more slots never move more bytes, so they take what the budget
-            // leaves, up to every panel.
-            std::size_t b_slots = 1;
-            if (z.pb > 0) {
-              b_slots = rem / z.pb;
-              b_slots = std::min<std::size_t>(b_slots, static_cast<std::size_t>(np * kch));
-            }
-            a_slots = std::max<std::size_t>(a_slots, 1);
-            b_slots = std::max<std::size_t>(b_slots, 1);
-            const double bytes = detail::ooc_estimate(r, s, a_slots, b_slots, r.devices);
-            // A row-major B (MN-major in the executed frame) of 1- or 2-byte elements held whole as
-            // one panel, landing in pieces of whole rows (1-D copies at the full rate, each
-            // transposed as the next lands), with C blocks of whole rows (1-D copies out) when C is
-            // row-major there: preferred among the plans that move the fewest bytes (32768^3 on the
-            // H200: bf16 140.5-144.4 ms against 141.7-153.6 for 8192-column panels with 16 KiB
-            // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
-            // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
-            // not measured. Such candidates share that panel; the smaller streamed one decides.
-            const bool whole = r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr);
-            const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
-            const std::size_t tasks = static_cast<std::size_t>(rp * np);
-            const bool same_bytes = pick.found && bytes <= pick.bytes * (1 + 1e-9);
-            const bool better = !pick.found || bytes < pick.bytes * (1 - 1e-9) ||
-                                (same_bytes && whole && !pick.whole) ||
-                                (same_bytes && whole == pick.whole &&
-                                 (panel < pick.panel || (panel == pick.panel && tasks < pick.tasks)));
-            if (better) {
-              pick.found = true;
-              pick.whole = whole;
-              pick.bytes = bytes;
-              pick.panel = panel;
-              pick.tasks = tasks;
-              pick.s = s;
-              pick.a_slots = a_slots;
-              pick.b_slots = b_slots;
-              pick.z = z;
-              best.transposed = tr;
-            }
-          }
+    for (int pass = 0; pass < (any_mn ? 2 : 1); ++pass) {
+      for (const index_t fl : floors) {
+        for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
+          const bool tr = orient == 1;
+          const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
+          const bool sa = tr ? r.stage_b : r.stage_a, sb = tr ? r.stage_a : r.stage_b;
+          const index_t lo_m = std::max(std::min(M, fl), pass == 0 && sa ? std::min(M, mn_min) : index_t{0});
+          const index_t lo_n = std::max(std::min(N, fl), pass == 0 && sb ? std::min(N, mn_min) : index_t{0});
+          const auto bms = ooc_sides(M, lo_m, r.max_block);
+          const auto bns = ooc_sides(N, lo_n, r.max_block);
+          for (const index_t bm : bms)
+            for (const index_t bn : bns)
+              ooc_consider(r, ooc_shape{M, N, r.k, bm, bn, kc == 0 ? 0 : kc, sa, sb}, tr, pick);
         }
+        if (pick.found) return pick;
       }
-      if (pick.found) break;
     }
-    if (pick.found) break;
   }
-  if (!pick.found) {
-    // The minimum: the smallest shape of the search in the cheaper orientation.
-    std::size_t need = std::numeric_limits<std::size_t>::max();
-    for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
-      const bool tr = orient == 1;
-      const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
-      const index_t bm = std::min(M, detail::ooc_min_side), bn = std::min(N, detail::ooc_min_side);
-      const index_t kc = r.k == 0 ? 0 : std::min(r.k, detail::ooc_min_side);
-      const detail::ooc_shape s{
-          M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
-      const detail::ooc_sizes z = detail::ooc_size_of(r, s);
-      const index_t kch = r.k == 0 ? 1 : detail::ooc_ceil(r.k, kc);
-      const index_t rp_dev = detail::ooc_ceil(detail::ooc_ceil(M, bm), static_cast<index_t>(r.devices));
-      const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
-      const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, detail::ooc_ceil(N, bn) * kch));
-      const std::size_t v = detail::ooc_add(
-          detail::ooc_add(detail::ooc_add(detail::ooc_mul(z.slots, detail::ooc_add(z.cblk, z.extra)),
-                                          detail::ooc_mul(a_min, z.pa)),
-                          detail::ooc_mul(b_min, z.pb)),
-          z.stage);
-      need = std::min(need, v);
-    }
-    fail(
-        "memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
-        std::to_string(need) +
-        " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
-        std::to_string(r.slots) + " slot(s)" +
-        (r.stage_a || r.stage_b ? ", and two raw panel buffers per MN-major operand for its transpose" : "") +
-        ")");
-  }
+  return pick;
+}
 
-  ooc_plan& p = best;
+/// Throws the refusal of a budget below every candidate, stating the minimum: the smallest shape
+/// of the search in the cheaper orientation.
+[[noreturn]] inline void ooc_fail_budget(const ooc_plan_request& r) {
+  std::size_t need = std::numeric_limits<std::size_t>::max();
+  for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
+    const bool tr = orient == 1;
+    const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
+    const index_t bm = std::min(M, ooc_min_side), bn = std::min(N, ooc_min_side);
+    const index_t kc = r.k == 0 ? 0 : std::min(r.k, ooc_min_side);
+    const ooc_shape s{M, N, r.k, bm, bn, kc, tr ? r.stage_b : r.stage_a, tr ? r.stage_a : r.stage_b};
+    const ooc_sizes z = ooc_size_of(r, s);
+    const index_t kch = r.k == 0 ? 1 : ooc_ceil(r.k, kc);
+    const index_t rp_dev = ooc_ceil(ooc_ceil(M, bm), static_cast<index_t>(r.devices));
+    const std::size_t a_min = static_cast<std::size_t>(std::min<index_t>(kch > 1 ? 2 : 1, rp_dev * kch));
+    const std::size_t b_min = static_cast<std::size_t>(std::min<index_t>(2, ooc_ceil(N, bn) * kch));
+    const std::size_t v =
+        ooc_add(ooc_add(ooc_add(ooc_mul(z.slots, ooc_add(z.cblk, z.extra)), ooc_mul(a_min, z.pa)),
+                        ooc_mul(b_min, z.pb)),
+                z.stage);
+    need = std::min(need, v);
+  }
+  ooc_fail(
+      "memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
+      std::to_string(need) +
+      " bytes for this problem (one block of at most 128 x 128 with 128-wide chunks of k, " +
+      std::to_string(r.slots) + " slot(s)" +
+      (r.stage_a || r.stage_b ? ", and two raw panel buffers per MN-major operand for its transpose" : "") +
+      ")");
+}
+
+/// The plan of the chosen candidate, before any grouping: single-panel C blocks, C's lines and
+/// staging as the request states them in the executed frame.
+inline void ooc_apply_choice(const ooc_plan_request& r, const ooc_choice& pick, ooc_plan& p) {
+  p.transposed = pick.transposed;
   p.m = pick.s.m;
   p.n = pick.s.n;
   p.k = r.k;
   p.bm = pick.s.bm;
   p.bn = pick.s.bn;
   p.kc = pick.s.kc;
-  p.row_panels = detail::ooc_ceil(p.m, p.bm);
-  p.col_panels = detail::ooc_ceil(p.n, p.bn);
-  p.k_chunks = r.k == 0 ? 1 : detail::ooc_ceil(r.k, p.kc);
+  p.row_panels = ooc_ceil(p.m, p.bm);
+  p.col_panels = ooc_ceil(p.n, p.bn);
+  p.k_chunks = r.k == 0 ? 1 : ooc_ceil(r.k, p.kc);
   p.a_slots = pick.a_slots;
   p.b_slots = pick.b_slots;
   p.slots = pick.z.slots;
@@ -883,143 +896,186 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   p.raw_b_lines = pick.z.lb;
   p.group = 1;
   p.col_blocks = p.col_panels;
-  // C blocks of several B panels when C's lines in the caller's memory run along the executed
-  // frame's columns and the planned block's are shorter than asked: the same panels, caches and
-  // bytes in, wider C blocks (more slot memory, paid for with B cache slots while B keeps at
-  // least the block's panels, else a narrower group).
-  const bool exec_row_major = r.c_row_major != p.transposed;
-  p.c_row_lines = exec_row_major;
+  p.c_row_lines = r.c_row_major != p.transposed;
   p.c_staged = r.c_staged;
-  const ooc_plan narrow = p;  // single-panel blocks: the plan before any grouping
+}
+
+/// C blocks of several B panels when C's lines in the caller's memory run along the executed
+/// frame's columns (p.c_row_lines) and the planned block's are shorter than asked: the same panels,
+/// caches and bytes in, wider C blocks (more slot memory, paid for with B cache slots while B keeps
+/// at least the block's panels, else a narrower group). Leaves p.group 1 when no group fits.
+inline void ooc_group_blocks(const ooc_plan_request& r, ooc_plan& p) {
   // The line length asked for: c_min_line_bytes, or, when the product's compute time is known,
   // ooc_long_line as a candidate that the order's bound then accepts or refuses.
   const std::size_t want = r.c_min_line_bytes > 0
                                ? r.c_min_line_bytes
                                : (r.compute_seconds > 0 && !r.c_staged ? ooc_long_line : 0);
   const std::size_t line = static_cast<std::size_t>(p.bn) * r.out_bytes;
-  if (want > line && exec_row_major && p.col_panels > 1 && p.k > 0) {
-    index_t g = std::min<index_t>(p.col_panels, static_cast<index_t>((want + line - 1) / line));
-    for (; g > 1; --g) {
-      const index_t cols = std::min(p.n, g * p.bn);
-      const std::size_t area =
-          detail::ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
-      const std::size_t cblk = detail::ooc_aligned(detail::ooc_mul(area, r.out_bytes));
-      std::size_t extra = 0;
-      if (p.k_chunks > 1 && !r.c_is_acc)
-        extra = detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(area, r.acc_bytes)));
-      if (r.split_k > 1)
-        extra =
-            detail::ooc_add(extra, detail::ooc_aligned(detail::ooc_mul(detail::ooc_mul(area, r.acc_bytes),
-                                                                       static_cast<std::size_t>(r.split_k))));
-      const index_t blocks = p.row_panels * detail::ooc_ceil(p.col_panels, g);
-      const std::size_t slots = std::max<std::size_t>(1, std::min(r.slots, static_cast<std::size_t>(blocks)));
-      const std::size_t fixed =
-          detail::ooc_add(detail::ooc_add(detail::ooc_mul(slots, detail::ooc_add(cblk, extra)),
-                                          detail::ooc_mul(p.a_slots, p.a_panel_bytes)),
-                          p.stage_bytes);
-      if (fixed > r.budget_bytes) continue;
-      // B keeps a block's panels where it held that many (else, as with more k chunks than slots,
-      // the block copies its own panels in turn).
-      const std::size_t b_need = std::min(p.b_slots, static_cast<std::size_t>(g * p.k_chunks));
-      const std::size_t b_fit = p.b_panel_bytes == 0 ? p.b_slots : (r.budget_bytes - fixed) / p.b_panel_bytes;
-      if (b_fit < b_need) continue;
-      p.group = g;
-      p.col_blocks = detail::ooc_ceil(p.col_panels, g);
-      p.b_slots = std::min(p.b_slots, b_fit);
-      p.slots = slots;
-      p.c_block_bytes = cblk;
-      p.slot_extra_bytes = extra;
-      break;
-    }
+  if (!(want > line && p.c_row_lines && p.col_panels > 1 && p.k > 0)) return;
+  const index_t widest = std::min<index_t>(p.col_panels, static_cast<index_t>((want + line - 1) / line));
+  for (index_t g = widest; g > 1; --g) {
+    const index_t cols = std::min(p.n, g * p.bn);
+    const std::size_t area = ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
+    const std::size_t cblk = ooc_aligned(ooc_mul(area, r.out_bytes));
+    std::size_t extra = 0;
+    if (p.k_chunks > 1 && !r.c_is_acc) extra = ooc_add(extra, ooc_aligned(ooc_mul(area, r.acc_bytes)));
+    if (r.split_k > 1)
+      extra = ooc_add(extra,
+                      ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
+    const index_t blocks = p.row_panels * ooc_ceil(p.col_panels, g);
+    const std::size_t slots = std::max<std::size_t>(1, std::min(r.slots, static_cast<std::size_t>(blocks)));
+    const std::size_t fixed = ooc_add(
+        ooc_add(ooc_mul(slots, ooc_add(cblk, extra)), ooc_mul(p.a_slots, p.a_panel_bytes)), p.stage_bytes);
+    if (fixed > r.budget_bytes) continue;
+    // B keeps a block's panels where it held that many (else, as with more k chunks than slots,
+    // the block copies its own panels in turn).
+    const std::size_t b_need = std::min(p.b_slots, static_cast<std::size_t>(g * p.k_chunks));
+    const std::size_t b_fit = p.b_panel_bytes == 0 ? p.b_slots : (r.budget_bytes - fixed) / p.b_panel_bytes;
+    if (b_fit < b_need) continue;
+    p.group = g;
+    p.col_blocks = ooc_ceil(p.col_panels, g);
+    p.b_slots = std::min(p.b_slots, b_fit);
+    p.slots = slots;
+    p.c_block_bytes = cblk;
+    p.slot_extra_bytes = extra;
+    return;
   }
-  // The order (0: single-panel blocks, the square start and serpentine bands; 1: every block of
-  // `group` panels, a balanced start; 2: a square start of S rows of single-panel blocks, then
-  // blocks of `group` panels), then the bytes it moves and, with a compute time, its bound.
-  const index_t per_dev = detail::ooc_ceil(p.row_panels, static_cast<index_t>(r.devices));
-  auto finish = [&](ooc_plan& q, int mode, index_t S) {
-    q.order.clear();
-    q.device_first.assign(1, 0);
-    q.h2d_bytes = q.d2h_bytes = 0;
-    q.narrow_rows = mode == 2 ? S : 0;
-    q.device_bytes = q.a_slots * q.a_panel_bytes + q.b_slots * q.b_panel_bytes +
-                     q.slots * (q.c_block_bytes + q.slot_extra_bytes) + q.stage_bytes;
-    for (std::size_t d = 0; d < r.devices; ++d) {
-      const index_t r0 = std::min(q.row_panels, static_cast<index_t>(d) * per_dev);
-      const index_t r1 = std::min(q.row_panels, r0 + per_dev);
-      if (mode == 0) {
-        detail::ooc_device_order(r0, r1, q.col_panels, q.a_slots, q.b_slots, q.order);
-      } else if (mode == 1) {
-        detail::ooc_device_order_grouped(r0, r1, q.col_blocks, q.a_slots, q.b_slots, q.group, q.bm,
-                                         q.bn * q.group, q.col_panels, q.order);
-      } else {
-        detail::ooc_hybrid_order(r0, r1, q.col_panels, q.group, S, q.order);
-      }
-      q.device_first.push_back(q.order.size());
+}
+
+/// The order of q's blocks (mode 0: single-panel blocks, the square start and serpentine bands;
+/// 1: every block of `group` panels, a balanced start; 2: a square start of S rows of single-panel
+/// blocks, then blocks of `group` panels), each device's range of it, and q's device memory.
+inline void ooc_build_order(const ooc_plan_request& r, ooc_plan& q, int mode, index_t S) {
+  const index_t per_dev = ooc_ceil(q.row_panels, static_cast<index_t>(r.devices));
+  q.order.clear();
+  q.device_first.assign(1, 0);
+  q.h2d_bytes = q.d2h_bytes = 0;
+  q.narrow_rows = mode == 2 ? S : 0;
+  q.device_bytes = q.a_slots * q.a_panel_bytes + q.b_slots * q.b_panel_bytes +
+                   q.slots * (q.c_block_bytes + q.slot_extra_bytes) + q.stage_bytes;
+  for (std::size_t d = 0; d < r.devices; ++d) {
+    const index_t r0 = std::min(q.row_panels, static_cast<index_t>(d) * per_dev);
+    const index_t r1 = std::min(q.row_panels, r0 + per_dev);
+    if (mode == 0) {
+      ooc_device_order(r0, r1, q.col_panels, q.a_slots, q.b_slots, q.order);
+    } else if (mode == 1) {
+      ooc_device_order_grouped(r0, r1, q.col_blocks, q.a_slots, q.b_slots, q.group, q.bm, q.bn * q.group,
+                               q.col_panels, q.order);
+    } else {
+      ooc_hybrid_order(r0, r1, q.col_panels, q.group, S, q.order);
     }
-    double worst = 0;
+    q.device_first.push_back(q.order.size());
+  }
+}
+
+/// The bytes q's order moves, its copy time (the slowest device's) and, with a compute time, its
+/// bound (ramp_seconds, at least the copy time).
+inline void ooc_price_order(const ooc_plan_request& r, ooc_plan& q) {
+  double worst = 0;
+  for (std::size_t d = 0; d < r.devices; ++d) {
+    std::size_t h = 0, o = 0;
+    ooc_simulate(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h, o);
+    q.h2d_bytes += h;
+    q.d2h_bytes += o;
+    worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
+  }
+  q.copy_seconds = worst;
+  q.ramp_seconds = 0;
+  if (r.compute_seconds > 0) {
+    double ramp = 0;
     for (std::size_t d = 0; d < r.devices; ++d) {
-      std::size_t h = 0, o = 0;
-      detail::ooc_simulate(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes, r.out_bytes, h,
-                           o);
-      q.h2d_bytes += h;
-      q.d2h_bytes += o;
-      worst = std::max(worst, r.rates.seconds(static_cast<double>(h), static_cast<double>(o)));
+      ramp = std::max(ramp, ooc_ramp(q, q.device_first[d], q.device_first[d + 1], r.read_c, r.in_bytes,
+                                     r.out_bytes, r.rates, r.compute_seconds));
     }
-    q.copy_seconds = worst;
-    q.ramp_seconds = 0;
-    if (r.compute_seconds > 0) {
-      double ramp = 0;
-      for (std::size_t d = 0; d < r.devices; ++d) {
-        ramp = std::max(ramp, detail::ooc_ramp(q, q.device_first[d], q.device_first[d + 1], r.read_c,
-                                               r.in_bytes, r.out_bytes, r.rates, r.compute_seconds));
-      }
-      q.ramp_seconds = std::max(ramp, q.copy_seconds);
+    q.ramp_seconds = std::max(ramp, q.copy_seconds);
+  }
+}
+
+/// The order (see ooc_build_order), then the bytes it moves and, with a compute time, its bound.
+inline void ooc_finish(const ooc_plan_request& r, ooc_plan& q, int mode, index_t S) {
+  ooc_build_order(r, q, mode, S);
+  ooc_price_order(r, q);
+}
+
+/// Replaces `best` by the grouped plan p in the order of a square start of S rows of single-panel
+/// blocks (ooc_finish mode 2) for the S whose bound is lowest, when lower than best's. S in
+/// [0, top): every S below 16, then a geometric grid (steps of 1/4), then a pattern search around
+/// the best of those (halving steps): each candidate simulates the whole order, so the search stays
+/// ~40 candidates where it would take `top` (489 for 10^6-row bf16 operands held whole: seconds of
+/// planning).
+inline void ooc_search_square_start(const ooc_plan_request& r, const ooc_plan& p, ooc_plan& best) {
+  const index_t top = std::min(p.row_panels, p.col_panels);
+  std::vector<index_t> tried;
+  index_t best_s = -1;
+  auto try_s = [&](index_t S) {
+    if (S < 0 || S >= top || std::find(tried.begin(), tried.end(), S) != tried.end()) return;
+    tried.push_back(S);
+    ooc_plan cand = p;
+    ooc_finish(r, cand, 2, S);
+    if (cand.ramp_seconds < best.ramp_seconds) {
+      best = cand;
+      best_s = S;
     }
   };
-  if (p.group == 1) {
-    finish(p, 0, 0);
-    return p;
+  for (index_t S = 0; S < top; S = S < 16 ? S + 1 : S + S / 4) try_s(S);
+  if (best_s >= 16) {
+    for (index_t step = std::max<index_t>(1, best_s / 8); step >= 1; step /= 2) {
+      const index_t centre = best_s;
+      try_s(centre - step);
+      try_s(centre + step);
+    }
   }
-  finish(p, 1, 0);
-  if (r.compute_seconds <= 0) return p;  // c_min_line_bytes asked for groups; no bound to weigh them
-  // With a compute time, the order with the lowest bound: single-panel blocks, every block grouped,
-  // or a square start of S rows of single-panel blocks (one device whose caches hold every panel,
-  // so that no band turns) then grouped blocks. Ties keep the earlier (fewer, simpler changes).
-  ooc_plan best_plan = p;
+}
+
+/// The finished plan of p, whose C blocks span group > 1 B panels (`narrow`: p before grouping).
+/// Without a compute time, every block grouped: c_min_line_bytes asked for groups and there is no
+/// bound to weigh them. With one, the order with the lowest bound: single-panel blocks, every block
+/// grouped, or a square start of S rows of single-panel blocks (one device whose caches hold every
+/// panel, so that no band turns) then grouped blocks. Ties keep the earlier (fewer, simpler changes).
+inline ooc_plan ooc_weigh_groups(const ooc_plan_request& r, ooc_plan p, const ooc_plan& narrow) {
+  ooc_finish(r, p, 1, 0);
+  if (r.compute_seconds <= 0) return p;
+  ooc_plan best = p;
   ooc_plan cand = narrow;
-  finish(cand, 0, 0);
-  if (cand.ramp_seconds <= best_plan.ramp_seconds) best_plan = cand;
+  ooc_finish(r, cand, 0, 0);
+  if (cand.ramp_seconds <= best.ramp_seconds) best = cand;
   const bool resident = r.devices == 1 && p.k_chunks == 1 &&
                         p.a_slots >= static_cast<std::size_t>(p.row_panels) &&
                         p.b_slots >= static_cast<std::size_t>(p.col_panels);
-  if (resident) {
-    // S in [0, top): every S below 16, then a geometric grid (steps of 1/4), then a pattern search
-    // around the best of those (halving steps): each candidate simulates the whole order, so the
-    // search stays ~40 candidates where it would take `top` (489 for 10^6-row bf16 operands held
-    // whole: seconds of planning).
-    const index_t top = std::min(p.row_panels, p.col_panels);
-    std::vector<index_t> tried;
-    index_t best_s = -1;
-    auto try_s = [&](index_t S) {
-      if (S < 0 || S >= top || std::find(tried.begin(), tried.end(), S) != tried.end()) return;
-      tried.push_back(S);
-      cand = p;
-      finish(cand, 2, S);
-      if (cand.ramp_seconds < best_plan.ramp_seconds) {
-        best_plan = cand;
-        best_s = S;
-      }
-    };
-    for (index_t S = 0; S < top; S = S < 16 ? S + 1 : S + S / 4) try_s(S);
-    if (best_s >= 16) {
-      for (index_t step = std::max<index_t>(1, best_s / 8); step >= 1; step /= 2) {
-        const index_t centre = best_s;
-        try_s(centre - step);
-        try_s(centre + step);
-      }
-    }
+  if (resident) ooc_search_square_start(r, p, best);
+  return best;
+}
+
+}  // namespace detail
+
+/// Plans an out-of-core GEMM. Searches, for each orientation (A or B resident), C block sides
+/// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
+/// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
+/// the fewest bytes moved, then a row-major B of 1- or 2-byte elements held whole (one panel of every
+/// column, C blocks of whole rows; see the search), then the smaller panels (the first block starts sooner), then
+/// fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
+/// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
+/// that minimum in bytes.
+inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
+  detail::ooc_check_request(r);
+  ooc_plan p;
+  p.devices = r.devices;
+  ooc_independent_floor(r, p.min_h2d_bytes, p.min_d2h_bytes, p.floor_seconds);
+  if (r.m == 0 || r.n == 0) {
+    p.m = r.m;
+    p.n = r.n;
+    p.k = r.k;
+    p.device_first.assign(r.devices + 1, 0);
+    return p;
   }
-  return best_plan;
+  const detail::ooc_choice pick = detail::ooc_search(r);
+  if (!pick.found) detail::ooc_fail_budget(r);
+  detail::ooc_apply_choice(r, pick, p);
+  const ooc_plan narrow = p;  // single-panel blocks: the plan before any grouping
+  detail::ooc_group_blocks(r, p);
+  if (p.group > 1) return detail::ooc_weigh_groups(r, p, narrow);
+  detail::ooc_finish(r, p, 0, 0);
+  return p;
 }
 
 /// The plan gemm_out_of_core runs, C blocks staged or copied straight into C: staged where `c_out`
