@@ -299,7 +299,7 @@ inline unsigned long long ooc_count_checksum() {
 }
 
 /// The bare compute of the job: the same strips, tile schedule and per-element epilogue, with a
-/// null sink that reduces every count to a checksum on the device (pairwise sink_kind::checksum).
+/// null sink that reduces every count to a checksum on the device (pairwise/sinks/checksum.cuh).
 /// The row that top-k is measured against; the checksum is checked against the host.
 inline void BM_gram_ooc_bare(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
@@ -314,9 +314,10 @@ inline void BM_gram_ooc_bare(benchmark::State& state) {
   o.trace = &tr;
   unsigned long long sum = 0;
   ooc_time(state, [&] {
-    auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o, pairwise::sink_kind::checksum);
+    auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o,
+                                                    pairwise::detail::checksum_sink<std::int32_t>{});
     gram::detail::run_gram_job(job);
-    sum = pairwise::detail::collect_checksum(job);
+    sum = job.sink.collect(job);
   });
   if (sum != ooc_count_checksum()) {
     state.SkipWithError(("checksum " + std::to_string(sum) + " != host " + std::to_string(ooc_count_checksum())).c_str());

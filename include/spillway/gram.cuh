@@ -17,6 +17,7 @@
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/gram/out_of_core.cuh>
+#include <spillway/pairwise/sinks/neighbour_counts.cuh>
 
 #include <algorithm>
 #include <chrono>
@@ -52,9 +53,10 @@ void check_job_inputs(const bit_matrix_view& a, const bit_matrix_view* b, const 
   check_output_type<V>(opt.epilogue, a.cols, who);
 }
 /// A job over A·Aᵀ (b null: symmetric, tiles i ≤ j) or A·Bᵀ, delivering to `sink`.
-template <class V>
-gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt, sink_kind sink) {
-  gram_job<V> job;
+template <class V, class Sink>
+gram_job<V, Sink> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt,
+                           Sink sink) {
+  gram_job<V, Sink> job;
   job.prod.a = a;
   if (b != nullptr) job.prod.b = *b;
   job.prod.symmetric = b == nullptr;
@@ -62,7 +64,7 @@ gram_job<V> make_job(const bit_matrix_view& a, const bit_matrix_view* b, const g
   job.prod.sc = scorer{opt.epilogue, opt.scores.jaccard_empty, opt.scores.cosine_zero};
   job.prod.path = opt.path;
   job.symmetric = b == nullptr;
-  job.sink = sink;
+  job.sink = std::move(sink);
   job.who = "gram";
   job.opt = opt;  // the pair job's part of the options
   return job;
@@ -113,10 +115,14 @@ job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layou
     host_gram_dense(a, out, layout, opt.epilogue, opt.scores);
     return ::spillway::detail::host_job_report(t0);
   }
-  auto job = detail::make_job<OutT>(a, nullptr, opt,
-                                    layout == triangle_layout::full ? sink_kind::dense_full : sink_kind::dense_packed);
-  job.out = out;
-  job.with_diagonal = layout != triangle_layout::condensed;
+  if (layout == triangle_layout::full) {
+    auto job = detail::make_job<OutT>(a, nullptr, opt, ::spillway::pairwise::detail::full_sink<OutT>(out));
+    detail::run_gram_job(job);
+    return job.report;
+  }
+  auto job = detail::make_job<OutT>(
+      a, nullptr, opt,
+      ::spillway::pairwise::detail::packed_sink<OutT>(out, layout != triangle_layout::condensed));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -135,9 +141,7 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
     host_gram_dense(a, b, out, ldc, opt.epilogue, opt.scores);
     return ::spillway::detail::host_job_report(t0);
   }
-  auto job = detail::make_job<OutT>(a, &b, opt, sink_kind::dense_rect);
-  job.out = out;
-  job.ldc = ldc;
+  auto job = detail::make_job<OutT>(a, &b, opt, ::spillway::pairwise::detail::rect_sink<OutT>(out, ldc));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -158,8 +162,9 @@ job_report gram_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_
                                               "host_gram_dense per strip")) {
     return detail::host_strips<V>(a, a, on_strip, opt);
   }
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::strips);
-  job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  auto job = detail::make_job<V>(a, nullptr, opt, std::move(sink));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -174,9 +179,9 @@ job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStr
                                               "host_gram_dense per strip")) {
     return detail::host_strips<V>(a, b, on_strip, opt);
   }
-  auto job = detail::make_job<V>(a, &b, opt, sink_kind::dense_rect);
-  job.ldc = b.rows;
-  job.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  auto job = detail::make_job<V>(a, &b, opt, std::move(sink));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -196,8 +201,9 @@ job_report gram_device_strips(const bit_matrix_view& a, OnStrip&& on_strip, cons
   detail::check_job_inputs<V>(a, nullptr, opt, "gram_device_strips");
   if (a.rows == 0) return {};
   detail::require_devices_for_device_strips(opt);
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::strips);
-  job.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  auto job = detail::make_job<V>(a, nullptr, opt, std::move(sink));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -211,9 +217,9 @@ job_report gram_device_strips(const bit_matrix_view& a, const bit_matrix_view& b
   detail::check_job_inputs<V>(a, &b, opt, "gram_device_strips");
   if (a.rows == 0 || b.rows == 0) return {};
   detail::require_devices_for_device_strips(opt);
-  auto job = detail::make_job<V>(a, &b, opt, sink_kind::dense_rect);
-  job.ldc = b.rows;
-  job.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  auto job = detail::make_job<V>(a, &b, opt, std::move(sink));
   detail::run_gram_job(job);
   return job.report;
 }
@@ -229,10 +235,9 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const topk_options& k, const 
                                               "host_gram_topk")) {
     return host_gram_topk<V>(a, k, opt.epilogue, opt.scores);
   }
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::topk);
-  job.topk = k;
+  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::topk_sink<V>(k));
   detail::run_gram_job(job);
-  return detail::collect_topk(job);
+  return job.sink.collect(job);
 }
 
 /// Per-row top-k of A·Bᵀ: for each row of A, the k best rows of B.
@@ -247,10 +252,9 @@ topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, con
                                               "host_gram_topk")) {
     return host_gram_topk<V>(a, b, k, opt.epilogue, opt.scores);
   }
-  auto job = detail::make_job<V>(a, &b, opt, sink_kind::topk);
-  job.topk = k;
+  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::topk_sink<V>(k));
   detail::run_gram_job(job);
-  return detail::collect_topk(job);
+  return job.sink.collect(job);
 }
 
 /// Entries of A·Aᵀ passing a threshold, as COO sorted by row then column (compacted on the device).
@@ -263,10 +267,9 @@ coo_result<V> gram_threshold(const bit_matrix_view& a, const threshold_options& 
                                               "host_gram_threshold")) {
     return host_gram_threshold<V>(a, t, opt.epilogue, opt.scores);
   }
-  auto job = detail::make_job<V>(a, nullptr, opt, sink_kind::threshold);
-  job.thr = t;
+  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::threshold_sink<V>(t));
   detail::run_gram_job(job);
-  return detail::collect_threshold(job);
+  return job.sink.collect(job);
 }
 
 /// Entries of A·Bᵀ passing a threshold, as COO sorted by row then column.
@@ -280,10 +283,48 @@ coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b,
                                               "host_gram_threshold")) {
     return host_gram_threshold<V>(a, b, t, opt.epilogue, opt.scores);
   }
-  auto job = detail::make_job<V>(a, &b, opt, sink_kind::threshold);
-  job.thr = t;
+  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::threshold_sink<V>(t));
   detail::run_gram_job(job);
-  return detail::collect_threshold(job);
+  return job.sink.collect(job);
+}
+
+/// Per-row neighbour counts of A·Aᵀ: for each row i, how many rows j (j ≠ i unless
+/// include_diagonal) score ≥ threshold (similarities; ≤ for Hamming). Counted on the device; only
+/// the n counts reach the host (pairwise/sinks/neighbour_counts.cuh). V as for gram_threshold.
+template <class V>
+std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a,
+                                                const pairwise::neighbour_count_options& o,
+                                                const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_job_inputs<V>(a, nullptr, opt, "gram_neighbour_counts");
+  if (a.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
+                                              "gram_options::host_fallback", "host_gram_threshold")) {
+    return pairwise::counts_of_coo(
+        host_gram_threshold<V>(a, {o.threshold, true, o.include_diagonal}, opt.epilogue, opt.scores), a.rows);
+  }
+  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
+  detail::run_gram_job(job);
+  return job.sink.collect(job);
+}
+
+/// Per-row neighbour counts of A·Bᵀ: for each row of A, how many rows of B pass the threshold.
+template <class V>
+std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a, const bit_matrix_view& b,
+                                                const pairwise::neighbour_count_options& o,
+                                                const gram_options& opt = {}) {
+  detail::static_check_sparse_value<V>();
+  detail::check_job_inputs<V>(a, &b, opt, "gram_neighbour_counts");
+  if (a.rows == 0) return {};
+  if (b.rows == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), 0);
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
+                                              "gram_options::host_fallback", "host_gram_threshold")) {
+    return pairwise::counts_of_coo(
+        host_gram_threshold<V>(a, b, {o.threshold, false, false}, opt.epilogue, opt.scores), a.rows);
+  }
+  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
+  detail::run_gram_job(job);
+  return job.sink.collect(job);
 }
 
 /// In core: A·Aᵀ of a bit matrix already on the current device into device memory `out`

@@ -305,7 +305,7 @@ TEST(GramPlan, FitsBudgetAndPrefersResident) {
   r.rows_a = r.rows_b = 100000;
   r.row_bytes = static_cast<std::size_t>(padded_words(200000)) * 4u;
   r.aux_bytes = 4;
-  r.sink = pw::sink_kind::dense_packed;
+  r.sink.scattered_layout = true;  // the packed triangle's footprint (pairwise/sinks/dense.cuh)
   r.budget_bytes = std::size_t{8} << 30;
   const pw::pair_plan g = pw::make_pair_plan(r, "gram");
   EXPECT_TRUE(g.resident);
@@ -331,8 +331,9 @@ TEST(GramPlan, FitsBudgetAndPrefersResident) {
   // max_panel_rows is honoured; top-k state is counted per slot.
   r.budget_bytes = std::size_t{1} << 30;
   r.max_panel_rows = 100;
-  r.sink = pw::sink_kind::topk;
-  r.k = 32;
+  r.sink = pw::sink_footprint{};  // top-k's (pairwise/sinks/topk.cuh): lists of 32 int32 entries per slot
+  r.sink.mirror_candidates = true;
+  r.sink.bytes_per_row_per_slot = 32u * pw::detail::topk_entry_size(4);
   const pw::pair_plan t = pw::make_pair_plan(r, "gram");
   EXPECT_EQ(t.panel_rows, 100);
   EXPECT_EQ(t.strips, 10);

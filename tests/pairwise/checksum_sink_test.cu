@@ -1,4 +1,4 @@
-// The checksum sink of the pair job (pairwise sink_kind::checksum, what the out-of-core benchmarks
+// The checksum sink of the pair job (pairwise/sinks/checksum.cuh, what the out-of-core benchmarks
 // time as a job's bare compute): it must see every count of the upper triangle exactly once, on
 // every Gram kernel path — the wgmma kernel's register epilogue and the per-element one.
 #include <spillway/gram.cuh>
@@ -38,9 +38,10 @@ TEST(PairwiseChecksumGpu, SumsTheUpperTriangleCounts) {
     o.max_panel_rows = 256;
     o.devices = {0};
     o.path = path;
-    auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o, pairwise::sink_kind::checksum);
+    auto job = gram::detail::make_job<std::int32_t>(a.view(), nullptr, o,
+                                                    pairwise::detail::checksum_sink<std::int32_t>{});
     gram::detail::run_gram_job(job);
-    EXPECT_EQ(pairwise::detail::collect_checksum(job), want) << "path " << static_cast<int>(path);
+    EXPECT_EQ(job.sink.collect(job), want) << "path " << static_cast<int>(path);
   }
 }
 

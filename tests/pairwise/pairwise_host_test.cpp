@@ -24,12 +24,25 @@ namespace {
 namespace pw = spillway::pairwise;
 namespace g = spillway::gemm;
 
+// The footprints the sinks give (pairwise/sinks/topk.cuh, dense.cuh: device code), as the data the
+// planner reads.
+pw::sink_footprint topk_footprint(int k, std::size_t out_bytes) {
+  pw::sink_footprint f;
+  f.mirror_candidates = true;
+  f.bytes_per_row_per_slot = static_cast<std::size_t>(k) * pw::detail::topk_entry_size(out_bytes);
+  return f;
+}
+pw::sink_footprint packed_footprint() {
+  pw::sink_footprint f;
+  f.scattered_layout = true;
+  return f;
+}
+
 TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   pw::pair_plan_request r;
   r.rows_a = r.rows_b = 10000;
   r.row_bytes = 768 * 2;
-  r.sink = pw::sink_kind::topk;
-  r.k = 32;
+  r.sink = topk_footprint(32, 4);
   r.budget_bytes = std::size_t{1} << 30;
   const pw::pair_plan p = pw::make_pair_plan(r, "test");
   EXPECT_TRUE(p.resident);
@@ -79,13 +92,13 @@ TEST(PairwisePlan, ResidentStreamedAndOnDevice) {
   // Dense triangle from a GEMM: one more P x W strip for the scatter.
   r.operands_on_device = false;
   r.symmetric = true;
-  r.sink = pw::sink_kind::dense_packed;
+  r.sink = packed_footprint();
   r.score_scratch = true;
   const pw::pair_plan t = pw::make_pair_plan(r, "test");
   ASSERT_NE(t.buf_scratch, pw::pair_plan::none);
   EXPECT_EQ(t.slot_buffers[t.buf_scratch], t.slot_buffers[0]);
   // Scores of 8 bytes: 8-byte score strips and 16-byte top-k entries.
-  r.sink = pw::sink_kind::topk;
+  r.sink = topk_footprint(32, 8);
   r.score_scratch = false;
   r.out_bytes = 8;
   const pw::pair_plan e = pw::make_pair_plan(r, "test");

@@ -391,8 +391,8 @@ TEST(SimilarityGpu, InCoreAndOutOfCoreStreamedManyStrips) {
   spillway::pairwise::pair_plan_request req;
   req.rows_a = req.rows_b = n;
   req.row_bytes = 256 * 2;  // d padded to 16 bytes
-  req.sink = spillway::pairwise::sink_kind::topk;
-  req.k = 10;
+  req.sink =
+      spillway::pairwise::detail::topk_sink<float>(spillway::pairwise::topk_options{10, false}).footprint();
   req.max_panel_rows = 32;
   req.score_scratch = true;
   const std::size_t budget = spillway::pairwise::detail::plan_for(req, 32, false).total_bytes() + 1024;

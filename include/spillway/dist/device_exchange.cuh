@@ -152,12 +152,13 @@ inline void open_ipc_lists(const communicator& c, const gram_split& sp, int devi
 /// lists meet them from that rank's buffer over the peer link (exchange), merges them with its own
 /// on its GPU and copies only its rows to the host through `host`'s pinned block (merge); last, its
 /// mappings are closed and every rank waits again, so that no buffer is rewritten while read.
-template <class V, class P>
-pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_split& sp, pairwise::detail::pair_job<V, P>& job,
-                                             ipc_lists& x, gram_phases& ph) {
+template <class V, class P, class S>
+pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_split& sp,
+                                             pairwise::detail::pair_job<V, P, S>& job, ipc_lists& x,
+                                             gram_phases& ph) {
   namespace pd = pairwise::detail;
   using entry = pd::topk_entry<V>;
-  const int me = c.rank(), P_ = c.size(), k = job.topk.k;
+  const int me = c.rank(), P_ = c.size(), k = job.sink.topk.k;
   const std::int64_t n = job.prod.rows(false), r0 = sp.first_row(me), rows = sp.rows_of(me);
   const std::size_t per_row = static_cast<std::size_t>(k), cnt = static_cast<std::size_t>(rows) * per_row;
   auto& dc = *job.ctx.at(0);  // one GPU per rank
@@ -165,8 +166,9 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   const auto t0 = std::chrono::steady_clock::now();
   agree(c, "merging its top-k lists on its GPU", [&] {
     device_guard g(dc.device);
-    (void)pd::merge_topk_slots(job);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(x.mine->ptr, dc.topk_state.data(), static_cast<std::size_t>(n) * per_row * sizeof(entry),
+    (void)job.sink.merge_slots(job);
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(x.mine->ptr, job.sink.dev.at(0).state.data(),
+                                      static_cast<std::size_t>(n) * per_row * sizeof(entry),
                                       cudaMemcpyDeviceToDevice, s.value()));
     s.synchronize();
   });
@@ -182,8 +184,9 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   device_buffer<entry> gathered;
   agree(c, "copying its rows' lists from the other GPUs", [&] {
     gathered = device_buffer<entry>((1 + from.size()) * cnt, s);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data(), reinterpret_cast<const entry*>(dc.topk_state.data()) + r0 * k,
-                                      cnt * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(
+        gathered.data(), reinterpret_cast<const entry*>(job.sink.dev.at(0).state.data()) + r0 * k,
+        cnt * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
     for (std::size_t i = 0; i < from.size(); ++i) {
       const auto* src = static_cast<const entry*>(x.peer[static_cast<std::size_t>(from[i])]) + r0 * k;
       SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data() + (i + 1) * cnt, src, cnt * sizeof(entry), cudaMemcpyDefault, s.value()));
@@ -198,7 +201,7 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   ph.exchange_seconds = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
   pd::topk_host_side<V> host =
-      job.topk_host.valid() ? job.topk_host.get() : pd::topk_host_side<V>{pd::empty_topk<V>(rows, k), {}};
+      job.sink.host.valid() ? job.sink.host.get() : pd::topk_host_side<V>{pd::empty_topk<V>(rows, k), {}};
   pairwise::topk_result<V>& r = host.result;
   agree(c, "merging its rows' lists on its GPU", [&] {
     if (r.rows != rows) throw logic_error("dist top-k: the result's rows do not match this rank's rows");

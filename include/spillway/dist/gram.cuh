@@ -63,19 +63,20 @@ using rank_bit_producer = gram::detail::bit_producer;
 
 /// The pair job of the one-process Gram for A·Aᵀ on this rank's GPU, planned with the same strip
 /// height on every rank (the smallest the ranks' budgets give). Collective.
-template <class V>
+template <class V, class Sink>
 struct rank_gram_job {
-  pairwise::detail::pair_job<V, rank_bit_producer> job;
+  pairwise::detail::pair_job<V, rank_bit_producer, Sink> job;
   int device = 0;
   memory_budget budget{1};
   gram_split split;
   std::vector<std::size_t> mine;  // this rank's tasks (task t = strip strips − 1 − t)
 };
 
-/// Plans this rank's share of a job (collective) and fills the report's device and split.
-template <class V>
+/// Plans this rank's share of a job (collective) and fills the report's device and split. `kind`
+/// is the sink as the split's model knows it (`k`: top-k's list length).
+template <class V, class Sink>
 void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const gram_job_options& o,
-                   pairwise::sink_kind sink, int k, rank_gram_job<V>& rj, gram_report& rep) {
+                   gram_sink kind, int k, Sink sink, rank_gram_job<V, Sink>& rj, gram_report& rep) {
   auto& job = rj.job;
   job.prod.a = a;
   job.prod.symmetric = true;
@@ -83,9 +84,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   job.prod.sc = gram::detail::scorer{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero};
   job.prod.path = o.path;
   job.symmetric = true;
-  job.sink = sink;
+  job.sink = std::move(sink);
   job.who = "dist gram";
-  job.topk.k = k;
   std::int64_t p = 0;
   agree(c, "planning its GPU's share", [&] {
     const int nd = device_count();
@@ -96,9 +96,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     r.rows_a = r.rows_b = a.rows;
     r.row_bytes = job.prod.row_bytes();
     r.symmetric = true;
-    r.sink = sink;
+    r.sink = job.sink.footprint();
     r.out_bytes = sizeof(V);
-    r.k = k;
     r.budget_bytes = rj.budget.bytes();
     r.slots = o.slots_per_device;
     r.max_panel_rows = o.strip_rows;
@@ -115,9 +114,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
       r.rows_a = r.rows_b = a.rows;
       r.row_bytes = job.prod.row_bytes();
       r.symmetric = true;
-      r.sink = sink;
+      r.sink = job.sink.footprint();
       r.out_bytes = sizeof(V);
-      r.k = k;
       r.budget_bytes = rj.budget.bytes();
       r.slots = o.slots_per_device;
       r.max_panel_rows = pmin;
@@ -131,8 +129,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     }
     job.opt.devices = {rj.device};
     job.opt.slots_per_device = o.slots_per_device;
-    if (sink == pairwise::sink_kind::threshold) job.strips.resize(static_cast<std::size_t>(job.plan.strips));
     pairwise::detail::setup_devices(job, job.opt.devices);
+    job.sink.start(job);
   });
   gram_job_shape js;
   js.n = a.rows;
@@ -140,9 +138,7 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   js.strip_rows = pmin;
   js.row_bytes = job.prod.row_bytes();
   js.out_bytes = sizeof(V);
-  js.sink = sink == pairwise::sink_kind::topk        ? gram_sink::topk
-            : sink == pairwise::sink_kind::threshold ? gram_sink::threshold
-                                                     : gram_sink::triangle;
+  js.sink = kind;
   js.slots = job.plan.slots;
   js.resident = job.plan.resident;
   js.k = std::max(k, 1);
@@ -197,8 +193,9 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   rep.split = rj.split;
 }
 
-template <class V, class OnComplete>
-run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_job_options& o, bool staging,
+/// Runs this rank's strips; `on_complete(t)` after the sink's own completion of task t.
+template <class V, class Sink, class OnComplete>
+run_report run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const gram_job_options& o,
                         OnComplete&& on_complete) {
   auto& job = rj.job;
   task_job_options to;
@@ -207,13 +204,17 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V>& rj, const gram_
   to.device_buffer_bytes = job.plan.slot_buffers;
   const std::size_t b = rj.budget.bytes();
   to.budget = memory_budget(std::max<std::size_t>(1, b - std::min(b, job.plan.shared_bytes)));
-  if (staging) to.pinned_buffer_bytes = {job.plan.slot_buffers[0]};
+  to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
   return run_tasks(
       c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
       [&job](std::size_t t, task_slot& slot, stream_view s) {
         pairwise::detail::enqueue_strip(job, t, slot, s);
       },
-      std::forward<OnComplete>(on_complete), o.run);
+      [&job, &on_complete](std::size_t t, task_slot& slot) {
+        pairwise::detail::complete_strip(job, t, slot);
+        on_complete(t);
+      },
+      o.run);
 }
 
 }  // namespace detail
@@ -235,9 +236,11 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
     return host_gram_topk<V>(c, a, k, o, report);  // (rows: the same on every rank)
   gram_report rep;
   detail::check_topk_job<V>(c, a, k, o, "dist::gram_topk");
-  detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::topk, k.k, rj, rep);
-  rj.job.topk = k;
+  pairwise::detail::topk_sink<V> sink;
+  sink.topk = k;
+  sink.start_host = false;  // this rank's own rows, below
+  detail::rank_gram_job<V, pairwise::detail::topk_sink<V>> rj;
+  detail::plan_rank_job<V>(c, a, o, gram_sink::topk, k.k, std::move(sink), rj, rep);
   const std::int64_t n = a.rows, r0 = rj.split.first_row(c.rank());
   // Its GPU's lists cover every row (those its strips did not touch empty): n x k.
   const bool computes = rj.split.computes(c.rank());
@@ -252,9 +255,9 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   // meet on the GPUs) allocated and filled on another thread while the strips run, as the
   // one-process job does.
   if (computes)
-    rj.job.topk_host = pairwise::detail::start_topk_host<V>(ipc.on ? rj.split.rows_of(c.rank()) : n, kk);
+    rj.job.sink.host = pairwise::detail::start_topk_host<V>(ipc.on ? rj.split.rows_of(c.rank()) : n, kk);
   rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
+  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
   detail::note_run(c, rep);
   topk_block<V> b;
   b.first_row = r0;
@@ -267,7 +270,7 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
     // This rank's lists over every row its strips touched, merged over its slots on the device:
     // rows [0, n) (those its strips did not touch empty), or none where it computes no strip.
     pairwise::topk_result<V> all = agree(c, "collecting its top-k lists", [&] {
-      return computes ? pairwise::detail::collect_topk(rj.job) : pairwise::detail::empty_topk<V>(0, kk);
+      return computes ? rj.job.sink.collect(rj.job) : pairwise::detail::empty_topk<V>(0, kk);
     });
     rep.local.collect_seconds = detail::seconds_since(t0);
     rep.local.collect_bytes = static_cast<double>(all.values.size()) * static_cast<double>(sizeof(V) + 8);
@@ -290,8 +293,8 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
     return host_gram_triangle_npy<V>(c, a, path, layout, o);  // (rows: the same on every rank)
   gram_report rep;
   detail::check_triangle_job<V>(c, a, layout, o, "dist::gram_triangle_npy");
-  detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::strips, 0, rj, rep);
+  detail::rank_gram_job<V, pairwise::detail::strips_sink<V>> rj;
+  detail::plan_rank_job<V>(c, a, o, gram_sink::triangle, 0, pairwise::detail::strips_sink<V>{}, rj, rep);
   const std::int64_t n = a.rows;
   const bool wd = layout == pairwise::triangle_layout::upper_packed;
   auto row_off = [&](std::int64_t i) {
@@ -302,17 +305,16 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   const std::int64_t base = row_off(r0);
   detail::rows_buffer<V> local;
   agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
-  const std::int64_t P = rj.split.strip_rows, strips = rj.split.strips;
   rep.local.setup_seconds = detail::seconds_since(t_start);
   // A strip arrives in the slot's pinned staging: rows [I0, I1) x columns [I0, n), row-major.
   // The copy runs on the GPU's worker thread, which enqueues no strip meanwhile: on all cores (a
   // 2,048-row strip of 100,000 columns is 0.8 GB, and the rank's rows are fresh pages).
   double copy_seconds = 0.0;
-  rep.run = detail::run_rank_job(c, rj, o, true, [&](std::size_t t, task_slot& slot) {
+  rj.job.sink.on_strip = [&](const pairwise::host_strip<V>& h) {
     const auto tc = std::chrono::steady_clock::now();
-    const std::int64_t I0 = (strips - 1 - static_cast<std::int64_t>(t)) * P, I1 = std::min(n, I0 + P);
-    const std::int64_t W = n - I0;
-    const V* s = slot.pinned<V>(0);
+    const std::int64_t I0 = h.first_row, I1 = h.first_row + h.rows;
+    const std::int64_t W = h.cols;
+    const V* s = h.values;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if ((I1 - I0) * W > (1 << 20))
 #endif
@@ -322,7 +324,8 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
         std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
     }
     copy_seconds += detail::seconds_since(tc);
-  });
+  };
+  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
   detail::note_run(c, rep);
   rep.local.host_copy_seconds = copy_seconds;
   detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
@@ -341,18 +344,17 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
     return host_gram_threshold<V>(c, a, t, o, report);  // (rows: the same on every rank)
   gram_report rep;
   detail::check_threshold_job<V>(c, a, t, o, "dist::gram_threshold");
-  detail::rank_gram_job<V> rj;
-  detail::plan_rank_job<V>(c, a, o, pairwise::sink_kind::threshold, 0, rj, rep);
-  rj.job.thr = t;
+  detail::rank_gram_job<V, pairwise::detail::threshold_sink<V>> rj;
+  detail::plan_rank_job<V>(c, a, o, gram_sink::threshold, 0, pairwise::detail::threshold_sink<V>(t), rj, rep);
   rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = detail::run_rank_job(c, rj, o, false, [](std::size_t) {});
+  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
   detail::note_run(c, rep);
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
   const std::int64_t P = rj.split.strip_rows;
   for (std::size_t I = part.first; I < part.last && !rep.run.cancelled; ++I) {
-    const auto& s = rj.job.strips[I];
+    const auto& s = rj.job.sink.strips[I];
     for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
       for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
         b.entries.row.push_back(static_cast<std::int64_t>(I) * P + static_cast<std::int64_t>(q));

@@ -30,11 +30,12 @@
 #include <spillway/gemm/host_similarity.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
-#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pairwise/plan.hpp>
+#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/sinks.hpp>
+#include <spillway/pairwise/sinks/neighbour_counts.cuh>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
 
@@ -168,8 +169,8 @@ struct float_producer {
   }
 };
 
-template <class T>
-using similarity_job = ::spillway::pairwise::detail::pair_job<float, float_producer<T>>;
+template <class T, class Sink>
+using similarity_job = ::spillway::pairwise::detail::pair_job<float, float_producer<T>, Sink>;
 
 /// The device holding `p`, or -1 for host (pageable, pinned or managed) memory.
 inline int device_of(const void* p) {
@@ -201,11 +202,11 @@ std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int devic
 /// A job over A·Aᵀ (b null) or A·Bᵀ into `sink`: rows in host memory stream through the scheduler;
 /// rows in device memory (both operands on one device) are used in place on that device.
 /// `a_device`: device_of(a.data) when the caller has already looked it up (a pointer query each).
-template <class T>
-similarity_job<T> make_job(const matrix_view<const T>& a, const matrix_view<const T>* b, const similarity_options& opt,
-                           ::spillway::pairwise::sink_kind sink, const char* who,
-                           std::optional<int> a_device = std::nullopt) {
-  similarity_job<T> job;
+template <class T, class Sink>
+similarity_job<T, Sink> make_job(const matrix_view<const T>& a, const matrix_view<const T>* b,
+                                 const similarity_options& opt, Sink sink, const char* who,
+                                 std::optional<int> a_device = std::nullopt) {
+  similarity_job<T, Sink> job;
   auto& p = job.prod;
   p.a = a;
   if (b != nullptr) p.b = *b;
@@ -224,7 +225,7 @@ similarity_job<T> make_job(const matrix_view<const T>& a, const matrix_view<cons
   }
   p.on_dev = dev_a >= 0;
   job.symmetric = b == nullptr;
-  job.sink = sink;
+  job.sink = std::move(sink);
   job.who = who;
   job.opt = opt;  // the pair job's part of the options (devices: rows in device memory run on theirs)
   if (p.on_dev) {
@@ -306,12 +307,15 @@ job_report similarity_dense(matrix_view<T> a_, float* out, triangle_layout layou
     return ::spillway::detail::host_job_report(t0);
   }
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
-    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
-                                layout == triangle_layout::full ? ::spillway::pairwise::sink_kind::dense_full
-                                                                : ::spillway::pairwise::sink_kind::dense_packed,
-                                who);
-    job.out = out;
-    job.with_diagonal = layout != triangle_layout::condensed;
+    const auto* none = static_cast<const detail::const_rows<T>*>(nullptr);
+    if (layout == triangle_layout::full) {
+      auto job = detail::make_job(a, none, opt, ::spillway::pairwise::detail::full_sink<float>(out), who);
+      ::spillway::pairwise::detail::run_pair_job(job);
+      return job.report;
+    }
+    auto job = detail::make_job(
+        a, none, opt,
+        ::spillway::pairwise::detail::packed_sink<float>(out, layout != triangle_layout::condensed), who);
     ::spillway::pairwise::detail::run_pair_job(job);
     return job.report;
   });
@@ -337,9 +341,7 @@ job_report similarity_dense(matrix_view<T> a_, matrix_view<T> b_, float* out, st
     return ::spillway::detail::host_job_report(t0);
   }
   return detail::with_rows_locked(a, &b, opt, [&] {
-    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::sink_kind::dense_rect, who);
-    job.out = out;
-    job.ldc = ldc;
+    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::detail::rect_sink<float>(out, ldc), who);
     ::spillway::pairwise::detail::run_pair_job(job);
     return job.report;
   });
@@ -364,11 +366,10 @@ topk_result<float> similarity_topk(matrix_view<T> a_, const topk_options& k, con
   const int rows_device = detail::device_of(a.data);
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
     if (auto fused = detail::fused_similarity_topk(a, k, opt, rows_device, who)) return std::move(*fused);
-    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, ::spillway::pairwise::sink_kind::topk, who,
-                                rows_device);
-    job.topk = k;
+    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
+                                ::spillway::pairwise::detail::topk_sink<float>(k), who, rows_device);
     ::spillway::pairwise::detail::run_pair_job(job);
-    return ::spillway::pairwise::detail::collect_topk(job);
+    return job.sink.collect(job);
   });
 }
 
@@ -389,10 +390,9 @@ topk_result<float> similarity_topk(matrix_view<T> a_, matrix_view<T> b_, const t
     return host_similarity_topk(a, b, k, opt.metric, opt.cosine_zero);
   }
   return detail::with_rows_locked(a, &b, opt, [&] {
-    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::sink_kind::topk, who);
-    job.topk = k;
+    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::detail::topk_sink<float>(k), who);
     ::spillway::pairwise::detail::run_pair_job(job);
-    return ::spillway::pairwise::detail::collect_topk(job);
+    return job.sink.collect(job);
   });
 }
 
@@ -410,10 +410,10 @@ coo_result<float> similarity_threshold(matrix_view<T> a_, const threshold_option
     return host_similarity_threshold(a, t, opt.metric, opt.cosine_zero);
   }
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
-    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, ::spillway::pairwise::sink_kind::threshold, who);
-    job.thr = t;
+    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
+                                ::spillway::pairwise::detail::threshold_sink<float>(t), who);
     ::spillway::pairwise::detail::run_pair_job(job);
-    return ::spillway::pairwise::detail::collect_threshold(job);
+    return job.sink.collect(job);
   });
 }
 
@@ -433,10 +433,36 @@ coo_result<float> similarity_threshold(matrix_view<T> a_, matrix_view<T> b_, con
     return host_similarity_threshold(a, b, t, opt.metric, opt.cosine_zero);
   }
   return detail::with_rows_locked(a, &b, opt, [&] {
-    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::sink_kind::threshold, who);
-    job.thr = t;
+    auto job = detail::make_job(a, &b, opt, ::spillway::pairwise::detail::threshold_sink<float>(t), who);
     ::spillway::pairwise::detail::run_pair_job(job);
-    return ::spillway::pairwise::detail::collect_threshold(job);
+    return job.sink.collect(job);
+  });
+}
+
+/// Per-row neighbour counts of A·Aᵀ: for each row i, how many rows j (j ≠ i unless
+/// include_diagonal) score ≥ threshold (≤ for Euclidean distance). Counted on the device; only the
+/// n counts reach the host (pairwise/sinks/neighbour_counts.cuh).
+template <class T>
+std::vector<std::int64_t> similarity_neighbour_counts(matrix_view<T> a_,
+                                                      const ::spillway::pairwise::neighbour_count_options& o,
+                                                      const similarity_options& opt = {}) {
+  const detail::const_rows<T> a = a_;
+  constexpr const char* who = "similarity_neighbour_counts";
+  detail::check_rows(a, who, "a");
+  if (a.rows == 0) return {};
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, who,
+                                              "similarity_options::host_fallback",
+                                              "host_similarity_threshold")) {
+    detail::check_host_finite(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, who);
+    return ::spillway::pairwise::counts_of_coo(
+        host_similarity_threshold(a, {o.threshold, true, o.include_diagonal}, opt.metric, opt.cosine_zero),
+        a.rows);
+  }
+  return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
+    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,
+                                ::spillway::pairwise::detail::neighbour_count_sink<float>(o), who);
+    ::spillway::pairwise::detail::run_pair_job(job);
+    return job.sink.collect(job);
   });
 }
 
@@ -449,9 +475,10 @@ job_report similarity_strips(matrix_view<T> a_, OnStrip&& on_strip, const simila
   detail::check_rows(a, "similarity_strips", "a");
   if (a.rows == 0) return {};
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
-    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, ::spillway::pairwise::sink_kind::strips,
+    ::spillway::pairwise::detail::strips_sink<float> sink;
+    sink.on_strip = [&on_strip](const similarity_strip& st) { on_strip(st); };
+    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, std::move(sink),
                                 "similarity_strips");
-    job.on_strip = [&on_strip](const similarity_strip& st) { on_strip(st); };
     ::spillway::pairwise::detail::run_pair_job(job);
     return job.report;
   });
@@ -466,9 +493,10 @@ job_report similarity_device_strips(matrix_view<T> a_, OnStrip&& on_strip, const
   detail::check_rows(a, "similarity_device_strips", "a");
   if (a.rows == 0) return {};
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
-    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, ::spillway::pairwise::sink_kind::strips,
+    ::spillway::pairwise::detail::strips_sink<float> sink;
+    sink.on_device_strip = [&on_strip](const similarity_device_strip& st) { on_strip(st); };
+    auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, std::move(sink),
                                 "similarity_device_strips");
-    job.on_device_strip = [&on_strip](const similarity_device_strip& st) { on_strip(st); };
     ::spillway::pairwise::detail::run_pair_job(job);
     return job.report;
   });

@@ -33,8 +33,6 @@
 
 namespace spillway::gram {
 
-/// What a Gram job did (filled when gram_options::report is set): the pair job's report.
-using ::spillway::pairwise::sink_kind;
 /// The plan of a Gram job: the pair-job plan (spillway::pairwise::make_pair_plan with the bit
 /// matrix's row bytes and one int32 popcount per row).
 using gram_plan = ::spillway::pairwise::pair_plan;
@@ -140,17 +138,13 @@ struct bit_producer {
   }
 };
 
-template <class V>
-using gram_job = ::spillway::pairwise::detail::pair_job<V, bit_producer>;
-
-using ::spillway::pairwise::detail::collect_threshold;
-using ::spillway::pairwise::detail::collect_topk;
-using ::spillway::pairwise::detail::round8;
-using ::spillway::pairwise::detail::strip_sparse;
+/// A Gram job: the pair job over the bit producer, delivering to `Sink` (pairwise/sinks/).
+template <class V, class Sink>
+using gram_job = ::spillway::pairwise::detail::pair_job<V, bit_producer, Sink>;
 
 /// Plans and runs a Gram job through the pair job's scheduler.
-template <class V>
-void run_gram_job(gram_job<V>& job) {
+template <class V, class Sink>
+void run_gram_job(gram_job<V, Sink>& job) {
   ::spillway::pairwise::detail::run_pair_job(job);
 }
 

@@ -22,31 +22,40 @@
 
 namespace spillway::pairwise {
 
-/// What a job leaves on the device per strip.
-enum class sink_kind {
-  dense_full,       ///< A·Aᵀ n x n: strip rows plus the mirrored column strip
-  dense_packed,     ///< A·Aᵀ packed upper triangle (with or without the diagonal)
-  dense_rect,       ///< A·Bᵀ rows_a x rows_b
-  topk,             ///< per-row top-k (state on the device)
-  threshold,        ///< threshold → sparse (compacted on the device)
-  strips,           ///< A·Aᵀ strips handed to a callback: the strip rows only (no mirror)
-  checksum          ///< nothing kept: the scores summed on the device (a job's bare compute)
+/// What a sink keeps on the device, as the planner reserves it. Each sink (pairwise/sinks/) gives
+/// its own through footprint(); the planner reads only this.
+struct sink_footprint {
+  /// Per slot, first: the strip's output, P x W values (a token 256 bytes where nothing is kept
+  /// per strip: the checksum).
+  bool strip_output = true;
+  /// The output is a layout other than a dense P x W strip (packed triangle, full rows): a producer
+  /// that computes dense strips (score_scratch) needs one more strip to scatter from.
+  bool scattered_layout = false;
+  /// Per slot: the mirrored column strip of a full A·Aᵀ matrix (W x P values).
+  bool mirror_strip = false;
+  /// Per slot: a compaction area (P + 1 int64 offsets, then P x W int32 columns and P x W values).
+  bool compaction = false;
+  /// Per slot, A·Aᵀ only: top-k's mirrored candidates (topk_mirror_bytes) and per device a bar
+  /// per row, kept where they fit and dropped before the strips shrink.
+  bool mirror_candidates = false;
+  /// Per device, outside the slots: bytes per row of A for each slot (top-k's lists), per row of A
+  /// once (per-row counters), and fixed (partial sums).
+  std::size_t bytes_per_row_per_slot = 0, bytes_per_row = 0, bytes_fixed = 0;
 };
 
 struct pair_plan_request {
   std::int64_t rows_a = 0, rows_b = 0;  ///< rows_b == rows_a for A·Aᵀ
   std::size_t row_bytes = 128;          ///< bytes of one operand row on the device
   bool symmetric = true;
-  sink_kind sink = sink_kind::dense_packed;
+  sink_footprint sink;        ///< what the job's sink keeps (its footprint())
   std::size_t out_bytes = 4;  ///< bytes per output (or score) element
-  int k = 0;                  ///< top-k only
   std::size_t budget_bytes = 0;
   std::size_t slots = 3;
   std::int64_t max_panel_rows = 0;  ///< 0: automatic (2048)
   std::size_t aux_bytes = 4;        ///< per operand row: its popcount, its norm
   /// The scores are produced as a dense P x W strip that a kernel then scatters into the sink's
   /// layout (a GEMM cannot write a packed triangle): one more strip buffer per slot for the dense
-  /// sinks dense_full and dense_packed.
+  /// sinks whose footprint has scattered_layout (packed, full).
   bool score_scratch = false;
   /// The operands are already in device memory (in core): nothing resident to copy, no A panel.
   bool operands_on_device = false;
@@ -59,15 +68,17 @@ struct pair_plan {
   std::int64_t b_panels = 0;    ///< panels of the column operand
   bool resident = true;         ///< the column operand stays on each device
   std::size_t slots = 0;
-  /// Per slot, in order: output/score buffer, [mirror buffer (dense_full)], [compaction (threshold)],
+  /// Per slot, in order: output/score buffer, [mirror buffer (full)], [compaction (threshold)],
   /// [A panel (A·Bᵀ, or streamed)], [B panel (streamed)], [score scratch], [mirrored top-k
   /// candidates (A·Aᵀ top-k)]. The buf_* members give each one's index (none when absent).
   std::vector<std::size_t> slot_buffers;
   std::size_t buf_mirror = none, buf_compact = none, buf_a = none, buf_own = none, buf_stream = none,
               buf_scratch = none, buf_cand = none;
-  std::size_t shared_bytes = 0;  ///< per device, outside the slots (resident operand, aux values, top-k state)
+  std::size_t shared_bytes =
+      0;  ///< per device, outside the slots (resident operand, aux values, the sink's state)
   std::size_t resident_bytes = 0;
-  std::size_t topk_state_bytes = 0;  ///< per slot's state (inside shared_bytes, times slots)
+  /// The sink's state per slot (top-k's lists; inside shared_bytes, times slots).
+  std::size_t topk_state_bytes = 0;
   /// A·Aᵀ top-k: per row, the bar its mirrored candidates must reach (inside shared_bytes).
   std::size_t topk_bar_bytes = 0;
 
@@ -153,44 +164,25 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
     g.slot_buffers.push_back(bytes);
     return g.slot_buffers.size() - 1;
   };
-  switch (r.sink) {
-    case sink_kind::dense_full:
-      add(P * W * r.out_bytes);
-      g.buf_mirror = add(W * P * r.out_bytes);
-      break;
-    case sink_kind::dense_packed:
-    case sink_kind::dense_rect:
-    case sink_kind::strips:
-    case sink_kind::topk:
-      add(P * W * r.out_bytes);
-      break;
-    case sink_kind::checksum:
-      add(256);
-      break;
-    case sink_kind::threshold:
-      // scores, then per-row counts/offsets (P + 1, int64) and the compacted (col int32, value).
-      add(P * W * r.out_bytes);
-      g.buf_compact = add((P + 1) * 8u + P * W * (4u + r.out_bytes) + 16u);
-      break;
-  }
+  const sink_footprint& f = r.sink;
+  add(f.strip_output ? P * W * r.out_bytes : 256u);
+  if (f.mirror_strip) g.buf_mirror = add(W * P * r.out_bytes);
+  // compaction: per-row counts/offsets (P + 1, int64) and the compacted (col int32, value).
+  if (f.compaction) g.buf_compact = add((P + 1) * 8u + P * W * (4u + r.out_bytes) + 16u);
   if (!r.symmetric && !r.operands_on_device) g.buf_a = add(P * r.row_bytes);  // this strip's A panel
   if (!resident) {
     if (r.symmetric) g.buf_own = add(P * r.row_bytes);  // the strip's own panel
     g.buf_stream = add(P * r.row_bytes);                // the streamed panel
   }
-  if (r.score_scratch && (r.sink == sink_kind::dense_full || r.sink == sink_kind::dense_packed)) {
-    g.buf_scratch = add(P * W * r.out_bytes);
-  }
-  const bool mirror = candidates && r.sink == sink_kind::topk && r.symmetric;
+  if (r.score_scratch && f.scattered_layout) g.buf_scratch = add(P * W * r.out_bytes);
+  const bool mirror = candidates && f.mirror_candidates && r.symmetric;
   if (mirror) g.buf_cand = add(topk_mirror_bytes(P, W, r.out_bytes));
   g.resident_bytes = resident && !r.operands_on_device ? static_cast<std::size_t>(r.rows_b) * r.row_bytes : 0;
-  g.topk_state_bytes = r.sink == sink_kind::topk ? static_cast<std::size_t>(r.rows_a) * static_cast<std::size_t>(r.k) *
-                                                       topk_entry_size(r.out_bytes)
-                                                 : 0;
-  g.topk_bar_bytes = mirror ? static_cast<std::size_t>(r.rows_a) * topk_key_size(r.out_bytes) : 0;
-  // + checksum: 1024 partial sums.
+  const auto rows_a = static_cast<std::size_t>(r.rows_a);
+  g.topk_state_bytes = rows_a * f.bytes_per_row_per_slot;
+  g.topk_bar_bytes = mirror ? rows_a * topk_key_size(r.out_bytes) : 0;
   g.shared_bytes = g.resident_bytes + static_cast<std::size_t>(r.rows_a + r.rows_b) * r.aux_bytes + 512u +
-                   g.slots * g.topk_state_bytes + g.topk_bar_bytes + (r.sink == sink_kind::checksum ? 8192u : 0u);
+                   g.slots * g.topk_state_bytes + g.topk_bar_bytes + rows_a * f.bytes_per_row + f.bytes_fixed;
   return g;
 }
 
