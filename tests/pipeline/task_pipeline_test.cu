@@ -286,6 +286,17 @@ TEST(TaskPipelineGpu, BadOptionsThrowBeforeAnyWork) {
   } catch (const spillway::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("minimum budget is 6144"), std::string::npos) << e.what();
   }
+  // What the job allocated outside the slots counts with them: one byte more than the budget.
+  o.budget = spillway::memory_budget(3 * 2048);
+  o.reserved_bytes = 1;
+  try {
+    (void)spillway::run_tasks(10, o, enq);
+    FAIL() << "expected logic_error";
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("and 1 reserved bytes; the minimum budget is 6145"), std::string::npos)
+        << e.what();
+  }
+  o.reserved_bytes = 0;
   o.budget = spillway::memory_budget(3 * 2048);
   o.devices = {spillway::device_count()};
   EXPECT_THROW((void)spillway::run_tasks(10, o, enq), spillway::logic_error);

@@ -202,8 +202,8 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const
   to.devices = job.opt.devices;
   to.slots_per_device = job.plan.slots;
   to.device_buffer_bytes = job.plan.slot_buffers;
-  const std::size_t b = rj.budget.bytes();
-  to.budget = memory_budget(std::max<std::size_t>(1, b - std::min(b, job.plan.shared_bytes)));
+  to.budget = rj.budget;
+  to.reserved_bytes = job.plan.shared_bytes;  // allocated by setup_devices (and the sink's setup)
   to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
   return run_tasks(
       c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,

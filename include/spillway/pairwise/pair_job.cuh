@@ -542,7 +542,8 @@ void run_pair_job(pair_job<V, P, S>& job) {
   to.devices = devices;
   to.slots_per_device = job.plan.slots;
   to.device_buffer_bytes = job.plan.slot_buffers;
-  to.budget = memory_budget(std::max<std::size_t>(1, budget.bytes() - std::min(budget.bytes(), job.plan.shared_bytes)));
+  to.budget = budget;
+  to.reserved_bytes = job.plan.shared_bytes;  // allocated by setup_devices (and the sink's setup)
   to.progress = job.opt.progress;
   try {
     run_pair_tasks(job, r, to);

@@ -68,8 +68,12 @@ struct task_job_options {
   std::vector<std::size_t> device_buffer_bytes;
   /// Bytes of each pinned host staging buffer of a slot (slot.pinned<T>(k)); may be empty.
   std::vector<std::size_t> pinned_buffer_bytes;
-  /// If set, the slots must fit in it on every device (else logic_error stating the minimum).
+  /// If set, the job's whole device memory on every device: the slots plus reserved_bytes must
+  /// fit in it (else logic_error stating the minimum). This is the job's one budget check.
   std::optional<memory_budget> budget;
+  /// Bytes the job allocated on each device outside the slots before the run (its set-up: a
+  /// resident operand, per-row values, a sink's state), counted with the slots against `budget`.
+  std::size_t reserved_bytes = 0;
   /// Optional; see progress_callback.
   progress_callback progress;
 };
@@ -446,11 +450,13 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
   const std::size_t slots = n_tasks < opts.slots_per_device ? n_tasks : opts.slots_per_device;
   const std::size_t per_slot = detail::slot_device_bytes(opts.device_buffer_bytes);
   if (opts.budget && slots > 0) {
-    const std::size_t need = slots * per_slot;
-    if (detail::mul_overflows(slots, per_slot) || need > opts.budget->bytes()) {
+    const std::size_t need = slots * per_slot + opts.reserved_bytes;
+    if (detail::mul_overflows(slots, per_slot) || need < opts.reserved_bytes || need > opts.budget->bytes()) {
       throw logic_error("run_tasks: budget " + std::to_string(opts.budget->bytes()) + " bytes is too small for " +
-                        std::to_string(slots) + " slot(s) of " + std::to_string(per_slot) +
-                        " bytes; the minimum budget is " + std::to_string(need) + " bytes");
+                        std::to_string(slots) + " slot(s) of " + std::to_string(per_slot) + " bytes" +
+                        (opts.reserved_bytes > 0 ? " and " + std::to_string(opts.reserved_bytes) + " reserved bytes"
+                                                 : std::string()) +
+                        "; the minimum budget is " + std::to_string(need) + " bytes");
     }
   }
 
