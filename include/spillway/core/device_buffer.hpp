@@ -69,6 +69,39 @@ inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
   return p;
 }
 
+/// The elements a move-only owner of memory holds (device_buffer, pinned_buffer): a pointer and a
+/// count, read through the accessors below, moved out whole (the source left empty). The owner
+/// frees them (its release()) before it takes another's.
+template <class T>
+class owned_elements {
+ public:
+  using value_type = T;
+
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] cuda::std::span<T> span() noexcept { return {data_, size_}; }
+  [[nodiscard]] cuda::std::span<const T> span() const noexcept { return {data_, size_}; }
+
+ protected:
+  owned_elements() noexcept = default;
+  owned_elements(const owned_elements&) = delete;
+  owned_elements& operator=(const owned_elements&) = delete;
+  owned_elements(owned_elements&& o) noexcept { take(o); }
+  owned_elements& operator=(owned_elements&&) = delete;
+  ~owned_elements() = default;
+  /// Takes `o`'s elements (this one's must have been released), leaving `o` empty.
+  void take(owned_elements& o) noexcept {
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 }  // namespace detail
 
 /// A typed device allocation of `size()` elements of T, uninitialized, allocated and freed in
@@ -79,12 +112,11 @@ inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
 /// buffer is destroyed, so work enqueued on it before then is safe. Work on other streams must be
 /// ordered before the destructor by the caller (an event, or `set_stream`).
 template <class T>
-class device_buffer {
+class device_buffer : public detail::owned_elements<T> {
   static_assert(std::is_trivially_copyable_v<T>, "device_buffer<T> needs a trivially copyable T");
+  using detail::owned_elements<T>::data_, detail::owned_elements<T>::size_;
 
  public:
-  using value_type = T;
-
   /// An empty buffer (no allocation) bound to the per-thread stream.
   device_buffer() noexcept : stream_(stream_view::per_thread()) {}
 
@@ -113,31 +145,20 @@ class device_buffer {
   device_buffer& operator=(const device_buffer&) = delete;
 
   device_buffer(device_buffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)),
-        stream_(o.stream_),
-        device_(o.device_) {}
+      : detail::owned_elements<T>(std::move(o)), stream_(o.stream_), device_(o.device_) {}
 
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       release();
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
+      this->take(o);
       stream_ = o.stream_;
       device_ = o.device_;
     }
     return *this;
   }
 
-  [[nodiscard]] T* data() noexcept { return data_; }
-  [[nodiscard]] const T* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] stream_view stream() const noexcept { return stream_; }
   [[nodiscard]] int device() const noexcept { return device_; }
-  [[nodiscard]] cuda::std::span<T> span() noexcept { return {data_, size_}; }
-  [[nodiscard]] cuda::std::span<const T> span() const noexcept { return {data_, size_}; }
 
   /// Rebinds the stream on which the memory will be freed (the caller orders the streams).
   void set_stream(stream_view s) noexcept { stream_ = s; }
@@ -201,7 +222,7 @@ class device_buffer {
   /// Enqueues a byte-wise fill (e.g. 0xFF to poison) of the whole buffer on `s`.
   void fill_bytes_async(unsigned char value, stream_view s) {
     if (size_ == 0) return;
-    SPILLWAY_CUDA_TRY(cudaMemsetAsync(data_, value, size_bytes(), s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemsetAsync(data_, value, this->size_bytes(), s.value()));
   }
 
  private:
@@ -225,8 +246,6 @@ class device_buffer {
     }
   }
 
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
   stream_view stream_;
   int device_ = 0;
 };

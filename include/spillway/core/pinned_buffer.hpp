@@ -18,12 +18,11 @@ namespace spillway {
 /// devices. Copies between it and the device run at full PCIe rate and are truly asynchronous.
 /// Move-only. Pinning is slow (the OS maps and locks every page): allocate once, reuse.
 template <class T>
-class pinned_buffer {
+class pinned_buffer : public detail::owned_elements<T> {
   static_assert(std::is_trivially_copyable_v<T>, "pinned_buffer<T> needs a trivially copyable T");
+  using detail::owned_elements<T>::data_, detail::owned_elements<T>::size_;
 
  public:
-  using value_type = T;
-
   pinned_buffer() noexcept = default;
   explicit pinned_buffer(std::size_t n) {
     const std::size_t bytes = detail::checked_bytes(n, sizeof(T), "pinned_buffer");
@@ -49,30 +48,21 @@ class pinned_buffer {
   ~pinned_buffer() { release(); }
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
-  pinned_buffer(pinned_buffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer(pinned_buffer&& o) noexcept : detail::owned_elements<T>(std::move(o)) {}
   pinned_buffer& operator=(pinned_buffer&& o) noexcept {
     if (this != &o) {
       release();
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
+      this->take(o);
     }
     return *this;
   }
 
-  [[nodiscard]] T* data() noexcept { return data_; }
-  [[nodiscard]] const T* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   T& operator[](std::size_t i) noexcept { return data_[i]; }
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
   T* begin() noexcept { return data_; }
   T* end() noexcept { return data_ + size_; }
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
-  [[nodiscard]] cuda::std::span<T> span() noexcept { return {data_, size_}; }
-  [[nodiscard]] cuda::std::span<const T> span() const noexcept { return {data_, size_}; }
 
  private:
   void release() noexcept {
@@ -85,8 +75,6 @@ class pinned_buffer {
       size_ = 0;
     }
   }
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
 };
 
 }  // namespace spillway

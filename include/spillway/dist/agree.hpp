@@ -10,6 +10,7 @@
 #pragma once
 
 #include <spillway/dist/communicator.hpp>
+#include <spillway/pipeline/task_pipeline.hpp>
 
 #include <mpi.h>
 
@@ -29,27 +30,13 @@ struct local_outcome {
   std::string message;
 };
 
-namespace detail {
-
-inline std::string exception_message(const std::exception_ptr& p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-}  // namespace detail
-
 /// The outcome of a step that threw `e` (null: it did not).
 inline local_outcome outcome_of(const std::exception_ptr& e, std::uint64_t task = rank_error::no_task) {
   local_outcome o;
   if (e) {
     o.failed = true;
     o.task = task;
-    o.message = detail::exception_message(e);
+    o.message = ::spillway::detail::exception_text(e);  // what(), or "unknown exception"
   }
   return o;
 }

@@ -363,12 +363,7 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
       }
     }
   }
-  rep.local.collect_seconds = detail::seconds_since(t_collect);
-  const auto t_place = std::chrono::steady_clock::now();
-  detail::place_coo(c, b);
-  rep.local.exchange_seconds = detail::seconds_since(t_place);
-  detail::finish_report(c, rep, t_start);
-  if (report != nullptr) *report = std::move(rep);
+  detail::place_coo_and_finish(c, b, rep, t_collect, t_start, report);
   return b;
 }
 

@@ -29,6 +29,7 @@
 //   b.plan.parts[r].tasks       // the strips rank r computes; b.bounds: the rows it owns
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/split_plan.hpp>
@@ -125,17 +126,7 @@ struct share_prediction {
 enum class strip_deal { contiguous, cyclic, snake, greedy };
 
 inline const char* deal_name(strip_deal d) {
-  switch (d) {
-    case strip_deal::contiguous:
-      return "contiguous";
-    case strip_deal::cyclic:
-      return "cyclic";
-    case strip_deal::snake:
-      return "snake";
-    case strip_deal::greedy:
-      return "greedy";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(d, {"contiguous", "cyclic", "snake", "greedy"});
 }
 
 /// Which rows each rank owns (one contiguous block each: bounds) and which strips it computes

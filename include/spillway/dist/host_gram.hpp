@@ -26,6 +26,7 @@
 //     gathered to rank 0.
 #pragma once
 
+#include <spillway/core/enum_name.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/dist/agree.hpp>
@@ -136,21 +137,7 @@ inline void broadcast_bits(const communicator& c, gram::bit_matrix& m) {
 enum class gram_split_policy { automatic, pairs, model, cyclic, snake, greedy };
 
 inline const char* split_policy_name(gram_split_policy p) {
-  switch (p) {
-    case gram_split_policy::automatic:
-      return "auto";
-    case gram_split_policy::pairs:
-      return "pairs";
-    case gram_split_policy::model:
-      return "model";
-    case gram_split_policy::cyclic:
-      return "cyclic";
-    case gram_split_policy::snake:
-      return "snake";
-    case gram_split_policy::greedy:
-      return "greedy";
-  }
-  return "?";
+  return ::spillway::detail::enum_name(p, {"auto", "pairs", "model", "cyclic", "snake", "greedy"});
 }
 
 /// "auto", "pairs", "model", "cyclic", "snake" or "greedy" (logic_error otherwise).
@@ -304,13 +291,28 @@ inline void check_exchange(std::int64_t n, int k, const char* who) {
   }
 }
 
+/// The checks of a distributed job, on every rank at once (agree, "checking the <sink> job"): A and
+/// the options (check_dist_gram), then the sink's own (`sink_checks`).
+template <class V, class SinkChecks>
+void check_job(const communicator& c, const gram::bit_matrix_view& a, const gram_job_options& o, const char* what,
+               const char* who, SinkChecks&& sink_checks) {
+  agree(c, what, [&] {
+    check_dist_gram<V>(a, o, who);
+    sink_checks();
+  });
+}
+
+/// What a distributed job cannot do yet: logic_error "<who>: <why>" where `refused`.
+inline void refuse_if(bool refused, const char* who, const char* why) {
+  if (refused) throw logic_error(std::string(who) + why);
+}
+
 /// The checks of a distributed top-k, triangle or threshold job, on every rank at once (agree): the
 /// same for the GPU and the host implementations, each naming its own entry point.
 template <class V>
 void check_topk_job(const communicator& c, const gram::bit_matrix_view& a, const pairwise::topk_options& k,
                     const gram_job_options& o, const char* who) {
-  agree(c, "checking the top-k job", [&] {
-    check_dist_gram<V>(a, o, who);
+  check_job<V>(c, a, o, "checking the top-k job", who, [&] {
     pairwise::detail::check_topk(k, who);
     if (c.size() > 1) check_exchange(a.rows, k.k, who);
   });
@@ -319,26 +321,20 @@ void check_topk_job(const communicator& c, const gram::bit_matrix_view& a, const
 template <class V>
 void check_triangle_job(const communicator& c, const gram::bit_matrix_view& a, pairwise::triangle_layout layout,
                         const gram_job_options& o, const char* who) {
-  agree(c, "checking the triangle job", [&] {
-    check_dist_gram<V>(a, o, who);
-    if (layout == pairwise::triangle_layout::full) {
-      throw logic_error(std::string(who) +
-                        ": the full layout is not distributed (its rows need the mirrored half from other "
-                        "ranks); use upper_packed or condensed");
-    }
+  check_job<V>(c, a, o, "checking the triangle job", who, [&] {
+    refuse_if(layout == pairwise::triangle_layout::full, who,
+              ": the full layout is not distributed (its rows need the mirrored half from other ranks); use "
+              "upper_packed or condensed");
   });
 }
 
 template <class V>
 void check_threshold_job(const communicator& c, const gram::bit_matrix_view& a, const pairwise::threshold_options& t,
                          const gram_job_options& o, const char* who) {
-  agree(c, "checking the threshold job", [&] {
-    check_dist_gram<V>(a, o, who);
-    if (t.both_halves) {
-      throw logic_error(std::string(who) +
-                        ": both_halves is not distributed yet (a row's lower half is computed by other "
-                        "ranks); mirror the upper-triangle COO instead");
-    }
+  check_job<V>(c, a, o, "checking the threshold job", who, [&] {
+    refuse_if(t.both_halves, who,
+              ": both_halves is not distributed yet (a row's lower half is computed by other ranks); mirror "
+              "the upper-triangle COO instead");
   });
 }
 
@@ -453,6 +449,14 @@ inline gram_split host_split(std::int64_t n, std::int64_t strip_rows, std::size_
       return make_gram_split_dealt(n, strip_rows, parts, strip_deal::snake, row_bytes);
   }
   return make_gram_split(n, strip_rows, parts, row_bytes);
+}
+
+/// A host job's split of A over the ranks of `c`: strips of o.strip_rows rows (256 where 0), by
+/// pairs (host_split: top-k also its dealt policies).
+inline gram_split host_job_split(const communicator& c, const gram::bit_matrix_view& a, const gram_job_options& o,
+                                 bool topk) {
+  return host_split(a.rows, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
+                    static_cast<std::size_t>(a.ld_words) * 4u, o.split, topk);
 }
 
 /// Where a rank's partial top-k lists start: the first row of the owner block its strips first
@@ -623,6 +627,24 @@ inline void note_run(const communicator& c, gram_report& rep) {
   rep.local_compute_seconds = mine.seconds;
 }
 
+/// A host job's run, once its setup is done: the setup's seconds since `t_start`, then
+/// strip(i0, i1) for the rows [i0, i1) of every strip of rep.split this rank computes
+/// (run_host_tasks under o.run; collective), and the run noted in the report (note_run).
+template <class Strip>
+void run_host_strips(const communicator& c, const gram_job_options& o, gram_report& rep,
+                     std::chrono::steady_clock::time_point t_start, Strip&& strip) {
+  const gram_split& sp = rep.split;
+  rep.local.setup_seconds = seconds_since(t_start);
+  rep.run = run_host_tasks(
+      c, sp.plan,
+      [&](std::size_t t) {
+        const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows;
+        strip(i0, std::min(sp.n, i0 + sp.strip_rows));
+      },
+      o.run);
+  note_run(c, rep);
+}
+
 /// The end of a job: the legacy fields from the phases, the total, every rank's phases. Collective.
 inline void finish_report(const communicator& c, gram_report& rep, std::chrono::steady_clock::time_point t0) {
   rep.local_merge_seconds = rep.local.collect_seconds + rep.local.exchange_seconds + rep.local.merge_seconds;
@@ -673,6 +695,21 @@ void place_coo(const communicator& c, coo_block<V>& b) {
   if (c.rank() == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
   SPILLWAY_MPI_TRY(MPI_Allreduce(&mine, &b.total, 1, MPI_INT64_T, MPI_SUM, c.get()));
   b.offset = before;
+}
+
+/// The threshold's end on every form, once this rank's entries are collected (since
+/// `t_collect`): their place among all ranks' (place_coo), the report finished and handed to
+/// `report` where it is not null. Collective.
+template <class V>
+void place_coo_and_finish(const communicator& c, coo_block<V>& b, gram_report& rep,
+                          std::chrono::steady_clock::time_point t_collect,
+                          std::chrono::steady_clock::time_point t_start, gram_report* report) {
+  rep.local.collect_seconds = seconds_since(t_collect);
+  const auto t_place = std::chrono::steady_clock::now();
+  place_coo(c, b);
+  rep.local.exchange_seconds = seconds_since(t_place);
+  finish_report(c, rep, t_start);
+  if (report != nullptr) *report = std::move(rep);
 }
 
 }  // namespace detail
@@ -761,29 +798,19 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   detail::check_topk_job<V>(c, a, k, o, "dist::host_gram_topk");
-  const std::int64_t n = a.rows;
-  rep.split = detail::host_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
-                                 static_cast<std::size_t>(a.ld_words) * 4u, o.split, true);
+  rep.split = detail::host_job_split(c, a, o, true);
   const gram_split& sp = rep.split;
-  const std::int64_t r0 = sp.first_row(c.rank());
   const std::int64_t row0 = detail::lists_row0(sp, c.rank());  // its lists: rows [row0, n)
   const detail::host_scorer hs(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
-  detail::partial_topk<V> pt(row0, n, k.k, larger);
+  detail::partial_topk<V> pt(row0, a.rows, k.k, larger);
   std::vector<V> s;
-  rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = run_host_tasks(
-      c, sp.plan,
-      [&](std::size_t t) {
-        const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
-                           i1 = std::min(n, i0 + sp.strip_rows);
-        detail::host_strip_scores<V>(hs, i0, i1, s);
-        detail::offer_strip(pt, s, i0, i1, n, k.include_diagonal);
-      },
-      o.run);
-  detail::note_run(c, rep);
+  detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
+    detail::host_strip_scores<V>(hs, i0, i1, s);
+    detail::offer_strip(pt, s, i0, i1, a.rows, k.include_diagonal);
+  });
   topk_block<V> b;
-  b.first_row = r0;
+  b.first_row = sp.first_row(c.rank());
   if (rep.run.cancelled) {
     b.lists = pairwise::detail::empty_topk<V>(0, k.k);
   } else {
@@ -808,32 +835,23 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   gram_report rep;
   detail::check_triangle_job<V>(c, a, layout, o, "dist::host_gram_triangle_npy");
   const std::int64_t n = a.rows;
-  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
-                              static_cast<std::size_t>(a.ld_words) * 4u);
-  const gram_split& sp = rep.split;
+  rep.split = detail::host_job_split(c, a, o, false);
   const bool wd = layout == pairwise::triangle_layout::upper_packed;
   auto row_off = [&](std::int64_t i) {
     if (i >= n) return pairwise::layout_size(layout, n);
     return wd ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
   };
-  const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
+  const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
   const std::int64_t base = row_off(r0);
   detail::rows_buffer<V> local;
   agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
   const detail::host_scorer hs(a, o);
-  rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = run_host_tasks(
-      c, sp.plan,
-      [&](std::size_t t) {
-        const std::int64_t i0 = static_cast<std::int64_t>(t) * sp.strip_rows,
-                           i1 = std::min(n, i0 + sp.strip_rows);
-        const auto first = [&](std::int64_t i) { return wd ? i : i + 1; };
-        detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
-          local.data()[row_off(i) - base + (j - first(i))] = v;
-        });
-      },
-      o.run);
-  detail::note_run(c, rep);
+  const auto first = [&](std::int64_t i) { return wd ? i : i + 1; };
+  detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
+    detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
+      local.data()[row_off(i) - base + (j - first(i))] = v;
+    });
+  });
   detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
   return rep;
 }
@@ -848,28 +866,17 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   detail::check_threshold_job<V>(c, a, t, o, "dist::host_gram_threshold");
-  const std::int64_t n = a.rows;
-  rep.split = make_gram_split(n, o.strip_rows > 0 ? o.strip_rows : 256, static_cast<std::size_t>(c.size()),
-                              static_cast<std::size_t>(a.ld_words) * 4u);
-  const gram_split& sp = rep.split;
+  rep.split = detail::host_job_split(c, a, o, false);
   const detail::host_scorer hs(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
-  const std::int64_t r0 = sp.first_row(c.rank()), r1 = sp.last_row(c.rank());
+  const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
-  rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = run_host_tasks(
-      c, sp.plan,
-      [&](std::size_t task) {
-        const std::int64_t i0 = static_cast<std::int64_t>(task) * sp.strip_rows,
-                           i1 = std::min(n, i0 + sp.strip_rows);
-        detail::for_strip_pairs<V>(
-            hs, i0, i1, [&](std::int64_t i) { return t.include_diagonal ? i : i + 1; },
-            [&](std::int64_t i, std::int64_t j, V v) {
-              if (pairwise::detail::passes(larger, v, t.threshold)) kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
-            });
-      },
-      o.run);
-  detail::note_run(c, rep);
+  const auto first = [&](std::int64_t i) { return t.include_diagonal ? i : i + 1; };
+  detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
+    detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
+      if (pairwise::detail::passes(larger, v, t.threshold)) kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
+    });
+  });
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   for (std::int64_t i = r0; i < r1 && !rep.run.cancelled; ++i) {
@@ -879,12 +886,7 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
       b.entries.value.push_back(e.second);
     }
   }
-  rep.local.collect_seconds = detail::seconds_since(t_collect);
-  const auto t_place = std::chrono::steady_clock::now();
-  detail::place_coo(c, b);
-  rep.local.exchange_seconds = detail::seconds_since(t_place);
-  detail::finish_report(c, rep, t_start);
-  if (report != nullptr) *report = std::move(rep);
+  detail::place_coo_and_finish(c, b, rep, t_collect, t_start, report);
   return b;
 }
 

@@ -78,6 +78,14 @@ void check_same_dims(const matrix_view<const T>& a, const matrix_view<const T>& 
   }
 }
 
+/// The checks of an A·Bᵀ entry point `who`: both row matrices, then their rows' length.
+template <class T>
+void check_pair(const matrix_view<const T>& a, const matrix_view<const T>& b, const char* who) {
+  check_rows(a, who, "a");
+  check_rows(b, who, "b");
+  check_same_dims(a, b, who);
+}
+
 /// The first row (host memory) holding a NaN or an infinity, or -1.
 template <class T>
 std::int64_t first_nonfinite_row(const matrix_view<const T>& a) {
@@ -195,11 +203,8 @@ void host_similarity_dense(matrix_view<T> a_, float* out, pairwise::triangle_lay
 template <class T>
 void host_similarity_dense(matrix_view<T> a_, matrix_view<T> b_, float* out, std::int64_t ldc,
                            similarity_metric m = similarity_metric::cosine, float cosine_zero = 0.0f) {
-  const matrix_view<const std::remove_cv_t<T>> a = a_;
-  const matrix_view<const std::remove_cv_t<T>> b = b_;
-  detail::check_rows(a, "host_similarity_dense", "a");
-  detail::check_rows(b, "host_similarity_dense", "b");
-  detail::check_same_dims(a, b, "host_similarity_dense");
+  const matrix_view<const std::remove_cv_t<T>> a = a_, b = b_;
+  detail::check_pair(a, b, "host_similarity_dense");
   if (ldc < b.rows) throw logic_error("host_similarity_dense: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows) + ")");
   if (a.rows > 0 && b.rows > 0 && out == nullptr) throw logic_error("host_similarity_dense: out is null");
   const std::vector<double> na = detail::host_sq_norms(a), nb = detail::host_sq_norms(b);
@@ -229,11 +234,8 @@ template <class T>
 pairwise::topk_result<float> host_similarity_topk(matrix_view<T> a_, matrix_view<T> b_,
                                                   const pairwise::topk_options& k,
                                                   similarity_metric m = similarity_metric::cosine, float cosine_zero = 0.0f) {
-  const matrix_view<const std::remove_cv_t<T>> a = a_;
-  const matrix_view<const std::remove_cv_t<T>> b = b_;
-  detail::check_rows(a, "host_similarity_topk", "a");
-  detail::check_rows(b, "host_similarity_topk", "b");
-  detail::check_same_dims(a, b, "host_similarity_topk");
+  const matrix_view<const std::remove_cv_t<T>> a = a_, b = b_;
+  detail::check_pair(a, b, "host_similarity_topk");
   pairwise::detail::check_topk(k, "host_similarity_topk");
   const std::vector<double> na = detail::host_sq_norms(a), nb = detail::host_sq_norms(b);
   return pairwise::detail::host_topk<float>(a.rows, false, k, is_similarity(m), [&](std::int64_t i, auto&& emit) {
@@ -261,11 +263,8 @@ pairwise::coo_result<float> host_similarity_threshold(matrix_view<T> a_, matrix_
                                                       const pairwise::threshold_options& t,
                                                       similarity_metric m = similarity_metric::cosine,
                                                       float cosine_zero = 0.0f) {
-  const matrix_view<const std::remove_cv_t<T>> a = a_;
-  const matrix_view<const std::remove_cv_t<T>> b = b_;
-  detail::check_rows(a, "host_similarity_threshold", "a");
-  detail::check_rows(b, "host_similarity_threshold", "b");
-  detail::check_same_dims(a, b, "host_similarity_threshold");
+  const matrix_view<const std::remove_cv_t<T>> a = a_, b = b_;
+  detail::check_pair(a, b, "host_similarity_threshold");
   const std::vector<double> na = detail::host_sq_norms(a), nb = detail::host_sq_norms(b);
   return pairwise::detail::host_threshold<float>(a.rows, false, t, is_similarity(m),
                                                  [&](std::int64_t i, std::int64_t j0, auto&& emit) {

@@ -65,6 +65,36 @@ inline void for_row_scores(const bit_matrix_view& a, const bit_matrix_view& b, s
   for (std::int64_t j = j0; j < j1; ++j) emit(j, and_count(x, b.row(j), nw));
 }
 
+/// The checks of an A·Bᵀ entry point `who`: both views, then their columns.
+inline void check_pair(const bit_matrix_view& a, const bit_matrix_view& b, const char* who) {
+  check_view(a, who, "a");
+  check_view(b, who, "b");
+  check_same_cols(a, b, who);
+}
+
+/// The metric's scores of rows of A against rows of B: the rows' popcounts (B's are A's where
+/// `same`) and the scorer.
+template <class V>
+struct row_scorer {
+  const bit_matrix_view& a;
+  const bit_matrix_view& b;
+  std::vector<std::int32_t> pa, pb;
+  scorer sc;
+  row_scorer(const bit_matrix_view& a_, const bit_matrix_view& b_, bool same, metric m, score_options so)
+      : a(a_),
+        b(b_),
+        pa(row_popcounts(a_)),
+        pb(same ? pa : row_popcounts(b_)),
+        sc{m, so.jaccard_empty, so.cosine_zero} {}
+  /// emit(j, score of (i, j)) for the columns j of [j0, b.rows), in order.
+  template <class Emit>
+  void row(std::int64_t i, std::int64_t j0, Emit&& emit) const {
+    for_row_scores(a, b, i, j0, b.rows, [&](std::int64_t j, std::int32_t c) {
+      emit(j, sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]));
+    });
+  }
+};
+
 }  // namespace detail
 
 /// popcount(row i of A & row j of B): one entry of A·Bᵀ.
@@ -87,14 +117,12 @@ void host_gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layout
   detail::check_output_type<OutT>(m, a.cols, "host_gram_dense");
   const std::int64_t n = a.rows;
   if (layout_size(layout, n) > 0 && out == nullptr) throw logic_error("host_gram_dense: out is null");
-  const std::vector<std::int32_t> pc = row_popcounts(a);
-  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  const detail::row_scorer<OutT> rs(a, a, true, m, so);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 16)
 #endif
   for (std::int64_t i = 0; i < n; ++i) {
-    detail::for_row_scores(a, a, i, i, n, [&](std::int64_t j, std::int32_t c) {
-      const OutT v = sc.template operator()<OutT>(c, pc[static_cast<std::size_t>(i)], pc[static_cast<std::size_t>(j)]);
+    rs.row(i, i, [&](std::int64_t j, OutT v) {
       switch (layout) {
         case triangle_layout::full:
           out[i * n + j] = v;
@@ -113,21 +141,16 @@ void host_gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layout
 template <class OutT>
 void host_gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* out, std::int64_t ldc,
                      metric m = metric::counts, score_options so = {}) {
-  detail::check_view(a, "host_gram_dense", "a");
-  detail::check_view(b, "host_gram_dense", "b");
-  detail::check_same_cols(a, b, "host_gram_dense");
+  detail::check_pair(a, b, "host_gram_dense");
   detail::check_output_type<OutT>(m, a.cols, "host_gram_dense");
   if (ldc < b.rows) throw logic_error("host_gram_dense: ldc (" + std::to_string(ldc) + ") < b.rows (" + std::to_string(b.rows) + ")");
   if (a.rows > 0 && b.rows > 0 && out == nullptr) throw logic_error("host_gram_dense: out is null");
-  const std::vector<std::int32_t> pa = row_popcounts(a), pb = row_popcounts(b);
-  const detail::scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  const detail::row_scorer<OutT> rs(a, b, false, m, so);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 16)
 #endif
   for (std::int64_t i = 0; i < a.rows; ++i) {
-    detail::for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
-      out[i * ldc + j] = sc.template operator()<OutT>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]);
-    });
+    rs.row(i, 0, [&](std::int64_t j, OutT v) { out[i * ldc + j] = v; });
   }
 }
 
@@ -137,14 +160,9 @@ topk_result<V> host_topk_impl(const bit_matrix_view& a, const bit_matrix_view& b
                               const topk_options& o, metric m, score_options so) {
   check_topk(o, "host_gram_topk");
   check_output_type<V>(m, a.cols, "host_gram_topk");
-  const std::vector<std::int32_t> pa = row_popcounts(a);
-  const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
-  const scorer sc{m, so.jaccard_empty, so.cosine_zero};
-  return ::spillway::pairwise::detail::host_topk<V>(a.rows, symmetric, o, is_similarity(m), [&](std::int64_t i, auto&& emit) {
-    for_row_scores(a, b, i, 0, b.rows, [&](std::int64_t j, std::int32_t c) {
-      emit(j, sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]));
-    });
-  });
+  const row_scorer<V> rs(a, b, symmetric, m, so);
+  return ::spillway::pairwise::detail::host_topk<V>(a.rows, symmetric, o, is_similarity(m),
+                                                    [&](std::int64_t i, auto&& emit) { rs.row(i, 0, emit); });
 }
 }  // namespace detail
 
@@ -160,9 +178,7 @@ topk_result<V> host_gram_topk(const bit_matrix_view& a, const topk_options& o, m
 template <class V>
 topk_result<V> host_gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, const topk_options& o,
                               metric m = metric::counts, score_options so = {}) {
-  detail::check_view(a, "host_gram_topk", "a");
-  detail::check_view(b, "host_gram_topk", "b");
-  detail::check_same_cols(a, b, "host_gram_topk");
+  detail::check_pair(a, b, "host_gram_topk");
   return detail::host_topk_impl<V>(a, b, false, o, m, so);
 }
 
@@ -171,15 +187,10 @@ template <class V>
 coo_result<V> host_threshold_impl(const bit_matrix_view& a, const bit_matrix_view& b, bool symmetric,
                                   const threshold_options& o, metric m, score_options so) {
   check_output_type<V>(m, a.cols, "host_gram_threshold");
-  const std::vector<std::int32_t> pa = row_popcounts(a);
-  const std::vector<std::int32_t> pb = symmetric ? pa : row_popcounts(b);
-  const scorer sc{m, so.jaccard_empty, so.cosine_zero};
+  const row_scorer<V> rs(a, b, symmetric, m, so);
   return ::spillway::pairwise::detail::host_threshold<V>(
-      a.rows, symmetric, o, is_similarity(m), [&](std::int64_t i, std::int64_t j0, auto&& emit) {
-        for_row_scores(a, b, i, j0, b.rows, [&](std::int64_t j, std::int32_t c) {
-          emit(j, sc.template operator()<V>(c, pa[static_cast<std::size_t>(i)], pb[static_cast<std::size_t>(j)]));
-        });
-      });
+      a.rows, symmetric, o, is_similarity(m),
+      [&](std::int64_t i, std::int64_t j0, auto&& emit) { rs.row(i, j0, emit); });
 }
 }  // namespace detail
 
@@ -195,9 +206,7 @@ coo_result<V> host_gram_threshold(const bit_matrix_view& a, const threshold_opti
 template <class V>
 coo_result<V> host_gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& o,
                                   metric m = metric::counts, score_options so = {}) {
-  detail::check_view(a, "host_gram_threshold", "a");
-  detail::check_view(b, "host_gram_threshold", "b");
-  detail::check_same_cols(a, b, "host_gram_threshold");
+  detail::check_pair(a, b, "host_gram_threshold");
   return detail::host_threshold_impl<V>(a, b, false, o, m, so);
 }
 

@@ -54,21 +54,25 @@ struct host_array {
 
 namespace detail {
 
+/// An operand's shape and strides: an array's own, none for a scalar (rank 0).
 template <class Op>
-std::vector<index_t> operand_shape(const Op& op) {
+shape_and_strides operand_layout(const Op& op) {
   if constexpr (operand_info<Op>::is_array) {
-    return op.shape();
+    return {op.shape(), op.strides()};
   } else {
     return {};
   }
 }
 template <class Op>
-std::vector<index_t> operand_strides(const Op& op) {
-  if constexpr (operand_info<Op>::is_array) {
-    return op.strides();
-  } else {
-    return {};
-  }
+std::vector<index_t> operand_shape(const Op& op) {
+  return operand_layout(op).shape;
+}
+/// An operand's strides over the broadcast shape `b` (a scalar's: all zero).
+template <class Op>
+std::vector<index_t> operand_strides_over(const Op& op, const std::vector<index_t>& b) {
+  if constexpr (!operand_info<Op>::is_array) return std::vector<index_t>(b.size(), 0);
+  const shape_and_strides l = operand_layout(op);
+  return broadcast_strides(l.shape, l.strides, b);
 }
 
 /// Plans the elementwise loop of `out` = f(ops...): broadcast check, per-operand strides, collapse.
@@ -85,9 +89,7 @@ loop_plan plan_map(const ndview<Out>& out, const std::string& who, const Ops&...
   loop_plan p;
   p.extents = b;
   p.strides.push_back(out.strides());
-  (p.strides.push_back(operand_info<Ops>::is_array ? broadcast_strides(operand_shape(ops), operand_strides(ops), b)
-                                                   : std::vector<index_t>(b.size(), 0)),
-   ...);
+  (p.strides.push_back(operand_strides_over(ops, b)), ...);
   return collapse(p);
 }
 
@@ -189,11 +191,6 @@ struct gufunc_spec {
 };
 
 namespace detail {
-
-template <class Op>
-shape_and_strides operand_layout(const Op& op) {
-  return {operand_shape(op), operand_strides(op)};
-}
 
 template <class Op>
 void check_gufunc_scalar(const Op&, const gufunc_signature& sig, std::size_t i) {
@@ -380,26 +377,14 @@ host_array<T> sum_host(ndview<const T> in, const std::vector<int>& axes) {
   return reduce_host(in, std::plus<T>{}, T{}, axes);
 }
 template <class T>
-host_array<T> sum_host(ndview<const T> in) {
-  return sum_host(in, detail::all_axes(in));
-}
-template <class T>
 host_array<T> amin_host(ndview<const T> in, const std::vector<int>& axes) {
   detail::require_nonempty_extremum(in, axes, "amin_host");
   return reduce_host(in, detail::host_min<T>{}, detail::min_identity<T>(), axes);
 }
 template <class T>
-host_array<T> amin_host(ndview<const T> in) {
-  return amin_host(in, detail::all_axes(in));
-}
-template <class T>
 host_array<T> amax_host(ndview<const T> in, const std::vector<int>& axes) {
   detail::require_nonempty_extremum(in, axes, "amax_host");
   return reduce_host(in, detail::host_max<T>{}, detail::max_identity<T>(), axes);
-}
-template <class T>
-host_array<T> amax_host(ndview<const T> in) {
-  return amax_host(in, detail::all_axes(in));
 }
 
 // A view of mutable elements is read as const (deduction alone would not apply the conversion).
@@ -411,7 +396,12 @@ template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<
 host_array<R> reduce_host(ndview<T> in, Op op, R init) {
   return reduce_host(ndview<const T>(in), op, init);
 }
-#define SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(name)                          \
+// Every named reduction's other overloads: over all axes, and on a view of mutable elements.
+#define SPILLWAY_MAP_HOST_REDUCTION_OVERLOADS(name)                             \
+  template <class T>                                                            \
+  host_array<T> name(ndview<const T> in) {                                      \
+    return name(in, detail::all_axes(in));                                      \
+  }                                                                             \
   template <class T, class = std::enable_if_t<!std::is_const_v<T>>>            \
   host_array<T> name(ndview<T> in, const std::vector<int>& axes) {              \
     return name(ndview<const T>(in), axes);                                     \
@@ -420,9 +410,9 @@ host_array<R> reduce_host(ndview<T> in, Op op, R init) {
   host_array<T> name(ndview<T> in) {                                            \
     return name(ndview<const T>(in));                                           \
   }
-SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(sum_host)
-SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(amin_host)
-SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION(amax_host)
-#undef SPILLWAY_MAP_MUTABLE_VIEW_HOST_REDUCTION
+SPILLWAY_MAP_HOST_REDUCTION_OVERLOADS(sum_host)
+SPILLWAY_MAP_HOST_REDUCTION_OVERLOADS(amin_host)
+SPILLWAY_MAP_HOST_REDUCTION_OVERLOADS(amax_host)
+#undef SPILLWAY_MAP_HOST_REDUCTION_OVERLOADS
 
 }  // namespace spillway

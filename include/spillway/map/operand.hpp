@@ -58,14 +58,21 @@ struct loaded_operand<T, false> {
   SPILLWAY_HD T value(index_t) const noexcept { return v; }
 };
 
-template <class Op>
-auto make_loaded(const Op& op) {
+/// What a kernel or host loop holds of operand `op` as Holder<T, is an array> (loaded_operand,
+/// core_arg): the base pointer of an array, or a scalar's value.
+template <template <class, bool> class Holder, class Op>
+auto hold_operand(const Op& op) {
   using I = operand_info<Op>;
   if constexpr (I::is_array) {
-    return loaded_operand<typename I::value_type, true>{op.data()};
+    return Holder<typename I::value_type, true>{op.data()};
   } else {
-    return loaded_operand<Op, false>{op};
+    return Holder<Op, false>{op};
   }
+}
+
+template <class Op>
+auto make_loaded(const Op& op) {
+  return hold_operand<loaded_operand>(op);
 }
 
 /// The element type a functor returns for the arguments' element types.

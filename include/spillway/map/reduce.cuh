@@ -135,29 +135,17 @@ template <class T>
 device_array<T> sum_async(stream_view s, ndview<const T> in, const std::vector<int>& axes) {
   return reduce_async(s, in, cuda::std::plus<T>{}, T{}, axes);
 }
-template <class T>
-device_array<T> sum_async(stream_view s, ndview<const T> in) {
-  return sum_async(s, in, detail::all_axes(in));
-}
 /// Minimum over `axes` (all when omitted); an empty reduced axis is a logic_error (no identity).
 template <class T>
 device_array<T> amin_async(stream_view s, ndview<const T> in, const std::vector<int>& axes) {
   detail::require_nonempty_extremum(in, axes, "amin");
   return reduce_async(s, in, cuda::minimum<T>{}, detail::min_identity<T>(), axes);
 }
-template <class T>
-device_array<T> amin_async(stream_view s, ndview<const T> in) {
-  return amin_async(s, in, detail::all_axes(in));
-}
 /// Maximum over `axes` (all when omitted); an empty reduced axis is a logic_error (no identity).
 template <class T>
 device_array<T> amax_async(stream_view s, ndview<const T> in, const std::vector<int>& axes) {
   detail::require_nonempty_extremum(in, axes, "amax");
   return reduce_async(s, in, cuda::maximum<T>{}, detail::max_identity<T>(), axes);
-}
-template <class T>
-device_array<T> amax_async(stream_view s, ndview<const T> in) {
-  return amax_async(s, in, detail::all_axes(in));
 }
 
 /// Plain forms: on the per-thread stream, synchronized before they return.
@@ -190,7 +178,12 @@ template <class T, class R, class Op, class = std::enable_if_t<!std::is_const_v<
 device_array<R> reduce_async(stream_view s, ndview<T> in, Op op, R init) {
   return reduce_async(s, ndview<const T>(in), op, init);
 }
-#define SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(name)                                                  \
+// Every named reduction's other overloads: over all axes, and on a view of mutable elements.
+#define SPILLWAY_MAP_REDUCTION_OVERLOADS(name)                                                     \
+  template <class T>                                                                               \
+  device_array<T> name(stream_view s, ndview<const T> in) {                                        \
+    return name(s, in, detail::all_axes(in));                                                      \
+  }                                                                                                \
   template <class T, class = std::enable_if_t<!std::is_const_v<T>>>                               \
   device_array<T> name(stream_view s, ndview<T> in, const std::vector<int>& axes) {                \
     return name(s, ndview<const T>(in), axes);                                                     \
@@ -199,10 +192,10 @@ device_array<R> reduce_async(stream_view s, ndview<T> in, Op op, R init) {
   device_array<T> name(stream_view s, ndview<T> in) {                                              \
     return name(s, ndview<const T>(in));                                                           \
   }
-SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(sum_async)
-SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(amin_async)
-SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION(amax_async)
-#undef SPILLWAY_MAP_MUTABLE_VIEW_REDUCTION
+SPILLWAY_MAP_REDUCTION_OVERLOADS(sum_async)
+SPILLWAY_MAP_REDUCTION_OVERLOADS(amin_async)
+SPILLWAY_MAP_REDUCTION_OVERLOADS(amax_async)
+#undef SPILLWAY_MAP_REDUCTION_OVERLOADS
 template <class T, class = std::enable_if_t<!std::is_const_v<T>>>
 device_array<T> sum(ndview<T> in, const std::vector<int>& axes) {
   return sum(ndview<const T>(in), axes);

@@ -38,22 +38,34 @@
 
 namespace spillway {
 
-/// How a streamed_job runs.
-struct streamed_job_options {
+namespace detail {
+
+/// The options of every streamed job (streamed_job_options, spillway::transform's
+/// transform_options): where it runs, its slots and chunks, its progress. `Granularity`: the
+/// chunks' default multiple of units.
+template <std::size_t Granularity>
+struct streamed_options {
   /// Devices to use. Empty: all visible devices, balanced dynamically.
   std::vector<int> devices;
-  /// Device memory per device for all slots. Default: memory_budget::default_for_all(devices).
+  /// Device memory per device for all slots. Default: memory_budget::default_for_all(devices)
+  /// (80% of free).
   std::optional<memory_budget> budget;
   /// Chunks in flight per device (each with its own stream); ≥ 3 overlaps H2D, compute and D2H.
   std::size_t slots_per_device = 4;
-  /// Cap on one slot's device bytes (every array's chunk plus the resident arrays); 0: only the
-  /// budget limits. Smaller chunks shorten the pipeline's fill and drain.
+  /// Cap on one slot's device bytes (every array's chunk: a transform's inputs and output; a
+  /// streamed_job's arrays plus its resident arrays); 0: only the budget limits. Smaller chunks
+  /// shorten the pipeline's fill and drain; larger ones amortize per-copy overhead.
   std::size_t max_chunk_bytes = std::size_t{96} << 20;
-  /// Chunk lengths are multiples of this many units (except the last).
-  std::size_t granularity = 1;
+  /// Chunk lengths are multiples of this many units (a transform's: elements), except the last.
+  std::size_t granularity = Granularity;
   /// Optional progress / cancellation (see progress_callback).
   progress_callback progress;
 };
+
+}  // namespace detail
+
+/// How a streamed_job runs (chunks of any number of units by default).
+struct streamed_job_options : detail::streamed_options<1> {};
 
 /// What an array of a streamed job is.
 enum class job_array_kind {

@@ -22,6 +22,7 @@
 #include <spillway/pipeline/host_operand.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
+#include <spillway/pipeline/streamed_job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
 #include <spillway/pipeline/transform_host.hpp>
 
@@ -38,21 +39,9 @@
 
 namespace spillway {
 
-/// How spillway::transform runs.
-struct transform_options {
-  /// Devices to use. Empty: all visible devices, balanced dynamically.
-  std::vector<int> devices;
-  /// Device memory per device. Default: memory_budget::default_for_all(devices) (80% of free).
-  std::optional<memory_budget> budget;
-  /// Chunks in flight per device (each with its own stream); ≥ 3 overlaps H2D, compute and D2H.
-  std::size_t slots_per_device = 4;
-  /// Cap on one chunk's device bytes (all inputs and the output). Smaller chunks shorten the
-  /// pipeline's fill and drain; larger ones amortize per-copy overhead. 0: only the budget limits.
-  std::size_t max_chunk_bytes = std::size_t{96} << 20;
-  /// Chunk lengths are multiples of this many elements (except the last).
-  std::size_t granularity = 1024;
-  /// Optional progress / cancellation (see progress_callback).
-  progress_callback progress;
+/// How spillway::transform runs: the streamed job's options (devices, budget, slots_per_device,
+/// max_chunk_bytes, granularity — 1024 elements by default — and progress), and the kernel's.
+struct transform_options : detail::streamed_options<1024> {
   /// Threads per block of the kernel.
   unsigned block_size = 256;
   /// With no GPU (and `devices` empty): true runs the host implementation (transform_on_host, or

@@ -33,12 +33,7 @@ struct core_arg<T, false> {
 };
 template <class Op>
 auto make_core_arg(const Op& op) {
-  using I = operand_info<Op>;
-  if constexpr (I::is_array) {
-    return core_arg<typename I::value_type, true>{op.data()};
-  } else {
-    return core_arg<Op, false>{op};
-  }
+  return hold_operand<core_arg>(op);
 }
 
 template <class F, class R, class... A>
