@@ -299,9 +299,8 @@ std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a,
   detail::check_job_inputs<V>(a, nullptr, opt, "gram_neighbour_counts");
   if (a.rows == 0) return {};
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
-                                              "gram_options::host_fallback", "host_gram_threshold")) {
-    return pairwise::counts_of_coo(
-        host_gram_threshold<V>(a, {o.threshold, true, o.include_diagonal}, opt.epilogue, opt.scores), a.rows);
+                                              "gram_options::host_fallback", "host_gram_neighbour_counts")) {
+    return host_gram_neighbour_counts<V>(a, o, opt.epilogue, opt.scores);
   }
   auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
   detail::run_gram_job(job);
@@ -318,9 +317,8 @@ std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a, const 
   if (a.rows == 0) return {};
   if (b.rows == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), 0);
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
-                                              "gram_options::host_fallback", "host_gram_threshold")) {
-    return pairwise::counts_of_coo(
-        host_gram_threshold<V>(a, b, {o.threshold, false, false}, opt.epilogue, opt.scores), a.rows);
+                                              "gram_options::host_fallback", "host_gram_neighbour_counts")) {
+    return host_gram_neighbour_counts<V>(a, b, o, opt.epilogue, opt.scores);
   }
   auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
   detail::run_gram_job(job);

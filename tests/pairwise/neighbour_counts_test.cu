@@ -22,6 +22,14 @@ namespace pw = spillway::pairwise;
 
 using spillway::test::random_bit_bytes;
 
+// The oracle: per-row counts of a threshold COO of every passing entry (both halves for A·Aᵀ).
+template <class Coo>
+std::vector<std::int64_t> counts_of_coo(const Coo& c, std::int64_t rows) {
+  std::vector<std::int64_t> n(static_cast<std::size_t>(rows), 0);
+  for (const std::int64_t i : c.row) ++n[static_cast<std::size_t>(i)];
+  return n;
+}
+
 // The counts must say something: neither every row empty nor every row full.
 void expect_spread(const std::vector<std::int64_t>& c, std::int64_t cols, const std::string& what) {
   std::int64_t lo = cols, hi = 0;
@@ -49,7 +57,7 @@ TEST(NeighbourCountsGpu, GramCountsAndJaccardEqualTheHostCoo) {
       const pw::neighbour_count_options nc{75.0, diag};
       const auto got = gram::gram_neighbour_counts<std::int32_t>(a.view(), nc, o);
       const auto want =
-          pw::counts_of_coo(gram::host_gram_threshold<std::int32_t>(a.view(), {75.0, true, diag}), n);
+          counts_of_coo(gram::host_gram_threshold<std::int32_t>(a.view(), {75.0, true, diag}), n);
       ASSERT_EQ(got, want);
       expect_spread(got, n, "counts");
       // Jaccard (float): >= 0.18 (mean ~0.176).
@@ -58,7 +66,7 @@ TEST(NeighbourCountsGpu, GramCountsAndJaccardEqualTheHostCoo) {
       const pw::neighbour_count_options nj{0.18, diag};
       const auto gj = gram::gram_neighbour_counts<float>(a.view(), nj, oj);
       ASSERT_EQ(
-          gj, pw::counts_of_coo(
+          gj, counts_of_coo(
                   gram::host_gram_threshold<float>(a.view(), {0.18, true, diag}, gram::metric::jaccard), n));
       expect_spread(gj, n, "jaccard");
     }
@@ -67,7 +75,7 @@ TEST(NeighbourCountsGpu, GramCountsAndJaccardEqualTheHostCoo) {
     o.devices = devices;
     o.max_panel_rows = 256;
     const auto got = gram::gram_neighbour_counts<std::int32_t>(a.view(), b.view(), {75.0, false}, o);
-    ASSERT_EQ(got, pw::counts_of_coo(
+    ASSERT_EQ(got, counts_of_coo(
                        gram::host_gram_threshold<std::int32_t>(a.view(), b.view(), {75.0, false, false}), n));
     expect_spread(got, m, "A·Bᵀ");
   }
@@ -94,13 +102,13 @@ TEST(NeighbourCountsGpu, SimilarityCosineAndEuclideanEqualTheHostCoo) {
     o.metric = gemm::similarity_metric::inner_product;  // exact on the grid: no rounding at the cut-off
     const double cut = 9.0;                             // mean ~4.8, sd ~3.6: about one pair in eight passes
     const auto got = gemm::similarity_neighbour_counts(a, {cut, false}, o);
-    const auto want = pw::counts_of_coo(gemm::host_similarity_threshold(a, {cut, true, false}, o.metric), n);
+    const auto want = counts_of_coo(gemm::host_similarity_threshold(a, {cut, true, false}, o.metric), n);
     ASSERT_EQ(got, want);
     expect_spread(got, n, "inner product");
     // Distances count pairs at or below the cut-off.
     o.metric = gemm::similarity_metric::euclidean;
     const auto ge = gemm::similarity_neighbour_counts(a, {8.0, true}, o);  // distances ~8.2 on average
-    const auto we = pw::counts_of_coo(gemm::host_similarity_threshold(a, {8.0, true, true}, o.metric), n);
+    const auto we = counts_of_coo(gemm::host_similarity_threshold(a, {8.0, true, true}, o.metric), n);
     std::int64_t differ = 0;
     for (std::int64_t i = 0; i < n; ++i)
       differ += ge[static_cast<std::size_t>(i)] != we[static_cast<std::size_t>(i)];
@@ -120,8 +128,7 @@ TEST(NeighbourCounts, HostFallbackOrDeviceCountsTheHostCoo) {
   gram::gram_options o;
   o.host_fallback = true;
   const auto got = gram::gram_neighbour_counts<std::int32_t>(a.view(), {20.0, false}, o);
-  ASSERT_EQ(got,
-            pw::counts_of_coo(gram::host_gram_threshold<std::int32_t>(a.view(), {20.0, true, false}), n));
+  ASSERT_EQ(got, counts_of_coo(gram::host_gram_threshold<std::int32_t>(a.view(), {20.0, true, false}), n));
   expect_spread(got, n, "host fallback");
 }
 

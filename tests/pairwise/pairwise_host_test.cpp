@@ -8,6 +8,7 @@
 #include <spillway/pairwise/sinks.hpp>
 
 #include <support/gpu_test.hpp>
+#include <support/random_bits.hpp>
 
 #include <gtest/gtest.h>
 
@@ -321,6 +322,43 @@ TEST(HostSimilarity, TopKDenseAndZeroRowsAgainstBruteForce) {
   rows[static_cast<std::size_t>(11 * d + 3)] = std::nanf("");
   EXPECT_EQ(g::detail::first_nonfinite_row(a), 11);
   EXPECT_THROW(g::detail::refuse_nonfinite(11, "t", "A"), spillway::logic_error);
+}
+
+// The host neighbour counts (the entry points' fallback) count without building a COO: they must
+// equal the per-row counts of the host threshold's COO (both halves, the diagonal as asked).
+TEST(HostNeighbourCounts, EqualTheThresholdCooCountedPerRow) {
+  namespace gr = spillway::gram;
+  const auto count_rows = [](const auto& coo, std::int64_t rows) {
+    std::vector<std::int64_t> n(static_cast<std::size_t>(rows), 0);
+    for (const std::int64_t i : coo.row) ++n[static_cast<std::size_t>(i)];
+    return n;
+  };
+  const auto seed = spillway::test::seed("HostNeighbourCounts");
+  const std::int64_t n = 300, m = 170, cols = 200;
+  const gr::bit_matrix a = gr::pack_bits(spillway::test::random_bit_bytes(n, cols, 0.3, seed), n, cols);
+  const gr::bit_matrix b = gr::pack_bits(spillway::test::random_bit_bytes(m, cols, 0.3, seed + 1), m, cols);
+  for (const bool diag : {false, true}) {
+    const auto got = gr::host_gram_neighbour_counts<std::int32_t>(a.view(), {20.0, diag});
+    EXPECT_EQ(got, count_rows(gr::host_gram_threshold<std::int32_t>(a.view(), {20.0, true, diag}), n));
+    EXPECT_NE(*std::min_element(got.begin(), got.end()), *std::max_element(got.begin(), got.end()));
+    // Hamming is a distance: pairs at most 50 bits apart.
+    EXPECT_EQ(
+        gr::host_gram_neighbour_counts<std::int32_t>(a.view(), {50.0, diag}, gr::metric::hamming),
+        count_rows(gr::host_gram_threshold<std::int32_t>(a.view(), {50.0, true, diag}, gr::metric::hamming),
+                   n));
+  }
+  EXPECT_EQ(
+      gr::host_gram_neighbour_counts<float>(a.view(), b.view(), {0.18, false}, gr::metric::jaccard),
+      count_rows(
+          gr::host_gram_threshold<float>(a.view(), b.view(), {0.18, false, false}, gr::metric::jaccard), n));
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> rows(static_cast<std::size_t>(n * 16));
+  for (auto& x : rows) x = nd(gen);
+  const g::matrix_view<const float> v{rows.data(), n, 16, 16};
+  const auto cs = g::host_similarity_neighbour_counts(v, {0.3, false});
+  EXPECT_EQ(cs, count_rows(g::host_similarity_threshold(v, {0.3, true, false}), n));
+  EXPECT_NE(*std::min_element(cs.begin(), cs.end()), *std::max_element(cs.begin(), cs.end()));
 }
 
 }  // namespace

@@ -257,6 +257,22 @@ pairwise::coo_result<float> host_similarity_threshold(matrix_view<T> a_, const p
                                                  });
 }
 
+/// Per-row neighbour counts of A·Aᵀ (similarity_neighbour_counts' host form): for each row, the
+/// rows scoring ≥ threshold (≤ for Euclidean distance), the row itself only with include_diagonal.
+template <class T>
+std::vector<std::int64_t> host_similarity_neighbour_counts(matrix_view<T> a_,
+                                                           const pairwise::neighbour_count_options& o,
+                                                           similarity_metric m = similarity_metric::cosine,
+                                                           float cosine_zero = 0.0f) {
+  const matrix_view<const std::remove_cv_t<T>> a = a_;
+  detail::check_rows(a, "host_similarity_neighbour_counts", "a");
+  const std::vector<double> na = detail::host_sq_norms(a);
+  return pairwise::detail::host_neighbour_counts(
+      a.rows, true, o, is_similarity(m), [&](std::int64_t i, std::int64_t j0, auto&& emit) {
+        detail::host_row_scores(a, a, na, na, i, j0, m, cosine_zero, emit);
+      });
+}
+
 /// Threshold of A·Bᵀ → COO, sorted by row then column.
 template <class T>
 pairwise::coo_result<float> host_similarity_threshold(matrix_view<T> a_, matrix_view<T> b_,

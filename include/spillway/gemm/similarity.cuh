@@ -452,11 +452,9 @@ std::vector<std::int64_t> similarity_neighbour_counts(matrix_view<T> a_,
   if (a.rows == 0) return {};
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, who,
                                               "similarity_options::host_fallback",
-                                              "host_similarity_threshold")) {
+                                              "host_similarity_neighbour_counts")) {
     detail::check_host_finite(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, who);
-    return ::spillway::pairwise::counts_of_coo(
-        host_similarity_threshold(a, {o.threshold, true, o.include_diagonal}, opt.metric, opt.cosine_zero),
-        a.rows);
+    return host_similarity_neighbour_counts(a, o, opt.metric, opt.cosine_zero);
   }
   return detail::with_rows_locked(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, [&] {
     auto job = detail::make_job(a, static_cast<const detail::const_rows<T>*>(nullptr), opt,

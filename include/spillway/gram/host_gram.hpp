@@ -22,6 +22,7 @@ namespace spillway::gram {
 
 using ::spillway::pairwise::coo_result;
 using ::spillway::pairwise::max_top_k;
+using ::spillway::pairwise::neighbour_count_options;
 using ::spillway::pairwise::threshold_options;
 using ::spillway::pairwise::topk_options;
 using ::spillway::pairwise::topk_result;
@@ -208,6 +209,37 @@ coo_result<V> host_gram_threshold(const bit_matrix_view& a, const bit_matrix_vie
                                   metric m = metric::counts, score_options so = {}) {
   detail::check_pair(a, b, "host_gram_threshold");
   return detail::host_threshold_impl<V>(a, b, false, o, m, so);
+}
+
+namespace detail {
+template <class V>
+std::vector<std::int64_t> host_counts_impl(const bit_matrix_view& a, const bit_matrix_view& b, bool symmetric,
+                                           const neighbour_count_options& o, metric m, score_options so) {
+  check_output_type<V>(m, a.cols, "host_gram_neighbour_counts");
+  const row_scorer<V> rs(a, b, symmetric, m, so);
+  return ::spillway::pairwise::detail::host_neighbour_counts(
+      a.rows, symmetric, o, is_similarity(m),
+      [&](std::int64_t i, std::int64_t j0, auto&& emit) { rs.row(i, j0, emit); });
+}
+}  // namespace detail
+
+/// Per-row neighbour counts of A·Aᵀ (gram_neighbour_counts' host form): for each row, the rows
+/// whose value (as V) passes the threshold, the row itself only with include_diagonal.
+template <class V>
+std::vector<std::int64_t> host_gram_neighbour_counts(const bit_matrix_view& a,
+                                                     const neighbour_count_options& o,
+                                                     metric m = metric::counts, score_options so = {}) {
+  detail::check_view(a, "host_gram_neighbour_counts", "a");
+  return detail::host_counts_impl<V>(a, a, true, o, m, so);
+}
+
+/// Per-row neighbour counts of A·Bᵀ (include_diagonal is ignored).
+template <class V>
+std::vector<std::int64_t> host_gram_neighbour_counts(const bit_matrix_view& a, const bit_matrix_view& b,
+                                                     const neighbour_count_options& o,
+                                                     metric m = metric::counts, score_options so = {}) {
+  detail::check_pair(a, b, "host_gram_neighbour_counts");
+  return detail::host_counts_impl<V>(a, b, false, o, m, so);
 }
 
 }  // namespace spillway::gram

@@ -44,6 +44,13 @@ struct threshold_options {
   bool include_diagonal = false;  ///< A·Aᵀ: whether (i, i) may be kept
 };
 
+/// Per-row neighbour counts (pairwise/sinks/neighbour_counts.cuh): a pair counts when its value
+/// is ≥ threshold (similarities) or ≤ threshold (distances).
+struct neighbour_count_options {
+  double threshold = 0.0;
+  bool include_diagonal = false;  ///< A·Aᵀ: whether row i counts itself when (i, i) passes
+};
+
 /// A sparse result in coordinate form, sorted by row, then column.
 template <class V>
 struct coo_result {
@@ -150,5 +157,28 @@ coo_result<V> host_threshold(std::int64_t rows, bool symmetric, const threshold_
   return r;
 }
 
+/// Host per-row neighbour counts over rows [0, rows): `row_scores(i, j0, emit)` as for
+/// host_threshold, read from column 0 on (A·Aᵀ: both halves; the diagonal as asked). Only the
+/// counts are kept, no COO.
+template <class RowScores>
+std::vector<std::int64_t> host_neighbour_counts(std::int64_t rows, bool symmetric,
+                                                const neighbour_count_options& o, bool larger,
+                                                RowScores&& row_scores) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16)
+#endif
+  for (std::int64_t i = 0; i < rows; ++i) {
+    std::int64_t c = 0;
+    row_scores(i, 0, [&](std::int64_t j, auto v) {
+      if (symmetric && j == i && !o.include_diagonal) return;
+      if (passes(larger, v, o.threshold)) ++c;
+    });
+    counts[static_cast<std::size_t>(i)] = c;
+  }
+  return counts;
+}
+
 }  // namespace detail
+
 }  // namespace spillway::pairwise

@@ -18,6 +18,7 @@
 #include <spillway/core/fault_hook.hpp>
 #include <spillway/core/launch.hpp>
 #include <spillway/pairwise/sink_kernels.cuh>
+#include <spillway/pairwise/sinks.hpp>
 #include <spillway/pairwise/sinks/sink.cuh>
 
 #include <cuda_runtime_api.h>
@@ -27,22 +28,6 @@
 #include <vector>
 
 namespace spillway::pairwise {
-
-/// Per-row neighbour counts: a pair counts when its value is ≥ threshold (similarities) or
-/// ≤ threshold (distances).
-struct neighbour_count_options {
-  double threshold = 0.0;
-  bool include_diagonal = false;  ///< A·Aᵀ: whether row i counts itself when (i, i) passes
-};
-
-/// Host counts from a COO of every passing entry (both halves for A·Aᵀ, the diagonal as asked):
-/// the oracle of the tests and the host fallback of the entry points.
-template <class Coo>
-std::vector<std::int64_t> counts_of_coo(const Coo& c, std::int64_t rows) {
-  std::vector<std::int64_t> n(static_cast<std::size_t>(rows), 0);
-  for (const std::int64_t i : c.row) ++n[static_cast<std::size_t>(i)];
-  return n;
-}
 
 namespace detail {
 
