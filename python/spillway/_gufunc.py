@@ -1064,11 +1064,7 @@ class GUFunc:
             return False
         if k is None:
             return False
-        h = 0
-        if stream is not None:
-            h = getattr(stream, "handle", 0)
-            h = getattr(h, "value", h)
-            h = int(h or 0)
+        h = _stream_handle(stream) or 0  # the call's Numba stream (None: the default stream)
         try:
             self.last_kernel = k.launch(int(plan.instances), ptrs, lstr, scalars, cores, h)
         except Exception as e:  # noqa: BLE001 - refused at launch (nothing ran): the Numba kernel runs instead

@@ -32,8 +32,8 @@
 //   void aux_async(bool b, const std::byte* rows, count, aux_type* out, stream_view) const;
 //   std::vector<aux_type> host_aux(bool b) const;    every row's aux (streamed operand)
 //   bool score_scratch() const;                       needs a dense strip to scatter from
-//   template <class W> void compute(const panel_pair<aux_type>&, const W& writer, V* scratch, stream_view)
-//   const;
+//   template <class W>
+//   void compute(const panel_pair<aux_type>&, const W& writer, V* scratch, stream_view) const;
 #pragma once
 
 #include <spillway/core/device.hpp>
