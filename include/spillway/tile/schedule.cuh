@@ -1,6 +1,7 @@
-// spillway/tile/schedule.cuh — the order in which a persistent grid visits the output tiles of a
-// product C = A·Bᵀ over two row panels, with the symmetric case (A·Aᵀ, upper triangle only)
-// skipping tiles that lie entirely below the diagonal.
+// spillway/tile/schedule.cuh — the orders in which the tile kernels visit their output tiles: the
+// GEMM kernels' grouped raster, and the Gram kernels' banded schedule of a product C = A·Bᵀ over
+// two row panels, with the symmetric case (A·Aᵀ, upper triangle only) skipping tiles that lie
+// entirely below the diagonal.
 //
 // Output tiles are BM rows (of A) by BN rows (of B). Column tiles are grouped into bands of `band`
 // tiles; inside a band the grid walks row tile by row tile, so the tiles that run at the same time
@@ -17,6 +18,26 @@
 #include <cstdint>
 
 namespace spillway::tile {
+
+/// The GEMM kernels' tile order (wgmma, mma.sync and SIMT): tile `linear` of a tiles_m x tiles_n
+/// grid of output tiles, walked in groups of `group` tile rows, down the group's rows first, then
+/// across its columns, so the tiles in flight at once share a few A panels and B panels in L2
+/// (walking whole rows would stream every B panel from HBM once per tile row). The last group may
+/// hold fewer rows.
+__host__ __device__ __forceinline__ void grouped_raster(std::int64_t linear, std::int64_t tiles_m,
+                                                        std::int64_t tiles_n, std::int64_t group,
+                                                        std::int64_t& tm, std::int64_t& tn) {
+  const std::int64_t per_group = group * tiles_n;
+  const std::int64_t g = linear / per_group;
+  const std::int64_t first = g * group;
+  const std::int64_t rows = tiles_m - first < group ? tiles_m - first : group;
+  const std::int64_t in = linear - g * per_group;
+  tm = first + in % rows;
+  tn = in / rows;
+}
+
+// The Gram kernels' order: claimed tiles of bands of column tiles, upper-only products skipping
+// the tiles below the diagonal.
 
 struct tile_schedule {
   std::int64_t a_rows = 0, b_rows = 0;  ///< panel rows of A (output rows) and of B (output columns)

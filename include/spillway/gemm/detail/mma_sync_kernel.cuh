@@ -25,6 +25,7 @@
 #include <spillway/tile/arch.cuh>
 #include <spillway/tile/mma.cuh>
 #include <spillway/tile/mma_mainloop.cuh>
+#include <spillway/tile/schedule.cuh>
 
 #include <cuda_runtime_api.h>
 
@@ -70,14 +71,9 @@ __device__ __forceinline__ mma_sync_origin mma_sync_block_origin(int tiles_m, in
   unsigned pid_u = 0;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(pid_u));
   // 64-bit: 8 * tiles_n may pass 2^31 for a very wide, short C.
-  const long long pid = pid_u;
-  const long long per_group = static_cast<long long>(mma_sync_config::raster_group) * tiles_n;
-  const long long first_m = pid / per_group * mma_sync_config::raster_group;
-  const long long group_rows = tiles_m - first_m < mma_sync_config::raster_group ? tiles_m - first_m
-                                                                                  : mma_sync_config::raster_group;
-  const long long in_group = pid % per_group;
-  return {static_cast<index_t>(first_m + in_group % group_rows) * mma_sync_config::bm,
-          static_cast<index_t>(in_group / group_rows) * mma_sync_config::bn};
+  std::int64_t tm = 0, tn = 0;
+  tile::grouped_raster(pid_u, tiles_m, tiles_n, mma_sync_config::raster_group, tm, tn);
+  return {static_cast<index_t>(tm) * mma_sync_config::bm, static_cast<index_t>(tn) * mma_sync_config::bn};
 }
 
 template <class T, class TC, class S, class Epi>

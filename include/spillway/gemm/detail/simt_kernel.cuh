@@ -39,6 +39,7 @@
 #include <spillway/gemm/detail/validate.hpp>
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/gemm/options.hpp>
+#include <spillway/tile/schedule.cuh>
 
 #include <cuda/std/complex>
 #include <cuda_bf16.h>
@@ -538,20 +539,6 @@ struct simt_modes {
   bool c_vector;   // C rows can be written rn elements at a time (alignment and ldc allow it)
 };
 
-/// Tile `linear` of a tiles_m x tiles_n grid, walked in groups of `Group` row-tiles (column-major
-/// inside a group): blocks resident together share A's and B's panels in L2.
-template <int Group>
-__device__ __forceinline__ void simt_raster(index_t linear, index_t tiles_m, index_t tiles_n, index_t& tm,
-                                            index_t& tn) {
-  const index_t per_group = index_t(Group) * tiles_n;
-  const index_t g = linear / per_group;
-  const index_t first = g * Group;
-  const index_t rows = tiles_m - first < Group ? tiles_m - first : index_t(Group);
-  const index_t in = linear - g * per_group;
-  tm = first + in % rows;
-  tn = in / rows;
-}
-
 /// FixedA / FixedB: the load modes compiled in (the fast layouts), or -1 for the mode read from
 /// `modes` at run time (every other layout; more registers, so fewer blocks per SM are asked).
 template <class Cfg, class T, class TC, class S, class Epi, int FixedA, int FixedB>
@@ -588,7 +575,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
   for (index_t work = blockIdx.x; work < total; work += gridDim.x) {
     const index_t q = work / tiles;
     index_t tm, tn;
-    simt_raster<Cfg::raster_group>(work - q * tiles, tiles_m, tiles_n, tm, tn);
+    tile::grouped_raster(work - q * tiles, tiles_m, tiles_n, Cfg::raster_group, tm, tn);
     const index_t row0 = tm * Cfg::bm, col0 = tn * Cfg::bn;
     // Rows left in this tile, clamped to the tile: 32-bit compares in the loads.
     const int rows_a = static_cast<int>(p.m - row0 < Cfg::bm ? p.m - row0 : index_t(Cfg::bm));

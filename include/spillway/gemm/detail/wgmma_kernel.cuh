@@ -47,8 +47,10 @@
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/tile/arch.cuh>
 #include <spillway/tile/barrier.cuh>
+#include <spillway/tile/schedule.cuh>
 #include <spillway/tile/tensor_map.hpp>
 #include <spillway/tile/wgmma.cuh>
+#include <spillway/tile/wgmma_mainloop.cuh>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -68,7 +70,6 @@ struct wgmma_config {
   static constexpr int threads = 384;  // warpgroup 0: producer; 1 and 2: consumers (64 rows each)
   static constexpr int row_bytes = 128;
   static constexpr int bk = row_bytes / static_cast<int>(sizeof(T));
-  static constexpr int steps = row_bytes / 32;  // wgmma instructions per stage
   static constexpr int a_bytes = bm * row_bytes;
   static constexpr int b_bytes = bn * row_bytes;
   static constexpr int stage_bytes = a_bytes + b_bytes;
@@ -98,13 +99,9 @@ struct wgmma_schedule {
   };
   __host__ __device__ tile locate(std::int64_t t) const {
     const std::int64_t q = t / per_batch;
-    const std::int64_t r = t - q * per_batch;
-    const std::int64_t band = static_cast<std::int64_t>(group_m) * tiles_n;
-    const std::int64_t g = r / band;
-    const std::int64_t in = r - g * band;
-    const std::int64_t first = g * group_m;
-    const std::int64_t rows = tiles_m - first < group_m ? tiles_m - first : group_m;
-    return {q, first + in % rows, in / rows};
+    tile out{q, 0, 0};
+    ::spillway::tile::grouped_raster(t - q * per_batch, tiles_m, tiles_n, group_m, out.tm, out.tn);
+    return out;
   }
 };
 
@@ -188,8 +185,8 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
   const std::uint32_t base = (raw + 1023u) & ~1023u;
   const std::uint32_t staging = base + Cfg::stages * Cfg::stage_bytes;  // 1024-byte aligned
   const std::uint32_t bars = staging + Cfg::staging_bytes;
-  auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
-  auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(Cfg::stages + st) * 8u; };
+  using ring_t = tile::wgmma_ring<Cfg::stages, Cfg::stage_bytes>;
+  const ring_t ring{base, bars};
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;
@@ -199,10 +196,7 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
     tile::prefetch_tensor_map(&map_a);
     tile::prefetch_tensor_map(&map_b);
     if (sch.c_bulk) tile::prefetch_tensor_map(&map_c);
-    for (int st = 0; st < Cfg::stages; ++st) {
-      tile::mbar_init(full_bar(st), 1);
-      tile::mbar_init(empty_bar(st), 8);  // one arrival per consumer warp
-    }
+    ring.init(8);  // one arrival per consumer warp
     tile::fence_barrier_init();
   }
   __syncthreads();
@@ -210,28 +204,18 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
-      int st = 0;
-      std::uint32_t phase = 0;
+      tile::ring_position<Cfg::stages> pos;
       for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
         const wgmma_schedule::tile tl = sch.locate(t);
         const int ya = static_cast<int>(tl.tm * Cfg::bm);
         const int yb = static_cast<int>(tl.tn * Cfg::bn);
         const int za = sch.a_batched ? static_cast<int>(tl.q) : 0;
         const int zb = sch.b_batched ? static_cast<int>(tl.q) : 0;
-        for (std::int64_t kb = 0; kb < num_k; ++kb) {
-          tile::mbar_wait(empty_bar(st), phase ^ 1u);
-          // Boxes partly outside the map still deliver (zero-filled) full boxes: the byte count
-          // is always the whole stage.
-          tile::mbar_arrive_expect_tx(full_bar(st), Cfg::stage_bytes);
-          const std::uint32_t dst = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes);
+        ring.produce(pos, num_k, [&](std::uint32_t dst, std::uint32_t full_bar, std::int64_t kb) {
           const int x = static_cast<int>(kb * Cfg::bk);
-          tile::tma_load_3d(dst, &map_a, x, ya, za, full_bar(st));
-          tile::tma_load_3d(dst + Cfg::a_bytes, &map_b, x, yb, zb, full_bar(st));
-          if (++st == Cfg::stages) {
-            st = 0;
-            phase ^= 1u;
-          }
-        }
+          tile::tma_load_3d(dst, &map_a, x, ya, za, full_bar);
+          tile::tma_load_3d(dst + Cfg::a_bytes, &map_b, x, yb, zb, full_bar);
+        });
       }
     }
     __syncwarp();
@@ -242,39 +226,11 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
     const int lane = tid % 32;
     const bool read_c = !(p.beta == S(0));
     const bool leader = tid % 128 == 0;  // issues and tracks the warpgroup's bulk stores
-    auto release = [&](int stage) {
-      __syncwarp();
-      if (lane == 0) tile::mbar_arrive(empty_bar(stage));
-    };
-    int st = 0;
-    std::uint32_t phase = 0;
+    tile::ring_position<Cfg::stages> pos;
     Acc d[128];
     for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
       const wgmma_schedule::tile tl = sch.locate(t);
-      int prev = -1;
-      for (std::int64_t kb = 0; kb < num_k; ++kb) {
-        tile::mbar_wait(full_bar(st), phase);
-        const std::uint32_t a_addr =
-            base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
-        const std::uint32_t b_addr = base + static_cast<std::uint32_t>(st * Cfg::stage_bytes + Cfg::a_bytes);
-        tile::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < Cfg::steps; ++ks) {
-          tile::wgmma_ss<T, 256>(d, tile::kmajor_desc<128>(a_addr + 32u * ks),
-                                 tile::kmajor_desc<128>(b_addr + 32u * ks), kb > 0 || ks > 0);
-        }
-        tile::wgmma_commit();
-        tile::wgmma_wait<1>();
-        if (prev >= 0) release(prev);
-        prev = st;
-        if (++st == Cfg::stages) {
-          st = 0;
-          phase ^= 1u;
-        }
-      }
-      tile::wgmma_wait<0>();
-      tile::wgmma_fence_operands(d);
-      release(prev);
+      ring.template consume<T, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
 
       // The producer is already filling the stages of the next tile while this one is written.
       // Rows past m (an edge tile) are skipped here.

@@ -45,6 +45,7 @@
 #include <spillway/tile/schedule.cuh>
 #include <spillway/tile/tensor_map.hpp>
 #include <spillway/tile/wgmma.cuh>
+#include <spillway/tile/wgmma_mainloop.cuh>
 
 #include <cuda.h>  // CUtensorMap only
 #include <cuda_runtime_api.h>
@@ -66,7 +67,6 @@ struct wg_config {
   static constexpr int bn = 256;
   static constexpr int row_bytes = 128;
   static constexpr int words = 32;  // tensor-map box width in 32-bit words
-  static constexpr int steps = 4;   // m64n256k256 instructions per stage and warpgroup
   static constexpr int stages = 4;
   static constexpr int threads = 384;
   static constexpr int a_bytes = bm * row_bytes;
@@ -136,6 +136,114 @@ struct wgmma_fragment_epilogue : std::false_type {};
 template <class E>
 struct wgmma_fragment_epilogue<E, std::void_t<decltype(E::wgmma_fragment)>> : std::bool_constant<E::wgmma_fragment> {};
 
+/// One consumer warpgroup's epilogue of tile (ti, tj) (this block's row tile, panel-local):
+/// hands its 64 x 256 counts `d` to `epi` through the fragment hook, the bulk tensor stores
+/// (TmaStore) or the per-element staging in `region`, its share of the block's staging (`raw`: the
+/// shared-memory window's address, `smem` its generic pointer).
+template <class Epilogue, bool TmaStore>
+__device__ __forceinline__ void wg_write_tile(const std::int32_t (&d)[128], const tile_schedule& s,
+                                              const Epilogue& epi, const CUtensorMap* map_c, std::int64_t ti,
+                                              std::int64_t tj, int cw, int warp_in_wg, int lane, bool leader,
+                                              std::uint64_t pol_c, std::uint32_t region, unsigned char* smem,
+                                              std::uint32_t raw) {
+  namespace t = ::spillway::tile;
+  using Cfg = wg_config;
+  (void)map_c, (void)leader, (void)pol_c;  // TmaStore only
+  // The pair's other row tile may lie past the panel or, upper-only, wholly below the
+  // diagonal: a tile the one-block schedule would skip delivers nothing here either.
+  if (ti * Cfg::bm >= s.a_rows) return;
+  if (s.upper_only) {
+    const std::int64_t last_col =
+        s.b_row0 + ((tj + 1) * Cfg::bn < s.b_rows ? (tj + 1) * Cfg::bn : s.b_rows) - 1;
+    if (s.a_row0 + ti * Cfg::bm > last_col) return;
+  }
+
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  const std::int64_t row_base = ti * Cfg::bm + cw * 64 + warp_in_wg * 16;  // panel-local
+  if constexpr (wgmma_fragment_epilogue<Epilogue>::value) {
+    epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows,
+                 lane);
+    return;
+  }
+  if constexpr (TmaStore) {
+    // Only blocks wholly inside the output go through the copy engine: a box that straddles
+    // the last column was measured (H200) to write the 16-byte group holding the bound, i.e.
+    // up to 3 columns past it.
+    bool bulk = tj * Cfg::bn + Cfg::bn <= s.b_rows && ti * Cfg::bm + cw * 64 + 64 <= s.a_rows;
+    if (bulk && epi.upper_only) {
+      // Every element of this warpgroup's 64 rows must satisfy i <= j.
+      const std::int64_t last_local = ti * Cfg::bm + cw * 64 + 63;
+      const std::int64_t last_row = s.a_row0 + (last_local < s.a_rows ? last_local : s.a_rows - 1);
+      bulk = last_row <= s.b_row0 + tj * Cfg::bn;
+    }
+    if (bulk) {
+      // Output coordinates of this warpgroup's block (the tensor map starts at (row0, col0)).
+      const int y = static_cast<int>(s.a_row0 - epi.row0 + ti * Cfg::bm + cw * 64);
+      const int x0 = static_cast<int>(s.b_row0 - epi.col0 + tj * Cfg::bn);
+      const int r_lo = warp_in_wg * 16 + g;  // rows r_lo and r_lo + 8 of the 64-row piece
+      const std::uint32_t sw = static_cast<std::uint32_t>(r_lo & 7);
+#pragma unroll
+      for (int piece = 0; piece < 8; ++piece) {
+        const std::uint32_t buf = region + static_cast<std::uint32_t>((piece & 1) * wg_piece_bytes);
+        // The store issued two pieces ago from this buffer must have read it out.
+        if (leader) t::bulk_wait_group_read<1>();
+        t::named_barrier_sync(1 + cw, 128);
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+          const int n = piece * 4 + nn;
+          const std::uint32_t chunk = static_cast<std::uint32_t>(2 * nn + tig / 2);
+          const std::uint32_t col_off = ((chunk ^ sw) << 4) + static_cast<std::uint32_t>((tig & 1) * 8);
+          asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(
+                           buf + static_cast<std::uint32_t>(r_lo * 128) + col_off),
+                       "r"(d[4 * n]), "r"(d[4 * n + 1])
+                       : "memory");
+          asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(
+                           buf + static_cast<std::uint32_t>((r_lo + 8) * 128) + col_off),
+                       "r"(d[4 * n + 2]), "r"(d[4 * n + 3])
+                       : "memory");
+        }
+        // Generic-proxy writes become visible to the copy engine, then one thread sends the piece.
+        t::fence_proxy_async_shared();
+        t::named_barrier_sync(1 + cw, 128);
+        if (leader) {
+          t::tma_store_2d_hint(map_c, x0 + piece * 32, y, buf, pol_c);
+          t::bulk_commit_group();
+        }
+      }
+      return;
+    }
+    // The per-element staging below reuses this warpgroup's region: pending bulk stores
+    // must have read it out first.
+    if (leader) t::bulk_wait_group_read<0>();
+    t::named_barrier_sync(1 + cw, 128);
+  }
+  {
+    int* stage_tile = reinterpret_cast<int*>(smem + (region - raw)) + warp_in_wg * (16 * wg_stage_pitch);
+#pragma unroll
+    for (int piece = 0; piece < 8; ++piece) {
+#pragma unroll
+      for (int nn = 0; nn < 4; ++nn) {
+        const int n = piece * 4 + nn;
+        *reinterpret_cast<int2*>(stage_tile + g * wg_stage_pitch + 8 * nn + 2 * tig) =
+            make_int2(d[4 * n], d[4 * n + 1]);
+        *reinterpret_cast<int2*>(stage_tile + (g + 8) * wg_stage_pitch + 8 * nn + 2 * tig) =
+            make_int2(d[4 * n + 2], d[4 * n + 3]);
+      }
+      __syncwarp();
+      const std::int64_t lj = tj * Cfg::bn + piece * 32 + lane;
+      if (lj < s.b_rows) {
+#pragma unroll 4
+        for (int r = 0; r < 16; ++r) {
+          const std::int64_t li = row_base + r;
+          if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, stage_tile[r * wg_stage_pitch + lane]);
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
 /// `TmaStore`: the epilogue is a store_counts<std::int32_t> whose output `map_c` describes (see
 /// the launcher); otherwise map_c is unused and every tile takes the per-element path. Launched as
 /// 2-block clusters over a schedule of pair row tiles (bm = 256); `slot_counter[0]` (zero at
@@ -156,8 +264,8 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
   const std::uint32_t smem0 = (raw + 1023u) & ~1023u;
   const std::uint32_t staging0 = smem0 + S * Cfg::stage_bytes;  // 1024-byte aligned
   const std::uint32_t bars = staging0 + wg_staging_bytes;
-  auto full_bar = [&](int st) { return bars + static_cast<std::uint32_t>(st) * 8u; };
-  auto empty_bar = [&](int st) { return bars + static_cast<std::uint32_t>(S + st) * 8u; };
+  using ring_t = t::wgmma_ring<S, Cfg::stage_bytes, CL>;
+  const ring_t ring{smem0, bars};
   // The tile ring: entry e (in global memory after the counter, two per pair) holds the pair's
   // next slot; tile_full[e] completes (in both blocks) once block 0's producer has written it,
   // tile_empty[e] (block 0's) once every reader has it. In shared memory, written remotely, the
@@ -177,10 +285,7 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
     t::prefetch_tensor_map(&map_a);
     t::prefetch_tensor_map(&map_b);
     if constexpr (TmaStore) t::prefetch_tensor_map(&map_c);
-    for (int st = 0; st < S; ++st) {
-      t::mbar_init(full_bar(st), 1);
-      t::mbar_init(empty_bar(st), 8 * CL);  // one arrival per consumer warp of both blocks
-    }
+    ring.init(8);  // one arrival per consumer warp of both blocks
     for (int e = 0; e < 2; ++e) {
       t::mbar_init(tile_full(e), 1);
       t::mbar_init(tile_empty(e), 8 * CL + (CL - 1));  // consumer warps of both blocks, block 1's producer
@@ -194,8 +299,7 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
     if (tid == 0) {
       const std::uint64_t b_policy = t::l2_policy_evict_last();
       tile_cursor cursor;
-      int st = 0;
-      std::uint32_t phase = 0;
+      t::ring_position<S> pos;
       int te = 0;
       std::uint32_t tphase = 0;
       std::int64_t tt = static_cast<std::int64_t>(blockIdx.x) / CL;
@@ -222,21 +326,14 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
         if (tt >= s.total) break;
         const int ya = static_cast<int>((ti * CL + rank) * Cfg::bm);
         const int yb = static_cast<int>(tj * Cfg::bn + rank * (Cfg::bn / CL));
-        for (std::int64_t kb = 0; kb < num_k; ++kb) {
-          t::mbar_wait(empty_bar(st), phase ^ 1u);
-          // The whole stage lands here: A from this block's load, a B half from each block's.
-          t::mbar_arrive_expect_tx(full_bar(st), Cfg::stage_bytes);
-          const std::uint32_t dst = smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes);
+        // The whole stage lands on full_bar: A from this block's load, a B half from each block's.
+        ring.produce(pos, num_k, [&](std::uint32_t dst, std::uint32_t full_bar, std::int64_t kb) {
           const int x = static_cast<int>(kb * Cfg::words);
-          t::tma_load_2d(dst, &map_a, x, ya, full_bar(st));
+          t::tma_load_2d(dst, &map_a, x, ya, full_bar);
           // B tiles are re-read by every row tile of their band: kept in L2 before A and the output.
-          t::tma_load_2d_multicast_hint(dst + Cfg::a_bytes + rank * (Cfg::b_bytes / CL), &map_b, x, yb, full_bar(st),
-                                        static_cast<std::uint16_t>((1u << CL) - 1u), b_policy);
-          if (++st == S) {
-            st = 0;
-            phase ^= 1u;
-          }
-        }
+          t::tma_load_2d_multicast_hint(dst + Cfg::a_bytes + rank * (Cfg::b_bytes / CL), &map_b, x, yb,
+                                        full_bar, static_cast<std::uint16_t>((1u << CL) - 1u), b_policy);
+        });
       }
     }
   } else {
@@ -249,16 +346,8 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
     // panels' k-slices out of the L2.
     [[maybe_unused]] const std::uint64_t pol_c = t::l2_policy_evict_first();
     const std::uint32_t region = staging0 + static_cast<std::uint32_t>(cw * wg_region_bytes);
-    // A stage is free once every consumer warp of both blocks has read it.
-    auto release = [&](int stage) {
-      __syncwarp();
-      if (lane == 0) {
-        for (int c = 0; c < CL; ++c) t::mbar_arrive_cluster(empty_bar(stage), static_cast<std::uint32_t>(c));
-      }
-    };
     tile_cursor cursor;
-    int st = 0;
-    std::uint32_t phase = 0;
+    t::ring_position<S> pos;
     int te = 0;
     std::uint32_t tphase = 0;
     std::int32_t d[128];
@@ -275,123 +364,10 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
       if (tt >= s.total) break;
       (void)cursor.locate(s, tt, ti, tj);
       ti = ti * CL + rank;  // this block's row tile
-      int prev = -1;
-      for (std::int64_t kb = 0; kb < num_k; ++kb) {
-        t::mbar_wait(full_bar(st), phase);
-        const std::uint32_t a_addr =
-            smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes + cw * 64 * Cfg::row_bytes);
-        const std::uint32_t b_addr = smem0 + static_cast<std::uint32_t>(st * Cfg::stage_bytes + Cfg::a_bytes);
-        t::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < Cfg::steps; ++ks) {
-          // The first step of a tile overwrites the accumulators (no zeroing pass).
-          t::wgmma_ss<t::b1_and_popc, 256>(d, t::kmajor_desc<Cfg::row_bytes>(a_addr + ks * 32),
-                                           t::kmajor_desc<Cfg::row_bytes>(b_addr + ks * 32), kb > 0 || ks > 0);
-        }
-        t::wgmma_commit();
-        t::wgmma_wait<1>();
-        if (prev >= 0) release(prev);
-        prev = st;
-        if (++st == S) {
-          st = 0;
-          phase ^= 1u;
-        }
-      }
-      t::wgmma_wait<0>();
-      t::wgmma_fence_operands(d);
-      if (prev >= 0) release(prev);
-      // The pair's other row tile may lie past the panel or, upper-only, wholly below the
-      // diagonal: a tile the one-block schedule would skip delivers nothing here either.
-      if (ti * Cfg::bm >= s.a_rows) continue;
-      if (s.upper_only) {
-        const std::int64_t last_col = s.b_row0 + ((tj + 1) * Cfg::bn < s.b_rows ? (tj + 1) * Cfg::bn : s.b_rows) - 1;
-        if (s.a_row0 + ti * Cfg::bm > last_col) continue;
-      }
-
-      const int g = lane / 4;
-      const int tig = lane % 4;
-      const std::int64_t row_base = ti * Cfg::bm + cw * 64 + warp_in_wg * 16;  // panel-local
-      if constexpr (wgmma_fragment_epilogue<Epilogue>::value) {
-        epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows, lane);
-        continue;
-      }
-      if constexpr (TmaStore) {
-        // Only blocks wholly inside the output go through the copy engine: a box that straddles
-        // the last column was measured (H200) to write the 16-byte group holding the bound, i.e.
-        // up to 3 columns past it.
-        bool bulk = tj * Cfg::bn + Cfg::bn <= s.b_rows && ti * Cfg::bm + cw * 64 + 64 <= s.a_rows;
-        if (bulk && epi.upper_only) {
-          // Every element of this warpgroup's 64 rows must satisfy i <= j.
-          const std::int64_t last_local = ti * Cfg::bm + cw * 64 + 63;
-          const std::int64_t last_row = s.a_row0 + (last_local < s.a_rows ? last_local : s.a_rows - 1);
-          bulk = last_row <= s.b_row0 + tj * Cfg::bn;
-        }
-        if (bulk) {
-          // Output coordinates of this warpgroup's block (the tensor map starts at (row0, col0)).
-          const int y = static_cast<int>(s.a_row0 - epi.row0 + ti * Cfg::bm + cw * 64);
-          const int x0 = static_cast<int>(s.b_row0 - epi.col0 + tj * Cfg::bn);
-          const int r_lo = warp_in_wg * 16 + g;  // rows r_lo and r_lo + 8 of the 64-row piece
-          const std::uint32_t sw = static_cast<std::uint32_t>(r_lo & 7);
-#pragma unroll
-          for (int piece = 0; piece < 8; ++piece) {
-            const std::uint32_t buf = region + static_cast<std::uint32_t>((piece & 1) * wg_piece_bytes);
-            // The store issued two pieces ago from this buffer must have read it out.
-            if (leader) t::bulk_wait_group_read<1>();
-            t::named_barrier_sync(1 + cw, 128);
-#pragma unroll
-            for (int nn = 0; nn < 4; ++nn) {
-              const int n = piece * 4 + nn;
-              const std::uint32_t chunk = static_cast<std::uint32_t>(2 * nn + tig / 2);
-              const std::uint32_t col_off = ((chunk ^ sw) << 4) + static_cast<std::uint32_t>((tig & 1) * 8);
-              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(buf + static_cast<std::uint32_t>(r_lo * 128) +
-                                                                       col_off),
-                           "r"(d[4 * n]), "r"(d[4 * n + 1])
-                           : "memory");
-              asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(buf +
-                                                                       static_cast<std::uint32_t>((r_lo + 8) * 128) +
-                                                                       col_off),
-                           "r"(d[4 * n + 2]), "r"(d[4 * n + 3])
-                           : "memory");
-            }
-            // Generic-proxy writes become visible to the copy engine, then one thread sends the piece.
-            t::fence_proxy_async_shared();
-            t::named_barrier_sync(1 + cw, 128);
-            if (leader) {
-              t::tma_store_2d_hint(&map_c, x0 + piece * 32, y, buf, pol_c);
-              t::bulk_commit_group();
-            }
-          }
-          continue;
-        }
-        // The per-element staging below reuses this warpgroup's region: pending bulk stores
-        // must have read it out first.
-        if (leader) t::bulk_wait_group_read<0>();
-        t::named_barrier_sync(1 + cw, 128);
-      }
-      {
-        int* stage_tile = reinterpret_cast<int*>(wg_smem_raw + (region - raw)) + warp_in_wg * (16 * wg_stage_pitch);
-#pragma unroll
-        for (int piece = 0; piece < 8; ++piece) {
-#pragma unroll
-          for (int nn = 0; nn < 4; ++nn) {
-            const int n = piece * 4 + nn;
-            *reinterpret_cast<int2*>(stage_tile + g * wg_stage_pitch + 8 * nn + 2 * tig) =
-                make_int2(d[4 * n], d[4 * n + 1]);
-            *reinterpret_cast<int2*>(stage_tile + (g + 8) * wg_stage_pitch + 8 * nn + 2 * tig) =
-                make_int2(d[4 * n + 2], d[4 * n + 3]);
-          }
-          __syncwarp();
-          const std::int64_t lj = tj * Cfg::bn + piece * 32 + lane;
-          if (lj < s.b_rows) {
-#pragma unroll 4
-            for (int r = 0; r < 16; ++r) {
-              const std::int64_t li = row_base + r;
-              if (li < s.a_rows) epi(s.a_row0 + li, s.b_row0 + lj, stage_tile[r * wg_stage_pitch + lane]);
-            }
-          }
-          __syncwarp();
-        }
-      }
+      // A stage is free once every consumer warp of both blocks has read it (the ring's release).
+      ring.template consume<t::b1_and_popc, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
+      wg_write_tile<Epilogue, TmaStore>(d, s, epi, &map_c, ti, tj, cw, warp_in_wg, lane, leader, pol_c,
+                                        region, wg_smem_raw, raw);
     }
     if constexpr (TmaStore) {
       // Shared memory must stay alive until the copy engine has read it; the writes themselves
