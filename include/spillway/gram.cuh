@@ -17,6 +17,7 @@
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/gram/out_of_core.cuh>
+#include <spillway/pairwise/host_job.hpp>
 #include <spillway/pairwise/sinks/neighbour_counts.cuh>
 
 #include <algorithm>
@@ -69,24 +70,27 @@ gram_job<V, Sink> make_job(const bit_matrix_view& a, const bit_matrix_view* b, c
   job.opt = opt;  // the pair job's part of the options
   return job;
 }
-/// The host fallback of gram_strips: strips of 1024 rows of A against all of B (first_col 0).
+/// The host fallback of gram_strips: the host pair job (pairwise/host_job.hpp) in strips of 1024
+/// rows of A against all of B (A·Aᵀ, b null: all of A; first_col 0), handed to on_strip as they are
+/// computed. Like the other host fallbacks it reports one task and calls no progress callback; an
+/// exception from on_strip propagates unwrapped.
 template <class V, class OnStrip>
-job_report host_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip& on_strip, const gram_options& opt) {
+job_report host_strips(const bit_matrix_view& a, const bit_matrix_view* b, OnStrip& on_strip,
+                       const gram_options& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  constexpr std::int64_t rows_per_strip = 1024;
-  std::vector<V> buf;
-  for (std::int64_t r0 = 0; r0 < a.rows; r0 += rows_per_strip) {
-    const std::int64_t k = std::min(rows_per_strip, a.rows - r0);
-    buf.resize(static_cast<std::size_t>(k * b.rows));
-    host_gram_dense(row_range(a, r0, k), b, buf.data(), b.rows, opt.epilogue, opt.scores);
+  ::spillway::pairwise::host_job_options ho;
+  ho.block_rows = 1024;
+  ::spillway::pairwise::host_pair_job<V, host_ops<V>> job(host_ops<V>{opt.epilogue, opt.scores}, a, b, ho,
+                                                          "gram_strips");
+  job.strips([&](std::int64_t first_row, std::int64_t rows, const V* values, std::int64_t cols) {
     gram_strip<V> st;
-    st.first_row = r0;
-    st.rows = k;
+    st.first_row = first_row;
+    st.rows = rows;
     st.first_col = 0;
-    st.cols = b.rows;
-    st.values = buf.data();
+    st.cols = cols;
+    st.values = values;
     on_strip(st);
-  }
+  });
   return ::spillway::detail::host_job_report(t0);
 }
 /// The device form hands out device memory, so it has no host implementation to fall back on.
@@ -160,7 +164,7 @@ job_report gram_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_
   if (a.rows == 0) return {};
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
                                               "host_gram_dense per strip")) {
-    return detail::host_strips<V>(a, a, on_strip, opt);
+    return detail::host_strips<V>(a, nullptr, on_strip, opt);
   }
   ::spillway::pairwise::detail::strips_sink<V> sink;
   sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
@@ -177,7 +181,7 @@ job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStr
   if (a.rows == 0 || b.rows == 0) return {};
   if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
                                               "host_gram_dense per strip")) {
-    return detail::host_strips<V>(a, b, on_strip, opt);
+    return detail::host_strips<V>(a, &b, on_strip, opt);
   }
   ::spillway::pairwise::detail::strips_sink<V> sink;
   sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };

@@ -1,7 +1,7 @@
 // python/src/jobs.cu — the CUDA side of the Python binding: every template of spillway that the
 // module calls is instantiated here, for int32 and float32 values only (what spillway.gram
 // returns), so the extension compiles in one nvcc pass per architecture.
-#include "host_job.hpp"
+#include "job_support.hpp"
 #include "jobs.hpp"
 
 #include <spillway/core/device.hpp>
@@ -26,34 +26,13 @@ using detail::forward_progress;
 using detail::summarize;
 using detail::layout_of;
 
-
-// ---- the host implementation, in row blocks (host_job.hpp) -------------------------------------
-
-template <class V>
-struct gram_host_ops {
-  using view = gram::bit_matrix_view;
-  gram::metric mt;
-  gram::score_options scores;
-  view rows(const view& m, std::int64_t first, std::int64_t count) const { return gram::row_range(m, first, count); }
-  void dense(const view& a, const view& b, V* out, std::int64_t ldc) const {
-    gram::host_gram_dense(a, b, out, ldc, mt, scores);
-  }
-  gram::topk_result<V> topk(const view& a, const gram::topk_options& k) const {
-    return gram::host_gram_topk<V>(a, k, mt, scores);
-  }
-  gram::topk_result<V> topk(const view& a, const view& b, const gram::topk_options& k) const {
-    return gram::host_gram_topk<V>(a, b, k, mt, scores);
-  }
-  gram::coo_result<V> threshold(const view& a, const view& b, const gram::threshold_options& t) const {
-    return gram::host_gram_threshold<V>(a, b, t, mt, scores);
-  }
-};
+// ---- the host implementation, in row blocks (the library's host pair job, job_support.hpp) ------
 
 template <class V>
 gram_result run_gram_on_host(const gram::bit_matrix_view& a, const gram::bit_matrix_view* b, const gram_request& r,
                              job_progress& p) {
   const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
-  return detail::host_job<V, gram_host_ops<V>>(gram_host_ops<V>{r.metric, r.scores}, a, b, shape, p).run();
+  return detail::run_host_pair_job<V>(gram::host_ops<V>{r.metric, r.scores}, a, b, shape, p, "spillway.gram");
 }
 
 // ---- the GPU path: spillway's out-of-core entry points ----------------------------------------

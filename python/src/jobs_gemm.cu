@@ -1,7 +1,7 @@
 // python/src/jobs_gemm.cu — spillway.matmul's C++ side: the out-of-core GEMM of host matrices
 // (spillway::gemm::gemm_out_of_core) for float32, float64, float16, bf16, complex64 and int8
 // inputs, or the host GEMM in row blocks where no GPU is present.
-#include "host_job.hpp"
+#include "job_support.hpp"
 #include "jobs.hpp"
 
 #include <spillway/gemm.cuh>
@@ -72,7 +72,7 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
     return s;
   }
   // NumPy memory is pageable: page-locked for the job, the blocks move by DMA instead of through
-  // host threads' staging copies (see host_job.hpp; where refused, the staging path runs).
+  // host threads' staging copies (see job_support.hpp; where refused, the staging path runs).
   const auto extent = [](const host_matrix& m, std::size_t elem) {
     return m.row_major ? detail::span_bytes(m.rows, m.cols, m.ld, elem) : detail::span_bytes(m.cols, m.rows, m.ld, elem);
   };

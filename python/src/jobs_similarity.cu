@@ -2,7 +2,7 @@
 // float16 and bf16 rows (spillway::gemm::similarity_*: host rows out of core through the
 // scheduler, device rows in core on their device), or the host implementation in row blocks
 // where no GPU is present.
-#include "host_job.hpp"
+#include "job_support.hpp"
 #include "jobs.hpp"
 
 #include <spillway/gemm/similarity.cuh>
@@ -41,6 +41,7 @@ sg::matrix_view<const T> view_of(const rows_matrix& m) {
   return sg::row_major(reinterpret_cast<const T*>(m.data), m.rows, m.cols, m.ld);
 }
 
+/// The host similarity functions as the library's host pair job's Ops (pairwise/host_job.hpp).
 template <class T>
 struct similarity_host_ops {
   using view = sg::matrix_view<const T>;
@@ -136,7 +137,7 @@ gram_result run_typed(const rows_matrix& ra, const rows_matrix* rb, const simila
     }
     const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
     const similarity_host_ops<T> ops{metric_of(r.metric), r.cosine_zero};
-    return detail::host_job<float, similarity_host_ops<T>>(ops, a, rb ? &b : nullptr, shape, p).run();
+    return detail::run_host_pair_job<float>(ops, a, rb ? &b : nullptr, shape, p, who);
   }
   return on_gpu<T>(ra, rb, r, p, device, stream);
 }

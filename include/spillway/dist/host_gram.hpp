@@ -41,6 +41,7 @@
 #include <spillway/gram/kernel_path.hpp>
 #include <spillway/io/npy.hpp>
 #include <spillway/io/raw.hpp>
+#include <spillway/pairwise/host_job.hpp>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pairwise/split_plan.hpp>
@@ -375,44 +376,48 @@ struct partial_topk {
   }
 };
 
-/// The host jobs' scores of pairs of A's rows: A, its rows' popcounts and the job's scorer.
-struct host_scorer {
+/// The host jobs' scores of A's rows as the host pair job's `Ops` (pairwise/host_job.hpp): a view
+/// is a range of A's rows; dense scores a range of rows against a range of columns with A's
+/// popcounts counted once, rows in parallel (OpenMP), each row's columns in order on one thread.
+template <class V>
+struct host_strip_ops {
+  /// Rows [first, first + rows) of A.
+  struct view {
+    std::int64_t first = 0, rows = 0;
+  };
   const gram::bit_matrix_view& a;
   std::vector<std::int32_t> pc;
   gram::detail::scorer sc;
   std::int64_t nw;
-  host_scorer(const gram::bit_matrix_view& rows, const gram_job_options& o)
+  host_strip_ops(const gram::bit_matrix_view& rows, const gram_job_options& o)
       : a(rows),
         pc(gram::row_popcounts(rows)),
         sc{o.epilogue, o.scores.jaccard_empty, o.scores.cosine_zero},
         nw(gram::detail::words64(rows)) {}
-  template <class V>
-  V score(std::int64_t i, std::int64_t j) const {
+  /// All of A's rows.
+  [[nodiscard]] view all() const noexcept { return view{0, a.rows}; }
+  [[nodiscard]] view rows(const view& m, std::int64_t first, std::int64_t count) const noexcept {
+    return view{m.first + first, count};
+  }
+  [[nodiscard]] V score(std::int64_t i, std::int64_t j) const {
     return sc.template operator()<V>(gram::detail::and_count(a.row(i), a.row(j), nw), pc[static_cast<std::size_t>(i)],
                                      pc[static_cast<std::size_t>(j)]);
   }
-};
-
-/// f(i, j, score) for the pairs of strip rows [i0, i1) x columns [first(i), n): rows in parallel
-/// (OpenMP), each row's columns in order on one thread.
-template <class V, class First, class F>
-void for_strip_pairs(const host_scorer& hs, std::int64_t i0, std::int64_t i1, First first, F&& f) {
-  const std::int64_t n = hs.a.rows;
+  void dense(const view& x, const view& y, V* out, std::int64_t ldc) const {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4)
 #endif
-  for (std::int64_t i = i0; i < i1; ++i) {
-    for (std::int64_t j = first(i); j < n; ++j) f(i, j, hs.score<V>(i, j));
+    for (std::int64_t i = 0; i < x.rows; ++i) {
+      for (std::int64_t j = 0; j < y.rows; ++j) out[i * ldc + j] = score(x.first + i, y.first + j);
+    }
   }
-}
+};
 
-/// Scores of rows [i0, i1) against columns [i0, n) (entries with j < i are not computed).
+/// Scores of strip rows [i0, i1) against the columns [i0, n) (the host pair job's block scores;
+/// the entries j < i of the diagonal block are computed too, and not read).
 template <class V>
-void host_strip_scores(const host_scorer& hs, std::int64_t i0, std::int64_t i1, std::vector<V>& out) {
-  const std::int64_t w = hs.a.rows - i0;
-  out.resize(static_cast<std::size_t>((i1 - i0) * w));
-  for_strip_pairs<V>(hs, i0, i1, [](std::int64_t i) { return i; },
-                     [&](std::int64_t i, std::int64_t j, V v) { out[static_cast<std::size_t>((i - i0) * w + (j - i0))] = v; });
+void host_strip_scores(const host_strip_ops<V>& ops, std::int64_t i0, std::int64_t i1, std::vector<V>& out) {
+  pairwise::detail::host_block_scores(ops, ops.all(), i0, i1, ops.all(), i0, out);
 }
 
 /// Offers a strip's scores to the partial lists: each pair i < j to row i and to row j, (i, i)
@@ -801,12 +806,12 @@ topk_block<V> host_gram_topk(const communicator& c, const gram::bit_matrix_view&
   rep.split = detail::host_job_split(c, a, o, true);
   const gram_split& sp = rep.split;
   const std::int64_t row0 = detail::lists_row0(sp, c.rank());  // its lists: rows [row0, n)
-  const detail::host_scorer hs(a, o);
+  const detail::host_strip_ops<V> ops(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
   detail::partial_topk<V> pt(row0, a.rows, k.k, larger);
   std::vector<V> s;
   detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
-    detail::host_strip_scores<V>(hs, i0, i1, s);
+    detail::host_strip_scores(ops, i0, i1, s);
     detail::offer_strip(pt, s, i0, i1, a.rows, k.include_diagonal);
   });
   topk_block<V> b;
@@ -845,12 +850,12 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   const std::int64_t base = row_off(r0);
   detail::rows_buffer<V> local;
   agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
-  const detail::host_scorer hs(a, o);
-  const auto first = [&](std::int64_t i) { return wd ? i : i + 1; };
+  const detail::host_strip_ops<V> ops(a, o);
+  std::vector<V> s;
   detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
-    detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
-      local.data()[row_off(i) - base + (j - first(i))] = v;
-    });
+    detail::host_strip_scores(ops, i0, i1, s);
+    pairwise::detail::strip_to_triangle(
+        s.data(), i0, i1, n, wd, [&](std::int64_t i) { return local.data() + (row_off(i) - base); }, true);
   });
   detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
   return rep;
@@ -867,15 +872,26 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   gram_report rep;
   detail::check_threshold_job<V>(c, a, t, o, "dist::host_gram_threshold");
   rep.split = detail::host_job_split(c, a, o, false);
-  const detail::host_scorer hs(a, o);
+  const detail::host_strip_ops<V> ops(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
+  const std::int64_t n = a.rows;
   const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
-  const auto first = [&](std::int64_t i) { return t.include_diagonal ? i : i + 1; };
+  std::vector<V> s;
   detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
-    detail::for_strip_pairs<V>(hs, i0, i1, first, [&](std::int64_t i, std::int64_t j, V v) {
-      if (pairwise::detail::passes(larger, v, t.threshold)) kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
-    });
+    detail::host_strip_scores(ops, i0, i1, s);
+    const std::int64_t w = n - i0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const V* row = s.data() + (i - i0) * w;  // row[j - i0]: column j
+      for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
+        const V v = row[j - i0];
+        if (pairwise::detail::passes(larger, v, t.threshold))
+          kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
+      }
+    }
   });
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;

@@ -6,6 +6,7 @@
 #include <spillway/core/error.hpp>
 #include <spillway/gram/bit_matrix.hpp>
 #include <spillway/gram/epilogue.hpp>
+#include <spillway/pairwise/host_job.hpp>
 #include <spillway/pairwise/sinks.hpp>
 
 #include <algorithm>
@@ -241,5 +242,31 @@ std::vector<std::int64_t> host_gram_neighbour_counts(const bit_matrix_view& a, c
   detail::check_pair(a, b, "host_gram_neighbour_counts");
   return detail::host_counts_impl<V>(a, b, false, o, m, so);
 }
+
+/// The host functions above as a pairwise host pair job's `Ops` (pairwise/host_job.hpp): blocks
+/// of a bit matrix's rows scored with metric `m`, each block one call of host_gram_dense,
+/// host_gram_topk or host_gram_threshold on row_range views (their checks and messages, their
+/// OpenMP loops). gram_strips' host fallback and the Python binding's host path run on it.
+template <class V>
+struct host_ops {
+  using view = bit_matrix_view;
+  metric m = metric::counts;
+  score_options scores{};
+  [[nodiscard]] view rows(const view& v, std::int64_t first, std::int64_t count) const {
+    return row_range(v, first, count);
+  }
+  void dense(const view& a, const view& b, V* out, std::int64_t ldc) const {
+    host_gram_dense(a, b, out, ldc, m, scores);
+  }
+  [[nodiscard]] topk_result<V> topk(const view& a, const topk_options& k) const {
+    return host_gram_topk<V>(a, k, m, scores);
+  }
+  [[nodiscard]] topk_result<V> topk(const view& a, const view& b, const topk_options& k) const {
+    return host_gram_topk<V>(a, b, k, m, scores);
+  }
+  [[nodiscard]] coo_result<V> threshold(const view& a, const view& b, const threshold_options& t) const {
+    return host_gram_threshold<V>(a, b, t, m, scores);
+  }
+};
 
 }  // namespace spillway::gram
