@@ -8,8 +8,8 @@
 //   spillway-knn --rows 20000 --dim 768 --bf16 --k 32                # random rows, no files
 #include <spillway/core/host_registration.hpp>
 #include <spillway/core/memory_budget.hpp>
-#include <spillway/gemm/similarity.cuh>
 #include <spillway/io/npy.hpp>
+#include <spillway/similarity.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,7 +28,7 @@
 
 namespace {
 
-namespace g = spillway::gemm;
+namespace g = spillway::similarity;
 
 struct args {
   std::string input, output;

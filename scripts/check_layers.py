@@ -7,8 +7,12 @@ The layers (docs/DESIGN order, bottom up): core; io and pipeline on core; map on
 tile engine on core only (gram and gemm instantiate it, it never includes them); the pairwise
 sinks on core, pipeline and tile (bit Gram and float similarity both feed them strips of scores;
 they never include gram or gemm); the algorithm modules gram, gemm and ode on the layers below,
-never on one another. The umbrella headers
-directly in include/spillway/ may include anything. No tool reads `.cuh` includes, so this
+never on one another; float similarity above gemm and pairwise (each strip a GEMM into the
+pairwise sinks; it reaches the Hopper GEMM's fragment sink through gemm/fragment_sink.cuh, never
+gemm/detail/), and nothing below includes it. The umbrella headers
+directly in include/spillway/ may include anything. A forwarding header (FORWARDING: an old public
+path kept for one version after its module moved) includes only the module it forwards to, and no
+header of a module includes one (the umbrella headers may). No tool reads `.cuh` includes, so this
 script does: it exits 1 naming every `file:line` that crosses a boundary, or a module it does not
 know (a new folder must be given its place here).
 
@@ -32,8 +36,16 @@ ALLOWED = {
     "gram": {"core", "io", "pipeline", "map", "tile", "pairwise"},
     "gemm": {"core", "io", "pipeline", "map", "tile", "pairwise"},
     "ode": {"core", "io", "pipeline", "map"},
+    # float similarity: GEMMs of rows into the pairwise sinks
+    "similarity": {"core", "pipeline", "tile", "pairwise", "gemm"},
     # the optional MPI component (spillway::mpi): the jobs above split across ranks
     "dist": {"core", "io", "pipeline", "pairwise", "gram"},
+}
+# Old public paths kept for one version after their concept moved to another module: path -> the
+# module they forward to.
+FORWARDING = {
+    "gemm/similarity.cuh": "similarity",
+    "gemm/host_similarity.hpp": "similarity",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]spillway/([^>"]+)[>"]')
 HEADER_EXT = (".hpp", ".cuh", ".h", ".cu")
@@ -82,6 +94,8 @@ def check(root):
             if not name.endswith(HEADER_EXT):
                 continue
             path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, base).replace(os.sep, "/")
+            forwards_to = FORWARDING.get(rel)
             with open(path, encoding="utf-8") as f:
                 for lineno, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
@@ -89,6 +103,17 @@ def check(root):
                         continue
                     inc = m.group(1)
                     tgt = target_module(inc)
+                    if inc in FORWARDING:
+                        if forwards_to is None:
+                            problems.append(f"{path}:{lineno}: '{module}' includes <spillway/{inc}>, a forwarding "
+                                            f"header kept for one version; include "
+                                            f"<spillway/{FORWARDING[inc]}/...> instead")
+                        continue  # one forwarder may include another
+                    if forwards_to is not None:
+                        if tgt != forwards_to or is_detail(inc):
+                            problems.append(f"{path}:{lineno}: forwarding header includes <spillway/{inc}>; it "
+                                            f"may include only <spillway/{forwards_to}/...>'s public headers")
+                        continue
                     if tgt is None and inc == "version.hpp":
                         continue  # generated, below every layer
                     if tgt == module:
@@ -118,6 +143,10 @@ def self_test():
         write("gram/g.cuh", "#include <spillway/tile/t.cuh>\n#include <spillway/gram/h.cuh>\n#include <spillway/pairwise/p.cuh>\n")
         write("gemm/s.cuh", "#include <spillway/pairwise/p.cuh>\n")
         write("gram.cuh", "#include <spillway/gram/g.cuh>\n")
+        write("similarity/s.cuh", "#include <spillway/gemm/s.cuh>\n#include <spillway/pairwise/p.cuh>\n")
+        write("gemm/similarity.cuh", "#include <spillway/gemm/host_similarity.hpp>\n#include <spillway/similarity/s.cuh>\n")
+        write("gemm/host_similarity.hpp", "#include <spillway/similarity/s.cuh>\n")
+        write("gemm.cuh", "#include <spillway/gemm/s.cuh>\n#include <spillway/gemm/similarity.cuh>\n")
         if check(d):
             print("self-test: a clean tree was refused:", *check(d), sep="\n  ")
             return 1
@@ -136,10 +165,21 @@ def self_test():
         write("gram/bad_detail.cuh", "#include <spillway/core/a.hpp>\n#include <spillway/pairwise/detail/k.cuh>\n")
         write("pipeline/bad_detail.hpp", "#include <spillway/core/detail/d.hpp>\n")
         write("bad_umbrella.cuh", "#include <spillway/gram/g.cuh>\n#include <spillway/pairwise/detail/k.cuh>\n")
+        # similarity sits above gemm and pairwise: neither includes it, nor a forwarding header;
+        # similarity reaches gemm's public headers only
+        write("gemm/bad_up.cuh", "#include <spillway/similarity/s.cuh>\n")
+        write("pairwise/bad_up.cuh", "#include <spillway/core/a.hpp>\n#include <spillway/similarity/s.cuh>\n")
+        write("gemm/bad_forwarder_use.cuh", "#include <spillway/gemm/similarity.cuh>\n")
+        write("gemm/detail/w.cuh", "#include <spillway/core/a.hpp>\n")
+        write("similarity/bad_detail.cuh", "#include <spillway/gemm/detail/w.cuh>\n")
+        # a forwarding header forwards, nothing more
+        write("gemm/host_similarity.hpp", "#include <spillway/similarity/s.cuh>\n#include <spillway/gram/g.cuh>\n")
         found = check(d)
         want = ["tile/bad.cuh:2", "core/bad.hpp:1", "gemm/bad.cuh:1", "pairwise/bad_gram.cuh:1",
                 "pairwise/bad_gemm.hpp:2", "tile/bad2.cuh:1", "gram/bad_detail.cuh:2",
-                "pipeline/bad_detail.hpp:1", "bad_umbrella.cuh:2"]
+                "pipeline/bad_detail.hpp:1", "bad_umbrella.cuh:2", "gemm/bad_up.cuh:1", "pairwise/bad_up.cuh:2",
+                "gemm/bad_forwarder_use.cuh:1", "similarity/bad_detail.cuh:1",
+                "gemm/host_similarity.hpp:2"]
         missing = [w for w in want if not any(w in p for p in found)]
         if missing or len(found) != len(want):
             print("self-test: expected exactly", want, "got:", *found, sep="\n  ")

@@ -3,15 +3,19 @@
 // accumulation) and complex<float>, any layouts, strided batches, epilogues; the kernel family
 // chosen by type and architecture (wgmma, mma_sync, SIMT) or forced; a host implementation of the
 // same function; gemm_out_of_core for host matrices larger than the device (blocks streamed through
-// the pipeline's scheduler, one or several GPUs). See docs/gemm.md.
+// the pipeline's scheduler, one or several GPUs); the Hopper GEMM's fragment-sink extension point
+// (fragment_sink.cuh). See docs/gemm.md.
 #pragma once
 
 #include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/fragment_sink.cuh>
 #include <spillway/gemm/gemm.cuh>
 #include <spillway/gemm/host_gemm.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/ooc_plan.hpp>
 #include <spillway/gemm/options.hpp>
 #include <spillway/gemm/out_of_core.cuh>
-#include <spillway/gemm/similarity.cuh>
+// Kept for one version: float similarity is its own module now (<spillway/similarity.cuh>,
+// spillway::similarity); these forwarding headers keep spillway::gemm::similarity_* compiling.
 #include <spillway/gemm/host_similarity.hpp>
+#include <spillway/gemm/similarity.cuh>

@@ -9,6 +9,7 @@
 #include <spillway/pairwise.cuh>
 #include <spillway/gram.cuh>
 #include <spillway/gemm.cuh>
+#include <spillway/similarity.cuh>
 #include <spillway/map.cuh>
 #include <spillway/io/npy.hpp>
 #include <spillway/io/raw.hpp>

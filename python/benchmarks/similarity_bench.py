@@ -2,7 +2,7 @@
 from C++ and against the route a PyTorch user takes today, in one process on the same rows.
 
 Rows (wall clock around each synchronous call, median of --reps after one warm-up):
-1. C++: spillway::gemm::similarity_topk on the page-locked rows, called straight from C++ (the
+1. C++: spillway::similarity::similarity_topk on the page-locked rows, called straight from C++ (the
    binding-overhead reference, as `spillway-knn` runs it);
 2. spillway.similarity(rows, sink="topk", k=32, budget="8GiB") on the same page-locked rows
    (spillway.pinned_empty);

@@ -210,7 +210,7 @@ struct similarity_request {
   bool register_host = true;
 };
 
-/// Similarities of A·Aᵀ (b null) or A·Bᵀ, values float32: spillway::gemm::similarity_* on the GPUs
+/// Similarities of A·Aᵀ (b null) or A·Bᵀ, values float32: spillway::similarity::similarity_* on the GPUs
 /// (host rows out of core; device rows in core on their device, after `stream` (0: legacy
 /// default) is synchronized), or with no GPU and host_fallback the host implementation in row
 /// blocks. Runs on the calling thread; `p` is updated as strips complete and polled for

@@ -1,11 +1,11 @@
 // python/src/jobs_similarity.cu — spillway.similarity's C++ side: all-pairs similarity of float32,
-// float16 and bf16 rows (spillway::gemm::similarity_*: host rows out of core through the
+// float16 and bf16 rows (spillway::similarity::similarity_*: host rows out of core through the
 // scheduler, device rows in core on their device), or the host implementation in row blocks
 // where no GPU is present.
 #include "job_support.hpp"
 #include "jobs.hpp"
 
-#include <spillway/gemm/similarity.cuh>
+#include <spillway/similarity/similarity.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,7 +20,7 @@
 namespace spillway::python {
 namespace {
 
-namespace sg = ::spillway::gemm;
+namespace sg = ::spillway::similarity;
 namespace pw = ::spillway::pairwise;
 using detail::dense_output;
 using detail::own_vector;

@@ -2,8 +2,8 @@
 // passing a threshold, from bit Gram (counts and Jaccard) and float similarity, against the host's
 // threshold COO (both halves) counted per row — many strips, A·Aᵀ and A·Bᵀ, the diagonal in and
 // out, one worker and two; and the host fallback with no GPU.
-#include <spillway/gemm/similarity.cuh>
 #include <spillway/gram.cuh>
+#include <spillway/similarity.cuh>
 
 #include <support/gpu_test.hpp>
 #include <support/random_bits.hpp>
@@ -93,22 +93,23 @@ TEST(NeighbourCountsGpu, SimilarityCosineAndEuclideanEqualTheHostCoo) {
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t k = 0; k < d; ++k)
       rows[static_cast<std::size_t>(i * d + k)] = static_cast<float>(q(gen) + (k < 8 ? 6 : 0)) / 8.0f;
-  const gemm::matrix_view<const float> a{rows.data(), n, d, d};
+  const similarity::matrix_view<const float> a{rows.data(), n, d, d};
   for (const std::vector<int>& devices : test::two_worker_lists()) {
     SCOPED_TRACE(test::list_name(devices));
-    gemm::similarity_options o;
+    similarity::similarity_options o;
     o.devices = devices;
     o.max_panel_rows = 100;
-    o.metric = gemm::similarity_metric::inner_product;  // exact on the grid: no rounding at the cut-off
+    o.metric = similarity::similarity_metric::inner_product;  // exact on the grid: no rounding at the cut-off
     const double cut = 9.0;                             // mean ~4.8, sd ~3.6: about one pair in eight passes
-    const auto got = gemm::similarity_neighbour_counts(a, {cut, false}, o);
-    const auto want = counts_of_coo(gemm::host_similarity_threshold(a, {cut, true, false}, o.metric), n);
+    const auto got = similarity::similarity_neighbour_counts(a, {cut, false}, o);
+    const auto want =
+        counts_of_coo(similarity::host_similarity_threshold(a, {cut, true, false}, o.metric), n);
     ASSERT_EQ(got, want);
     expect_spread(got, n, "inner product");
     // Distances count pairs at or below the cut-off.
-    o.metric = gemm::similarity_metric::euclidean;
-    const auto ge = gemm::similarity_neighbour_counts(a, {8.0, true}, o);  // distances ~8.2 on average
-    const auto we = counts_of_coo(gemm::host_similarity_threshold(a, {8.0, true, true}, o.metric), n);
+    o.metric = similarity::similarity_metric::euclidean;
+    const auto ge = similarity::similarity_neighbour_counts(a, {8.0, true}, o);  // distances ~8.2 on average
+    const auto we = counts_of_coo(similarity::host_similarity_threshold(a, {8.0, true, true}, o.metric), n);
     std::int64_t differ = 0;
     for (std::int64_t i = 0; i < n; ++i)
       differ += ge[static_cast<std::size_t>(i)] != we[static_cast<std::size_t>(i)];

@@ -1,11 +1,11 @@
 // The pairwise layer on the host (no GPU, plain C++): the one planner of pair jobs, the host sinks
-// every module's host implementation uses (top-k with ties, threshold), the triangle layouts, and
-// the float similarity host reference against a brute-force computation (printed seeds).
-#include <spillway/gemm/host_similarity.hpp>
+// every module's host implementation uses (top-k with ties, threshold, neighbour counts) and the
+// triangle layouts (printed seeds). The float similarity's own host tests: tests/similarity/.
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/pairwise/layout.hpp>
 #include <spillway/pairwise/plan.hpp>
 #include <spillway/pairwise/sinks.hpp>
+#include <spillway/similarity/host_similarity.hpp>
 
 #include <support/gpu_test.hpp>
 #include <support/random_bits.hpp>
@@ -23,7 +23,7 @@
 namespace {
 
 namespace pw = spillway::pairwise;
-namespace g = spillway::gemm;
+namespace sim = spillway::similarity;
 
 // The footprints the sinks give (pairwise/sinks/topk.cuh, dense.cuh: device code), as the data the
 // planner reads.
@@ -275,55 +275,6 @@ TEST(PairwiseLayout, OffsetsMatchSciPyAndSquareform) {
   static_assert(std::is_same_v<spillway::gram::coo_result<int>, pw::coo_result<int>>);
 }
 
-TEST(HostSimilarity, TopKDenseAndZeroRowsAgainstBruteForce) {
-  const auto seed = spillway::test::seed("HostSimilarity");
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const std::int64_t n = 40, d = 13;
-  std::vector<float> rows(static_cast<std::size_t>(n * d));
-  for (auto& x : rows) x = nd(gen);
-  for (std::int64_t c = 0; c < d; ++c) {
-    rows[static_cast<std::size_t>(2 * d + c)] = 0.0f;                                   // a zero row
-    rows[static_cast<std::size_t>(4 * d + c)] = rows[static_cast<std::size_t>(3 * d + c)];  // a duplicate
-  }
-  const auto a = g::row_major(static_cast<const float*>(rows.data()), n, d);
-  auto exact = [&](std::int64_t i, std::int64_t j, g::similarity_metric m) {
-    double dot = 0, na = 0, nb = 0;
-    for (std::int64_t c = 0; c < d; ++c) {
-      const double x = rows[static_cast<std::size_t>(i * d + c)], y = rows[static_cast<std::size_t>(j * d + c)];
-      dot += x * y;
-      na += x * x;
-      nb += y * y;
-    }
-    if (m == g::similarity_metric::inner_product) return dot;
-    if (m == g::similarity_metric::cosine) return na == 0 || nb == 0 ? 0.0 : dot / std::sqrt(na * nb);
-    return std::sqrt(std::max(0.0, na + nb - 2 * dot));
-  };
-  for (auto m : {g::similarity_metric::inner_product, g::similarity_metric::cosine, g::similarity_metric::euclidean}) {
-    std::vector<float> full(static_cast<std::size_t>(n * n), -7.0f);
-    g::host_similarity_dense(a, full.data(), pw::triangle_layout::full, m);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < n; ++j)
-        ASSERT_EQ(full[static_cast<std::size_t>(i * n + j)], static_cast<float>(exact(std::min(i, j), std::max(i, j), m)));
-    const auto r = g::host_similarity_topk(a, {5}, m);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (int t = 1; t < 5; ++t) {
-        const bool ok = g::is_similarity(m) ? r.value(i, t - 1) >= r.value(i, t) : r.value(i, t - 1) <= r.value(i, t);
-        ASSERT_TRUE(ok) << i;
-      }
-  }
-  // Cosine: the zero row scores 0 with everyone; its list is all ties, smallest columns first.
-  const auto c = g::host_similarity_topk(a, {3}, g::similarity_metric::cosine);
-  EXPECT_EQ(c.index(2, 0), 0);
-  EXPECT_EQ(c.index(2, 1), 1);
-  EXPECT_EQ(c.index(2, 2), 3);
-  EXPECT_EQ(c.index(3, 0), 4);  // the duplicate
-  // NaN rows are found by index.
-  rows[static_cast<std::size_t>(11 * d + 3)] = std::nanf("");
-  EXPECT_EQ(g::detail::first_nonfinite_row(a), 11);
-  EXPECT_THROW(g::detail::refuse_nonfinite(11, "t", "A"), spillway::logic_error);
-}
-
 // The host neighbour counts (the entry points' fallback) count without building a COO: they must
 // equal the per-row counts of the host threshold's COO (both halves, the diagonal as asked).
 TEST(HostNeighbourCounts, EqualTheThresholdCooCountedPerRow) {
@@ -355,9 +306,9 @@ TEST(HostNeighbourCounts, EqualTheThresholdCooCountedPerRow) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> rows(static_cast<std::size_t>(n * 16));
   for (auto& x : rows) x = nd(gen);
-  const g::matrix_view<const float> v{rows.data(), n, 16, 16};
-  const auto cs = g::host_similarity_neighbour_counts(v, {0.3, false});
-  EXPECT_EQ(cs, count_rows(g::host_similarity_threshold(v, {0.3, true, false}), n));
+  const sim::matrix_view<const float> v{rows.data(), n, 16, 16};
+  const auto cs = sim::host_similarity_neighbour_counts(v, {0.3, false});
+  EXPECT_EQ(cs, count_rows(sim::host_similarity_threshold(v, {0.3, true, false}), n));
   EXPECT_NE(*std::min_element(cs.begin(), cs.end()), *std::max_element(cs.begin(), cs.end()));
 }
 

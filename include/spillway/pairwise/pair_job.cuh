@@ -97,7 +97,7 @@ struct pair_report {
   /// the others took only the candidates the rows pass proposed. −1 for other jobs. Set when the
   /// result is collected.
   std::int64_t topk_full_column_groups = -1;
-  /// Host rows of A / B that the call page-locked for its length (gemm::similarity_options::lock);
+  /// Host rows of A / B that the call page-locked for its length (similarity::similarity_options::lock);
   /// false for rows already page-locked, in device memory, or refused by the driver.
   bool a_registered = false, b_registered = false;
   /// Bytes of resident panels one device copied from another that held them (over NVLink where

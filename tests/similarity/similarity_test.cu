@@ -1,4 +1,4 @@
-// Float similarity (spillway/gemm/similarity.cuh) through the pairwise sinks, on the GPU, against
+// Float similarity (spillway/similarity/similarity.cuh) through the pairwise sinks, on the GPU, against
 // the host reference in double on the same input values (printed seeds; outputs poisoned).
 //
 // Error bound used throughout (stated once): a float-accumulated dot product of d terms is within
@@ -10,7 +10,7 @@
 // the same times |a|·|b|. Euclidean: |Δ(d²)| ≤ eps_cos·(|a|² + |b|²) and |√x − √y| ≤ √|x − y|.
 // A top-k entry j of row i is correct when host(i, j) is within 2·eps of the host's k-th score or
 // better (the GPU's value of j beat the GPU's value of the true k-th, each off by ≤ eps).
-#include <spillway/gemm/similarity.cuh>
+#include <spillway/similarity/similarity.cuh>
 
 #include <support/gpu_test.hpp>
 
@@ -30,7 +30,7 @@
 namespace {
 
 using namespace spillway;
-namespace g = spillway::gemm;
+namespace g = spillway::similarity;
 using g::similarity_metric;
 using spillway::pairwise::triangle_layout;
 

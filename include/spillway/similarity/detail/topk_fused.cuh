@@ -1,4 +1,4 @@
-// spillway/gemm/detail/similarity_topk_fused.cuh — all-pairs top-k of bf16 / half / TF32 rows
+// spillway/similarity/detail/topk_fused.cuh — all-pairs top-k of bf16 / half / TF32 rows
 // without writing the scores: the Hopper GEMM hands its accumulators to a filter that keeps only
 // the pairs that can still enter a row's list.
 //
@@ -16,7 +16,7 @@
 //   strips   rows [r0, r0 + P) against every column of the LATER blocks, in chunks whose width
 //            is the number of columns those rows have already seen (doubling: each chunk
 //            offers a row about k candidates however far the job is), capped at W columns. Per
-//            chunk one GEMM (wgmma_gemm_kernel with this file's fragment sink): a score (i, j)
+//            chunk one GEMM (gemm::fragment_sink_gemm_async with this file's fragment sink): a score (i, j)
 //            goes to row i's bucket if it beats i's bar and to row j's bucket if it beats j's bar
 //            (ties by the smaller column, as the lists sort); then one warp per row with
 //            candidates merges its bucket into its list and raises its bar. Pairs inside a block
@@ -36,16 +36,16 @@
 #include <spillway/core/error.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/core/stream.hpp>
-#include <spillway/gemm/detail/similarity_kernels.cuh>
-#include <spillway/gemm/detail/wgmma_kernel.cuh>
+#include <spillway/gemm/fragment_sink.cuh>
 #include <spillway/gemm/gemm.cuh>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
-#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/pair_job.cuh>
+#include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/plan.hpp>
+#include <spillway/similarity/detail/kernels.cuh>
 #include <spillway/tile/arch.cuh>
 
 #include <cuda_bf16.h>
@@ -66,7 +66,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace spillway::gemm::detail {
+namespace spillway::similarity::detail {
 
 /// A row's k-th place as the filter sees it: key = score (similarities) or −score (distances), so
 /// larger keys are better; col = that place's column (INT_MAX while the list is not full).
@@ -114,7 +114,7 @@ __device__ __forceinline__ void fused_append(unsigned* cnt, pairwise::detail::to
   if (pos < static_cast<unsigned>(cap)) buck[slot * cap + pos] = pairwise::detail::topk_entry<float>{v, col};
 }
 
-/// The wgmma kernel's fragment sink (see is_fragment_sink): A's rows are a strip's, B's rows a
+/// The Hopper GEMM's fragment sink (see gemm/fragment_sink.cuh): A's rows are a strip's, B's rows a
 /// chunk's columns; every index here is local to them except the columns written to buckets.
 struct fused_topk_sink {
   using fragment_sink_tag = void;
@@ -133,7 +133,7 @@ struct fused_topk_sink {
   std::int32_t cap_b = 0;
 
   /// The slow path of one staged candidate: the exact test (ties by the smaller column) and the
-  /// bucket write. `code` = j << 2 | e << 1 | h (see is_fragment_sink), bit 8: row side, bit 9:
+  /// bucket write. `code` = j << 2 | e << 1 | h (see gemm/fragment_sink.cuh), bit 8: row side, bit 9:
   /// column side.
   template <bool Larger>
   __device__ __forceinline__ void commit(float s, unsigned code, int row0, int col0, float bak0, int bac0, float bak1,
@@ -344,7 +344,7 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
           float acc = 0.0f;
           if (in) {
             const T* y = a.data + o * a.ld;
-            for (std::int64_t q = 0; q < a.d; ++q) acc = fmaf(widen<float>(x[q]), widen<float>(y[q]), acc);
+            for (std::int64_t q = 0; q < a.d; ++q) acc = fmaf(to_float(x[q]), to_float(y[q]), acc);
           }
           const float s = fused_score<M>(acc, ia, in ? a.aux[o] : 0.0f, a.cosine_zero);
           t.offer(in, s, static_cast<std::int32_t>(o));
@@ -383,7 +383,8 @@ int fused_topk_device(const matrix_view<const T>& a, const Options& opt, int row
     (void)a, (void)opt, (void)rows_device;
     return -1;
   } else {
-    if (std::is_same_v<T, float> && opt.gemm.math != math_mode::tf32) return -1;
+    if (std::is_same_v<T, float> && opt.gemm.math != ::spillway::gemm::math_mode::tf32) return -1;
+    using ::spillway::gemm::gemm_path;
     if (opt.gemm.path != gemm_path::automatic && opt.gemm.path != gemm_path::wgmma) return -1;
     if (opt.devices.size() > 1) return -1;
     // Rows in one device's memory run there; naming another device is the strip path's error.
@@ -583,7 +584,8 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
     // The seed: the block's own pairs, dense, through the strip path's GEMM and selection.
     const auto A = row_major(br, bn, d, ldd);
     const similarity_epilogue epi{metric, aux.data() + b0, aux.data() + b0, cz};
-    gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(scratch.data(), bn, bn, bn), opt.gemm, epi);
+    ::spillway::gemm::gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(scratch.data(), bn, bn, bn), opt.gemm,
+                                 epi);
     pd::with_larger(larger, [&](auto Lg) {
       pd::topk_rows_kernel<float, decltype(Lg)::value><<<grid_blocks(bn, 8), 256, 0, s.value()>>>(
           scratch.data(), bn, bn, b0, b0, !tk.include_diagonal, state.data(), k);
@@ -679,21 +681,9 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
       sink.cnt_b = cnt_b.data();
       sink.buck_b = buck_b.data();
       sink.cap_b = L.cap_b;
-      problem<T, T, float, float, fused_topk_sink> pr;
-      pr.m = rn;
-      pr.n = w;
-      pr.k = d;
-      pr.a = rows + r0 * ldd;
-      pr.lda = ldd;
-      pr.b = rows + c0 * ldd;
-      pr.ldb = ldd;
-      pr.c = nullptr;
-      pr.ldc = w;
-      pr.alpha = 1.0f;
-      pr.beta = 0.0f;
-      pr.epi = sink;
       mark();
-      launch_wgmma(pr, s);
+      ::spillway::gemm::fragment_sink_gemm_async(s, row_major(rows + r0 * ldd, rn, d, ldd),
+                                                 row_major(rows + c0 * ldd, w, d, ldd), sink);
       mark();
       merge(rn, r0, cnt_a.data(), buck_a.data(), L.cap_a, c0, c0 + w);  // the strip's rows
       merge(w, c0, cnt_b.data(), buck_b.data(), L.cap_b, r0, r0 + rn);   // the chunk's columns, as rows
@@ -760,4 +750,4 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   return r;
 }
 
-}  // namespace spillway::gemm::detail
+}  // namespace spillway::similarity::detail

@@ -1,4 +1,4 @@
-// spillway/gemm/detail/similarity_kernels.cuh — what turns a GEMM of rows into similarities: each
+// spillway/similarity/detail/kernels.cuh — what turns a GEMM of rows into similarities: each
 // row's auxiliary value (its inverse norm for cosine, its squared norm for Euclidean distance),
 // computed once per panel in float; the scan that finds rows holding NaN or Inf; and the GEMM
 // epilogue that scores an inner product with the two rows' values.
@@ -7,16 +7,29 @@
 #include <spillway/core/error.hpp>
 #include <spillway/core/launch.hpp>
 #include <spillway/core/stream.hpp>
-#include <spillway/gemm/epilogue.hpp>
-#include <spillway/gemm/host_similarity.hpp>
+#include <spillway/similarity/host_similarity.hpp>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
-namespace spillway::gemm::detail {
+namespace spillway::similarity::detail {
+
+/// A row element as float on the device: the value the GEMM multiplies.
+template <class T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(x);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(x);
+  } else {
+    return static_cast<float>(x);
+  }
+}
 
 /// The per-row value the epilogue needs: 1/|x| for cosine (0 for a zero row, which the epilogue
 /// turns into cosine_zero), |x|² otherwise. One warp per row, float accumulation of widened
@@ -30,7 +43,7 @@ __global__ void row_aux_kernel(const T* __restrict__ rows, std::int64_t n, std::
   for (std::int64_t r = warp; r < n; r += nwarps) {
     float s = 0.0f;
     for (std::int64_t c = lane; c < d; c += 32) {
-      const float x = widen<float>(rows[r * ld + c]);
+      const float x = to_float(rows[r * ld + c]);
       s = fmaf(x, x, s);
     }
 #pragma unroll
@@ -48,7 +61,8 @@ __global__ void first_nonfinite_row_kernel(const T* __restrict__ rows, std::int6
   for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = e / d, c = e - r * d;
-    if (!isfinite(widen<float>(rows[r * ld + c]))) atomicMin(first, static_cast<unsigned long long>(row_base + r));
+    if (!isfinite(to_float(rows[r * ld + c])))
+      atomicMin(first, static_cast<unsigned long long>(row_base + r));
   }
 }
 
@@ -95,4 +109,4 @@ struct similarity_epilogue {
   }
 };
 
-}  // namespace spillway::gemm::detail
+}  // namespace spillway::similarity::detail
