@@ -500,7 +500,7 @@ TEST(GemmGpu, WorkspaceBytesIsWhatTheCallAllocates) {
   o.split_k = 2;
   const bool tensor = resolve_path<__nv_bfloat16>(o, spillway::current_device()) != gemm_path::simt;
   expect_workspace_is_allocated<__nv_bfloat16, float>(512, 512, 2048, layout::col_major, 0, o,
-                                                      (std::size_t{tensor ? 4 : 2}) << 20, true);
+                                                      static_cast<std::size_t>(tensor ? 4 : 2) << 20, true);
   // Automatic split (whatever the device's SM count makes it) of a skinny product.
   o.split_k = 0;
   expect_workspace_is_allocated<__nv_bfloat16, float>(64, 512, 8192, layout::row_major, 0, o,
