@@ -3,7 +3,8 @@
 // A/B/C layout, edge shapes (1 x 1 x 1, k = 1, primes, random shapes that are multiples of no
 // tile, k = 4099), strided batches with a broadcast operand, β = 0 over NaN-poisoned C and β ≠ 0,
 // narrower outputs, epilogues in both C layouts, split-K forced and automatic, unaligned leading
-// dimensions and offsets (the staging copy), k = 0, forced-path refusals, and a C past 2^31
+// dimensions and offsets (the staging copy), k = 0, forced-path refusals, gemm_workspace_bytes
+// against the pool's high-water mark over the call, and a C past 2^31
 // elements. All on a non-default stream, against a double-precision host reference with the
 // bound derived in gemm_check.hpp (int8 → int32 exact).
 #include <spillway/core/device_buffer.hpp>
@@ -435,6 +436,82 @@ TEST(GemmGpu, ForcedPathRefusalsNamePathAndDevice) {
     EXPECT_EQ(resolve_path<double>(gemm_options{}, dev), gemm_path::mma_sync);
     EXPECT_EQ(resolve_path<float>(gemm_options{}, dev), gemm_path::simt);
   }
+}
+
+/// Bytes spillway's pool on `device` hands out at most during f(), above what it held before.
+template <class F>
+std::size_t pool_high_water_during(int device, F&& f) {
+  cudaMemPool_t pool = spillway::device_pool(device);
+  std::uint64_t base = 0, high = 0, zero = 0;
+  SPILLWAY_CUDA_TRY(cudaDeviceSynchronize());
+  SPILLWAY_CUDA_TRY(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &base));
+  SPILLWAY_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));  // resets to current
+  f();
+  SPILLWAY_CUDA_TRY(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return static_cast<std::size_t>(high - base);
+}
+
+/// gemm_workspace_bytes(a, b, c, o) against what gemm(…, a, b, c, o) takes from the pool: equal
+/// when every temporary is a multiple of 2 MiB (`exact`), else at least it and at most 2 MiB
+/// more per temporary (the pool's rounding is its own).
+template <class T, class TC>
+void expect_workspace_is_allocated(index_t m, index_t n, index_t k, layout la, index_t lda_pad,
+                                   const gemm_options& o, std::size_t expected, bool exact) {
+  const int dev = spillway::current_device();
+  spillway::stream s;
+  const index_t lda = (la == layout::row_major ? k : m) + lda_pad;
+  device_buffer<T> a(static_cast<std::size_t>(lda * (la == layout::row_major ? m : k)), s);
+  device_buffer<T> b(static_cast<std::size_t>(k * n), s);
+  device_buffer<TC> c(static_cast<std::size_t>(m * n), s);
+  SPILLWAY_CUDA_TRY(cudaMemsetAsync(a.data(), 0, a.size() * sizeof(T), s.value()));
+  SPILLWAY_CUDA_TRY(cudaMemsetAsync(b.data(), 0, b.size() * sizeof(T), s.value()));
+  s.synchronize();
+  const matrix_view<const T> av{a.data(), m, k, lda, la, 0};
+  const matrix_view<const T> bv{b.data(), k, n, k, layout::col_major, 0};
+  const matrix_view<TC> cv{c.data(), m, n, n, layout::row_major, 0};
+  const std::size_t stated = gemm_workspace_bytes(av, bv, cv, o);  // resolves the path: probes first
+  const std::string what = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           to_string(resolve_path<T>(o, dev)) + " split_k " + std::to_string(o.split_k);
+  if (expected != static_cast<std::size_t>(-1)) {
+    EXPECT_EQ(stated, expected) << what;
+  }
+  using S = accumulator_t<T>;
+  const std::size_t used = pool_high_water_during(dev, [&] { gemm(S(1), av, bv, S(0), cv, o); });
+  if (exact) {
+    EXPECT_EQ(used, stated) << what;
+  } else {
+    EXPECT_GE(used, stated) << what;
+    EXPECT_LE(used, stated + 3 * (std::size_t{2} << 20)) << what;
+  }
+}
+
+TEST(GemmGpu, WorkspaceBytesIsWhatTheCallAllocates) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  gemm_options o;
+  o.split_k = 1;  // nothing staged (K-major, aligned), nothing split: nothing allocated
+  expect_workspace_is_allocated<float, float>(256, 256, 256, layout::row_major, 0, o, 0, true);
+  o.path = gemm_path::simt;
+  o.split_k = 2;  // 2 slices of 512 x 512 floats: 2 MiB
+  expect_workspace_is_allocated<float, float>(512, 512, 2048, layout::row_major, 0, o, std::size_t{2} << 20,
+                                              true);
+  // A column-major (MN-major) bf16 A on a tensor-core path is staged K-major: 512 x 2048 x 2 bytes
+  // = 2 MiB, with 2 split slices of 512 x 512 floats (2 MiB); on simt neither is staged.
+  o = gemm_options{};
+  o.split_k = 2;
+  const bool tensor = resolve_path<__nv_bfloat16>(o, spillway::current_device()) != gemm_path::simt;
+  expect_workspace_is_allocated<__nv_bfloat16, float>(512, 512, 2048, layout::col_major, 0, o,
+                                                      static_cast<std::size_t>(tensor ? 4 : 2) << 20, true);
+  // Automatic split (whatever the device's SM count makes it) of a skinny product.
+  o.split_k = 0;
+  expect_workspace_is_allocated<__nv_bfloat16, float>(64, 512, 8192, layout::row_major, 0, o,
+                                                      static_cast<std::size_t>(-1), false);
+  // An odd shape, 3 slices: on a tensor-core path both operands are staged (A's leading dimension
+  // 100 and B's 99 are not multiples of 16 bytes), each rows x 104 (99 rounded up to 16 bytes).
+  o.split_k = 3;
+  const bool half_tensor = resolve_path<__half>(o, spillway::current_device()) != gemm_path::simt;
+  const std::size_t staged = half_tensor ? (100 + 70) * 104 * 2 : 0;
+  expect_workspace_is_allocated<__half, __half>(100, 70, 99, layout::row_major, 1, o,
+                                                staged + 3 * 100 * 70 * 4, false);
 }
 
 TEST(GemmGpu, SynchronousFormOnItsOwnStream) {

@@ -395,6 +395,23 @@ TEST(GemmPlan, SplitK) {
   EXPECT_EQ(p.rem, 4099 - 6 * 592);
 }
 
+// gemm_workspace_bytes's parts: the staged copy of an operand that is not tensor_ready (one
+// matrix for a broadcast, rows x k rounded up to 16 bytes) and the split-K workspace (slices x m x n).
+TEST(GemmPlan, WorkspaceElements) {
+  alignas(16) static float buf[64];
+  using detail::operand;
+  EXPECT_EQ(detail::staged_elements<float>(operand<float>{buf, 8, true, 0}, 100, 7, 1), 0);  // ready
+  EXPECT_EQ(detail::staged_elements<float>(operand<float>{buf, 100, false, 0}, 100, 7, 1), 100 * 8);
+  EXPECT_EQ(detail::staged_elements<float>(operand<float>{buf + 1, 8, true, 0}, 100, 7, 3), 100 * 8);
+  EXPECT_EQ(detail::staged_elements<float>(operand<float>{buf, 100, false, 800}, 100, 7, 3), 3 * 100 * 8);
+  EXPECT_EQ(detail::staged_elements<std::int8_t>(operand<std::int8_t>{nullptr, 5, true, 0}, 10, 5, 1),
+            10 * 16);
+  const detail::split_plan none = detail::plan_split_k(64, 64, 8192, 1, 1, 132);
+  EXPECT_EQ(detail::split_workspace_elements(64, 48, none), 0);
+  const detail::split_plan seven = detail::plan_split_k(64, 48, 4099, 1, 7, 132);
+  EXPECT_EQ(detail::split_workspace_elements(64, 48, seven), 7 * 64 * 48);
+}
+
 TEST(GemmPlan, TensorCorePreconditions) {
   alignas(16) static float buf[64];
   EXPECT_TRUE(detail::tensor_ready<float>(buf, 8, true, 0));

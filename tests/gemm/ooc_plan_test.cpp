@@ -2,8 +2,11 @@
 // here from the plan's own shape, the block shapes it picks for the acceptance jobs, which operand
 // it keeps resident, when it splits k, the visiting order (square start, serpentine bands, every
 // block once, devices' shares), the raw buffers of MN-major operands (per device, not per slot),
-// and the refusal of a budget below one block, whose stated minimum must itself be enough.
+// the refusal of a budget below one block, whose stated minimum must itself be enough, and the
+// bytes the job hands run_tasks (reserved + slot buffers), which must be the plan's device bytes.
+#include <spillway/gemm/detail/validate.hpp>
 #include <spillway/gemm/ooc_plan.hpp>
+#include <spillway/pipeline/plan.hpp>
 
 #include <gtest/gtest.h>
 
@@ -532,6 +535,136 @@ TEST(OocPlan, RefusesABudgetBelowOneBlockStatingTheMinimum) {
 // An MN-major operand on a tensor-core path (stage_b: B row-major) lands in two raw buffers per
 // device and is transposed once into its cache slot: 2 x its panel of fixed memory, nothing per
 // slot, and the same bytes moved and floor as the K-major plan (the 32768^3 bf16 job in 8 GiB).
+// What gemm_out_of_core hands run_tasks for its one budget check: reserved_bytes() (exactly what
+// ooc_job::setup allocates: A's cache, B's cache, the raw buffers) and slot_buffer_bytes() (the C
+// block, the accumulator block, the split-K workspace). Both add up to device_bytes, within the
+// budget; the split-K workspace holds every block GEMM's split (plan_split_k: at most split_k
+// slices of rows x panel columns), so none of them allocates inside a task.
+void expect_budget_parts(const ooc_plan& p, const ooc_plan_request& r, const std::string& what) {
+  SCOPED_TRACE(what + ": " + p.describe());
+  EXPECT_EQ(p.reserved_bytes(), p.a_slots * p.a_panel_bytes + p.b_slots * p.b_panel_bytes + p.stage_bytes);
+  const std::vector<std::size_t> slot = p.slot_buffer_bytes();
+  ASSERT_GE(slot.size(), 1u);
+  EXPECT_EQ(slot[0], p.c_block_bytes);
+  EXPECT_EQ(p.acc_block_bytes + p.split_k_bytes, p.slot_extra_bytes);
+  if (p.acc_block_bytes > 0) {
+    EXPECT_EQ(slot.at(p.acc_buffer()), p.acc_block_bytes);
+  }
+  if (p.split_k_bytes > 0) {
+    EXPECT_EQ(slot.at(p.split_k_buffer()), p.split_k_bytes);
+  }
+  EXPECT_EQ(slot.size(), 1u + (p.acc_block_bytes > 0) + (p.split_k_bytes > 0));
+  for (std::size_t b : slot) EXPECT_EQ(b % spillway::detail::slot_buffer_alignment, 0u);
+  const std::size_t per_slot = spillway::detail::slot_device_bytes(slot);
+  EXPECT_EQ(per_slot, p.c_block_bytes + p.slot_extra_bytes);
+  EXPECT_EQ(p.reserved_bytes() + p.slots * per_slot, p.device_bytes);
+  EXPECT_LE(p.device_bytes, r.budget_bytes);
+  EXPECT_EQ(p.acc_block_bytes > 0, p.k_chunks > 1 && !r.c_is_acc);
+  EXPECT_EQ(p.split_k_bytes > 0, r.split_k > 1);
+  for (const ooc_block& b : p.order) {
+    const auto rows = static_cast<std::size_t>(p.block_rows(b)),
+               cols = static_cast<std::size_t>(p.block_cols(b));
+    ASSERT_LE(rows * cols * r.out_bytes, p.c_block_bytes);
+    if (p.acc_block_bytes > 0) {
+      ASSERT_LE(rows * cols * r.acc_bytes, p.acc_block_bytes);
+    }
+    for (index_t q = 0; q < (p.k == 0 ? 0 : p.k_chunks); ++q)
+      for (index_t j = p.first_panel(b); j < p.last_panel(b); ++j) {
+        const index_t w = p.panel_cols(j);
+        const auto split = spillway::gemm::detail::plan_split_k(p.block_rows(b), w, p.chunk_k(q), 1,
+                                                                static_cast<int>(r.split_k), 132);
+        const auto need = static_cast<std::size_t>(
+                              spillway::gemm::detail::split_workspace_elements(p.block_rows(b), w, split)) *
+                          r.acc_bytes;
+        ASSERT_LE(need, p.split_k_bytes) << "block (" << b.i << ", " << b.j << ") chunk " << q;
+      }
+  }
+}
+
+TEST(OocPlan, RunTasksGetsTheDeviceBytesAsReservedPlusSlots) {
+  const auto base = [] {
+    ooc_plan_request r;
+    r.m = 1000;
+    r.n = 900;
+    r.k = 700;
+    r.budget_bytes = 3u << 20;
+    return r;
+  };
+  ooc_plan_request r = base();
+  expect_budget_parts(make_ooc_plan(r), r, "float, 3 MiB");
+  // k in chunks into a half C: an accumulator block per slot.
+  r.out_bytes = 2;
+  r.c_is_acc = false;
+  r.budget_bytes = 1u << 20;
+  const ooc_plan chunked = make_ooc_plan(r);
+  EXPECT_GT(chunked.k_chunks, 1);
+  EXPECT_GT(chunked.acc_block_bytes, 0u);
+  expect_budget_parts(chunked, r, "k chunks, half C");
+  // A forced split-K as well, then with MN-major operands, two devices, C blocks of several panels.
+  r.split_k = 3;
+  r.budget_bytes = 3u << 19;
+  const ooc_plan both = make_ooc_plan(r);
+  EXPECT_GT(both.k_chunks, 1);
+  EXPECT_EQ(both.split_k_buffer(), 2u);
+  expect_budget_parts(both, r, "k chunks, half C, split 3");
+  r = base();
+  r.split_k = 4;
+  r.stage_a = r.stage_b = true;
+  r.devices = 2;
+  expect_budget_parts(make_ooc_plan(r), r, "split 4, both MN-major, two devices");
+  r = base();
+  r.split_k = 2;
+  r.budget_bytes = 64u << 20;
+  r.c_min_line_bytes = 2048;
+  r.max_block = 256;
+  const ooc_plan grouped = make_ooc_plan(r);
+  EXPECT_GT(grouped.group, 1);
+  expect_budget_parts(grouped, r, "split 2, C blocks of several B panels");
+  // k = 17 with split 7: slices of 16, and k = 0.
+  r = base();
+  r.k = 17;
+  r.split_k = 7;
+  expect_budget_parts(make_ooc_plan(r), r, "k 17, split 7");
+  r.k = 0;
+  expect_budget_parts(make_ooc_plan(r), r, "k 0");
+}
+
+// gemm_out_of_core plans with refuse_over_budget false: below every plan it gets the smallest plan,
+// whose device bytes (reserved + slots) are the minimum make_ooc_plan states, and run_tasks's one
+// check refuses it; at that minimum a plan fits.
+TEST(OocPlan, BelowEveryPlanTheSmallestPlanIsLeftToRunTasks) {
+  for (int variant = 0; variant < 3; ++variant) {
+    ooc_plan_request r;
+    r.m = 1000;
+    r.n = 900;
+    r.k = 700;
+    r.budget_bytes = 1000;
+    if (variant >= 1) r.split_k = 3;
+    if (variant >= 1) r.stage_a = true;
+    if (variant == 2) {
+      r.out_bytes = 2;
+      r.c_is_acc = false;
+      r.slots = 8;
+    }
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    std::string msg;
+    const std::size_t minimum = stated_minimum(r, msg);
+    ASSERT_GT(minimum, 0u) << msg;
+    r.refuse_over_budget = false;
+    for (std::size_t budget : {std::size_t{1000}, minimum - 1}) {
+      r.budget_bytes = budget;
+      const ooc_plan p = make_ooc_plan(r);
+      EXPECT_EQ(p.device_bytes, minimum);
+      EXPECT_GT(p.device_bytes, budget);
+      EXPECT_EQ(p.reserved_bytes() + p.slots * spillway::detail::slot_device_bytes(p.slot_buffer_bytes()),
+                minimum);
+      expect_permutation(p);
+    }
+    r.budget_bytes = minimum;
+    expect_budget_parts(make_ooc_plan(r), r, "at the minimum");
+  }
+}
+
 TEST(OocPlan, MnMajorOperandAddsTwoRawPanelsPerDeviceNotPerSlot) {
   ooc_plan_request r = square(32768, 2, 8 * GiB);
   const ooc_plan base = make_ooc_plan(r);

@@ -3,13 +3,16 @@
 // NaN-poisoned C and β ≠ 0, every element type once, against the double-precision host reference
 // with the bound of gemm_check.hpp and against the in-core GEMM of the same product; cancellation
 // (the blocks written are exact, the rest untouched), a failing progress callback (the report of
-// what was written), a budget below one block (refused, the minimum stated), k = 0, two GPUs;
+// what was written), a budget below one block (refused, the minimum stated), run_tasks's one
+// budget check (one byte short of the plan's slots + reserved bytes refused before any work,
+// exactly enough runs, with a forced split-K's workspace in the slots), k = 0, two GPUs;
 // MN-major operands on the tensor-core paths (transposed once per panel as they land) and the
 // transpose kernel itself.
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/host_registration.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm.cuh>
+#include <spillway/pipeline/plan.hpp>
 
 #include <support/gpu_test.hpp>
 
@@ -21,6 +24,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -1016,11 +1020,100 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
     FAIL() << "a 1000-byte budget was accepted";
   } catch (const spillway::logic_error& e) {
     const std::string msg = e.what();
-    // Pageable C: its blocks are staged, so 8 slots (each a 128 x 128 float C block) by default.
-    EXPECT_NE(msg.find("below the minimum of 786432 bytes"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("8 slot(s)"), std::string::npos) << msg;
+    // Pageable C: its blocks are staged, so 8 slots (each a 128 x 128 float C block) by default,
+    // and A's and B's caches two 128 x 128 panels each: run_tasks's one budget check refuses it.
+    EXPECT_NE(msg.find("run_tasks: budget 1000 bytes is too small for 8 slot(s) of 65536 bytes and 262144 "
+                       "reserved bytes; the minimum budget is 786432 bytes"),
+              std::string::npos)
+        << msg;
   }
   for (float x : c) ASSERT_TRUE(std::isnan(x)) << "C was touched by a refused job";
+}
+
+/// The job's one budget check is run_tasks's, and it counts every device byte the job allocates:
+/// the panel caches and raw buffers (reserved, allocated by the job's setup only after the check)
+/// and per slot the C block, the accumulator block and a forced split-K's workspace (lent to the
+/// blocks' GEMMs, which allocate nothing). One byte short of the smallest plan's bytes is refused
+/// before anything is allocated, the message naming the slots, the reserved bytes and the minimum;
+/// exactly that budget runs and matches the host reference.
+template <class T, class TC>
+void budget_one_byte_short_then_exact(const std::string& label, layout la, const gemm_options& o) {
+  using Acc = accumulator_t<T>;
+  const auto seed = spillway::test::seed("ooc-budget-" + label);
+  const index_t m = 300, n = 280, k = 333;
+  std::mt19937_64 g(seed);
+  auto a = make_matrix<T>(m, k, {la, false, 0, 0}, 1, 0, g);
+  auto b = make_matrix<T>(k, n, {layout::col_major, false, 0, 0}, 1, 0, g);
+  auto c = make_output<TC>(m, n, {layout::row_major, false, 0, 0}, 1, 0, false, g);  // NaN: β = 0
+  const std::vector<TC> c0 = c.buf;
+  const gemm_path path = resolve_path<T>(o, 0);
+  // The smallest plan as gemm_out_of_core plans it on device 0 with pageable C (staged, 8 slots).
+  ooc_plan_request r;
+  r.m = m;
+  r.n = n;
+  r.k = k;
+  r.in_bytes = sizeof(T);
+  r.out_bytes = sizeof(TC);
+  r.acc_bytes = sizeof(Acc);
+  r.c_is_acc = std::is_same_v<TC, Acc>;
+  r.stage_a = path != gemm_path::simt && la == layout::col_major;
+  r.split_k = o.split_k;
+  r.budget_bytes = 1;
+  r.refuse_over_budget = false;
+  const ooc_plan smallest = choose_ooc_plan(r, ooc_copy_out::automatic, false, 0);
+  const std::size_t per_slot = spillway::detail::slot_device_bytes(smallest.slot_buffer_bytes());
+  const std::size_t need = smallest.reserved_bytes() + smallest.slots * per_slot;
+  ASSERT_EQ(need, smallest.device_bytes);
+  ASSERT_GT(smallest.split_k_bytes, 0u);
+  ooc_trace trace;
+  trace.setup_seconds = -1;
+  ooc_options oo;
+  oo.devices = {0};
+  oo.lock = spillway::page_lock::never;
+  oo.trace = &trace;
+  oo.budget = spillway::memory_budget(need - 1);
+  try {
+    (void)gemm_out_of_core(Acc(1), a.cview(), b.cview(), Acc(0), c.view, o, oo);
+    ADD_FAILURE() << label << ": a budget one byte short was accepted";
+  } catch (const spillway::logic_error& e) {
+    const std::string msg = e.what();
+    const std::string want = "run_tasks: budget " + std::to_string(need - 1) + " bytes is too small for " +
+                             std::to_string(smallest.slots) + " slot(s) of " + std::to_string(per_slot) +
+                             " bytes and " + std::to_string(smallest.reserved_bytes()) +
+                             " reserved bytes; the minimum budget is " + std::to_string(need) + " bytes";
+    EXPECT_NE(msg.find(want), std::string::npos) << label << ": " << msg << "\nwanted: " << want;
+  }
+  EXPECT_EQ(trace.setup_seconds, -1.0)
+      << label << ": the job set up (allocated its caches) before the refusal";
+  for (std::size_t i = 0; i < c.buf.size(); ++i)
+    ASSERT_EQ(std::memcmp(&c.buf[i], &c0[i], sizeof(TC)), 0) << label << ": C was touched by a refused job";
+
+  oo.budget = spillway::memory_budget(need);
+  const ooc_report rep = gemm_out_of_core(Acc(1), a.cview(), b.cview(), Acc(0), c.view, o, oo);
+  const std::string what = label + " [" + rep.plan.describe() + "]";
+  ASSERT_TRUE(rep.job.complete()) << what;
+  EXPECT_GE(trace.setup_seconds, 0.0) << what;
+  EXPECT_LE(rep.plan.device_bytes, need) << what;
+  EXPECT_GT(rep.plan.split_k_bytes, 0u) << what;
+  EXPECT_EQ(rep.job.device_bytes_per_device,
+            rep.plan.slots * spillway::detail::slot_device_bytes(rep.plan.slot_buffer_bytes()))
+      << what;
+  const arithmetic ar = arithmetic_for<T, TC>(std::is_same_v<T, float> && path != gemm_path::simt);
+  const matrix_view<const TC> cref{
+      c0.data() + (c.view.data - c.buf.data()), c.view.rows, c.view.cols, c.view.ld, c.view.order, 0};
+  const auto ref = compute_reference_fast<T, T, TC>(1.0, a.cview(), b.cview(), 0.0, cref, 1, identity{}, ar);
+  EXPECT_TRUE(check_output<TC>(c.buf, c0, c.view, 1, ref, what + " [ran " + to_string(path) + "]"));
+}
+
+TEST(OutOfCoreGemmGpu, RunTasksRefusesABudgetOneByteShortAndRunsWithExactlyEnough) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  gemm_options o;
+  o.split_k = 3;  // simt float: k chunks of 128 accumulate in C, each GEMM split in 3
+  budget_one_byte_short_then_exact<float, float>("float-split3", layout::row_major, o);
+  // bf16 into bf16: an accumulator block per slot too; a column-major A is transposed on load on
+  // a tensor-core path (raw buffers reserved), so the lent workspace's GEMMs stage nothing.
+  o.split_k = 2;
+  budget_one_byte_short_then_exact<__nv_bfloat16, __nv_bfloat16>("bf16-split2-colA", layout::col_major, o);
 }
 
 TEST(OutOfCoreGemmGpu, TwoGpus) {

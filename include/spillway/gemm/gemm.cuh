@@ -22,6 +22,7 @@
 #include <spillway/gemm/options.hpp>
 #include <spillway/tile/arch.cuh>
 
+#include <cstddef>
 #include <type_traits>
 
 namespace spillway::gemm {
@@ -36,30 +37,70 @@ gemm_path resolve_path(const gemm_options& opt, int device) {
   return detail::choose_path<T>(opt, tile::compute_capability(device), tile::build_features(device));
 }
 
-/// C = epi(α·A·B + β·C), enqueued on `s` (the current device's): A is m x k, B is k x n and C is
-/// m x n as the views give them (`.t()` for op = transpose), `opt.batch_count` problems apart by
-/// each view's batch stride (0 for A or B: one matrix for the whole batch). m or n = 0 does
-/// nothing; k = 0 gives C = epi(β·C). β = 0 never reads C. Bad arguments and impossible forced
-/// paths throw logic_error before anything is enqueued. Never synchronizes; temporaries (staged
-/// operands, the split-K workspace) are stream-ordered on `s`.
-template <class TA, class TB, class TC, class Scalar, class Epi = identity>
-void gemm_async(stream_view s, Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta,
-                matrix_view<TC> c, const gemm_options& opt = {}, Epi epi = {}) {
-  detail::static_check_types<TA, TB, TC>();
+namespace detail {
+
+/// gemm_async's body; `ws`, when lent, is the split-K workspace (nothing is then allocated: see
+/// run_problem). The out-of-core GEMM calls it with its task slot's workspace.
+template <class TA, class TB, class TC, class Acc, class Epi>
+void enqueue_gemm(stream_view s, Acc al, matrix_view<TA> a, matrix_view<TB> b, Acc be, matrix_view<TC> c,
+                  const gemm_options& opt, Epi epi, const lent_workspace& ws) {
   using T = std::remove_cv_t<TA>;
-  using Acc = accumulator_t<T>;
   detail::check_gemm_args(a, b, c, opt, "gemm");
   const int device = current_device();
   const gemm_path path = resolve_path<T>(opt, device);
   if (c.rows == 0 || c.cols == 0) return;
-  const Acc al = static_cast<Acc>(alpha), be = static_cast<Acc>(beta);
   if (a.cols == 0) {
     detail::launch_scale_output(c, be, opt.batch_count, epi, s, device);
     return;
   }
   detail::with_canonical_problem(al, a, b, be, c, opt.batch_count, epi, [&](const auto& p) {
-    detail::run_problem(p, path, opt.split_k, device, s);
+    detail::run_problem(p, path, opt.split_k, device, s, ws);
   });
+}
+
+}  // namespace detail
+
+/// C = epi(α·A·B + β·C), enqueued on `s` (the current device's): A is m x k, B is k x n and C is
+/// m x n as the views give them (`.t()` for op = transpose), `opt.batch_count` problems apart by
+/// each view's batch stride (0 for A or B: one matrix for the whole batch). m or n = 0 does
+/// nothing; k = 0 gives C = epi(β·C). β = 0 never reads C. Bad arguments and impossible forced
+/// paths throw logic_error before anything is enqueued. Never synchronizes; temporaries (staged
+/// operands, the split-K workspace: gemm_workspace_bytes says how many bytes) are stream-ordered
+/// on `s`.
+template <class TA, class TB, class TC, class Scalar, class Epi = identity>
+void gemm_async(stream_view s, Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta,
+                matrix_view<TC> c, const gemm_options& opt = {}, Epi epi = {}) {
+  detail::static_check_types<TA, TB, TC>();
+  using Acc = accumulator_t<std::remove_cv_t<TA>>;
+  detail::enqueue_gemm(s, static_cast<Acc>(alpha), a, b, static_cast<Acc>(beta), c, opt, epi,
+                       detail::lent_workspace{});
+}
+
+/// Bytes of device memory that gemm_async (or gemm) with these views and options allocates on the
+/// current device for its temporaries, all alive at once and freed in stream order: the K-major
+/// copies the tensor-core paths stage of an operand that is not K-major with a 16-byte aligned
+/// base, leading dimension and batch stride (one matrix for a batch stride of 0, else one per
+/// entry: rows x k rounded up to 16 bytes), plus the split-K workspace (slices x m x n accumulator
+/// elements, forced or automatic). 0 when nothing is allocated (m, n or k = 0, no staging, no
+/// split). Depends on the pointers (their alignment), the shapes, opt.path / math / split_k /
+/// batch_count and the device (its path and SM count); not on α, β, C's values or the epilogue.
+/// Throws what gemm_async throws for bad arguments. The first GEMM on a device also probes the
+/// build's features once per process (a 4-byte allocation, not counted).
+template <class TA, class TB, class TC>
+std::size_t gemm_workspace_bytes(matrix_view<TA> a, matrix_view<TB> b, matrix_view<TC> c,
+                                 const gemm_options& opt = {}) {
+  detail::static_check_types<TA, TB, TC>();
+  using T = std::remove_cv_t<TA>;
+  using Acc = accumulator_t<T>;
+  detail::check_gemm_args(a, b, c, opt, "gemm_workspace_bytes");
+  const int device = current_device();
+  const gemm_path path = resolve_path<T>(opt, device);
+  if (c.rows == 0 || c.cols == 0 || a.cols == 0) return 0;
+  std::size_t bytes = 0;
+  detail::with_canonical_problem(Acc(1), a, b, Acc(0), c, opt.batch_count, identity{}, [&](const auto& p) {
+    bytes = detail::problem_workspace_bytes(p, path, opt.split_k, device);
+  });
+  return bytes;
 }
 
 /// gemm_async on a stream of its own on the current device; returns when C is written.

@@ -188,6 +188,10 @@ struct ooc_plan_request {
   /// Largest piece in which an MN-major panel lands before its transpose (0:
   /// detail::ooc_raw_piece_bytes); tests force many pieces with it.
   std::size_t raw_piece_bytes = 0;
+  /// A budget below every plan: true, make_ooc_plan refuses it (logic_error stating the minimum);
+  /// false (gemm_out_of_core), it returns the smallest plan, whose device_bytes exceed the budget,
+  /// and the job's scheduler refuses it: run_tasks, the job's one budget check, before any work.
+  bool refuse_over_budget = true;
 };
 
 /// One C block in the executed frame: row panel i, columns of the B panels [j, j + w).
@@ -219,13 +223,18 @@ struct ooc_plan {
   std::size_t a_panel_bytes = 0;  ///< one A cache slot (bm x kc, leading dimension padded to 16 elements)
   std::size_t b_panel_bytes = 0;
   std::size_t c_block_bytes = 0;     ///< one slot's C block (bm x bn·group)
-  std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: accumulator, split-K workspace
+  std::size_t slot_extra_bytes = 0;  ///< per slot beyond the C block: acc_block_bytes + split_k_bytes
+  /// Per slot: the accumulator block where k is chunked and C is narrower than the accumulator.
+  std::size_t acc_block_bytes = 0;
+  /// Per slot: a forced split-K's workspace (split_k slices of a bm x bn·group accumulator block),
+  /// lent to each of the block's GEMMs, so that none allocates inside a task.
+  std::size_t split_k_bytes = 0;
   /// Executed frame: A's / B's panels land MN-major in raw buffers and are transposed into the cache.
   bool stage_a = false, stage_b = false;
   std::size_t raw_a_bytes = 0, raw_b_bytes = 0;  ///< one raw buffer (a piece of a panel: ooc_raw_lines)
   index_t raw_a_lines = 0, raw_b_lines = 0;       ///< k lines of an MN-major panel per raw piece
   std::size_t stage_bytes = 0;   ///< once per device: the raw buffers (2 x raw_a_bytes, 2 x raw_b_bytes)
-  std::size_t device_bytes = 0;  ///< everything above on one device
+  std::size_t device_bytes = 0;  ///< everything above on one device: reserved_bytes() + slots x the slot
   std::size_t devices = 1;
   std::vector<ooc_block> order;              ///< every block once, in visiting order
   std::vector<std::size_t> device_first;     ///< device d visits order[device_first[d], device_first[d+1])
@@ -244,6 +253,26 @@ struct ooc_plan {
   /// bounds copy_seconds only).
   double ramp_seconds = 0;
   [[nodiscard]] std::size_t tasks() const noexcept { return order.size(); }
+  /// What the job allocates once per device outside its task slots (detail::ooc_job::setup, which
+  /// allocates exactly this): the two panel caches, then the raw buffers. gemm_out_of_core passes
+  /// it to run_tasks as task_job_options::reserved_bytes.
+  [[nodiscard]] std::size_t reserved_bytes() const noexcept {
+    return a_slots * a_panel_bytes + b_slots * b_panel_bytes + stage_bytes;
+  }
+  /// The device buffers of one task slot (task_job_options::device_buffer_bytes): the C block, then
+  /// the accumulator block (acc_buffer()) and the split-K workspace (split_k_buffer()) where planned.
+  /// Each is a multiple of 256 bytes, so run_tasks's slot (pipeline's slot_device_bytes) is their sum.
+  [[nodiscard]] std::vector<std::size_t> slot_buffer_bytes() const {
+    std::vector<std::size_t> v{c_block_bytes};
+    if (acc_block_bytes > 0) v.push_back(acc_block_bytes);
+    if (split_k_bytes > 0) v.push_back(split_k_bytes);
+    return v;
+  }
+  /// Index of the accumulator block / split-K workspace in slot_buffer_bytes() (0: not planned).
+  [[nodiscard]] std::size_t acc_buffer() const noexcept { return acc_block_bytes > 0 ? 1 : 0; }
+  [[nodiscard]] std::size_t split_k_buffer() const noexcept {
+    return split_k_bytes > 0 ? 1 + acc_buffer() : 0;
+  }
   /// Rows [r0, r0 + rows) and columns of block b in the executed frame.
   [[nodiscard]] index_t block_rows(const ooc_block& b) const noexcept { return std::min(bm, m - b.i * bm); }
   [[nodiscard]] index_t block_col0(const ooc_block& b) const noexcept { return b.j * bn; }
@@ -321,6 +350,7 @@ inline std::size_t ooc_panel_bytes(index_t major, index_t minor, std::size_t ele
 
 struct ooc_sizes {
   std::size_t pa, pb, cblk, extra, slots;
+  std::size_t acc, split;  ///< the parts of `extra`: accumulator block, split-K workspace
   index_t la, lb;      ///< k lines per raw piece of a transposed A / B (0: not transposed)
   std::size_t ra, rb;  ///< one raw buffer of a transposed A / B (0: not transposed)
   std::size_t stage;   ///< per device, not per slot: the raw buffers of the transposed operands
@@ -346,19 +376,25 @@ inline std::size_t ooc_raw_bytes(index_t mn, index_t lines, std::size_t elem) {
   return ooc_aligned(ooc_mul(static_cast<std::size_t>(lines), ooc_mul(static_cast<std::size_t>(ooc_r16(mn)), elem)));
 }
 
+/// A slot's buffers beyond its C block of `area` elements (k in `kchunks` chunks): the accumulator
+/// block where C is narrower than the accumulator and k is chunked; a forced split-K's workspace,
+/// split_k accumulator blocks (detail::plan_split_k cuts k into at most split_k slices).
+inline void ooc_slot_extras(const ooc_plan_request& r, std::size_t area, index_t kchunks, std::size_t& acc,
+                            std::size_t& split) {
+  acc = kchunks > 1 && !r.c_is_acc ? ooc_aligned(ooc_mul(area, r.acc_bytes)) : 0;
+  split = r.split_k > 1
+              ? ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k)))
+              : 0;
+}
+
 inline ooc_sizes ooc_size_of(const ooc_plan_request& r, const ooc_shape& s) {
   ooc_sizes z{};
   z.pa = s.k == 0 ? 0 : ooc_panel_bytes(s.bm, s.kc, r.in_bytes);
   z.pb = s.k == 0 ? 0 : ooc_panel_bytes(s.kc, s.bn, r.in_bytes);
   const std::size_t area = ooc_mul(static_cast<std::size_t>(s.bm), static_cast<std::size_t>(s.bn));
   z.cblk = ooc_aligned(ooc_mul(area, r.out_bytes));
-  const index_t kchunks = s.k == 0 ? 1 : ooc_ceil(s.k, s.kc);
-  std::size_t extra = 0;
-  if (kchunks > 1 && !r.c_is_acc) extra = ooc_add(extra, ooc_aligned(ooc_mul(area, r.acc_bytes)));
-  if (r.split_k > 1)
-    extra =
-        ooc_add(extra, ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
-  z.extra = extra;
+  ooc_slot_extras(r, area, s.k == 0 ? 1 : ooc_ceil(s.k, s.kc), z.acc, z.split);
+  z.extra = ooc_add(z.acc, z.split);
   z.la = s.stage_a && s.k > 0 ? ooc_raw_lines(s.bm, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
   z.lb = s.stage_b && s.k > 0 ? ooc_raw_lines(s.bn, s.kc, r.in_bytes, r.raw_piece_bytes) : 0;
   z.ra = z.la > 0 ? ooc_raw_bytes(s.bm, z.la, r.in_bytes) : 0;
@@ -837,10 +873,13 @@ inline ooc_choice ooc_search(const ooc_plan_request& r) {
   return pick;
 }
 
-/// Throws the refusal of a budget below every candidate, stating the minimum: the smallest shape
-/// of the search in the cheaper orientation.
-[[noreturn]] inline void ooc_fail_budget(const ooc_plan_request& r) {
-  std::size_t need = std::numeric_limits<std::size_t>::max();
+/// The smallest candidate of the search, in the cheaper orientation: one block of at most
+/// 128 x 128 with 128-wide chunks of k, the fewest cache slots a plan takes (A: one, two when k is
+/// chunked; B: two) and the slots' C blocks. Below its bytes no plan fits the budget.
+/// `need`: its device bytes (the plan's device_bytes, without building its order).
+inline ooc_choice ooc_smallest(const ooc_plan_request& r, std::size_t& need) {
+  ooc_choice best;
+  need = std::numeric_limits<std::size_t>::max();
   for (int orient = 0; orient < (r.allow_transpose ? 2 : 1); ++orient) {
     const bool tr = orient == 1;
     const index_t M = tr ? r.n : r.m, N = tr ? r.m : r.n;
@@ -856,8 +895,22 @@ inline ooc_choice ooc_search(const ooc_plan_request& r) {
         ooc_add(ooc_add(ooc_add(ooc_mul(z.slots, ooc_add(z.cblk, z.extra)), ooc_mul(a_min, z.pa)),
                         ooc_mul(b_min, z.pb)),
                 z.stage);
-    need = std::min(need, v);
+    if (v < need) {
+      need = v;
+      best.found = true;
+      best.transposed = tr;
+      best.s = s;
+      best.z = z;
+      best.a_slots = std::max<std::size_t>(a_min, 1);
+      best.b_slots = std::max<std::size_t>(b_min, 1);
+    }
   }
+  return best;
+}
+
+/// Throws the refusal of a budget below every candidate, stating the minimum: the device bytes of
+/// the smallest candidate (ooc_smallest).
+[[noreturn]] inline void ooc_fail_budget(const ooc_plan_request& r, std::size_t need) {
   ooc_fail(
       "memory budget " + std::to_string(r.budget_bytes) + " bytes is below the minimum of " +
       std::to_string(need) +
@@ -887,6 +940,8 @@ inline void ooc_apply_choice(const ooc_plan_request& r, const ooc_choice& pick, 
   p.b_panel_bytes = pick.z.pb;
   p.c_block_bytes = pick.z.cblk;
   p.slot_extra_bytes = pick.z.extra;
+  p.acc_block_bytes = pick.z.acc;
+  p.split_k_bytes = pick.z.split;
   p.stage_a = pick.s.stage_a;
   p.stage_b = pick.s.stage_b;
   p.stage_bytes = pick.z.stage;
@@ -917,11 +972,9 @@ inline void ooc_group_blocks(const ooc_plan_request& r, ooc_plan& p) {
     const index_t cols = std::min(p.n, g * p.bn);
     const std::size_t area = ooc_mul(static_cast<std::size_t>(p.bm), static_cast<std::size_t>(cols));
     const std::size_t cblk = ooc_aligned(ooc_mul(area, r.out_bytes));
-    std::size_t extra = 0;
-    if (p.k_chunks > 1 && !r.c_is_acc) extra = ooc_add(extra, ooc_aligned(ooc_mul(area, r.acc_bytes)));
-    if (r.split_k > 1)
-      extra = ooc_add(extra,
-                      ooc_aligned(ooc_mul(ooc_mul(area, r.acc_bytes), static_cast<std::size_t>(r.split_k))));
+    std::size_t acc = 0, split = 0;
+    ooc_slot_extras(r, area, p.k_chunks, acc, split);
+    const std::size_t extra = ooc_add(acc, split);
     const index_t blocks = p.row_panels * ooc_ceil(p.col_panels, g);
     const std::size_t slots = std::max<std::size_t>(1, std::min(r.slots, static_cast<std::size_t>(blocks)));
     const std::size_t fixed = ooc_add(
@@ -938,6 +991,8 @@ inline void ooc_group_blocks(const ooc_plan_request& r, ooc_plan& p) {
     p.slots = slots;
     p.c_block_bytes = cblk;
     p.slot_extra_bytes = extra;
+    p.acc_block_bytes = acc;
+    p.split_k_bytes = split;
     return;
   }
 }
@@ -951,8 +1006,7 @@ inline void ooc_build_order(const ooc_plan_request& r, ooc_plan& q, int mode, in
   q.device_first.assign(1, 0);
   q.h2d_bytes = q.d2h_bytes = 0;
   q.narrow_rows = mode == 2 ? S : 0;
-  q.device_bytes = q.a_slots * q.a_panel_bytes + q.b_slots * q.b_panel_bytes +
-                   q.slots * (q.c_block_bytes + q.slot_extra_bytes) + q.stage_bytes;
+  q.device_bytes = q.reserved_bytes() + q.slots * (q.c_block_bytes + q.slot_extra_bytes);
   for (std::size_t d = 0; d < r.devices; ++d) {
     const index_t r0 = std::min(q.row_panels, static_cast<index_t>(d) * per_dev);
     const index_t r1 = std::min(q.row_panels, r0 + per_dev);
@@ -1052,10 +1106,11 @@ inline ooc_plan ooc_weigh_groups(const ooc_plan_request& r, ooc_plan p, const oo
 /// that are as large as possible first (at least min(extent, 2048) each, then 1024, … 128 while
 /// nothing fits), full-k panels first and chunks of k only when no full-k plan fits; within that,
 /// the fewest bytes moved, then a row-major B of 1- or 2-byte elements held whole (one panel of every
-/// column, C blocks of whole rows; see the search), then the smaller panels (the first block starts sooner), then
-/// fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x 128
-/// block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating
-/// that minimum in bytes.
+/// column, C blocks of whole rows; see the search), then the smaller panels (the first block starts sooner),
+/// then fewer blocks. Throws logic_error for bad sizes and for a budget below the smallest plan (one 128 x
+/// 128 block — or the matrix, if smaller — with 128-wide k chunks and the slots' C blocks), stating that
+/// minimum in bytes; with r.refuse_over_budget false it returns that smallest plan instead (device_bytes
+/// above the budget), for run_tasks's budget check to refuse.
 inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
   detail::ooc_check_request(r);
   ooc_plan p;
@@ -1069,7 +1124,16 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
     return p;
   }
   const detail::ooc_choice pick = detail::ooc_search(r);
-  if (!pick.found) detail::ooc_fail_budget(r);
+  if (!pick.found) {
+    // Nothing fits: refused here, or (refuse_over_budget false) the smallest plan, which the
+    // caller's scheduler refuses, its device_bytes (= need) above the budget.
+    std::size_t need = 0;
+    const detail::ooc_choice smallest = detail::ooc_smallest(r, need);
+    if (r.refuse_over_budget) detail::ooc_fail_budget(r, need);
+    detail::ooc_apply_choice(r, smallest, p);
+    detail::ooc_finish(r, p, 0, 0);
+    return p;
+  }
   detail::ooc_apply_choice(r, pick, p);
   const ooc_plan narrow = p;  // single-panel blocks: the plan before any grouping
   detail::ooc_group_blocks(r, p);
@@ -1096,7 +1160,9 @@ inline ooc_plan choose_ooc_plan(ooc_plan_request r, ooc_copy_out c_out, bool c_p
   };
   const bool staged = !c_page_locked || c_out == ooc_copy_out::staged;
   ooc_plan p = plan_for(staged);
-  if (!staged && c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !p.stage_a && !p.stage_b) {
+  const bool fits = p.device_bytes <= r.budget_bytes;  // else both plans are refused
+  if (fits && !staged && c_out == ooc_copy_out::automatic && r.compute_seconds > 0 && !p.stage_a &&
+      !p.stage_b) {
     ooc_plan s = plan_for(true);
     if (s.ramp_seconds < p.ramp_seconds * (1 - detail::ooc_staged_margin)) return s;
   }

@@ -46,8 +46,9 @@ namespace spillway::gemm {
 /// Synchronous: returns when C is written (or the progress callback cancelled: then
 /// report.job.cancelled is set and report.written() lists the blocks of C that are complete).
 /// Throws logic_error for bad arguments (before anything runs), a forced path a device cannot run,
-/// and a budget below the smallest plan (the message states that minimum); pipeline_error when a
-/// block fails (it names the task; ooc.report_on_error, if set, receives which blocks were written).
+/// and a budget below the smallest plan (run_tasks's refusal, before anything is allocated: the
+/// budget, the slots, the reserved bytes and the minimum); pipeline_error when a block fails (it
+/// names the task; ooc.report_on_error, if set, receives which blocks were written).
 template <class TA, class TB, class TC, class Scalar>
 ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta,
                             matrix_view<TC> c, const gemm_options& opt = {}, const ooc_options& ooc = {}) {
@@ -67,7 +68,11 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   gemm_options o = opt;
   if (o.split_k == 0) o.split_k = 1;  // blocks are planned large enough to fill the device
   gemm_path path = gemm_path::simt;
-  for (int d : devices) path = resolve_path<T>(o, d);  // a forced path every device can run, or throw
+  bool tensor = false;  // some device runs a tensor-core path: its panels must be K-major
+  for (int d : devices) {
+    path = resolve_path<T>(o, d);  // a forced path every device can run, or throw
+    tensor = tensor || path != gemm_path::simt;
+  }
 
   const matrix_view<const T> ca = a, cb = b;
   const matrix_view<const TC> cc = c;
@@ -104,8 +109,8 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.devices = devices.size();
   // The tensor-core launchers read K-major operands: an MN-major operand's panels (A column-major,
   // B row-major, whatever C's layout) are transposed once each as they land (ooc_job::load), so the
-  // in-core GEMMs of the blocks get K-major panels and stage nothing.
-  const bool tensor = path != gemm_path::simt;
+  // in-core GEMMs of the blocks get K-major panels and stage nothing (on every device: a list of
+  // devices of which only some run a tensor-core path transposes too).
   r.stage_a = tensor && a.order == layout::col_major;
   r.stage_b = tensor && b.order == layout::row_major;
   r.split_k = o.split_k;
@@ -118,6 +123,7 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   r.c_row_major = c.order == layout::row_major;
   r.c_min_line_bytes = ooc.c_min_line_bytes;
   r.raw_piece_bytes = ooc.raw_piece_bytes;
+  r.refuse_over_budget = false;  // a budget below every plan is refused by run_tasks, below
   rep.plan = choose_ooc_plan(r, ooc.c_out, rep.c_page_locked, ooc.slots_per_device);
   const bool c_staged = rep.plan.c_staged;
   if (c.rows == 0 || c.cols == 0) return rep;
@@ -144,25 +150,31 @@ ooc_report gemm_out_of_core(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, 
   job.alpha = al;
   job.beta = be;
   job.read_c = r.read_c;
-  job.use_work = job.plan.k_chunks > 1 && !std::is_same_v<TC, Acc>;
+  job.use_work = job.plan.acc_block_bytes > 0;  // k chunks and C narrower than the accumulator
   job.opt = o;
   job.devices = devices;
   job.queue = std::make_unique<detail::ooc_queue>(job.plan.device_first);
   job.task_block.assign(job.plan.tasks(), detail::ooc_job<T, TC>::none);
   job.traced = ooc.trace != nullptr;
-  job.setup();
-  if (ooc.trace != nullptr) {
-    *ooc.trace = ooc_trace{};
-    ooc.trace->setup_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
-  }
 
+  // The job's one budget check is run_tasks's: every device byte the job allocates is in it, the
+  // caches and raw buffers (reserved, allocated by job.setup once the check has passed) and each
+  // slot's C block, accumulator block and split-K workspace.
   task_job_options to;
   to.devices = devices;
   to.slots_per_device = job.plan.slots;
-  to.device_buffer_bytes = {job.plan.c_block_bytes};
-  if (job.use_work) to.device_buffer_bytes.push_back(job.plan.c_block_bytes / sizeof(TC) * sizeof(Acc));
+  to.device_buffer_bytes = job.plan.slot_buffer_bytes();
   if (job.c_staged_out) to.pinned_buffer_bytes = {job.plan.c_block_bytes};
+  to.budget = budget;
+  to.reserved_bytes = job.plan.reserved_bytes();
+  to.setup = [&] {
+    job.setup();
+    if (ooc.trace != nullptr) {
+      *ooc.trace = ooc_trace{};
+      ooc.trace->setup_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_call).count();
+    }
+  };
   to.progress = ooc.progress;
   auto fill = [&](const job_report& jr) {
     rep.job = jr;

@@ -43,6 +43,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,9 +72,15 @@ struct task_job_options {
   /// If set, the job's whole device memory on every device: the slots plus reserved_bytes must
   /// fit in it (else logic_error stating the minimum). This is the job's one budget check.
   std::optional<memory_budget> budget;
-  /// Bytes the job allocated on each device outside the slots before the run (its set-up: a
-  /// resident operand, per-row values, a sink's state), counted with the slots against `budget`.
+  /// Bytes the job allocates on each device outside the slots (its set-up: a resident operand,
+  /// per-row values, a sink's state, the out-of-core GEMM's panel caches), before the run or in
+  /// `setup`, counted with the slots against `budget`.
   std::size_t reserved_bytes = 0;
+  /// Optional: the job's own set-up (what `reserved_bytes` counts), called once on the caller's
+  /// thread after the checks above passed and before any slot is allocated or task enqueued, so a
+  /// budget too small is refused before the job allocates anything. What it throws leaves
+  /// run_tasks as it is (nothing of the job has run).
+  std::function<void()> setup;
   /// Optional; see progress_callback.
   progress_callback progress;
 };
@@ -435,7 +442,8 @@ inline job_report host_job_report(std::chrono::steady_clock::time_point t0) {
 /// `on_complete(t, slot)`) runs on the host once they have all finished. Both callbacks run on the
 /// device's worker thread (one per device; callbacks of different devices may run concurrently).
 /// Returns the report (check `cancelled` when a progress callback may cancel); throws
-/// pipeline_error when a callback or CUDA fails, logic_error for bad options (before any work).
+/// pipeline_error when a callback or CUDA fails, logic_error for bad options and a budget below
+/// the slots plus reserved_bytes (before any work, opts.setup included).
 template <class Enqueue, class OnComplete = detail::no_completion>
 job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&& enqueue,
                      OnComplete&& on_complete = {}) {
@@ -459,6 +467,7 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
                         "; the minimum budget is " + std::to_string(need) + " bytes");
     }
   }
+  if (opts.setup) opts.setup();
 
   detail::task_job_state st;
   st.total = n_tasks;

@@ -2,8 +2,10 @@
 // staging copy that gives the tensor-core launchers their preconditions, split-K (a batched
 // problem over k slices into an accumulator workspace, then a reduce pass with α/β and the
 // epilogue), the k = 0 pass, and the choice among the four launchers. Everything is enqueued on
-// the caller's stream; nothing synchronizes; temporaries come from the device's pool and are
-// freed in stream order.
+// the caller's stream; nothing synchronizes; temporaries (staged operands, the split-K workspace)
+// come from the device's pool and are freed in stream order, unless the caller lends the
+// workspace (lent_workspace: the out-of-core GEMM's task slot). problem_workspace_bytes states
+// what a problem's temporaries take (gemm_workspace_bytes).
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -25,6 +27,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 
 namespace spillway::gemm::detail {
@@ -84,11 +88,12 @@ __global__ void __launch_bounds__(stage_tile* stage_rows_per_pass)
 template <class T>
 operand<T> stage_for_tensor_cores(operand<T> op, index_t rows, index_t k, index_t batch,
                                   device_buffer<T>& tmp, stream_view s, int device) {
-  if (tensor_ready(op.data, op.ld, op.kmajor, op.stride)) return op;
+  const index_t elements = staged_elements(op, rows, k, batch);
+  if (elements == 0) return op;
   const index_t dld = staged_ld<T>(k);
   const index_t copies = op.stride == 0 ? 1 : batch;
   const index_t dstride = rows * dld;
-  tmp = device_buffer<T>(static_cast<std::size_t>(copies * dstride), s);
+  tmp = device_buffer<T>(static_cast<std::size_t>(elements), s);
   const index_t tiles = copies * ceil_div(rows, stage_tile) * ceil_div(dld, stage_tile);
   const unsigned grid = stride_grid(tiles, 1, device);
   stage_kmajor_kernel<T><<<grid, dim3(stage_tile, stage_rows_per_pass), 0, s.value()>>>(
@@ -164,35 +169,87 @@ void launch_on_path(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, stream
   launch_simt(p, s);
 }
 
-/// Runs one canonical problem (m, n, k >= 1) on `path`: staging for the tensor-core paths, then
-/// either one launch or split-K.
+/// Device memory a caller lends run_problem for the split-K workspace, so that the call allocates
+/// nothing: the out-of-core GEMM lends its task slot's (ooc_plan::split_k_bytes), counted in the
+/// job's budget. Not lent (the in-core gemm): run_problem allocates it from the pool.
+struct lent_workspace {
+  std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  [[nodiscard]] bool lent() const noexcept { return data != nullptr; }
+};
+
+/// Whether `path` stages operands that are not tensor_ready (the tensor-core paths of the types
+/// that have them).
+template <class T>
+bool stages_operands(gemm_path path) {
+  return (has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma) && path != gemm_path::simt;
+}
+
+/// How run_problem cuts k for p on `path`. The automatic split fills the device with the
+/// launcher's own tiles: the SIMT launcher says which tile it runs this m with and how many of its
+/// blocks an SM holds; the tensor-core paths keep the plan's default (128 x 128, one block per SM).
 template <class T, class TC, class Acc, class Epi>
-void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int device, stream_view s) {
+split_plan split_of(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, int split_k, int device) {
+  split_tile_shape shape{};
+  if (path == gemm_path::simt) shape = simt_tile_shape<T>(p.m);
+  return plan_split_k(p.m, p.n, p.k, p.batch, split_k, tile::multiprocessor_count(device), shape);
+}
+
+/// Bytes of the temporaries run_problem allocates for p when no workspace is lent: the staged
+/// K-major copies of A and B (all alive together with the workspace) and the split-K workspace.
+template <class T, class TC, class Acc, class Epi>
+std::size_t problem_workspace_bytes(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, int split_k,
+                                    int device) {
+  std::size_t bytes = 0;
+  if (stages_operands<T>(path)) {
+    const index_t staged = staged_elements<T>({p.a, p.lda, p.a_kmajor, p.stride_a}, p.m, p.k, p.batch) +
+                           staged_elements<T>({p.b, p.ldb, p.b_kmajor, p.stride_b}, p.n, p.k, p.batch);
+    bytes += static_cast<std::size_t>(staged) * sizeof(T);
+  }
+  const split_plan plan = split_of(p, path, split_k, device);
+  return bytes + static_cast<std::size_t>(split_workspace_elements(p.m, p.n, plan)) * sizeof(Acc);
+}
+
+/// Runs one canonical problem (m, n, k >= 1) on `path`: staging for the tensor-core paths, then
+/// either one launch or split-K, its workspace `ws` when lent (then nothing is allocated: a lent
+/// workspace too small, or an operand that would need staging, is a logic_error; the out-of-core
+/// GEMM's panels are K-major and 16-byte aligned on the tensor-core paths, so it stages nothing).
+template <class T, class TC, class Acc, class Epi>
+void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int device, stream_view s,
+                 const lent_workspace& ws = {}) {
   device_buffer<T> staged_a, staged_b;
   if constexpr (has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma) {
     if (path != gemm_path::simt) {
-      const operand<T> a = stage_for_tensor_cores<T>({p.a, p.lda, p.a_kmajor, p.stride_a}, p.m, p.k, p.batch,
-                                                     staged_a, s, device);
-      const operand<T> b = stage_for_tensor_cores<T>({p.b, p.ldb, p.b_kmajor, p.stride_b}, p.n, p.k, p.batch,
-                                                     staged_b, s, device);
-      set_operand(p, true, a);
-      set_operand(p, false, b);
+      const operand<T> oa{p.a, p.lda, p.a_kmajor, p.stride_a}, ob{p.b, p.ldb, p.b_kmajor, p.stride_b};
+      SPILLWAY_EXPECTS(!ws.lent() || (staged_elements(oa, p.m, p.k, p.batch) == 0 &&
+                                      staged_elements(ob, p.n, p.k, p.batch) == 0),
+                       "gemm: an operand would be staged (not K-major and 16-byte aligned) in a call whose "
+                       "workspace is lent; the lender counts no staging");
+      set_operand(p, true, stage_for_tensor_cores<T>(oa, p.m, p.k, p.batch, staged_a, s, device));
+      set_operand(p, false, stage_for_tensor_cores<T>(ob, p.n, p.k, p.batch, staged_b, s, device));
     }
   }
-  // The automatic split fills the device with the launcher's own tiles: the SIMT launcher says which
-  // tile it runs this m with and how many of its blocks an SM holds; the tensor-core paths keep the
-  // plan's default (128 x 128, one block per SM).
-  split_tile_shape shape{};
-  if (path == gemm_path::simt) shape = simt_tile_shape<T>(p.m);
-  const split_plan plan =
-      plan_split_k(p.m, p.n, p.k, p.batch, split_k, tile::multiprocessor_count(device), shape);
+  const split_plan plan = split_of(p, path, split_k, device);
   if (!plan.split()) return launch_on_path(p, path, s);
 
   // Slice sl of batch entry q is the k range [sl·ks, (sl+1)·ks): a K-major operand moves by ks
   // elements, an MN-major one by ks rows. Partial products go to W (Acc, row-major m x n each)
   // with α = 1, β = 0 and no epilogue; the reduce pass applies the caller's.
   const index_t mn = p.m * p.n;
-  device_buffer<Acc> w(static_cast<std::size_t>(plan.slices() * mn), s);
+  const std::size_t need = static_cast<std::size_t>(split_workspace_elements(p.m, p.n, plan)) * sizeof(Acc);
+  device_buffer<Acc> owned;
+  Acc* w = nullptr;
+  if (ws.lent()) {
+    SPILLWAY_EXPECTS(ws.bytes >= need && reinterpret_cast<std::uintptr_t>(ws.data) % alignof(Acc) == 0,
+                     "gemm: the lent split-K workspace has " + std::to_string(ws.bytes) + " bytes; " +
+                         std::to_string(plan.slices()) + " slices of " + std::to_string(p.m) + " x " +
+                         std::to_string(p.n) + " need " + std::to_string(need) + " (aligned to " +
+                         std::to_string(alignof(Acc)) + ")");
+    w = reinterpret_cast<Acc*>(ws.data);
+  } else {
+    owned = device_buffer<Acc>(static_cast<std::size_t>(plan.slices() * mn), s);
+    w = owned.data();
+  }
   const index_t step_a = p.a_kmajor ? plan.ks : plan.ks * p.lda;
   const index_t step_b = p.b_kmajor ? plan.ks : plan.ks * p.ldb;
   for (index_t q = 0; q < p.batch; ++q) {
@@ -206,7 +263,7 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
     part.b = p.b + q * p.stride_b;
     part.ldb = p.ldb;
     part.b_kmajor = p.b_kmajor;
-    part.c = w.data();
+    part.c = w;
     part.ldc = p.n;
     part.alpha = Acc(1);
     part.beta = Acc(0);
@@ -226,8 +283,8 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
     }
     split_k_reduce_kernel<TC, Acc, Epi>
         <<<stride_grid(mn, pass_threads, device), pass_threads, 0, s.value()>>>(
-            w.data(), plan.slices(), p.m, p.n, p.c + q * p.stride_c, p.ldc, p.alpha, p.beta,
-            !(p.beta == Acc(0)), p.epi);
+            w, plan.slices(), p.m, p.n, p.c + q * p.stride_c, p.ldc, p.alpha, p.beta, !(p.beta == Acc(0)),
+            p.epi);
     SPILLWAY_CHECK_LAUNCH();
   }
 }

@@ -240,9 +240,11 @@ struct ooc_job {
         for (std::size_t i = 0; i < plan.slots; ++i) c->scatter.push_back(std::make_unique<ooc_scatter>(d));
       c->need_a.assign(static_cast<std::size_t>(plan.row_panels), 0);
       c->need_b.assign(static_cast<std::size_t>(plan.col_panels), 0);
+      // Exactly the plan's reserved bytes, which run_tasks counted against the budget: A's cache,
+      // B's cache, then the raw buffers.
       const std::size_t a_bytes = plan.a_slots * plan.a_panel_bytes,
                         b_bytes = plan.b_slots * plan.b_panel_bytes;
-      c->memory = device_buffer<std::byte>(a_bytes + b_bytes + plan.stage_bytes, c->setup->view());
+      c->memory = device_buffer<std::byte>(plan.reserved_bytes(), c->setup->view());
       c->a.init(c->memory.data(), plan.a_slots, plan.a_panel_bytes, plan.slots);
       c->b.init(c->memory.data() + a_bytes, plan.b_slots, plan.b_panel_bytes, plan.slots);
       std::byte* raw = c->memory.data() + a_bytes + b_bytes;
@@ -436,6 +438,14 @@ struct ooc_job {
     window(-1);
   }
 
+  /// A forced split's workspace for the block GEMMs of `slot`: the slot's own (the budget counted
+  /// it). The panels are K-major and aligned on the tensor-core paths (a_dev_order, b_dev_order),
+  /// so with it the GEMMs allocate nothing.
+  [[nodiscard]] lent_workspace split_workspace(const task_slot& slot) const {
+    if (plan.split_k_bytes == 0) return {};
+    return {slot.device<std::byte>(plan.split_k_buffer()), plan.split_k_bytes};
+  }
+
   void enqueue(std::size_t t, task_slot& slot, stream_view s) {
     SPILLWAY_FAULT_TASK_SCOPE(t, slot.device());  // counts this block's copies and launches (tests only)
     const std::size_t di = slot.worker();
@@ -469,7 +479,8 @@ struct ooc_job {
     }
     gemm_options o = opt;
     o.batch_count = 1;
-    Acc* work = use_work ? slot.device<Acc>(1) : nullptr;
+    Acc* work = use_work ? slot.device<Acc>(plan.acc_buffer()) : nullptr;
+    const lent_workspace ws = split_workspace(slot);
     auto stamp = [&](std::vector<std::unique_ptr<event>>& evs) {
       if (!traced) return;
       evs[idx] = std::make_unique<event>(event::timing::enabled);
@@ -501,9 +512,9 @@ struct ooc_job {
         const index_t off = (j - plan.first_panel(blk)) * plan.bn, w = plan.panel_cols(j);
         const matrix_view<const T> bv{bp, kq, w, b_ld_dev(), b_dev_order(), 0};
         if (use_work) {
-          gemm_async(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), sub(work, off, w), o);
+          enqueue_gemm(s, alpha, av, bv, q == 0 ? Acc(0) : Acc(1), sub(work, off, w), o, identity{}, ws);
         } else {
-          gemm_async(s, alpha, av, bv, q == 0 ? beta : Acc(1), sub(cdev, off, w), o);
+          enqueue_gemm(s, alpha, av, bv, q == 0 ? beta : Acc(1), sub(cdev, off, w), o, identity{}, ws);
         }
         SPILLWAY_FAULT_LAUNCHED("gemm_async of a block's k chunk");
         dc.b.used[static_cast<std::size_t>(j * plan.k_chunks + q) % dc.b.tag.size()][slot.index()].record(s);

@@ -345,4 +345,19 @@ index_t staged_ld(index_t k) {
   return round_up(k, per16);
 }
 
+/// Elements of the K-major copy the tensor-core paths stage of an operand (`rows` x k, `batch`
+/// entries `op.stride` apart): 0 when it is used as it is (tensor_ready), one matrix when its
+/// batch stride is 0 (a broadcast), else one per entry.
+template <class T>
+index_t staged_elements(const operand<T>& op, index_t rows, index_t k, index_t batch) {
+  if (tensor_ready(op.data, op.ld, op.kmajor, op.stride)) return 0;
+  return (op.stride == 0 ? 1 : batch) * rows * staged_ld<T>(k);
+}
+
+/// Elements of the accumulator workspace a split of an m x n output takes: the slices' partial
+/// products (m x n each), reused entry by entry of a batch; 0 when k is not split.
+inline index_t split_workspace_elements(index_t m, index_t n, const split_plan& plan) {
+  return plan.split() ? plan.slices() * m * n : 0;
+}
+
 }  // namespace spillway::gemm::detail
