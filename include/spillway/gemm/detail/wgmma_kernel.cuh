@@ -112,7 +112,7 @@ struct wgmma_schedule {
 /// (row0 + 8 h, col0 + 8 j + e), j < 32, h, e < 2; rows ≥ m and columns ≥ n are padding (their sums
 /// are 0). `stage` is the shared-memory address of the thread's first of 16 private 8-byte slots,
 /// slot q at stage + 1024 q (the warpgroup's half of the output staging, which C never uses then).
-/// The similarity top-k filters scores this way without writing them (similarity_topk_fused.cuh).
+/// The similarity top-k filters scores this way without writing them (similarity/detail/topk_fused.cuh, through gemm/fragment_sink.cuh).
 template <class Epi, class = void>
 struct is_fragment_sink : std::false_type {};
 template <class Epi>
