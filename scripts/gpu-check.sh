@@ -47,7 +47,7 @@ GPUBIN=${GPUBIN:-gpubin}
 RESULTS=${OUT:-$GPUBIN/results}
 mkdir -p "$RESULTS"
 export LD_LIBRARY_PATH="$PWD/$GPUBIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-MODULES_DEFAULT="core io pipeline map gram gemm pairwise ode"
+MODULES_DEFAULT="core io pipeline map gram gemm pairwise similarity ode"
 
 summary=()
 status=0
@@ -133,6 +133,7 @@ racecheck_filter() {
     gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramForcedWgmmaGpu.Int32CountStoreEdgeShapes:GramForcedMmaSyncTmaGpu.EdgeShapesAAt:GramForcedMmaSyncTmaGpu.MbarrierPhasesAcrossTiles:GramForcedMmaSyncCpAsyncGpu.EdgeShapesAAt' ;;
     gemm) echo 'WgmmaKernelGpu.BetaAndAlpha:WgmmaKernelGpu.PublicPathSmallShapes:SimtKernelGpu.BetaZeroIgnoresNanC:SimtKernelGpu.Batched:GemmMmaSyncKernelGpu.HalfEdgeShapes:GemmMmaSyncKernelGpu.Int8EdgeShapesExact:DmmaKernelGpu.EdgeShapes:DmmaKernelGpu.Batched:GemmGpu.SplitKForcedHalf' ;;
     map) echo 'GufuncGpu.*:GufuncStagedGpu.*:ReduceGpu.*' ;;
+    similarity) echo 'SimilarityGpu.FusedTopKExactTiesGoToTheSmallerColumns:SimilarityGpu.FusedTopKOverflowedBucketsAreRecomputed' ;;
     ode) echo 'Rk4CoupledGpu.MeanFieldComplexFloatMatchesHost:Rk4FusedGpu.GraphAndPlainLaunchesAgreeBitwise' ;;
     *) echo '' ;;
   esac
