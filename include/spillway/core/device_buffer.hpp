@@ -50,9 +50,9 @@ inline void* pool_allocate(std::size_t bytes, stream_view s, int device) {
   }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    // A failed pool allocation can leave part of the request reserved in the pool (measured on
-    // the H200: 3 MB free after a 112 GB request failed with 74 GB free): release it, so the
-    // free bytes reported are what the device really has.
+    // A failed pool allocation can leave part of the request reserved in the pool
+    // (docs/reliability.md, "a failed pool allocation"): release it, so the free bytes reported
+    // are what the device really has.
     (void)cudaStreamSynchronize(s.value());
     (void)cudaMemPoolTrimTo(pool, 0);
     (void)cudaGetLastError();

@@ -47,11 +47,7 @@ namespace spillway::dist {
 enum class gram_sink { triangle, topk, threshold };
 
 /// Rates of one rank's GPU, for the predicted seconds of a share. The defaults are the lent H200's
-/// as measured in one process (benchmarks/RESULTS.md, results/gram_topk.md; 100,000 x 200,000
-/// bits, 49 strips of 2,048 rows): the pair job's bare product (checksum sink) took 0.175 s for
-/// 1.0·10¹⁵ bit-MACs of the upper triangle → 5.8 P bit-MAC/s (the wgmma kernel alone reaches
-/// ~6.6 P; strips' edges and the chained launches take the rest); its top-32 took ~0.021 s more
-/// over the 20.4 GB of score strips → 1.0 TB/s of scores; pinned copies 55 GB/s each way.
+/// as measured in one process (the derivation: docs/distributed.md, "gram_cost_model").
 struct gram_cost_model {
   double bit_macs_per_second = 5.8e15;     ///< the pair job's b1 products, per upper-triangle pair · bit
   double h2d_bytes_per_second = 55e9;      ///< panel uploads (pinned A)
@@ -120,9 +116,8 @@ struct share_prediction {
 ///   * greedy: longest first — the strips in the order of their predicted seconds (the widest
 ///     first), each to the rank whose share is predicted shortest so far; every rank still runs
 ///     its strips last to first. The shares end within about the narrowest strip's time of one
-///     another, where the patterns above leave up to a widest strip between them (100,000 x
-///     200,000, two ranks: 0.1058 / 0.1018 s cyclic). (Until 2026-11-28 greedy dealt in the run
-///     order to the rank that would end first: the widest strips, dealt last, left 4 ms.)
+///     another, where the patterns above leave up to a widest strip between them
+///     (docs/distributed.md, "strip_deal").
 enum class strip_deal { contiguous, cyclic, snake, greedy };
 
 inline const char* deal_name(strip_deal d) {

@@ -511,8 +511,8 @@ pairwise::topk_result<V> lists_to_owners(const communicator& c, const gram_split
   const int threads = host_threads(c.local_size());
   const auto t0 = std::chrono::steady_clock::now();
   // The lists travel as (value, int32 column) entries, counted in 64-bit words (a basic MPI type:
-  // a derived 8-byte type ran the same 25.6 MB 5x slower through OpenMPI's shared memory); the
-  // owner merges straight from the entries that arrived.
+  // a derived 8-byte type ran much slower through OpenMPI's shared memory; docs/distributed.md,
+  // "the lists on the wire"); the owner merges straight from the entries that arrived.
   using wire = topk_wire<V>;
   static_assert(sizeof(wire) % 8 == 0, "topk_wire: a whole number of 64-bit words");
   constexpr std::int64_t words = static_cast<std::int64_t>(sizeof(wire) / 8);

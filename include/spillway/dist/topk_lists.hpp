@@ -21,10 +21,9 @@
 namespace spillway::dist {
 
 /// The host threads one rank's loops over lists may use: the host's processors shared among the
-/// ranks on it (`ranks_on_host`, communicator::local_size()). Each rank taking every core left
-/// 2 x 32 OpenMP threads on the 32 cores of the lent two-GPU host, and a merge of 50,000 rows that
-/// takes 5 ms on one core took 29-43 ms (the threads spin at the loop's barrier for those the
-/// other rank's threads displaced).
+/// ranks on it (`ranks_on_host`, communicator::local_size()). Each rank taking every core made its
+/// merges several times slower: the threads spin at the loop's barrier for those the other rank's
+/// threads displaced (docs/distributed.md, "host_threads").
 inline int host_threads(int ranks_on_host) {
 #ifdef _OPENMP
   const int procs = omp_get_num_procs();
@@ -82,9 +81,9 @@ void merge_topk_refs(std::int64_t rows, int k, bool larger, const std::vector<to
   const std::size_t L = lists.size();
   const auto kk = static_cast<std::size_t>(k);
   if (L == 2 && k <= pairwise::max_top_k) {
-    // Two lists (two ranks, or a rank's own and one that arrived): a two-pointer merge. The loop
-    // below over any number of lists took 20 ms for 50,000 rows of k = 32 on one core of the lent
-    // H200 pair's host (12 ns an entry); this one a fraction of that (tests/dist compare the two).
+    // Two lists (two ranks, or a rank's own and one that arrived): a two-pointer merge, a fraction
+    // of the time of the loop below over any number of lists (docs/distributed.md, "two-list
+    // merge"; tests/dist compare the two).
     const topk_list_ref<V> la = lists[0], lb = lists[1];
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * static_cast<std::int64_t>(k) > (1 << 16))

@@ -32,8 +32,7 @@ struct ooc_options {
   /// scheduler enqueues a block once the block `slots` before it is in C, so with 4 one block
   /// copies out while one GEMM runs and two wait queued: the host has a whole block's time to
   /// enqueue the next. 0: 4 when C blocks go out by DMA straight into C, 8 when they are staged
-  /// (a staged block holds its slot through its host copy too; the 32768² bf16 job on the H200:
-  /// 119.5 ms with 8, 123.9 with 4, 156 with 16).
+  /// (a staged block holds its slot through its host copy too; docs/gemm.md, "ooc_options.hpp").
   std::size_t slots_per_device = 0;
   /// How A, B and C are copied: `detect` asks the runtime for each; page_locked: DMA directly;
   /// pageable: through pinned staging.
@@ -43,10 +42,8 @@ struct ooc_options {
   /// caller's memory, so it pays only where staging is slow: a row-major B (NumPy's layout), whose
   /// panels are strided host lines and which a tensor-core job holds whole before its first block.
   /// `automatic`: with a row-major B, B — and A and C too for elements of 1 and 2 bytes; with a
-  /// column-major (K-major) B, nothing. Measured on the H200, 32768², 8 GiB budget: NumPy layout
-  /// (from Python) float16 0.52 s all three, 0.83 B alone, 1.52 staged; float32 0.53 s B alone,
-  /// 0.81 all three, 0.66 staged; K-major B (C++) bf16 0.667 s all three against 0.231 staged,
-  /// float 1.80 s B alone against 1.56 staged. `always`: all three; `never`: none. Where the driver
+  /// column-major (K-major) B, nothing: what measured faster (docs/gemm.md, "ooc_options.hpp").
+  /// `always`: all three; `never`: none. Where the driver
   /// refuses (already registered in part, the locked-memory limit), that operand is staged.
   page_lock lock = page_lock::automatic;
   /// Cap on the C block's sides (0: none); forces many blocks on small problems (tests).
@@ -61,8 +58,8 @@ struct ooc_options {
   /// by the bound its order puts on the job at that rate (ooc_plan::ramp_seconds): staged or direct
   /// copies out (`c_out` automatic), C blocks of several B panels (`c_min_line_bytes` 0). 0 (the
   /// default): estimated from the device (ooc_compute_estimate: its SMs and peak clock at the rate
-  /// spillway's in-core GEMM sustains per SM and clock; measured on the H200, within 1.2% of its
-  /// in-core times there); ooc_report::compute_seconds says which was used.
+  /// spillway's in-core GEMM sustains per SM and clock; docs/gemm.md, "ooc_options.hpp");
+  /// ooc_report::compute_seconds says which was used.
   double compute_seconds = 0;
   /// If set, receives device timestamps of the job (diagnosis; timing events cost a few µs a block;
   /// a staged block's end is read on the host clock; docs/gemm.md, "Out of core").

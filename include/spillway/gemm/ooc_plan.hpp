@@ -42,8 +42,8 @@ struct copy_rates {
   double d2h = 55.4e9;
   double both = 101.0e9;
   /// Device→host rate of C blocks copied as 2-D copies with lines shorter than ooc_long_line while
-  /// GEMMs run (0: d2h, no penalty). The lent H200: 30.6–31.4 GB/s for 8 and 16 KiB lines beside bf16 GEMMs,
-  /// 41–42 for 32 KiB, 54–55 for 64 KiB and for 1-D copies (46 / 55 with no GEMM running).
+  /// GEMMs run (0: d2h, no penalty). The default is the lent H200's for 8 and 16 KiB lines beside
+  /// bf16 GEMMs (docs/gemm.md, "ooc_plan.hpp").
   /// Only the order's bound (ramp_seconds) uses it, and through it the choice of C block widths.
   double d2h_short = 31.0e9;
   /// Rate at which host threads copy a staged C block (1-D out of the device into pinned memory)
@@ -73,10 +73,8 @@ inline ooc_arith ooc_arith_of(element_arith a, bool tf32) {
 enum class ooc_unit { simt, mma_sync, wgmma };
 
 /// Multiply-adds per SM and clock that spillway's in-core GEMM sustains on large products.
-/// Compute capability 9.0: measured on the lent H200 (132 SMs, 1980 MHz; 32768³ and 8192³ in core,
-/// benchmarks/RESULTS.md): wgmma bf16/half 1300, TF32 630, int8 2430; mma_sync bf16/half 770,
-/// TF32 400, int8 1600, double (DMMA) 90; SIMT float 92, complex<float> 23; SIMT double (not
-/// measured) 45. Elsewhere the cc 9.0 mma_sync and SIMT figures scaled by the width of the units
+/// Compute capability 9.0: measured on the lent H200, except SIMT double (docs/gemm.md,
+/// "ooc_plan.hpp"). Elsewhere the cc 9.0 mma_sync and SIMT figures scaled by the width of the units
 /// (not measured): cc 8.0 half the FP32 and FP64 lanes and DMMA; other cc 8.x and 12.x half the
 /// tensor rate and 1/32 of the FP64 one; 10.x as 9.0 (no wgmma there). 0 where the unit cannot
 /// compute the arithmetic.
@@ -143,9 +141,8 @@ enum class ooc_copy_out {
   /// its estimate) is lower by at least 1% (detail::ooc_staged_margin) with staged
   /// copies out (the host copy priced at rates.scatter, 0: not priced) than with direct ones
   /// (short lines priced at rates.d2h_short); else `direct`. The margin: the host copies' memory
-  /// traffic slows the copies in, which the bound leaves out (the 32768² TF32 job: staged bound
-  /// 0.1% lower, measured the same as direct; bf16: 1.7% lower, measured 8–10% faster). Never when
-  /// the plan transposes panels on load (an MN-major operand on a tensor-core path): measured
+  /// traffic slows the copies in, which the bound leaves out (docs/gemm.md, "ooc_plan.hpp"). Never
+  /// when the plan transposes panels on load (an MN-major operand on a tensor-core path): measured
   /// slower there (docs/gemm.md, "Layouts out of core").
   automatic,
 };
@@ -297,10 +294,9 @@ inline constexpr double ooc_staged_margin = 0.01;
 inline constexpr index_t ooc_granule = 16;    ///< panel sides are multiples of this (16 bytes for int8)
 inline constexpr index_t ooc_min_side = 128;  ///< the smallest block side / k chunk planned
 inline constexpr std::size_t ooc_align = 256;
-/// Shortest host line an MN-major panel is planned to be copied in by (see make_ooc_plan): the
-/// H200 copies 2-D host→device at 33.8 GB/s with 4 KiB lines alone (19 GB/s in the 32768² bf16 job,
-/// beside its GEMMs and copies out), 49.7 with 8 KiB, 48.8 with 16 KiB and 55.3 from 32 KiB on; the
-/// job with row-major B took 185 / 169 / 152 ms with 4 / 8 / 16 KiB lines.
+/// Shortest host line an MN-major panel is planned to be copied in by (see make_ooc_plan): 2-D
+/// host→device copies of shorter lines run well under the link's rate, and the job with row-major
+/// B ran fastest with 16 KiB lines (docs/gemm.md, "ooc_plan.hpp").
 inline constexpr std::size_t ooc_mn_line_bytes = 16384;
 
 inline index_t ooc_ceil(index_t a, index_t b) {
@@ -810,10 +806,9 @@ inline void ooc_consider(const ooc_plan_request& r, const ooc_shape& s, bool tr,
   // A row-major B (MN-major in the executed frame) of 1- or 2-byte elements held whole as
   // one panel, landing in pieces of whole rows (1-D copies at the full rate, each
   // transposed as the next lands), with C blocks of whole rows (1-D copies out) when C is
-  // row-major there: preferred among the plans that move the fewest bytes (32768^3 on the
-  // H200: bf16 140.5-144.4 ms against 141.7-153.6 for 8192-column panels with 16 KiB
-  // host lines, int8 105.1 against 111.5). Not for 4-byte elements: TF32 measured 260.7
-  // ms whole against 254.1 (its 4 GiB B delays the first block to 84 ms); 8-byte ones
+  // row-major there: preferred among the plans that move the fewest bytes (faster than
+  // 8192-column panels for bf16 and int8; docs/gemm.md, "ooc_plan.hpp"). Not for 4-byte
+  // elements: TF32 measured slower whole (its 4 GiB B delays the first block); 8-byte ones
   // not measured. Such candidates share that panel; the smaller streamed one decides.
   const bool whole = r.in_bytes <= 2 && sb && bn == N && (r.c_row_major != tr);
   const std::size_t panel = whole ? std::min(z.pa, z.pb) : std::max(z.pa, z.pb);
@@ -1145,12 +1140,9 @@ inline ooc_plan make_ooc_plan(const ooc_plan_request& r) {
 /// The plan gemm_out_of_core runs, C blocks staged or copied straight into C: staged where `c_out`
 /// asks for it or C is pageable (`c_page_locked` false); `automatic` stages where the staged plan's
 /// bound is at least detail::ooc_staged_margin below the direct one's (both at r.compute_seconds),
-/// except when panels are transposed on load: for the 32768² bf16 job with a row-major B (NumPy's
-/// layout) staged copies out measured 231–277 ms against 180–186 direct on the H200 (the blocks'
-/// GEMMs ran 2.4x longer; not explained), while K-major B staged runs 117–127 ms; measured with
-/// 2048-column B panels (4 KiB host lines), before the plan kept such lines ≥ ooc_mn_line_bytes, not
-/// re-measured since (benchmarks/results/gemm_ooc.md). `slots_per_device` 0: 8 slots when staged, 4
-/// when direct. Sets r.c_staged and r.slots.
+/// except when panels are transposed on load: there staged copies out measured much slower than
+/// direct ones (the blocks' GEMMs ran longer; not explained; docs/gemm.md, "ooc_plan.hpp").
+/// `slots_per_device` 0: 8 slots when staged, 4 when direct. Sets r.c_staged and r.slots.
 inline ooc_plan choose_ooc_plan(ooc_plan_request r, ooc_copy_out c_out, bool c_page_locked,
                                 std::size_t slots_per_device) {
   auto plan_for = [&](bool staged) {

@@ -187,8 +187,7 @@ void launch_map(const loop_plan& plan0, Out* out_base, const F& f, stream_view s
 inline constexpr int map_unroll = 4;
 
 /// The 1-d and rows kernels run one block per tile: a resident-sized grid with the tiles strided
-/// over it measured slower on the H200 (benchmarks/results/map.md: 4,038 against 4,289 GB/s on a*b,
-/// 3,349 / 3,792 GB/s on the broadcast) and was removed on 2026-11-28.
+/// over it measured slower (docs/map.md, "one block per tile").
 template <int U, class Out, class F, class... Args>
 void map_into_impl(stream_view s, ndview<Out> out, F f, const Args&... args) {
   static_assert(!std::is_const_v<Out>, "map_into: the output view must be writable");

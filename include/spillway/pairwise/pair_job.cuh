@@ -344,9 +344,7 @@ std::size_t ensure_panels(pair_job<V, P, S>& job, std::size_t w, std::int64_t fi
 
 /// The producer's product kernels of a device run one after the other across its slots, while
 /// the copies and the sinks' own kernels still overlap them. Two persistent product kernels on
-/// two streams only split the SMs and the L2 between two strips: H200, 100,000 x 200,000, the
-/// checksum sink (benchmarks/results/gram_topk.md) took 0.31 s with the products overlapping
-/// across 3 slots and 0.19 s chained.
+/// two streams only split the SMs and the L2 between two strips (docs/gram.md, "chained_compute").
 template <class V, class P, class S, class Ctx, class Writer>
 void chained_compute(pair_job<V, P, S>& job, Ctx& c, const panel_pair<typename P::aux_type>& g,
                      const Writer& w, V* scratch, stream_view s, std::size_t t, std::size_t worker) {

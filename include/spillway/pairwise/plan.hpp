@@ -86,8 +86,8 @@ struct pair_plan {
   /// strips run from the last (narrowest) to the first (widest), so that each needs only the
   /// panels the earlier ones brought (the uploads pace the start) and, for top-k, a column's own
   /// row strip runs before the strips that mirror it. Taken from one counter, the last tasks
-  /// were then the widest (6.5 ms each of a 100,000-row job on one of two H200s) and the workers
-  /// ended up to one of them apart. The held strips — `held_strips` of them from strip
+  /// were then the widest and the workers ended up to one of them apart (docs/gram.md, "held
+  /// strips"). The held strips — `held_strips` of them from strip
   /// `held_last` down, the lowest a quarter of the way up from the last strip (each at most about
   /// a quarter of the widest one's work) — run after strip 0 instead, 2 per worker. 0: the plain
   /// descending order (one worker, A·Bᵀ, dist).

@@ -365,13 +365,8 @@ __device__ __forceinline__ void topk_merge32(warp_topk<V, Larger>& t, V qv, std:
 /// scores. Heavy rows (rows of many ones) reach the bars of thousands of columns of a wide strip
 /// where the average row reaches ~k: appended by the row's own warp (an atomic count each, then
 /// the store), they set the kernel's time, which is its slowest warp's; marked, they cost their
-/// bits, and the appends spread over every thread of the next kernel.
-///
-/// A synthetic 2,048-row strip (one H200; scores as a random 0/1 matrix of 200,000 columns makes
-/// them, row weights included, and each column's bar where k of W values pass it): 4,000 /
-/// 10,000 / 50,000 / 100,000 columns (rows kernel + appends) in 54 / 71 / 181 / 322 µs, against
-/// 81 / 164 / 438 / 640 µs for values offered and appended one by one by the row's warp, and
-/// 9 / 25 / 104 / 201 µs to read the strip alone (benchmarks/results/gram_topk.md).
+/// bits, and the appends spread over every thread of the next kernel (measured against appends
+/// one by one by the row's warp: docs/gram.md, "topk_rows_kernel").
 template <class V, bool Larger>
 __global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
                                                         std::int64_t row0, std::int64_t col0, bool skip_diagonal,

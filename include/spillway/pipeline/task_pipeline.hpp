@@ -331,8 +331,7 @@ class task_runner {
       // The tail of a job of several workers: once no more tasks are left to hand out than the
       // workers have slots, a worker takes the next task only while it has at most one task in
       // flight, so the last tasks go to the devices that free up first instead of queueing
-      // behind a device's own (H200 pair, the Gram top-k: a device that had taken the last
-      // three strips early finished 11 ms after the other).
+      // behind a device's own (docs/pipeline.md, "Low-level: `run_tasks`").
       if (st_.workers > 1 && !first) {
         const std::size_t next = st_.next.load();
         const std::size_t left = next < st_.total ? st_.total - next : 0;

@@ -83,9 +83,8 @@ struct similarity_options : ::spillway::pairwise::pair_job_options {
   bool check_finite = true;
   /// Host rows in ordinary (pageable) memory are page-locked for the call (cudaHostRegister,
   /// undone before it returns; pair_report::a_registered / b_registered say so), so the job copies
-  /// them by DMA: `automatic` and `always` both do (10⁶ × 768 bf16 rows, top-32 cosine, 8 GiB
-  /// budget, H200, spillway-knn: 2.06 s page-locked by the call against 2.15 s copied from pageable
-  /// memory, 1.83 s on rows the caller page-locked before; from Python 1.80 against 1.93 s);
+  /// them by DMA: `automatic` and `always` both do (measured faster than copying from pageable
+  /// memory: docs/similarity.md, "page-locking the rows");
   /// `never` copies them as they are. Where the driver refuses (already registered in part, the locked-memory limit),
   /// the rows are copied as they are.
   page_lock lock = page_lock::automatic;

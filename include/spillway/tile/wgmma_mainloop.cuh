@@ -15,8 +15,7 @@
 // the consumer warps of every block have read it: each consumer warp arrives on every block's
 // empty barrier.
 //
-// Measured (H200, 2026-11-29) against the two inlined loops it replaces: see
-// benchmarks/results/gram.md and gemm.md (issue 32, part 3).
+// Its cost against the two inlined loops it replaced: docs/gram_kernels.md, "wgmma mainloop".
 #pragma once
 
 #include <spillway/tile/arch.cuh>

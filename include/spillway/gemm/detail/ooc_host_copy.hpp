@@ -104,14 +104,8 @@ inline void ooc_copy_lines(void* dst, std::size_t dpitch, const void* src, std::
 inline constexpr std::size_t ooc_scatter_threads = 12;
 
 /// Pieces a staged C block is copied out and written into C in (each one host thread's, from the
-/// moment its own copy out lands). On the H200, 2048 x 2048 float blocks paced at one every 375 µs
-/// beside 4 GiB of copies in (two runs): 1 piece 47.9 / 46.2 GB/s in, 2 49.4 / 48.7, 4 49.8 / 49.6,
-/// 8 49.4 / 50.4, the copies out keeping pace in each; one block at a time over 12 pool threads in a
-/// host function, the way before, 43.1 / 43.0. In the 32768² bf16 job (8 GiB) on machines in their
-/// normal state every variant ran 116.8–120.9 ms medians against 117.2–119.5 the way before (the
-/// panels in by 82–88 ms instead of 92–94, the last blocks then waiting on the host copies); on one
-/// in a slow state 2 pieces 124.9 ms, 4 pieces 130–143, the way before 144 and 321
-/// (benchmarks/results/gemm_ooc.md, "scatter threads").
+/// moment its own copy out lands). Pieces let the copies in run faster than one block at a time on
+/// the pool did; 2 held up best on a machine in a slow state (docs/gemm.md, "ooc_host_copy.hpp").
 inline constexpr std::size_t ooc_scatter_pieces = 2;
 
 /// One slot's staged C block on its way into C: its pieces' copy-out events (blocking sync: the

@@ -186,7 +186,7 @@ struct ooc_job {
   std::vector<std::unique_ptr<event>> ev_ready, ev_gemm, ev_out;  // trace only, per order index
   // Trace only: a staged block's end on the host clock (its host copy into C), per order index.
   // No timing event follows the slot's host function: one there, with the next block's ready
-  // event, slowed the 32768^3 bf16 job from 119 to 153 ms (results/gemm_ooc.md, "fifth session").
+  // event, slowed the job by almost a third (docs/gemm.md, "ooc_job.cuh").
   std::vector<std::chrono::steady_clock::time_point> host_out;
   std::vector<int> ev_ctx;                                        // trace only: which context ran it
   static constexpr std::size_t none = static_cast<std::size_t>(-1);

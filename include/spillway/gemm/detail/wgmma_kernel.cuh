@@ -10,11 +10,8 @@
 // issues the stage's four m64n256 instructions back to back, keeping one group in flight
 // (wait_group 1) before it hands the previous stage back to the producer.
 //
-// No clusters: pairs of blocks sharing the B tile by TMA multicast (with stage hand-backs to both
-// blocks) were measured on the H200 against single blocks, same run, same position in it, and
-// never won: 8192^3 bf16 824 vs 827 TFLOP/s, tf32 413 vs 423, int8 1442 vs 1568 TOP/s; 4096^3
-// within 1% on every type. (Later positions in one run lose up to 13% to power throttling, cuBLAS
-// too: only same-position figures are compared.) So the kernel has no cluster form.
+// No clusters: pairs of blocks sharing the B tile by TMA multicast never beat single blocks on the
+// H200 (docs/gemm.md, "wgmma kernel"), so the kernel has no cluster form.
 //
 // Epilogue: alpha * acc (+ beta * C), the functor and the conversion in registers. When C has a
 // tensor map (16-byte aligned base, ldc and batch stride), each warpgroup block that lies wholly
@@ -33,11 +30,7 @@
 //
 // TF32: see tile/wgmma.cuh — the FP32 operands are truncated to TF32 by the tensor cores.
 //
-// Measured on the lent H200 (2026-11-23, TN, first position in each run against the same run's
-// cuBLAS cublasGemmEx, three runs): 8192^3 bf16 776-827 TFLOP/s (cuBLAS 814-834), f16 802-825
-// (816-835), tf32 398-423 (435-443), int8 1515-1568 TOP/s (1414-1504); 4096^3 bf16 780 (796),
-// f16 781 (797), tf32 429 (414), int8 1329 (1366). ncu (bf16 8192^3): the tensor pipe is active
-// 95.5% of its peak sustained rate while SMs are active.
+// Its rates against cuBLAS and its ncu profile: docs/gemm.md, "wgmma kernel".
 #pragma once
 
 #include <spillway/core/device.hpp>

@@ -164,9 +164,8 @@ inline tile_kernel kernel_for(kernel_path resolved, int device) {
   }
 }
 
-// Column tiles per band of the wgmma schedule (tile/schedule.cuh). Measured on the H200, upper
-// triangle: 8192 x 32768 ran at 3.78 / 4.19 / 3.16 P bit-MAC/s with bands of 8 / 4 / 16,
-// 32768 x 65536 at 5.39 / 5.04 / 4.92: narrow bands for narrow products.
+// Column tiles per band of the wgmma schedule (tile/schedule.cuh): narrow bands for narrow
+// products, as measured (docs/gram_kernels.md, "wgmma band").
 inline int wgmma_band(std::int64_t b_rows) { return b_rows <= 32 * wg_bn ? 4 : 8; }
 
 template <class Epilogue>

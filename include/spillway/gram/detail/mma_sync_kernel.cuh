@@ -12,7 +12,7 @@
 //
 // The cp.async kernel keeps its own loop (fragments loaded per k-step, not double-buffered in
 // registers as in tile::mma_sync_kmajor_mainloop): that loop was measured faster for this tile
-// (docs/gram_kernels.md: 2.63 against 2.27 P bit-MAC/s with double-buffered fragments).
+// (docs/gram_kernels.md, "mma_sync path").
 #pragma once
 
 #include <spillway/tile/arch.cuh>

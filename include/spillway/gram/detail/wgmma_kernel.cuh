@@ -10,24 +10,22 @@
 // one, so the copy engine writes and the tensor cores read without bank conflicts; each slice
 // feeds four k256 MMAs whose descriptors advance 32 bytes inside the swizzle atom.
 //
-// Why pairs, a claimed schedule and the evict-first stores (docs/gram_kernels.md, H200 ncu at
-// 32,768 x 65,536): the single-block kernel with every gridDim-th tile per block kept the tensor
-// pipe waiting on its stages (consumer warps' top stall: the full-barrier wait, 118k of 596k
-// samples; L2 throughput 90% of peak, L2 hit rate 61%, 3.0 TB/s from HBM for a job whose panels
-// need ~0.4 TB/s). Blocks drift apart over ~125 tiles each, so the blocks that share a k-slice no
-// longer read it at the same time and the L2 holds neither A's nor B's slices long enough. With
-// each block claiming the next unclaimed tile, tiles that start together are schedule neighbours
-// (one A row tile, neighbouring B column tiles): L2 hit rate 87%, HBM 1.0 TB/s. A pair reads each
-// B slice from L2 once for two blocks (32 KiB per block and slice instead of 48), and the
-// 2.1 GB of output no longer evicts the panels.
+// Why pairs, a claimed schedule and the evict-first stores (the profiles: docs/gram_kernels.md,
+// "wgmma kernel"): the single-block kernel with every gridDim-th tile per block kept the tensor
+// pipe waiting on its stages while the L2 re-fetched the panels from HBM. Blocks drift apart over
+// ~125 tiles each, so the blocks that share a k-slice no longer read it at the same time and the L2
+// holds neither A's nor B's slices long enough. With each block claiming the next unclaimed tile,
+// tiles that start together are schedule neighbours (one A row tile, neighbouring B column tiles)
+// and the L2 hits. A pair reads each B slice from L2 once for two blocks (32 KiB per block and
+// slice instead of 48), and the output no longer evicts the panels.
 //
 // A pair computes the row tiles 2p and 2p + 1 of one column tile: block `rank` loads its own A
 // tile and rows [128 rank, 128 rank + 128) of the B tile into both blocks (multicast); a stage is
 // free once the consumer warps of both blocks have read it (each warp arrives on both blocks'
 // empty barrier). Block 0's producer claims the pair's tiles and publishes each slot through a
 // two-entry ring in global memory next to the counter. (Claiming one tile ahead, so that the atomic's round
-// trip overlaps the current tile, measured no faster at 32,768 and 5% slower at 8,192 x 32,768:
-// a block holding a claim it cannot start yet undoes the balancing of the last tiles.)
+// trip overlaps the current tile, measured no faster: a block holding a claim it cannot start yet
+// undoes the balancing of the last tiles; docs/gram_kernels.md, "wgmma kernel".)
 //
 // Epilogue. For a `store_counts<std::int32_t>` whose output a tensor map can describe (TmaStore),
 // each consumer warpgroup writes its 64 x 256 accumulators in eight 64 x 32 pieces into a

@@ -271,8 +271,8 @@ inline gufunc_stage_plan plan_gufunc_stage(const gufunc_plan& p, const std::vect
 /// flight). 2: a team issues its next instance's copies before it computes the current one.
 /// `requested` is gufunc_spec::stage_buffers (0 automatic, 1 or 2 forced; anything else throws);
 /// two are used only while 2 * sp.smem_bytes fits `smem_optin` (the device's per-block opt-in
-/// maximum), otherwise one. Automatic picks 1: on the H200 the (1e6, 64) float32 row dot ran at
-/// 0.923x of the D2D copy with one slot and 0.898x with two (same run; docs/map.md).
+/// maximum), otherwise one. Automatic picks 1, which measured faster than two (docs/map.md, "The
+/// staged path").
 inline int gufunc_stage_buffers(const gufunc_stage_plan& sp, int requested, index_t smem_optin) {
   if (requested < 0 || requested > 2) {
     throw logic_error("gufunc_spec::stage_buffers: " + std::to_string(requested) +

@@ -365,8 +365,7 @@ __device__ __forceinline__ ndview<const T> staged_view(const core_arg<T, true>&,
 /// among its members, then calls the functor on views of the copies. No block-wide barrier: a team
 /// whose copies have landed computes while the other teams' copies are in flight, so the SM keeps
 /// loads outstanding all the time. (Tiles loaded and computed block by block behind __syncthreads,
-/// single- or double-buffered, reached 0.70-0.73x of the D2D copy on the (1e6, 64) float32 row dot
-/// on the H200; this kernel 0.92x with one slot per team, 0.90x with two.)
+/// single- or double-buffered, were slower: docs/map.md, "The staged path".)
 template <int Buffers, class Idx, class R, class F, class Args, std::size_t K, std::size_t... I>
 __device__ __forceinline__ void gufunc_staged_run(R* out, const F& f, const gufunc_kernel_plan<K>& plan,
                                                   const gufunc_stage_kplan<K>& sp, const Args& args,

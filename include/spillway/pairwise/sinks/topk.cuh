@@ -67,8 +67,8 @@ std::future<topk_host_side<V>> start_topk_host(std::int64_t n, int k, std::size_
 /// widened on the host). Through `stage` (pinned, two halves of topk_stage_half_bytes, or null)
 /// where there is one: a piece of both arrays fills one half over PCIe while the host threads
 /// copy the previous piece out of the other. The vectors are pageable, and a straight copy into
-/// them ran at 7-11 GB/s (38.4 MB: 3.6-5.2 ms on the lent H200s); pinned halves fill at the
-/// link's rate. Returns when every entry is on the host.
+/// them ran far below the link's rate; pinned halves fill at the link's rate (docs/gram.md,
+/// "copy_lists_to_host"). Returns when every entry is on the host.
 template <class V>
 void copy_lists_to_host(const V* dv, const std::int32_t* di, std::size_t count, V* hv, std::int64_t* hi,
                         std::byte* stage, stream_view s) {

@@ -193,8 +193,8 @@ struct fused_topk_sink {
     // each column's two rows against the column's bar (about 4.5 instructions per score). Only
     // when the warp has a hit does it run the exact test per score, which stages (score,
     // position) in the thread's shared-memory slots by predicated stores (a branch per score ends
-    // a basic block per score and serializes the latencies: 2.7x slower measured), then commits
-    // the staged candidates.
+    // a basic block per score and serializes the latencies: measured slower, docs/similarity.md,
+    // "the exact test"), then commits the staged candidates.
     const float* const aux_p = aux_b + col0;
     const topk_bar* const bar_p = bar_b + col0;
     const int lim = n - col0;  // column 8 j + e exists iff 8 j + e < lim
