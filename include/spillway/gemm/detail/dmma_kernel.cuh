@@ -69,6 +69,107 @@ using dmma_default_config = dmma_config<2, 4, 4, 4, 32, 3, 8>;
 // A100 (163 KiB per block): k-tile 16, 4 stages x 34,816 bytes = 139,264 bytes.
 using dmma_a100_config = dmma_config<2, 4, 4, 4, 16, 4, 8>;
 
+/// The copies of k-tile kt into its stage (producer side, every thread): `part` of `parts` slices
+/// of the unpredicated copies where the tile lies inside m x n (`interior`) and inside k, else (part
+/// 0 only) every copy with its edge checks, zero-filling rows past m / n and k past `k`. a_src /
+/// b_src: the thread's first element of its copy rows (k = 0), a_base / b_base: a readable address
+/// for the zero-filling copies, a_copy / b_copy: its shared destinations in stage 0, a_ok / b_ok:
+/// which of its rows exist (bit per pass), a_k / b_ck: its k offset and 16-byte chunk (see the kernel).
+/// The parameters are references, as the kernel's lambda captured them: by-value parameters
+/// changed the generated code (PTX compared).
+template <class Cfg, int parts>
+__device__ __forceinline__ void dmma_load_tile(const index_t& kt, const int& part, const index_t& k,
+                                               const bool& interior, const double* const& a_base,
+                                               const double* const& b_base, const double* const& a_src,
+                                               const double* const& b_src, const index_t& a_step,
+                                               const index_t& b_step, const std::uint32_t& a_copy,
+                                               const std::uint32_t& b_copy, const int& a_k, const int& b_ck,
+                                               const unsigned& a_ok, const unsigned& b_ok) {
+  const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
+  const index_t k0 = kt * Cfg::bk;
+  const bool k_full = k0 + Cfg::bk <= k;
+  if (interior && k_full) {
+    constexpr int ar = Cfg::bm / 16 / parts, bj = Cfg::b_passes / parts;
+    const double* sa = a_src + k0 + part * ar * a_step;
+#pragma unroll
+    for (int r = 0; r < ar; ++r, sa += a_step) {
+#pragma unroll
+      for (int h = 0; h < Cfg::ksteps; ++h)
+        tile::cp_async<8>(
+            a_copy + st + static_cast<std::uint32_t>((part * ar + r) * 8 * Cfg::pair_row_bytes + h * 256),
+            sa + 16 * h, true);
+    }
+    const double* sb = b_src + k0 + part * bj * b_step;
+#pragma unroll
+    for (int j = 0; j < bj; ++j, sb += b_step)
+      tile::cp_async<16>(
+          b_copy + st +
+              static_cast<std::uint32_t>((part * bj + j) * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes),
+          sb, true);
+    return;
+  }
+  if (part != 0) return;
+#pragma unroll
+  for (int j = 0; j < Cfg::a_passes; ++j) {
+    const int r = j / Cfg::ksteps, h = j % Cfg::ksteps;
+    const bool ok = ((a_ok >> r) & 1u) && k0 + 16 * h + a_k < k;
+    const double* s = a_src + k0 + 16 * h + r * a_step;
+    // f64_pair_chunk(g, 16h + c) = 16h + f64_pair_chunk(g, c) for c < 16.
+    tile::cp_async<8>(a_copy + st + static_cast<std::uint32_t>(r * 8 * Cfg::pair_row_bytes + h * 256),
+                      ok ? s : a_base, ok);
+  }
+  const index_t kk = k0 + 2 * b_ck;
+#pragma unroll
+  for (int j = 0; j < Cfg::b_passes; ++j) {
+    const std::uint32_t d =
+        b_copy + st + static_cast<std::uint32_t>(j * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes);
+    const double* s = b_src + k0 + j * b_step;
+    const bool row = (b_ok >> j) & 1u;
+    if (k_full) {
+      tile::cp_async<16>(d, row ? s : b_base, row);
+    } else if (row && kk + 1 == k) {  // odd k: the row's last element, then a zero
+      tile::cp_async<8>(d, s, true);
+      tile::cp_async<8>(d + 8, b_base, false);
+    } else {
+      const bool ok = row && kk + 2 <= k;
+      tile::cp_async<16>(d, ok ? s : b_base, ok);
+    }
+  }
+}
+
+/// The epilogue of batch entry q's tile at m0 x n0, straight from the warp's accumulators (the lane
+/// is (g, t) of warp (warp_m, warp_n)): C = epi(alpha * acc + beta * C) per element, C read only
+/// when beta != 0; each lane writes pairs of adjacent columns.
+template <class Cfg, class TC, class Epi>
+__device__ __forceinline__ void dmma_store_tile(const problem<double, double, TC, double, Epi>& p,
+                                                const double (&acc)[Cfg::mt][Cfg::nt][tile::f64_frag_d],
+                                                index_t q, index_t m0, index_t n0, int warp_m, int warp_n,
+                                                int g, int t) {
+  TC* c = p.c + q * p.stride_c;
+  const bool read_c = p.beta != 0.0;
+#pragma unroll
+  for (int i = 0; i < Cfg::mt; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const index_t row = m0 + warp_m * Cfg::wm + i * 16 + h * 8 + g;
+      if (row >= p.m) continue;
+      TC* c_row = c + row * p.ldc;
+#pragma unroll
+      for (int j = 0; j < Cfg::nt; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const index_t col = n0 + warp_n * Cfg::wn + j * 8 + 2 * t + e;
+          if (col < p.n) {
+            double v = p.alpha * acc[i][j][2 * h + e];
+            if (read_c) v += p.beta * load_output<double>(c_row[col]);
+            c_row[col] = convert_output<TC>(p.epi(v, row, col));
+          }
+        }
+      }
+    }
+  }
+}
+
 template <class Cfg, class TC, class Epi>
 __global__ void __launch_bounds__(Cfg::threads, 1)
     dmma_gemm_kernel(problem<double, double, TC, double, Epi> p, index_t tiles_m, index_t tiles_n) {
@@ -134,54 +235,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     constexpr int parts = Cfg::mt;
     static_assert((Cfg::bm / 16) % parts == 0 && Cfg::b_passes % parts == 0, "copies split evenly");
     auto load_tile = [&](index_t kt, int part) {
-      const std::uint32_t st = static_cast<std::uint32_t>((kt % Cfg::stages) * Cfg::stage_bytes);
-      const index_t k0 = kt * Cfg::bk;
-      const bool k_full = k0 + Cfg::bk <= p.k;
-      if (interior && k_full) {
-        constexpr int ar = Cfg::bm / 16 / parts, bj = Cfg::b_passes / parts;
-        const double* sa = a_src + k0 + part * ar * a_step;
-#pragma unroll
-        for (int r = 0; r < ar; ++r, sa += a_step) {
-#pragma unroll
-          for (int h = 0; h < Cfg::ksteps; ++h)
-            tile::cp_async<8>(
-                a_copy + st + static_cast<std::uint32_t>((part * ar + r) * 8 * Cfg::pair_row_bytes + h * 256),
-                sa + 16 * h, true);
-        }
-        const double* sb = b_src + k0 + part * bj * b_step;
-#pragma unroll
-        for (int j = 0; j < bj; ++j, sb += b_step)
-          tile::cp_async<16>(
-              b_copy + st + static_cast<std::uint32_t>((part * bj + j) * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes),
-              sb, true);
-        return;
-      }
-      if (part != 0) return;
-#pragma unroll
-      for (int j = 0; j < Cfg::a_passes; ++j) {
-        const int r = j / Cfg::ksteps, h = j % Cfg::ksteps;
-        const bool ok = ((a_ok >> r) & 1u) && k0 + 16 * h + a_k < p.k;
-        const double* s = a_src + k0 + 16 * h + r * a_step;
-        // f64_pair_chunk(g, 16h + c) = 16h + f64_pair_chunk(g, c) for c < 16.
-        tile::cp_async<8>(a_copy + st + static_cast<std::uint32_t>(r * 8 * Cfg::pair_row_bytes + h * 256),
-                          ok ? s : a_base, ok);
-      }
-      const index_t kk = k0 + 2 * b_ck;
-#pragma unroll
-      for (int j = 0; j < Cfg::b_passes; ++j) {
-        const std::uint32_t d = b_copy + st + static_cast<std::uint32_t>(j * Cfg::b_rows_per_pass * Cfg::b_pitch_bytes);
-        const double* s = b_src + k0 + j * b_step;
-        const bool row = (b_ok >> j) & 1u;
-        if (k_full) {
-          tile::cp_async<16>(d, row ? s : b_base, row);
-        } else if (row && kk + 1 == p.k) {  // odd k: the row's last element, then a zero
-          tile::cp_async<8>(d, s, true);
-          tile::cp_async<8>(d + 8, b_base, false);
-        } else {
-          const bool ok = row && kk + 2 <= p.k;
-          tile::cp_async<16>(d, ok ? s : b_base, ok);
-        }
-      }
+      dmma_load_tile<Cfg, parts>(kt, part, p.k, interior, a_base, b_base, a_src, b_src, a_step, b_step,
+                                 a_copy, b_copy, a_k, b_ck, a_ok, b_ok);
     };
 
     double acc[Cfg::mt][Cfg::nt][tile::f64_frag_d];
@@ -235,29 +290,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     tile::cp_async_wait<0>();
     __syncthreads();  // the next batch entry's prologue overwrites stages still being read
 
-    TC* c = p.c + q * p.stride_c;
-    const bool read_c = p.beta != 0.0;
-#pragma unroll
-    for (int i = 0; i < Cfg::mt; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const index_t row = m0 + warp_m * Cfg::wm + i * 16 + h * 8 + g;
-        if (row >= p.m) continue;
-        TC* c_row = c + row * p.ldc;
-#pragma unroll
-        for (int j = 0; j < Cfg::nt; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const index_t col = n0 + warp_n * Cfg::wn + j * 8 + 2 * t + e;
-            if (col < p.n) {
-              double v = p.alpha * acc[i][j][2 * h + e];
-              if (read_c) v += p.beta * load_output<double>(c_row[col]);
-              c_row[col] = convert_output<TC>(p.epi(v, row, col));
-            }
-          }
-        }
-      }
-    }
+    dmma_store_tile<Cfg>(p, acc, q, m0, n0, warp_m, warp_n, g, t);
   }
 #else
   (void)p, (void)tiles_m, (void)tiles_n;

@@ -539,16 +539,116 @@ struct simt_modes {
   bool c_vector;   // C rows can be written rn elements at a time (alignment and ldc allow it)
 };
 
+/// The k steps [KB, KE) of one staged k-tile: each step's A and B fragments of the lane from
+/// shared memory (`as`, `bs`: the stage at the lane's first row and column), then its TM x TN
+/// multiply-adds into `acc`.
+template <class Cfg, class OpA, class OpB, int KB, int KE, class E, class Acc>
+__device__ __forceinline__ void simt_k_steps(Acc& acc, const E* as, const E* bs) {
+  constexpr int TM = Cfg::tm, TN = Cfg::tn, RM = Cfg::rm, RN = Cfg::rn, HM = Cfg::hm, HN = Cfg::hn;
+#pragma unroll
+  for (int kk = KB; kk < KE; ++kk) {
+    E af[TM], bf[TN];
+#pragma unroll
+    for (int h = 0; h < HM; ++h) {
+      E x[RM];
+      simt_lds16<RM>(as + kk * OpA::ld_s + h * 4 * RM, x);
+#pragma unroll
+      for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
+    }
+#pragma unroll
+    for (int h = 0; h < HN; ++h) {
+      E x[RN];
+      simt_lds16<RN>(bs + kk * OpB::ld_s + h * 8 * RN, x);
+#pragma unroll
+      for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
+    }
+    acc.mac(af, bf);
+  }
+}
+
+/// One operand's k-tile kt (split staging): `g` is the kernel's A or B operand, with its tile base,
+/// ld, rows and load mode; `Lean`: the compiled-in K-major vector loads (k-tiles before k_full lie
+/// wholly inside k).
+template <bool Lean, int BK, class Op, class T>
+__device__ __forceinline__ void simt_load_one(Op& g, const T* base, index_t ld, int rows, int mode,
+                                              index_t kt, index_t k_full, index_t k, int tid) {
+  if constexpr (Lean) {
+    if (kt < k_full) {
+      g.load_full(kt * BK);
+    } else {
+      g.load_edge(kt * BK, k, tid);
+    }
+  } else {
+    g.load(base, ld, rows, kt * BK, k, mode, tid);
+  }
+}
+
+/// Both operands' k-tile kt into their staging registers (whole-tile staging and the first
+/// k-tile): the running loads (`Lean && Running`), the K-major vector loads (`Lean`; k-tiles before
+/// k_full lie wholly inside k) or the loads of the run-time modes. The parameters are references,
+/// as the kernel's lambda captured them: by-value parameters changed the generated code.
+template <bool Lean, bool Running, int BK, class OpA, class OpB, class T>
+__device__ __forceinline__ void simt_load_tile(OpA& ga, OpB& gb, const index_t& kt, const index_t& k_full,
+                                               const index_t& k, const T* const& a_base,
+                                               const T* const& b_base, const index_t& lda, const index_t& ldb,
+                                               const int& rows_a, const int& rows_b, const int& mode_a,
+                                               const int& mode_b, const int& tid) {
+  if constexpr (Lean && Running) {
+    ga.running_load(kt * BK, k, kt >= k_full, tid);
+    gb.running_load(kt * BK, k, kt >= k_full, tid);
+  } else if constexpr (Lean) {
+    if (kt < k_full) {
+      ga.load_full(kt * BK);
+      gb.load_full(kt * BK);
+    } else {
+      ga.load_edge(kt * BK, k, tid);
+      gb.load_edge(kt * BK, k, tid);
+    }
+  } else {
+    ga.load(a_base, lda, rows_a, kt * BK, k, mode_a, tid);
+    gb.load(b_base, ldb, rows_b, kt * BK, k, mode_b, tid);
+  }
+}
+
+/// The per-tile state of the compiled-in K-major vector loads (`Lean`; see the kernel): the running
+/// pointers (`Running`), the row form (`RowForm`) or the per-row pointers. Nothing otherwise.
+template <bool Lean, bool Running, bool RowForm, class OpA, class OpB, class T>
+__device__ __forceinline__ void simt_init_loads(OpA& ga, OpB& gb, const T* a_base, index_t lda, int rows_a,
+                                                const T* b_base, index_t ldb, int rows_b, int tid) {
+  if constexpr (Lean && Running) {
+    ga.running_init(a_base, lda, rows_a, tid);
+    gb.running_init(b_base, ldb, rows_b, tid);
+  } else if constexpr (RowForm) {
+    ga.row_init(a_base, lda, rows_a, tid);
+    gb.row_init(b_base, ldb, rows_b, tid);
+  } else if constexpr (Lean) {
+    ga.full_init(a_base, lda, rows_a, tid);
+    gb.full_init(b_base, ldb, rows_b, tid);
+  }
+}
+
 /// FixedA / FixedB: the load modes compiled in (the fast layouts), or -1 for the mode read from
 /// `modes` at run time (every other layout; more registers, so fewer blocks per SM are asked).
+///
+/// The lane's place in the warp's 4 x 8 grid is "paired" (see the file comment): ly from lane bits
+/// 1 and 2, lx from bits 0, 3 and 4, so lanes 2i and 2i + 1 read one A fragment and lanes i and
+/// i ^ 2 one B fragment. Compiled-in K-major vector modes ("lean"): per-thread row pointers set
+/// once per tile; k-tiles wholly inside k are one predicated vector load each, the one crossing k
+/// goes element-wise. Split staging: A's next k-tile is in flight during the first half of the k
+/// steps and stored halfway, B's during the second half: half the staging registers are live at a
+/// time, which leaves the 128-register budget room to schedule the shared loads ahead (float
+/// 128x128: 43.0 -> 45.6 TFLOP/s on the H200 at 8192^3; complex lost 11%, so it keeps the
+/// whole-tile order). In its k loop, `more`: a next k-tile exists; `edge`: it crosses k (the row
+/// form; the other loads test k themselves). The row form's hot loop has both compiled in (the
+/// next tile lies wholly inside k), so its k-tile costs no edge tests and no branches. The
+/// epilogue: alpha * acc (+ beta * C), the functor, the conversion; rn columns at a time.
 template <class Cfg, class T, class TC, class S, class Epi, int FixedA, int FixedB>
 __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? Cfg::min_blocks : 1)
     simt_gemm_kernel(problem<T, T, TC, S, Epi> p, simt_modes modes, index_t tiles_m, index_t tiles_n) {
   using E = typename simt_elem<T>::elem;
   using opa_t = simt_operand<T, Cfg::bm, Cfg::bk, Cfg::threads>;
   using opb_t = simt_operand<T, Cfg::bn, Cfg::bk, Cfg::threads>;
-  constexpr int BK = Cfg::bk, TM = Cfg::tm, TN = Cfg::tn, RM = Cfg::rm, RN = Cfg::rn;
-  constexpr int HM = Cfg::hm, HN = Cfg::hn;
+  constexpr int HN = Cfg::hn, BK = Cfg::bk, TM = Cfg::tm, TN = Cfg::tn, RM = Cfg::rm, RN = Cfg::rn;
   static_assert(RM * sizeof(E) == 16 && RN * sizeof(E) == 16, "lane fragments are 16-byte shared loads");
   static_assert(!(Cfg::running && Cfg::split_stage), "the running loads feed whole-tile staging only");
 
@@ -559,9 +659,6 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
   const int mode_b = FixedB >= 0 ? FixedB : modes.b;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
-  // The lane's place in the warp's 4 x 8 grid, "paired" (see the file comment): ly from lane bits
-  // 1 and 2, lx from bits 0, 3 and 4, so lanes 2i and 2i + 1 read one A fragment and lanes i and
-  // i ^ 2 one B fragment.
   const int ly = ((lane >> 1) & 1) | ((lane >> 1) & 2);
   const int lx = (lane & 1) | ((lane >> 2) & 6);
   const int row_l = (warp / Cfg::warps_n) * Cfg::wm + ly * RM;  // first row of the lane in the tile
@@ -588,39 +685,15 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     simt_accum<E, TM, TN> acc;
     acc.zero();
 
-    // Compiled-in K-major vector modes ("lean"): per-thread row pointers set once per tile; k-tiles
-    // wholly inside k are one predicated vector load each, the one crossing k goes element-wise.
     constexpr bool lean = FixedA == simt_k_vector && FixedB == simt_k_vector;
     const index_t k_full = p.k / BK;
     auto load_tile = [&](index_t kt) {
-      if constexpr (lean && Cfg::running) {
-        ga.running_load(kt * BK, p.k, kt >= k_full, tid);
-        gb.running_load(kt * BK, p.k, kt >= k_full, tid);
-      } else if constexpr (lean) {
-        if (kt < k_full) {
-          ga.load_full(kt * BK);
-          gb.load_full(kt * BK);
-        } else {
-          ga.load_edge(kt * BK, p.k, tid);
-          gb.load_edge(kt * BK, p.k, tid);
-        }
-      } else {
-        ga.load(a_base, p.lda, rows_a, kt * BK, p.k, mode_a, tid);
-        gb.load(b_base, p.ldb, rows_b, kt * BK, p.k, mode_b, tid);
-      }
+      simt_load_tile<lean, Cfg::running, BK>(ga, gb, kt, k_full, p.k, a_base, b_base, p.lda, p.ldb, rows_a,
+                                             rows_b, mode_a, mode_b, tid);
     };
     constexpr bool row_form = lean && Cfg::row_loads;
     static_assert(!Cfg::row_loads || Cfg::split_stage, "the row loads feed split staging only");
-    if constexpr (lean && Cfg::running) {
-      ga.running_init(a_base, p.lda, rows_a, tid);
-      gb.running_init(b_base, p.ldb, rows_b, tid);
-    } else if constexpr (row_form) {
-      ga.row_init(a_base, p.lda, rows_a, tid);
-      gb.row_init(b_base, p.ldb, rows_b, tid);
-    } else if constexpr (lean) {
-      ga.full_init(a_base, p.lda, rows_a, tid);
-      gb.full_init(b_base, p.ldb, rows_b, tid);
-    }
+    simt_init_loads<lean, Cfg::running, row_form>(ga, gb, a_base, p.lda, rows_a, b_base, p.ldb, rows_b, tid);
 
     __syncthreads();  // the previous tile's last reads of stage 0 / 1 are done
     if constexpr (row_form) {
@@ -636,54 +709,13 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
     __syncthreads();
 
     int stage = 0;
-    // The k steps [kb, ke) of one staged tile: each thread's fragments from shared memory, then
-    // its TM x TN multiply-adds.
-    auto steps = [&](const E* as, const E* bs, auto kb, auto ke) {
-#pragma unroll
-      for (int kk = decltype(kb)::value; kk < decltype(ke)::value; ++kk) {
-        E af[TM], bf[TN];
-#pragma unroll
-        for (int h = 0; h < HM; ++h) {
-          E x[RM];
-          simt_lds16<RM>(as + kk * opa_t::ld_s + h * 4 * RM, x);
-#pragma unroll
-          for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
-        }
-#pragma unroll
-        for (int h = 0; h < HN; ++h) {
-          E x[RN];
-          simt_lds16<RN>(bs + kk * opb_t::ld_s + h * 8 * RN, x);
-#pragma unroll
-          for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
-        }
-        acc.mac(af, bf);
-      }
-    };
-    using k0_t = std::integral_constant<int, 0>;
-    using kh_t = std::integral_constant<int, BK / 2>;
-    using kn_t = std::integral_constant<int, BK>;
     if constexpr (Cfg::split_stage) {
-      // A's next k-tile is in flight during the first half of the k steps and stored halfway, B's
-      // during the second half: half the staging registers are live at a time, which leaves the
-      // 128-register budget room to schedule the shared loads ahead (float 128x128: 43.0 -> 45.6
-      // TFLOP/s on the H200 at 8192^3; complex lost 11%, so it keeps the whole-tile order).
-      // One operand's k-tile kt: g is ga (A) or gb (B), with its base, ld, rows and mode.
-      auto load_one = [&](auto& g, const T* base, index_t ld, int rows, int mode, index_t kt) {
-        if constexpr (lean) {
-          if (kt < k_full) {
-            g.load_full(kt * BK);
-          } else {
-            g.load_edge(kt * BK, p.k, tid);
-          }
-        } else {
-          g.load(base, ld, rows, kt * BK, p.k, mode, tid);
-        }
+      auto load_a = [&](index_t kt) {
+        simt_load_one<lean, BK>(ga, a_base, p.lda, rows_a, mode_a, kt, k_full, p.k, tid);
       };
-      auto load_a = [&](index_t kt) { load_one(ga, a_base, p.lda, rows_a, mode_a, kt); };
-      auto load_b = [&](index_t kt) { load_one(gb, b_base, p.ldb, rows_b, mode_b, kt); };
-      // more: a next k-tile exists; edge: it crosses k (the row form; the other loads test k
-      // themselves). The row form's hot loop has both compiled in (the next tile lies wholly inside
-      // k), so its k-tile costs no edge tests and no branches.
+      auto load_b = [&](index_t kt) {
+        simt_load_one<lean, BK>(gb, b_base, p.ldb, rows_b, mode_b, kt, k_full, p.k, tid);
+      };
       auto iter = [&](index_t kt, auto more_c, auto edge_c) {
         const bool more = more_c.value, edge = edge_c.value;
         const E* as = a_s[stage] + row_l;
@@ -693,7 +725,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
           if constexpr (row_form) ga.row_load((kt + 1) * BK, p.k, edge, tid);
           else load_a(kt + 1);
         }
-        steps(as, bs, k0_t{}, kh_t{});
+        simt_k_steps<Cfg, opa_t, opb_t, 0, BK / 2>(acc, as, bs);
         if (more) {
           if constexpr (row_form) {
             ga.row_store(a_s[stage ^ 1], tid);
@@ -703,7 +735,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
             load_b(kt + 1);
           }
         }
-        steps(as, bs, kh_t{}, kn_t{});
+        simt_k_steps<Cfg, opa_t, opb_t, BK / 2, BK>(acc, as, bs);
         if (more) {
           if constexpr (row_form) gb.row_store(b_s[stage ^ 1], tid);
           else gb.store(b_s[stage ^ 1], mode_b, tid);
@@ -719,7 +751,7 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
       for (index_t kt = 0; kt < k_tiles; ++kt) {
         const bool more = kt + 1 < k_tiles;
         if (more) load_tile(kt + 1);
-        steps(a_s[stage] + row_l, b_s[stage] + col_l, k0_t{}, kn_t{});
+        simt_k_steps<Cfg, opa_t, opb_t, 0, BK>(acc, a_s[stage] + row_l, b_s[stage] + col_l);
         if (more) {
           // Stage ^ 1 was last read in iteration kt - 1, before that iteration's barrier.
           ga.store(a_s[stage ^ 1], mode_a, tid);
@@ -730,7 +762,6 @@ __global__ void __launch_bounds__(Cfg::threads, (FixedA >= 0 && FixedB >= 0) ? C
       }
     }
 
-    // Epilogue: alpha * acc (+ beta * C), the functor, the conversion; rn columns at a time.
     TC* c_base = p.c + q * p.stride_c;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {

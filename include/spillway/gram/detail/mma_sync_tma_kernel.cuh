@@ -142,6 +142,100 @@ __device__ __forceinline__ void bmma_store_counts(const Epilogue& epi, const std
     }
 }
 
+/// Thread 0 only: the block's next tile into origin entry `e` (ya, yb = origin[2e], origin[2e + 1];
+/// ya = -1: none left). The block's first tile (`first`) is blockIdx.x, every later one the next
+/// unclaimed slot of the schedule (`slot_counter`, zeroed for this launch; `cursor`: thread 0's
+/// place in the schedule), so the tiles that start at about the same time are neighbours in the
+/// schedule and share their k-slices in L2 while they are read.
+template <class Cfg>
+__device__ __forceinline__ void bmma_tma_claim(int e, bool first, const tile_schedule& s,
+                                               unsigned long long* slot_counter, tile_cursor* cursor,
+                                               volatile int* origin) {
+  auto claim = [&] {
+    return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull));
+  };
+  std::int64_t ti = 0, tj = 0;
+  std::int64_t tt = first ? static_cast<std::int64_t>(blockIdx.x) : claim();
+  tile_cursor c = *cursor;
+  while (tt < s.total && !c.locate(s, tt, ti, tj)) tt = claim();
+  *cursor = c;
+  origin[2 * e] = tt < s.total ? static_cast<int>(ti * Cfg::bm) : -1;
+  origin[2 * e + 1] = static_cast<int>(tj * Cfg::bn);
+}
+
+/// Thread 0 only, once per block: prefetches the tensor maps, initialises the stages' full
+/// barriers (at `full0`) and release counters, the schedule cursor, and claims the block's first
+/// two tiles into origin entries 0 and 1.
+template <class Cfg>
+__device__ __forceinline__ void bmma_tma_setup(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                               std::uint32_t full0, unsigned* released,
+                                               const tile_schedule& s, unsigned long long* slot_counter,
+                                               tile_cursor* cursor, volatile int* origin) {
+  namespace t = ::spillway::tile;
+  t::prefetch_tensor_map(&map_a);
+  t::prefetch_tensor_map(&map_b);
+#pragma unroll
+  for (int st = 0; st < Cfg::stages; ++st) {
+    t::mbar_init(full0 + 8u * st, 1);
+    released[st] = 0;
+  }
+  *cursor = tile_cursor{};
+  t::fence_barrier_init();
+  bmma_tma_claim<Cfg>(0, true, s, slot_counter, cursor, origin);
+  if (origin[0] >= 0) {
+    bmma_tma_claim<Cfg>(1, false, s, slot_counter, cursor, origin);
+  } else {
+    origin[2] = -1;
+  }
+}
+
+/// One thread: k-slice kb of the tile at panel rows y0 (A) and y1 (B) into the slot of slice n
+/// (n % stages, stages from `smem0`), two tensor copies completing on the slot's full barrier.
+template <class Cfg>
+__device__ __forceinline__ void bmma_tma_fill(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                              std::uint32_t smem0, std::uint32_t full0, int kb,
+                                              std::uint32_t n, int y0, int y1) {
+  namespace t = ::spillway::tile;
+  const std::uint32_t slot = n % Cfg::stages;
+  const std::uint32_t dst = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
+  const std::uint32_t bar = full0 + 8u * slot;
+  t::mbar_arrive_expect_tx(bar, Cfg::stage_bytes);
+  t::tma_load_2d(dst, &map_a, kb * 32, y0, bar);
+  t::tma_load_2d(dst + Cfg::a_bytes, &map_b, kb * 32, y1, bar);
+}
+
+/// Lane 0 of each warp, once the warp's BMMAs of slice n (k-slice kb of num_k, in `slot`) have
+/// consumed its fragments: adds 1 to the slot's release counter; the warp whose add completes the
+/// slot's use refills it (bmma_tma_fill) with slice kb + stages of this tile (ya, yb) or, when
+/// `carry`, of the next tile (origin entry `nxt`). References, as the kernel's lambdas captured.
+template <class Cfg>
+__device__ __forceinline__ void bmma_tma_release(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                 const std::uint32_t& smem0, const std::uint32_t& full0,
+                                                 unsigned* const& released, const std::uint32_t& slot,
+                                                 const int& kb, const int& num_k, const std::uint32_t& n,
+                                                 const bool& carry, const int& ya, const int& yb,
+                                                 volatile int* const& origin, const int& nxt) {
+  namespace t = ::spillway::tile;
+  constexpr int S = Cfg::stages;
+  constexpr unsigned warps = Cfg::threads / 32;
+  unsigned old = 0;
+  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
+               : "=r"(old)
+               : "r"(t::smem_addr(released + slot))
+               : "memory");
+  if (old % warps == warps - 1) {
+    if (kb + S < num_k) {
+      t::fence_proxy_async_shared();
+      bmma_tma_fill<Cfg>(map_a, map_b, smem0, full0, kb + S, n + S, ya, yb);
+    } else if (carry) {
+      // Slice kb + S - num_k of the next tile (its origin was published by this tile's barrier).
+      t::fence_proxy_async_shared();
+      bmma_tma_fill<Cfg>(map_a, map_b, smem0, full0, kb + S - num_k, n + S, origin[2 * nxt],
+                         origin[2 * nxt + 1]);
+    }
+  }
+}
+
 /// `DirectStore`: the epilogue is a store_counts<std::int32_t> into a 16-byte aligned output with a
 /// row pitch of whole 16-byte units (launch_mma_sync_tma_gram: tma_store_fits), so each warp block
 /// wholly inside the output (and, upper-only, on or above the diagonal) is written from its
@@ -154,7 +248,6 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   namespace t = ::spillway::tile;
   constexpr int MT = Cfg::mt, NT = Cfg::nt, S = Cfg::stages;
   static_assert(Cfg::stream_b, "the warp tile streams its B fragments (register budget)");
-  constexpr unsigned warps = Cfg::threads / 32;
   constexpr bool direct_store = DirectStore;
   extern __shared__ __align__(1024) unsigned char mma_tma_smem_raw[];
   const std::uint32_t raw = t::smem_addr(mma_tma_smem_raw);
@@ -181,37 +274,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const std::uint32_t b_frag0 = smem0 + static_cast<std::uint32_t>(Cfg::a_bytes) +
                                 t::swizzle128(wn * NT * 8 + (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
 
-  // Thread 0 only: the block's next tile into origin entry `e`. The block's first tile is
-  // blockIdx.x, every later one the next unclaimed slot of the schedule (a counter zeroed for this
-  // launch), so the tiles that start at about the same time are neighbours in the schedule and share
-  // their k-slices in L2 while they are read.
-  auto claim_into = [&](int e, bool first) {
-    auto claim = [&] {
-      return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull));
-    };
-    std::int64_t ti = 0, tj = 0;
-    std::int64_t tt = first ? static_cast<std::int64_t>(blockIdx.x) : claim();
-    tile_cursor c = *cursor;
-    while (tt < s.total && !c.locate(s, tt, ti, tj)) tt = claim();
-    *cursor = c;
-    origin[2 * e] = tt < s.total ? static_cast<int>(ti * Cfg::bm) : -1;
-    origin[2 * e + 1] = static_cast<int>(tj * Cfg::bn);
-  };
-
-  if (tid == 0) {
-    t::prefetch_tensor_map(&map_a);
-    t::prefetch_tensor_map(&map_b);
-#pragma unroll
-    for (int st = 0; st < S; ++st) {
-      t::mbar_init(full0 + 8u * st, 1);
-      released[st] = 0;
-    }
-    *cursor = tile_cursor{};
-    t::fence_barrier_init();
-    claim_into(0, true);
-    if (origin[0] >= 0) claim_into(1, false);
-    else origin[2] = -1;
-  }
+  if (tid == 0) bmma_tma_setup<Cfg>(map_a, map_b, full0, released, s, slot_counter, cursor, origin);
 
   // Slice n (counted over this block's tiles) lives in slot n % S; it is the slot's use n / S, so
   // the full barrier's phase parity is (n / S) & 1.
@@ -239,12 +302,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     const bool carry = direct && num_k >= S && origin[2 * nxt] >= 0;
 
     auto fill = [&](int kb, std::uint32_t n, int y0, int y1) {
-      const std::uint32_t slot = n % S;
-      const std::uint32_t dst = smem0 + slot * static_cast<std::uint32_t>(Cfg::stage_bytes);
-      const std::uint32_t bar = full0 + 8u * slot;
-      t::mbar_arrive_expect_tx(bar, Cfg::stage_bytes);
-      t::tma_load_2d(dst, &map_a, kb * 32, y0, bar);
-      t::tma_load_2d(dst + Cfg::a_bytes, &map_b, kb * 32, y1, bar);
+      bmma_tma_fill<Cfg>(map_a, map_b, smem0, full0, kb, n, y0, y1);
     };
 
     if (tid == 0) {
@@ -259,8 +317,11 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       // The tile after next, claimed now, so that whichever warp frees this tile's last slots knows
       // the next tile's origin (the carried fills above).
       const int after = nxt == 2 ? 0 : nxt + 1;
-      if (origin[2 * nxt] >= 0) claim_into(after, false);
-      else origin[2 * after] = -1;
+      if (origin[2 * nxt] >= 0) {
+        bmma_tma_claim<Cfg>(after, false, s, slot_counter, cursor, origin);
+      } else {
+        origin[2 * after] = -1;
+      }
     }
 
     std::int32_t acc[MT][NT][4];
@@ -276,23 +337,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       // Every lane's ldmatrix of this slice has returned (its BMMAs consumed the registers). The
       // counter's acq_rel add orders this warp's reads before the copy the last warp issues.
       __syncwarp();
-      if (lane == 0) {
-        unsigned old = 0;
-        asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
-                     : "=r"(old)
-                     : "r"(t::smem_addr(released + slot))
-                     : "memory");
-        if (old % warps == warps - 1) {
-          if (kb + S < num_k) {
-            t::fence_proxy_async_shared();
-            fill(kb + S, n + S, ya, yb);
-          } else if (carry) {
-            // Slice kb + S - num_k of the next tile (its origin was published by this tile's barrier).
-            t::fence_proxy_async_shared();
-            fill(kb + S - num_k, n + S, origin[2 * nxt], origin[2 * nxt + 1]);
-          }
-        }
-      }
+      if (lane == 0)
+        bmma_tma_release<Cfg>(map_a, map_b, smem0, full0, released, slot, kb, num_k, n, carry, ya, yb, origin,
+                              nxt);
     }
     n0 += static_cast<std::uint32_t>(num_k);
     carried = carry;
