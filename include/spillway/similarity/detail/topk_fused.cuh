@@ -451,41 +451,20 @@ fused_topk_layout fused_topk_plan(std::int64_t n, int k, std::int64_t max_panel_
   return L;
 }
 
-/// Runs the fused job; nullopt when it does not apply (the caller then takes the strip path).
-/// `Options` is similarity_options.
-template <class T, class Options>
-std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_view<const T>& a,
-                                                                  const pairwise::topk_options& tk, const Options& opt,
-                                                                  int rows_device, const char* who) {
-  namespace pd = ::spillway::pairwise::detail;
-  using entry = pd::topk_entry<float>;
-  fused_topk_hook().last_ran = false;
-  const int dev = fused_topk_device(a, opt, rows_device);
-  if (dev < 0) return std::nullopt;
-  const auto t_start = std::chrono::steady_clock::now();
-  device_guard guard(dev);
-  const std::int64_t n = a.rows, d = a.cols;
-  const int k = tk.k;
-  constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
-  const bool in_place = rows_device >= 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % align == 0;
-  const std::int64_t ldd = in_place ? a.ld : (d + align - 1) / align * align;
-  const memory_budget budget = memory_budget::or_default(opt.budget, std::vector<int>{dev});
-  const fused_topk_layout L = fused_topk_plan<T>(n, k, opt.max_panel_rows, !in_place, ldd, budget.bytes());
-  if (L.bytes > budget.bytes()) return std::nullopt;
-  const bool larger = is_similarity(opt.metric);
-  const std::int64_t P = L.P, S = L.S;
-  const std::int64_t strips = (n + P - 1) / P;
-
+/// The report of a fused job before it runs: one strip per task, all on `dev`, nothing completed.
+inline pairwise::pair_report fused_topk_report(const fused_topk_layout& L, std::int64_t n, int k, int dev,
+                                               std::size_t budget_bytes, std::size_t elem_bytes) {
+  const std::int64_t strips = (n + L.P - 1) / L.P;
   pairwise::pair_report rep;
-  rep.plan.panel_rows = P;
+  rep.plan.panel_rows = L.P;
   rep.plan.strips = strips;
   rep.plan.b_panels = 0;
   rep.plan.resident = true;
   rep.plan.slots = 1;
   rep.plan.shared_bytes = L.bytes;
-  rep.plan.resident_bytes = L.copy_rows ? static_cast<std::size_t>(n * ldd) * sizeof(T) : 0;
+  rep.plan.resident_bytes = L.copy_rows ? static_cast<std::size_t>(n * L.ldd) * elem_bytes : 0;
   rep.plan.topk_state_bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(k) * 8;
-  rep.budget_bytes = budget.bytes();
+  rep.budget_bytes = budget_bytes;
   rep.symmetric = true;
   rep.rows = n;
   job_report& jr = rep.job;
@@ -496,27 +475,26 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   jr.bytes_per_device = {0};
   jr.slots_per_device = 1;
   jr.device_bytes_per_device = L.bytes;
-  if (opt.report != nullptr) *opt.report = rep;
+  return rep;
+}
 
-  // The host result is allocated on another thread while the device works.
-  auto host_result = std::async(std::launch::async, [n, k] { return pd::empty_topk<float>(n, k); });
-
-  stream cs(dev), us(dev);  // compute; upload
-  const stream_view s = cs.view();
-  device_buffer<T> own_rows(L.copy_rows ? static_cast<std::size_t>(n * ldd) : 0, s);
-  const T* rows = L.copy_rows ? own_rows.data() : a.data;
-  device_buffer<float> aux(static_cast<std::size_t>(n) + 1, s);  // + 1: the sink's paired loads
-  device_buffer<entry> state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), s);
-  device_buffer<topk_bar> bars(static_cast<std::size_t>(n) + 1, s);
-  device_buffer<unsigned> cnt_a(static_cast<std::size_t>(P), s), cnt_b(static_cast<std::size_t>(L.W), s);
-  device_buffer<entry> buck_a(static_cast<std::size_t>(P) * static_cast<std::size_t>(L.cap_a), s);
-  device_buffer<entry> buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), s);
-  const std::int64_t smax = L.widest;
-  device_buffer<float> scratch(static_cast<std::size_t>(smax * smax), s);
-  device_buffer<unsigned long long> recomputed(1, s);
-  device_buffer<unsigned long long> bad_row(1, s);
-  // Declared after the buffers, so destroyed before them: an exception leaves no copy or kernel
-  // running on memory being freed.
+/// The device state of one fused job on the current device: the rows (a copy when they cannot be
+/// read in place), per-row values, lists and bars, the buckets of a strip's rows (a) and of a
+/// chunk's columns (b), the seeds' scratch scores, two counters; a compute and an upload stream.
+/// The last member drains both streams first on destruction, so an exception leaves no copy or
+/// kernel running on memory being freed.
+template <class T>
+struct fused_topk_buffers {
+  using entry = pairwise::detail::topk_entry<float>;
+  stream cs, us;  // compute; upload
+  device_buffer<T> own_rows;
+  device_buffer<float> aux;  // + 1: the sink's paired loads
+  device_buffer<entry> state;
+  device_buffer<topk_bar> bars;
+  device_buffer<unsigned> cnt_a, cnt_b;
+  device_buffer<entry> buck_a, buck_b;
+  device_buffer<float> scratch;
+  device_buffer<unsigned long long> recomputed, bad_row;
   struct drain {
     const stream& a;
     const stream& b;
@@ -525,121 +503,279 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
       (void)cudaStreamSynchronize(b.view().value());
     }
   } drain_on_exit{us, cs};
-  aux.fill_bytes_async(0, s);
-  bars.fill_bytes_async(0, s);
-  cnt_a.fill_bytes_async(0, s);
-  cnt_b.fill_bytes_async(0, s);
-  recomputed.fill_bytes_async(0, s);
-  bad_row.fill_bytes_async(0xFF, s);
-  pd::with_larger(larger, [&](auto Lg) {
-    pd::topk_init_kernel<float, decltype(Lg)::value><<<grid_blocks(n * k, 256), 256, 0, s.value()>>>(state.data(), n * k);
-  });
-  SPILLWAY_CHECK_LAUNCH();
 
-  // Rows in, block by block on the upload stream; each block's norms, finiteness scan and seed run
-  // on the compute stream as soon as its rows are there.
-  const bool profile = fused_topk_hook().profile;
-  std::vector<event> marks;  // profile: start, seeds done, then per chunk: GEMM start, GEMM end, merges end
-  const auto mark = [&] {
-    if (!profile) return;
+  fused_topk_buffers(int dev, const fused_topk_layout& L, std::int64_t n, int k)
+      : cs(dev),
+        us(dev),
+        own_rows(L.copy_rows ? static_cast<std::size_t>(n * L.ldd) : 0, cs.view()),
+        aux(static_cast<std::size_t>(n) + 1, cs.view()),
+        state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), cs.view()),
+        bars(static_cast<std::size_t>(n) + 1, cs.view()),
+        cnt_a(static_cast<std::size_t>(L.P), cs.view()),
+        cnt_b(static_cast<std::size_t>(L.W), cs.view()),
+        buck_a(static_cast<std::size_t>(L.P) * static_cast<std::size_t>(L.cap_a), cs.view()),
+        buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), cs.view()),
+        scratch(static_cast<std::size_t>(L.widest * L.widest), cs.view()),
+        recomputed(1, cs.view()),
+        bad_row(1, cs.view()) {}
+};
+
+/// Profile events of a fused job (fused_topk_hook().profile): start, seeds done, then per chunk
+/// GEMM start, GEMM end, merges end, then the end.
+struct fused_topk_marks {
+  bool on = false;
+  std::vector<event> marks;
+  void mark(stream_view s) {
+    if (!on) return;
     marks.emplace_back(event::timing::enabled);
     marks.back().record(s);
-  };
-  mark();
+  }
+  /// The hook's seed, GEMM, merge and device times from the events (after the stream finished).
+  void publish() const {
+    if (!on) return;
+    const auto ms = [&](std::size_t x, std::size_t y) {
+      float v = 0;
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&v, marks[x].value(), marks[y].value()));
+      return v;
+    };
+    auto& hk = fused_topk_hook();
+    hk.seed_ms = ms(0, 1);
+    hk.gemm_ms = hk.merge_ms = 0;
+    for (std::size_t c = 2; c + 3 <= marks.size() - 1; c += 3) {
+      hk.gemm_ms += ms(c, c + 1);
+      hk.merge_ms += ms(c + 1, c + 2);
+    }
+    hk.device_ms = ms(0, marks.size() - 1);
+  }
+};
+
+/// The seed blocks: blocks of S rows; a remainder under S/2 joins the last block (a small block's
+/// rows would start with poor bars and flood their buckets in the first strip). End of block b.
+inline std::int64_t fused_block_end(const fused_topk_layout& L, std::int64_t n, std::int64_t b) {
+  return b == L.blocks - 1 ? n : (b + 1) * L.S;
+}
+
+/// Rows in, block by block on the upload stream; each block's finiteness scan, norms and seed (the
+/// block's own pairs, dense, through the strip path's GEMM and selection) on the compute stream as
+/// soon as its rows are there; then the bars from the seeded lists. Refuses non-finite rows (with
+/// check_finite) before any strip runs. Returns the bytes copied from the host.
+template <class T, class Options>
+std::size_t fused_topk_seed(fused_topk_buffers<T>& B, const T* rows, const matrix_view<const T>& a,
+                            int rows_device, const fused_topk_layout& L, const pairwise::topk_options& tk,
+                            const Options& opt, const char* who, fused_topk_marks& marks) {
+  namespace pd = ::spillway::pairwise::detail;
+  const stream_view s = B.cs.view();
+  const std::int64_t n = a.rows, d = a.cols, ldd = L.ldd;
+  const int k = tk.k;
+  const bool larger = is_similarity(opt.metric);
+  B.aux.fill_bytes_async(0, s);
+  B.bars.fill_bytes_async(0, s);
+  B.cnt_a.fill_bytes_async(0, s);
+  B.cnt_b.fill_bytes_async(0, s);
+  B.recomputed.fill_bytes_async(0, s);
+  B.bad_row.fill_bytes_async(0xFF, s);
+  pd::with_larger(larger, [&](auto Lg) {
+    pd::topk_init_kernel<float, decltype(Lg)::value>
+        <<<grid_blocks(n * k, 256), 256, 0, s.value()>>>(B.state.data(), n * k);
+  });
+  SPILLWAY_CHECK_LAUNCH();
+  marks.mark(s);
   event allocated;
   allocated.record(s);
-  us.view().wait(allocated);
+  B.us.view().wait(allocated);
   std::vector<event> arrived;
-  // Blocks of S rows; a remainder under S/2 joins the last block (a small block's rows would start
-  // with poor bars and flood their buckets in the first strip).
-  const std::int64_t blocks = L.blocks;
-  const auto block_end = [&](std::int64_t b) { return b == blocks - 1 ? n : (b + 1) * S; };
-  arrived.reserve(static_cast<std::size_t>(blocks));
+  arrived.reserve(static_cast<std::size_t>(L.blocks));
   std::size_t bytes_in = 0;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t b0 = b * S, bn = block_end(b) - b0;
+  for (std::int64_t b = 0; b < L.blocks; ++b) {
+    const std::int64_t b0 = b * L.S, bn = fused_block_end(L, n, b) - b0;
     if (L.copy_rows) {
-      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(own_rows.data() + b0 * ldd, static_cast<std::size_t>(ldd) * sizeof(T),
-                                          a.data + b0 * a.ld, static_cast<std::size_t>(a.ld) * sizeof(T),
-                                          static_cast<std::size_t>(d) * sizeof(T), static_cast<std::size_t>(bn),
-                                          rows_device >= 0 ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
-                                          us.view().value()));
+      SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(
+          B.own_rows.data() + b0 * ldd, static_cast<std::size_t>(ldd) * sizeof(T), a.data + b0 * a.ld,
+          static_cast<std::size_t>(a.ld) * sizeof(T), static_cast<std::size_t>(d) * sizeof(T),
+          static_cast<std::size_t>(bn), rows_device >= 0 ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+          B.us.view().value()));
       if (rows_device < 0) bytes_in += static_cast<std::size_t>(bn * d) * sizeof(T);
     }
     arrived.emplace_back();
-    arrived.back().record(us.view());
+    arrived.back().record(B.us.view());
   }
-  const similarity_metric metric = opt.metric;
-  const float cz = opt.cosine_zero;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t b0 = b * S, bn = block_end(b) - b0;
+  for (std::int64_t b = 0; b < L.blocks; ++b) {
+    const std::int64_t b0 = b * L.S, bn = fused_block_end(L, n, b) - b0;
     s.wait(arrived[static_cast<std::size_t>(b)]);
     const T* br = rows + b0 * ldd;
     if (opt.check_finite) {
       first_nonfinite_row_kernel<T>
-          <<<grid_blocks(bn * d, 256), 256, 0, s.value()>>>(br, bn, d, ldd, bad_row.data(), b0);
+          <<<grid_blocks(bn * d, 256), 256, 0, s.value()>>>(br, bn, d, ldd, B.bad_row.data(), b0);
       SPILLWAY_CHECK_LAUNCH();
     }
-    row_aux_async(br, bn, d, ldd, metric, aux.data() + b0, s);
-    // The seed: the block's own pairs, dense, through the strip path's GEMM and selection.
+    row_aux_async(br, bn, d, ldd, opt.metric, B.aux.data() + b0, s);
     const auto A = row_major(br, bn, d, ldd);
-    const similarity_epilogue epi{metric, aux.data() + b0, aux.data() + b0, cz};
-    ::spillway::gemm::gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(scratch.data(), bn, bn, bn), opt.gemm,
+    const similarity_epilogue epi{opt.metric, B.aux.data() + b0, B.aux.data() + b0, opt.cosine_zero};
+    ::spillway::gemm::gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(B.scratch.data(), bn, bn, bn), opt.gemm,
                                  epi);
     pd::with_larger(larger, [&](auto Lg) {
       pd::topk_rows_kernel<float, decltype(Lg)::value><<<grid_blocks(bn, 8), 256, 0, s.value()>>>(
-          scratch.data(), bn, bn, b0, b0, !tk.include_diagonal, state.data(), k);
+          B.scratch.data(), bn, bn, b0, b0, !tk.include_diagonal, B.state.data(), k);
     });
     SPILLWAY_CHECK_LAUNCH();
   }
   pd::with_larger(larger, [&](auto Lg) {
-    fused_bars_kernel<decltype(Lg)::value><<<grid_blocks(n, 256), 256, 0, s.value()>>>(state.data(), n, k, bars.data());
+    fused_bars_kernel<decltype(Lg)::value>
+        <<<grid_blocks(n, 256), 256, 0, s.value()>>>(B.state.data(), n, k, B.bars.data());
   });
   SPILLWAY_CHECK_LAUNCH();
-  mark();
+  marks.mark(s);
   if (opt.check_finite) {
     // Refused before any strip runs: the seeds' scores are thrown away with the buffers.
-    const std::vector<unsigned long long> h = bad_row.to_host(s);
+    const std::vector<unsigned long long> h = B.bad_row.to_host(s);
     if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who, "A");
   }
+  return bytes_in;
+}
+
+/// Merges the buckets of local rows [0, rows) = global row0 + r into their lists (recomputing the
+/// pairs with global rows [other0, other1) of an overflowed bucket).
+template <class T>
+void fused_topk_merge(fused_merge_args<T> m, similarity_metric metric, std::int64_t rows, std::int64_t row0,
+                      unsigned* cnt, const pairwise::detail::topk_entry<float>* buck, std::int32_t cap,
+                      std::int64_t other0, std::int64_t other1, stream_view s) {
+  m.rows = rows;
+  m.row0 = row0;
+  m.cnt = cnt;
+  m.buck = buck;
+  m.cap = cap;
+  m.other0 = other0;
+  m.other1 = other1;
+  const unsigned grid = grid_blocks((m.rows + m.rows_per_warp - 1) / m.rows_per_warp, 8);
+  switch (metric) {
+    case similarity_metric::cosine:
+      fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
+      break;
+    case similarity_metric::inner_product:
+      fused_merge_kernel<T, similarity_metric::inner_product><<<grid, 256, 0, s.value()>>>(m);
+      break;
+    default:
+      fused_merge_kernel<T, similarity_metric::euclidean><<<grid, 256, 0, s.value()>>>(m);
+      break;
+  }
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+/// Strip t's chunks: each chunk of columns after the strip's seed block is one GEMM whose fragment
+/// sink fills the buckets, then the strip's rows and the chunk's columns merge theirs. Returns the
+/// chunks run.
+template <class T>
+std::int64_t fused_topk_strip(fused_topk_buffers<T>& B, const fused_merge_args<T>& ma, const T* rows,
+                              const fused_topk_layout& L, std::int64_t n, std::int64_t d, std::int64_t t,
+                              similarity_metric metric, float cz, fused_topk_marks& marks) {
+  const stream_view s = B.cs.view();
+  const std::int64_t ldd = L.ldd, P = L.P;
+  const std::int64_t r0 = t * P, rn = std::min(P, n - r0);
+  std::int64_t c0 = fused_block_end(L, n, std::min(r0 / L.S, L.blocks - 1));  // the later blocks' columns
+  std::int64_t seen = c0, chunks = 0;
+  while (c0 < n) {
+    const std::int64_t w = std::min({seen, L.W, n - c0});
+    fused_topk_sink sink;
+    sink.metric = metric;
+    sink.cosine_zero = cz;
+    sink.aux_a = B.aux.data() + r0;
+    sink.aux_b = B.aux.data() + c0;
+    sink.bar_a = B.bars.data() + r0;
+    sink.bar_b = B.bars.data() + c0;
+    sink.a_row0 = static_cast<std::int32_t>(r0);
+    sink.b_row0 = static_cast<std::int32_t>(c0);
+    sink.cnt_a = B.cnt_a.data();
+    sink.buck_a = B.buck_a.data();
+    sink.cap_a = L.cap_a;
+    sink.cnt_b = B.cnt_b.data();
+    sink.buck_b = B.buck_b.data();
+    sink.cap_b = L.cap_b;
+    marks.mark(s);
+    ::spillway::gemm::fragment_sink_gemm_async(s, row_major(rows + r0 * ldd, rn, d, ldd),
+                                               row_major(rows + c0 * ldd, w, d, ldd), sink);
+    marks.mark(s);
+    // The strip's rows, then the chunk's columns as rows.
+    fused_topk_merge(ma, metric, rn, r0, B.cnt_a.data(), B.buck_a.data(), L.cap_a, c0, c0 + w, s);
+    fused_topk_merge(ma, metric, w, c0, B.cnt_b.data(), B.buck_b.data(), L.cap_b, r0, r0 + rn, s);
+    marks.mark(s);
+    seen += w;
+    c0 += w;
+    ++chunks;
+  }
+  return chunks;
+}
+
+/// The lists out: values and indices straight into the host result `r`; the hook's count of
+/// recomputed rows.
+template <class T>
+void fused_topk_export(fused_topk_buffers<T>& B, std::int64_t n, int k, pairwise::topk_result<float>& r) {
+  const stream_view s = B.cs.view();
+  const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  device_buffer<float> dv(per, s);
+  device_buffer<std::int64_t> di(per, s);
+  pairwise::detail::topk_export_kernel<float>
+      <<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
+          B.state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
+  SPILLWAY_CHECK_LAUNCH();
+  SPILLWAY_CUDA_TRY(
+      cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t),
+                                    cudaMemcpyDeviceToHost, s.value()));
+  const std::vector<unsigned long long> rc = B.recomputed.to_host(s);
+  fused_topk_hook().last_recomputed_rows = rc[0];
+  s.synchronize();
+}
+
+/// Runs the fused job; nullopt when it does not apply (the caller then takes the strip path).
+/// `Options` is similarity_options. Steps: plan (fused_topk_plan), report, buffers, seed
+/// (fused_topk_seed), strips with progress and cancel (fused_topk_strip), export.
+template <class T, class Options>
+std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_view<const T>& a,
+                                                                  const pairwise::topk_options& tk,
+                                                                  const Options& opt, int rows_device,
+                                                                  const char* who) {
+  fused_topk_hook().last_ran = false;
+  const int dev = fused_topk_device(a, opt, rows_device);
+  if (dev < 0) return std::nullopt;
+  const auto t_start = std::chrono::steady_clock::now();
+  device_guard guard(dev);
+  const std::int64_t n = a.rows, d = a.cols;
+  const int k = tk.k;
+  constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
+  const bool in_place =
+      rows_device >= 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && a.ld % align == 0;
+  const std::int64_t ldd = in_place ? a.ld : (d + align - 1) / align * align;
+  const memory_budget budget = memory_budget::or_default(opt.budget, std::vector<int>{dev});
+  const fused_topk_layout L = fused_topk_plan<T>(n, k, opt.max_panel_rows, !in_place, ldd, budget.bytes());
+  if (L.bytes > budget.bytes()) return std::nullopt;
+  const std::int64_t strips = (n + L.P - 1) / L.P;
+  pairwise::pair_report rep = fused_topk_report(L, n, k, dev, budget.bytes(), sizeof(T));
+  job_report& jr = rep.job;
+  if (opt.report != nullptr) *opt.report = rep;
+
+  // The host result is allocated on another thread while the device works.
+  auto host_result =
+      std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
+  fused_topk_buffers<T> B(dev, L, n, k);
+  const stream_view s = B.cs.view();
+  const T* rows = L.copy_rows ? B.own_rows.data() : a.data;
+  fused_topk_marks marks;
+  marks.on = fused_topk_hook().profile;
+  const std::size_t bytes_in = fused_topk_seed(B, rows, a, rows_device, L, tk, opt, who, marks);
   jr.bytes_moved = bytes_in;
   jr.bytes_per_device[0] = bytes_in;
 
-  // The strips. Merge arguments that stay the same; per chunk the rest is set.
+  // The merge arguments that stay the same; per merge the rest is set.
   fused_merge_args<T> ma;
-  ma.state = state.data();
-  ma.bars = bars.data();
+  ma.state = B.state.data();
+  ma.bars = B.bars.data();
   ma.k = k;
   ma.data = rows;
   ma.ld = ldd;
   ma.d = d;
-  ma.aux = aux.data();
-  ma.cosine_zero = cz;
-  ma.recomputed = recomputed.data();
-  // Local rows [0, rows) = global row0 + r, their buckets, and the global rows their pairs of the
-  // chunk are with (for a recomputation).
-  const auto merge = [&](std::int64_t rows_, std::int64_t row0_, unsigned* cnt, const entry* buck, std::int32_t cap,
-                         std::int64_t other0, std::int64_t other1) {
-    fused_merge_args<T> m = ma;
-    m.rows = rows_;
-    m.row0 = row0_;
-    m.cnt = cnt;
-    m.buck = buck;
-    m.cap = cap;
-    m.other0 = other0;
-    m.other1 = other1;
-    const unsigned grid = grid_blocks((m.rows + m.rows_per_warp - 1) / m.rows_per_warp, 8);
-    switch (metric) {
-      case similarity_metric::cosine:
-        fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
-        break;
-      case similarity_metric::inner_product:
-        fused_merge_kernel<T, similarity_metric::inner_product><<<grid, 256, 0, s.value()>>>(m);
-        break;
-      default: fused_merge_kernel<T, similarity_metric::euclidean><<<grid, 256, 0, s.value()>>>(m); break;
-    }
-    SPILLWAY_CHECK_LAUNCH();
-  };
+  ma.aux = B.aux.data();
+  ma.cosine_zero = opt.cosine_zero;
+  ma.recomputed = B.recomputed.data();
   std::int64_t chunks = 0;
   std::vector<event> strip_done(3);
   std::size_t done = 0;
@@ -658,91 +794,33 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   };
   std::int64_t current = -1;
   try {
-  if (!report_progress(0)) jr.cancelled = true;
-  for (std::int64_t t = 0; t < strips && !jr.cancelled; ++t) {
-    current = t;
-    const std::int64_t r0 = t * P, rn = std::min(P, n - r0);
-    std::int64_t c0 = block_end(std::min(r0 / S, blocks - 1));  // the later blocks' columns
-    std::int64_t seen = c0;
-    while (c0 < n) {
-      const std::int64_t w = std::min({seen, L.W, n - c0});
-      fused_topk_sink sink;
-      sink.metric = metric;
-      sink.cosine_zero = cz;
-      sink.aux_a = aux.data() + r0;
-      sink.aux_b = aux.data() + c0;
-      sink.bar_a = bars.data() + r0;
-      sink.bar_b = bars.data() + c0;
-      sink.a_row0 = static_cast<std::int32_t>(r0);
-      sink.b_row0 = static_cast<std::int32_t>(c0);
-      sink.cnt_a = cnt_a.data();
-      sink.buck_a = buck_a.data();
-      sink.cap_a = L.cap_a;
-      sink.cnt_b = cnt_b.data();
-      sink.buck_b = buck_b.data();
-      sink.cap_b = L.cap_b;
-      mark();
-      ::spillway::gemm::fragment_sink_gemm_async(s, row_major(rows + r0 * ldd, rn, d, ldd),
-                                                 row_major(rows + c0 * ldd, w, d, ldd), sink);
-      mark();
-      merge(rn, r0, cnt_a.data(), buck_a.data(), L.cap_a, c0, c0 + w);  // the strip's rows
-      merge(w, c0, cnt_b.data(), buck_b.data(), L.cap_b, r0, r0 + rn);   // the chunk's columns, as rows
-      mark();
-      seen += w;
-      c0 += w;
-      ++chunks;
+    if (!report_progress(0)) jr.cancelled = true;
+    for (std::int64_t t = 0; t < strips && !jr.cancelled; ++t) {
+      current = t;
+      chunks += fused_topk_strip(B, ma, rows, L, n, d, t, opt.metric, opt.cosine_zero, marks);
+      strip_done[static_cast<std::size_t>(t % 3)].record(s);
+      if (opt.progress && t >= 2) {
+        // Two strips of lookahead keep the device busy while the host reports.
+        strip_done[static_cast<std::size_t>((t - 2) % 3)].synchronize();
+        if (!report_progress(static_cast<std::size_t>(t - 1))) jr.cancelled = true;
+      }
     }
-    strip_done[static_cast<std::size_t>(t % 3)].record(s);
-    if (opt.progress && t >= 2) {
-      // Two strips of lookahead keep the device busy while the host reports.
-      strip_done[static_cast<std::size_t>((t - 2) % 3)].synchronize();
-      if (!report_progress(static_cast<std::size_t>(t - 1))) jr.cancelled = true;
-    }
-  }
-
-  current = -1;
-  mark();
-  s.synchronize();
-  if (profile) {
-    const auto ms = [&](std::size_t x, std::size_t y) {
-      float v = 0;
-      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&v, marks[x].value(), marks[y].value()));
-      return v;
-    };
-    auto& hk = fused_topk_hook();
-    hk.seed_ms = ms(0, 1);
-    hk.gemm_ms = hk.merge_ms = 0;
-    for (std::size_t c = 2; c + 3 <= marks.size() - 1; c += 3) {
-      hk.gemm_ms += ms(c, c + 1);
-      hk.merge_ms += ms(c + 1, c + 2);
-    }
-    hk.device_ms = ms(0, marks.size() - 1);
-  }
-  if (!jr.cancelled) report_progress(static_cast<std::size_t>(strips));
+    current = -1;
+    marks.mark(s);
+    s.synchronize();
+    marks.publish();
+    if (!jr.cancelled) report_progress(static_cast<std::size_t>(strips));
   } catch (const std::exception& e) {
     (void)cudaStreamSynchronize(s.value());
     if (opt.report != nullptr) *opt.report = rep;
-    throw pipeline_error(std::string(who) + ": " + (current >= 0 ? "strip " + std::to_string(current) : std::string("the job")) +
+    throw pipeline_error(std::string(who) + ": " +
+                             (current >= 0 ? "strip " + std::to_string(current) : std::string("the job")) +
                              " failed: " + e.what(),
                          current >= 0 ? static_cast<std::size_t>(current) : pipeline_error::no_task, dev, jr);
   }
 
-  // The lists out: values and indices straight into the host result.
-  const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   pairwise::topk_result<float> r = host_result.get();
-  {
-    device_buffer<float> dv(per, s);
-    device_buffer<std::int64_t> di(per, s);
-    pd::topk_export_kernel<float><<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
-        state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
-    SPILLWAY_CHECK_LAUNCH();
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
-    SPILLWAY_CUDA_TRY(
-        cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s.value()));
-    const std::vector<unsigned long long> rc = recomputed.to_host(s);
-    fused_topk_hook().last_recomputed_rows = rc[0];
-    s.synchronize();
-  }
+  fused_topk_export(B, n, k, r);
   jr.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   fused_topk_hook().last_chunks = chunks;
   fused_topk_hook().last_ran = true;
