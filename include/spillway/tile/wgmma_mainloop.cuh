@@ -43,8 +43,6 @@ struct ring_position {
 /// and S empty mbarriers from `bars`. `Cluster` blocks share each stage's hand-back.
 template <int S, int StageBytes, int Cluster = 1>
 struct wgmma_ring {
-  static constexpr int stages = S;
-  static constexpr int stage_bytes = StageBytes;
   /// Shared-memory bytes of the barriers (after the stages and whatever the kernel puts between).
   static constexpr int barrier_bytes = 2 * S * 8;
 

@@ -236,7 +236,8 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
   // elements, an MN-major one by ks rows. Partial products go to W (Acc, row-major m x n each)
   // with α = 1, β = 0 and no epilogue; the reduce pass applies the caller's.
   const index_t mn = p.m * p.n;
-  const std::size_t need = static_cast<std::size_t>(split_workspace_elements(p.m, p.n, plan)) * sizeof(Acc);
+  const auto elements = static_cast<std::size_t>(split_workspace_elements(p.m, p.n, plan));
+  const std::size_t need = elements * sizeof(Acc);
   device_buffer<Acc> owned;
   Acc* w = nullptr;
   if (ws.lent()) {
@@ -247,7 +248,7 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
                          std::to_string(alignof(Acc)) + ")");
     w = reinterpret_cast<Acc*>(ws.data);
   } else {
-    owned = device_buffer<Acc>(static_cast<std::size_t>(plan.slices() * mn), s);
+    owned = device_buffer<Acc>(elements, s);
     w = owned.data();
   }
   const index_t step_a = p.a_kmajor ? plan.ks : plan.ks * p.lda;

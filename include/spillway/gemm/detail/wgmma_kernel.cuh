@@ -72,7 +72,8 @@ struct wgmma_config {
   // pieces (32 four-byte or 64 two-byte columns), 128-byte swizzled like the tensor map of C.
   static constexpr int piece_bytes = 64 * 128;
   static constexpr int staging_bytes = 2 * 2 * piece_bytes;
-  static constexpr int smem_bytes = stages * stage_bytes + 1024 + staging_bytes + 2 * stages * 8;
+  static constexpr int smem_bytes =
+      stages * stage_bytes + 1024 + staging_bytes + tile::wgmma_ring<stages, stage_bytes>::barrier_bytes;
   static_assert(smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
 };
 

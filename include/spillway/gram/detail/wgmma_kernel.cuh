@@ -86,8 +86,10 @@ static_assert(4 * 16 * wg_stage_pitch * 4 <= wg_region_bytes, "per-element stagi
 inline constexpr int wg_staging_bytes = wg_config::consumers * wg_region_bytes;
 // + 1 KiB to align the stages to the 1024-byte swizzle atom, + staging, + full and empty mbarriers,
 // + the tile ring's full and empty mbarriers (two entries).
-inline constexpr int wg_smem_bytes =
-    wg_config::stages * wg_config::stage_bytes + 1024 + wg_staging_bytes + 2 * wg_config::stages * 8 + 4 * 8;
+inline constexpr int wg_smem_bytes = wg_config::stages * wg_config::stage_bytes + 1024 + wg_staging_bytes +
+                                     ::spillway::tile::wgmma_ring<wg_config::stages, wg_config::stage_bytes,
+                                                                  wg_config::cluster>::barrier_bytes +
+                                     4 * 8;
 static_assert(wg_smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
 static_assert(wg_config::stage_bytes % 1024 == 0 && wg_config::a_bytes % 1024 == 0, "stages and B on the swizzle atom");
 inline constexpr int wg_bm = wg_config::bm;

@@ -748,8 +748,8 @@ std::optional<pairwise::topk_result<float>> fused_similarity_topk(const matrix_v
   const memory_budget budget = memory_budget::or_default(opt.budget, std::vector<int>{dev});
   const fused_topk_layout L = fused_topk_plan<T>(n, k, opt.max_panel_rows, !in_place, ldd, budget.bytes());
   if (L.bytes > budget.bytes()) return std::nullopt;
-  const std::int64_t strips = (n + L.P - 1) / L.P;
   pairwise::pair_report rep = fused_topk_report(L, n, k, dev, budget.bytes(), sizeof(T));
+  const std::int64_t strips = rep.plan.strips;
   job_report& jr = rep.job;
   if (opt.report != nullptr) *opt.report = rep;
 
