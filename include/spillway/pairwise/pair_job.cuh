@@ -224,6 +224,14 @@ void setup_devices(pair_job<V, P, S>& job, const std::vector<int>& devices) {
   const std::int64_t rows_b = job.symmetric ? rows_a : job.prod.rows(true);
   const bool col_b = !job.symmetric;
   const bool dev = on_device(job);
+  // The panel share first: a sink's setup may bring panels in (ensure_panels).
+  job.share = std::make_unique<panel_share>();
+  job.share->workers = devices.size();
+  job.share->holder.assign(p.resident && !dev ? static_cast<std::size_t>(p.b_panels) : 0u, -1);
+  job.share->reach.assign(devices.size() * devices.size(), 0);
+  for (std::size_t w = 0; w < devices.size(); ++w)
+    for (std::size_t h = 0; h < devices.size(); ++h)
+      job.share->reach[w * devices.size() + h] = pool_reachable_from(devices[h], devices[w]) ? 1 : 0;
   for (int d : devices) {
     auto c = std::make_unique<pair_device_ctx<Aux>>();
     c->device = d;
@@ -231,8 +239,10 @@ void setup_devices(pair_job<V, P, S>& job, const std::vector<int>& devices) {
     c->setup = std::make_unique<stream>(d);
     c->products_done = std::make_unique<event>();
     const stream_view s = c->setup->view();
-    c->aux_a = device_buffer<Aux>(static_cast<std::size_t>(rows_a), s);
-    if (col_b) c->aux_b = device_buffer<Aux>(static_cast<std::size_t>(rows_b), s);
+    // One entry past the last row: a kernel may load a row's value in pairs (similarity's fused
+    // top-k); it is never used as a row's.
+    c->aux_a = device_buffer<Aux>(static_cast<std::size_t>(rows_a) + 1, s);
+    if (col_b) c->aux_b = device_buffer<Aux>(static_cast<std::size_t>(rows_b) + 1, s);
     Aux* col_aux = col_b ? c->aux_b.data() : c->aux_a.data();
     if (dev) {
       // In core: the rows are where the caller put them; their aux values are computed once here.
@@ -259,13 +269,6 @@ void setup_devices(pair_job<V, P, S>& job, const std::vector<int>& devices) {
     job.sink.setup(job, job.ctx.size() - 1, s);  // this worker's state (job.ctx[worker] is set)
     s.synchronize();
   }
-  job.share = std::make_unique<panel_share>();
-  job.share->workers = devices.size();
-  job.share->holder.assign(p.resident && !dev ? static_cast<std::size_t>(p.b_panels) : 0u, -1);
-  job.share->reach.assign(devices.size() * devices.size(), 0);
-  for (std::size_t w = 0; w < devices.size(); ++w)
-    for (std::size_t h = 0; h < devices.size(); ++h)
-      job.share->reach[w * devices.size() + h] = pool_reachable_from(devices[h], devices[w]) ? 1 : 0;
 }
 
 /// Makes panels [first, last) of the resident operand available on `s` for worker `w`: those no
@@ -396,28 +399,34 @@ void enqueue_strip(pair_job<V, P, S>& job, std::size_t t, task_slot& slot, strea
   const Aux* aux_b = sym ? c.aux_a.data() : c.aux_b.data();
   V* scratch = p.buf_scratch != pair_plan::none ? slot.device<V>(p.buf_scratch) : nullptr;
 
-  // The strip's rows of A.
+  // The strip's rows of A, staged when the sink first asks for the product (a sink that runs its
+  // own product on the resident operand, similarity's fused top-k, never does).
   const std::byte* a_dev = nullptr;
   std::size_t moved = 0;
-  if (dev) {
-    a_dev = job.prod.device_rows(false) + static_cast<std::size_t>(I0) * job.prod.device_row_bytes(false);
-  } else if (!sym) {
-    auto* dst = slot.device<std::byte>(p.buf_a);
-    moved += job.prod.upload(false, I0, PI, dst, s);
-    SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
-    job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
-    SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of the strip's rows");
-    a_dev = dst;
-    if (p.resident) moved += ensure_panels(job, slot.worker(), 0, p.b_panels, s);
-  } else if (p.resident) {
-    moved += ensure_panels(job, slot.worker(), I, p.strips, s);
-    a_dev = c.resident_rows + static_cast<std::size_t>(I0) * rb;
-  } else {
-    auto* dst = slot.device<std::byte>(p.buf_own);
-    moved += job.prod.upload(false, I0, PI, dst, s);
-    SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
-    a_dev = dst;
-  }
+  bool staged = false;
+  auto stage_rows = [&] {
+    if (staged) return;
+    staged = true;
+    if (dev) {
+      a_dev = job.prod.device_rows(false) + static_cast<std::size_t>(I0) * job.prod.device_row_bytes(false);
+    } else if (!sym) {
+      auto* dst = slot.device<std::byte>(p.buf_a);
+      moved += job.prod.upload(false, I0, PI, dst, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
+      job.prod.aux_async(false, dst, PI, c.aux_a.data() + I0, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's per-row values of the strip's rows");
+      a_dev = dst;
+      if (p.resident) moved += ensure_panels(job, slot.worker(), 0, p.b_panels, s);
+    } else if (p.resident) {
+      moved += ensure_panels(job, slot.worker(), I, p.strips, s);
+      a_dev = c.resident_rows + static_cast<std::size_t>(I0) * rb;
+    } else {
+      auto* dst = slot.device<std::byte>(p.buf_own);
+      moved += job.prod.upload(false, I0, PI, dst, s);
+      SPILLWAY_FAULT_LAUNCHED("the producer's upload of the strip's rows");
+      a_dev = dst;
+    }
+  };
 
   // The producer's products of the strip's rows against columns [b_row0, b_row0 + b_rows) at `b`.
   auto product = [&](const auto& writer, const std::byte* b, std::int64_t b_rows, std::int64_t b_row0) {
@@ -435,6 +444,7 @@ void enqueue_strip(pair_job<V, P, S>& job, std::size_t t, task_slot& slot, strea
     SPILLWAY_FAULT_LAUNCHED("the producer's kernels of a panel pair");
   };
   auto compute = [&](const auto& writer) {
+    stage_rows();
     if (dev || p.resident) {
       product(writer,
               c.resident_rows + static_cast<std::size_t>(col0) * (dev ? job.prod.device_row_bytes(!sym) : rb),
@@ -483,17 +493,10 @@ void read_trace(const pair_job<V, P, S>& job, pair_trace& tr) {
   }
 }
 
-/// Plans and runs a job through the scheduler. `devices` empty: the job's own (or all visible).
+/// What the planner is asked for this job under `budget` (run_pair_job's request; an entry point
+/// may plan with it first to choose between jobs).
 template <class V, class P, class S>
-void run_pair_job(pair_job<V, P, S>& job) {
-  const auto t_call = std::chrono::steady_clock::now();
-  const job_devices jd = resolve_job_devices(job.opt.devices, job.opt.budget, job.who);
-  const std::vector<int>& devices = jd.devices;
-  if (on_device(job) && devices.size() != 1) {
-    throw logic_error(std::string(job.who) + ": rows in device memory are used on their own device only; pass "
-                      "exactly that device (the entry points do), got " + std::to_string(devices.size()));
-  }
-  const memory_budget& budget = jd.budget;
+pair_plan_request plan_request_of(const pair_job<V, P, S>& job, const memory_budget& budget) {
   pair_plan_request r;
   r.rows_a = job.prod.rows(false);
   r.rows_b = job.symmetric ? r.rows_a : job.prod.rows(true);
@@ -507,6 +510,23 @@ void run_pair_job(pair_job<V, P, S>& job) {
   r.aux_bytes = sizeof(typename P::aux_type);
   r.score_scratch = job.prod.score_scratch();
   r.operands_on_device = on_device(job);
+  return r;
+}
+
+/// Plans and runs a job through the scheduler. `devices` empty: the job's own (or all visible).
+template <class V, class P, class S>
+void run_pair_job(pair_job<V, P, S>& job) {
+  const auto t_call = std::chrono::steady_clock::now();
+  const job_devices jd = resolve_job_devices(job.opt.devices, job.opt.budget, job.who);
+  const std::vector<int>& devices = jd.devices;
+  if (on_device(job) && devices.size() != 1) {
+    throw logic_error(std::string(job.who) +
+                      ": rows in device memory are used on their own device only; pass "
+                      "exactly that device (the entry points do), got " +
+                      std::to_string(devices.size()));
+  }
+  const memory_budget& budget = jd.budget;
+  const pair_plan_request r = plan_request_of(job, budget);
   job.plan = make_pair_plan(r, job.who);
   job.plan.hold_strips_for(devices.size(), job.symmetric);
   if (job.opt.report != nullptr) {

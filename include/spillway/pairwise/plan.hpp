@@ -41,6 +41,10 @@ struct sink_footprint {
   /// Per device, outside the slots: bytes per row of A for each slot (top-k's lists), per row of A
   /// once (per-row counters), and fixed (partial sums).
   std::size_t bytes_per_row_per_slot = 0, bytes_per_row = 0, bytes_fixed = 0;
+  /// A·Aᵀ strips from the first (widest) to the last, none held back: for a sink whose state each
+  /// strip improves for the next (similarity's fused top-k: a strip's rows have seen every earlier
+  /// strip's columns, so their bars filter the rest).
+  bool forward_order = false;
 };
 
 struct pair_plan_request {
@@ -93,12 +97,14 @@ struct pair_plan {
   /// descending order (one worker, A·Bᵀ, dist).
   std::int64_t held_strips = 0;
   std::int64_t held_last = 0;
+  /// A·Aᵀ in the sink's forward order (sink_footprint::forward_order): task t is strip t.
+  bool forward = false;
 
-  /// The strip task t computes. A·Bᵀ: strip t. A·Aᵀ: strips − 1 down to 0, then the held strips
-  /// (held_last down to held_last − held_strips + 1).
+  /// The strip task t computes. A·Bᵀ, or A·Aᵀ in forward order: strip t. A·Aᵀ: strips − 1 down to 0, then the
+  /// held strips (held_last down to held_last − held_strips + 1).
   [[nodiscard]] std::int64_t strip_of_task(std::size_t t_, bool symmetric) const noexcept {
     const auto t = static_cast<std::int64_t>(t_);
-    if (!symmetric) return t;
+    if (!symmetric || forward) return t;
     const std::int64_t h = held_strips, d = strips - 1 - t;
     if (h <= 0 || d > held_last) return d;
     if (t < strips - h) return d - h;
@@ -109,7 +115,7 @@ struct pair_plan {
   void hold_strips_for(std::size_t workers, bool symmetric) {
     held_strips = 0;
     held_last = 0;
-    if (!symmetric || workers < 2) return;
+    if (!symmetric || forward || workers < 2) return;
     const auto h = static_cast<std::int64_t>(2 * workers);
     if (strips < 8 * h) return;
     held_last = (3 * (strips - 1) + 3) / 4 + h - 1;  // the lowest held strip a quarter of the way up
@@ -155,6 +161,7 @@ inline pair_plan plan_for(const pair_plan_request& r, std::int64_t p, bool resid
   pair_plan g;
   g.panel_rows = p;
   g.resident = resident;
+  g.forward = r.sink.forward_order && r.symmetric;
   g.strips = (r.rows_a + p - 1) / p;
   g.b_panels = (r.rows_b + p - 1) / p;
   g.slots = std::min<std::size_t>(r.slots, static_cast<std::size_t>(std::max<std::int64_t>(g.strips, 1)));

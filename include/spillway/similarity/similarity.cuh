@@ -35,6 +35,7 @@
 #include <spillway/pairwise/sinks/neighbour_counts.cuh>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
+#include <spillway/similarity/detail/fused_topk_sink.cuh>
 #include <spillway/similarity/detail/kernels.cuh>
 #include <spillway/similarity/detail/topk_fused.cuh>
 #include <spillway/similarity/host_similarity.hpp>
@@ -207,10 +208,12 @@ std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int devic
 /// A job over A·Aᵀ (b null) or A·Bᵀ into `sink`: rows in host memory stream through the scheduler;
 /// rows in device memory (both operands on one device) are used in place on that device.
 /// `a_device`: device_of(a.data) when the caller has already looked it up (a pointer query each).
+/// `scan_rows`: refuse non-finite rows here (with check_finite) — false for a sink that scans them
+/// on the device itself (the fused top-k).
 template <class T, class Sink>
 similarity_job<T, Sink> make_job(const matrix_view<const T>& a, const matrix_view<const T>* b,
                                  const similarity_options& opt, Sink sink, const char* who,
-                                 std::optional<int> a_device = std::nullopt) {
+                                 std::optional<int> a_device = std::nullopt, bool scan_rows = true) {
   similarity_job<T, Sink> job;
   auto& p = job.prod;
   p.a = a;
@@ -240,12 +243,39 @@ similarity_job<T, Sink> make_job(const matrix_view<const T>& a, const matrix_vie
     }
     job.opt.devices = {dev_a};
   }
-  if (opt.check_finite) {
+  if (opt.check_finite && scan_rows) {
     const std::int64_t ra = p.on_dev ? first_nonfinite_row_device(a, dev_a) : first_nonfinite_row(a);
     refuse_nonfinite(ra, who, "A");
     if (b != nullptr) refuse_nonfinite(p.on_dev ? first_nonfinite_row_device(*b, dev_a) : first_nonfinite_row(*b), who, "B");
   }
   return job;
+}
+
+/// The fused top-k (detail/fused_topk_sink.cuh) when it takes these rows and fits the budget with
+/// the rows resident at its strip height; nullopt sends the caller to the strip path. The widest
+/// chunk halves from 262,144 columns (down to 16,384) until the plan fits.
+template <class T>
+std::optional<topk_result<float>> fused_similarity_topk(const matrix_view<const T>& a, const topk_options& tk,
+                                                        const similarity_options& opt, int rows_device,
+                                                        const char* who) {
+  fused_topk_hook().last_ran = false;
+  const int dev = fused_topk_device(a, opt, rows_device);
+  if (dev < 0) return std::nullopt;
+  const job_devices jd = resolve_job_devices(std::vector<int>{dev}, opt.budget, who);
+  auto job = make_job(a, static_cast<const matrix_view<const T>*>(nullptr), opt, fused_topk_sink<T>{}, who,
+                      rows_device, false);
+  job.opt.devices = {dev};
+  job.opt.budget = jd.budget;
+  for (std::int64_t w = 262144;; w /= 2) {
+    const fused_topk_layout L = fused_topk_shape(a.rows, tk.k, opt.max_panel_rows, w);
+    job.sink = fused_topk_sink<T>(L, tk, opt.check_finite, who);
+    job.opt.max_panel_rows = L.P;
+    const auto r = ::spillway::pairwise::detail::plan_request_of(job, jd.budget);
+    if (::spillway::pairwise::detail::plan_for(r, L.P, true).total_bytes() <= jd.budget.bytes()) break;
+    if (w <= 16384) return std::nullopt;
+  }
+  ::spillway::pairwise::detail::run_pair_job(job);
+  return job.sink.collect(job);
 }
 
 template <class T>

@@ -16,7 +16,10 @@
 //                                              calls compute(writer) with its device writer (see
 //                                              sink_kernels.cuh), then enqueues on `s` what it
 //                                              does with the strip; never waits for the stream.
-//                                              Returns the host-link bytes it enqueued.
+//                                              Returns the host-link bytes it enqueued. (A sink
+//                                              that runs its own product on the resident rows,
+//                                              similarity's fused top-k, does not call compute:
+//                                              the strip's rows are then never staged.)
 //   template <class Job> std::size_t complete(Job&, const strip_span&, task_slot&);
 //                                              on the host once the strip's work has finished
 //                                              (its staging filled); returns host-link bytes moved

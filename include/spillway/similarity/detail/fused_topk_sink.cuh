@@ -1,0 +1,449 @@
+// spillway/similarity/detail/fused_topk_sink.cuh — the fused top-k as a sink of the pair job: the
+// job (pairwise/pair_job.cuh) keeps the rows resident on the device and runs the strips through
+// the scheduler (progress, cancel, faults, report, budget); this sink seeds every row's list,
+// then runs each strip's chunks: a GEMM whose fragment sink (fused_topk_filter, the device writer)
+// drops every score that cannot enter a list, and the merges (topk_fused.cuh has the kernels and
+// the job's description).
+//
+// It follows the contract of pairwise/sinks/sink.cuh, with two differences its product makes: it
+// does not call the job's compute (its GEMM reads the resident rows itself and hands the
+// accumulators to the filter: a fragment sink of gemm/, a layer above pairwise/, so the sink lives
+// here), and its footprint asks for the strips in forward order (a strip's rows have seen every
+// earlier strip's columns, so their bars already filter). Per device: a compute stream that runs
+// the seeds and every strip one after the other (the lists and buckets are the device's one set),
+// an upload stream that brings the rows in block by block while the seeds of the blocks already
+// there run. One device per job (the entry point takes the strip path for more).
+#pragma once
+
+#include <spillway/core/device.hpp>
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/error.hpp>
+#include <spillway/core/stream.hpp>
+#include <spillway/gemm/fragment_sink.cuh>
+#include <spillway/gemm/gemm.cuh>
+#include <spillway/gemm/matrix_view.hpp>
+#include <spillway/pairwise/pair_job.cuh>
+#include <spillway/pairwise/plan.hpp>
+#include <spillway/pairwise/sink_kernels.cuh>
+#include <spillway/pairwise/sinks.hpp>
+#include <spillway/pairwise/sinks/sink.cuh>
+#include <spillway/pipeline/plan.hpp>
+#include <spillway/similarity/detail/kernels.cuh>
+#include <spillway/similarity/detail/topk_fused.cuh>
+#include <spillway/similarity/host_similarity.hpp>
+#include <spillway/tile/arch.cuh>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::similarity::detail {
+
+template <class T>
+inline constexpr bool fused_topk_type = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> ||
+                                        std::is_same_v<T, float>;
+
+/// Whether the fused job takes A·Aᵀ top-k of these rows: bf16 / half rows, or float rows with
+/// math_mode::tf32; the automatic or wgmma GEMM path; at most one device named; that device runs
+/// sm_90a code of this build; rows in device memory readable in place (base and stride on 16
+/// bytes, what the GEMM's tensor maps take). Returns the device, or -1.
+template <class T, class Options>
+int fused_topk_device(const matrix_view<const T>& a, const Options& opt, int rows_device) {
+  if constexpr (!fused_topk_type<T>) {
+    (void)a, (void)opt, (void)rows_device;
+    return -1;
+  } else {
+    if (std::is_same_v<T, float> && opt.gemm.math != ::spillway::gemm::math_mode::tf32) return -1;
+    using ::spillway::gemm::gemm_path;
+    if (opt.gemm.path != gemm_path::automatic && opt.gemm.path != gemm_path::wgmma) return -1;
+    if (opt.devices.size() > 1) return -1;
+    // Rows in one device's memory run there; naming another device is the strip path's error.
+    if (rows_device >= 0 && !opt.devices.empty() && opt.devices[0] != rows_device) return -1;
+    constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
+    if (rows_device >= 0 && (reinterpret_cast<std::uintptr_t>(a.data) % 16 != 0 || a.ld % align != 0)) return -1;
+    int dev = rows_device;
+    if (dev < 0) dev = opt.devices.empty() ? current_device() : opt.devices[0];
+    if ((tile::build_features(dev) & tile::feature_wgmma) == 0) return -1;
+    if (a.rows < 2 || a.cols < 1) return -1;
+    return dev;
+  }
+}
+
+/// The fused job's shape for n rows: strips of P rows (the pair job's panels), seed blocks of S,
+/// chunks of at most W columns, the buckets' capacities.
+struct fused_topk_layout {
+  std::int64_t P = 0, S = 0, W = 0;
+  std::int64_t blocks = 0;  // seed blocks: S rows each, the last up to 1.5 S
+  std::int64_t widest = 0;  // rows of the largest seed block
+  std::int32_t cap_a = 0, cap_b = 0;
+};
+
+/// `widest_chunk`: W before the test hook's sizes (which take precedence).
+inline fused_topk_layout fused_topk_shape(std::int64_t n, int k, std::int64_t max_panel_rows,
+                                          std::int64_t widest_chunk) {
+  const fused_topk_sizes& z = fused_topk_hook().sizes;
+  fused_topk_layout L;
+  std::int64_t P = z.strip_rows > 0 ? z.strip_rows : 2048;
+  if (max_panel_rows > 0) P = std::min(P, max_panel_rows);
+  P = std::max<std::int64_t>(128, P / 128 * 128);
+  L.P = P;
+  L.S = z.seed_rows > 0 ? std::max(P, z.seed_rows / P * P) : 4 * P;
+  L.blocks = std::max<std::int64_t>(1, n / L.S);
+  if (n - L.blocks * L.S >= L.S / 2) ++L.blocks;
+  L.widest = std::max(std::min(L.S, n), n - (L.blocks - 1) * L.S);
+  L.cap_a = z.row_capacity > 0 ? z.row_capacity : 32 * k;
+  L.cap_b = z.col_capacity > 0 ? z.col_capacity : 2 * k;
+  const std::int64_t W = z.chunk_cols > 0 ? z.chunk_cols : widest_chunk;
+  L.W = std::max<std::int64_t>(256, std::min(W, n));
+  return L;
+}
+
+/// The seed blocks: blocks of S rows; a remainder under S/2 joins the last block (a small block's
+/// rows would start with poor bars and flood their buckets in the first strip). End of block b.
+inline std::int64_t fused_block_end(const fused_topk_layout& L, std::int64_t n, std::int64_t b) {
+  return b == L.blocks - 1 ? n : (b + 1) * L.S;
+}
+
+/// Profile events of a fused job (fused_topk_hook().profile): start, seeds done, then per chunk
+/// GEMM start, GEMM end, merges end, then the end.
+struct fused_topk_marks {
+  bool on = false;
+  std::vector<event> marks;
+  void mark(stream_view s) {
+    if (!on) return;
+    marks.emplace_back(event::timing::enabled);
+    marks.back().record(s);
+  }
+  /// The hook's seed, GEMM, merge and device times from the events (after the stream finished).
+  void publish() const {
+    if (!on || marks.size() < 3) return;
+    const auto ms = [&](std::size_t x, std::size_t y) {
+      float v = 0;
+      SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&v, marks[x].value(), marks[y].value()));
+      return v;
+    };
+    auto& hk = fused_topk_hook();
+    hk.seed_ms = ms(0, 1);
+    hk.gemm_ms = hk.merge_ms = 0;
+    for (std::size_t c = 2; c + 3 <= marks.size() - 1; c += 3) {
+      hk.gemm_ms += ms(c, c + 1);
+      hk.merge_ms += ms(c + 1, c + 2);
+    }
+    hk.device_ms = ms(0, marks.size() - 1);
+  }
+};
+
+/// One device's state of a fused job: per-row lists and bars, the buckets of a strip's rows (a)
+/// and of a chunk's columns (b), the seeds' scratch scores, two counters; a compute and an upload
+/// stream. The last member drains both streams first on destruction, so an exception leaves no
+/// copy or kernel running on memory being freed.
+struct fused_topk_device_state {
+  using entry = pairwise::detail::topk_entry<float>;
+  stream cs, us;  // compute; upload
+  device_buffer<entry> state;
+  device_buffer<topk_bar> bars;  // + 1: the filter's paired loads
+  device_buffer<unsigned> cnt_a, cnt_b;
+  device_buffer<entry> buck_a, buck_b;
+  device_buffer<float> scratch;
+  device_buffer<unsigned long long> recomputed, bad_row;
+  fused_topk_marks marks;
+  std::size_t bytes_in = 0;  // the rows' upload, counted with the device's first strip
+  std::int64_t chunks = 0;
+  struct drain {
+    const stream& a;
+    const stream& b;
+    ~drain() {
+      (void)cudaStreamSynchronize(a.view().value());
+      (void)cudaStreamSynchronize(b.view().value());
+    }
+  } drain_on_exit{us, cs};
+
+  /// Allocated on `s` (the job's setup stream; both streams wait for it before any use).
+  fused_topk_device_state(int dev, const fused_topk_layout& L, std::int64_t n, int k, stream_view s)
+      : cs(dev),
+        us(dev),
+        state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), s),
+        bars(static_cast<std::size_t>(n) + 1, s),
+        cnt_a(static_cast<std::size_t>(L.P), s),
+        cnt_b(static_cast<std::size_t>(L.W), s),
+        buck_a(static_cast<std::size_t>(L.P) * static_cast<std::size_t>(L.cap_a), s),
+        buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), s),
+        scratch(static_cast<std::size_t>(L.widest * L.widest), s),
+        recomputed(1, s),
+        bad_row(1, s) {}
+};
+
+/// Merges the buckets of local rows [0, rows) = global row0 + r into their lists (recomputing the
+/// pairs with global rows [other0, other1) of an overflowed bucket).
+template <class T>
+void fused_topk_merge(fused_merge_args<T> m, similarity_metric metric, std::int64_t rows, std::int64_t row0,
+                      unsigned* cnt, const pairwise::detail::topk_entry<float>* buck, std::int32_t cap,
+                      std::int64_t other0, std::int64_t other1, stream_view s) {
+  m.rows = rows;
+  m.row0 = row0;
+  m.cnt = cnt;
+  m.buck = buck;
+  m.cap = cap;
+  m.other0 = other0;
+  m.other1 = other1;
+  const unsigned grid = grid_blocks((m.rows + m.rows_per_warp - 1) / m.rows_per_warp, 8);
+  switch (metric) {
+    case similarity_metric::cosine:
+      fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
+      break;
+    case similarity_metric::inner_product:
+      fused_merge_kernel<T, similarity_metric::inner_product><<<grid, 256, 0, s.value()>>>(m);
+      break;
+    default:
+      fused_merge_kernel<T, similarity_metric::euclidean><<<grid, 256, 0, s.value()>>>(m);
+      break;
+  }
+  SPILLWAY_CHECK_LAUNCH();
+}
+
+/// The fused top-k of A·Aᵀ over rows of T, as the pair job's sink (see the top of this file).
+/// Reads the job's producer (similarity's float_producer: metric, cosine_zero, GEMM options, row
+/// stride) and its per-device context (resident rows, per-row values).
+template <class T>
+class fused_topk_sink : public pairwise::detail::sink_base {
+ public:
+  using entry = pairwise::detail::topk_entry<float>;
+
+  fused_topk_sink() = default;
+  fused_topk_sink(const fused_topk_layout& L, const pairwise::topk_options& tk, bool check_finite, const char* who)
+      : L_(L), tk_(tk), check_finite_(check_finite), who_(who) {}
+
+  [[nodiscard]] const fused_topk_layout& layout() const noexcept { return L_; }
+
+  /// Nothing per slot (the strips write no scores); per device the lists, the bars, the lists'
+  /// export (values and int64 columns) and the buckets and seed scores, each rounded as a slot
+  /// buffer is.
+  [[nodiscard]] pairwise::sink_footprint footprint() const {
+    pairwise::sink_footprint f;
+    f.strip_output = false;
+    f.forward_order = true;
+    const auto k = static_cast<std::size_t>(tk_.k);
+    f.bytes_per_row = k * sizeof(entry) + sizeof(topk_bar) + k * (sizeof(float) + sizeof(std::int64_t));
+    const auto r = [](std::size_t b) { return ::spillway::detail::slot_device_bytes({b}); };
+    const auto P = static_cast<std::size_t>(L_.P), W = static_cast<std::size_t>(L_.W);
+    f.bytes_fixed = r(P * 4) + r(P * static_cast<std::size_t>(L_.cap_a) * sizeof(entry)) + r(W * 4) +
+                    r(W * static_cast<std::size_t>(L_.cap_b) * sizeof(entry)) +
+                    r(static_cast<std::size_t>(L_.widest * L_.widest) * 4) + 6 * r(16);
+    return f;
+  }
+
+  /// Worker w's state, then its rows in block by block (upload stream) and each block's
+  /// finiteness scan, per-row values and seed on the compute stream as soon as its rows are
+  /// there; then the bars from the seeded lists. Nothing here waits for the device.
+  template <class Job>
+  void setup(Job& job, std::size_t w, stream_view s) {
+    auto& c = *job.ctx[w];
+    const std::int64_t n = job.prod.rows(false);
+    auto& slot = pairwise::detail::per_worker(dev_, w);
+    slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s);
+    fused_topk_device_state& D = *slot;
+    D.marks.on = fused_topk_hook().profile;
+    event allocated;
+    allocated.record(s);  // the buffers, and the aux values of rows already in device memory
+    D.cs.view().wait(allocated);
+    D.us.view().wait(allocated);
+    D.marks.mark(D.cs.view());
+    init_state(job, D);
+    // The per-row values' entry past the last row (loaded in pairs, never used): set, not left
+    // uninitialized.
+    SPILLWAY_CUDA_TRY(cudaMemsetAsync(c.aux_a.data() + n, 0, sizeof(float), D.cs.view().value()));
+    const std::int64_t P = job.plan.panel_rows;
+    std::vector<event> arrived(static_cast<std::size_t>(L_.blocks));
+    for (std::int64_t b = 0; b < L_.blocks; ++b) {
+      const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
+      D.bytes_in += pairwise::detail::ensure_panels(job, w, b0 / P, (b1 + P - 1) / P, D.us.view());
+      arrived[static_cast<std::size_t>(b)].record(D.us.view());
+    }
+    for (std::int64_t b = 0; b < L_.blocks; ++b) {
+      D.cs.view().wait(arrived[static_cast<std::size_t>(b)]);
+      seed_block(job, D, c, b * L_.S, fused_block_end(L_, n, b));
+    }
+    pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
+      fused_bars_kernel<decltype(Lg)::value><<<grid_blocks(n, 256), 256, 0, D.cs.view().value()>>>(
+          D.state.data(), n, tk_.k, D.bars.data());
+    });
+    SPILLWAY_CHECK_LAUNCH();
+    D.marks.mark(D.cs.view());
+  }
+
+  /// The host result is allocated on another thread while the device works. With check_finite a
+  /// non-finite row is refused here, once the seeds have scanned every block, before any strip.
+  template <class Job>
+  void start(Job& job) {
+    const std::int64_t n = job.prod.rows(false);
+    const int k = tk_.k;
+    host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
+    if (!check_finite_) return;
+    for (auto& D : dev_) {
+      const std::vector<unsigned long long> h = D->bad_row.to_host(D->cs.view());
+      if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who_, "A");
+    }
+  }
+
+  /// Strip st's chunks on the device's compute stream, which the slot's stream then waits for.
+  template <class Job, class Compute>
+  std::size_t enqueue(Job& job, const pairwise::strip_span& st, task_slot& slot, stream_view s, Compute&&) {
+    fused_topk_device_state& D = *dev_[slot.worker()];
+    run_strip(job, D, *job.ctx[slot.worker()], st);
+    event done;
+    done.record(D.cs.view());
+    s.wait(done);
+    const std::size_t moved = D.bytes_in;
+    D.bytes_in = 0;
+    return moved;
+  }
+
+  /// The lists out: values and indices straight into the host result; the hook's counts.
+  template <class Job>
+  pairwise::topk_result<float> collect(Job& job) {
+    if (dev_.size() != 1) {
+      throw logic_error(std::string(who_) + ": the fused top-k runs on one device, got " +
+                        std::to_string(dev_.size()));
+    }
+    fused_topk_device_state& D = *dev_[0];
+    const stream_view s = D.cs.view();
+    D.marks.mark(s);
+    s.synchronize();
+    D.marks.publish();
+    pairwise::topk_result<float> r = host_.get();
+    const std::int64_t n = job.prod.rows(false);
+    const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(tk_.k);
+    device_buffer<float> dv(per, s);
+    device_buffer<std::int64_t> di(per, s);
+    pairwise::detail::topk_export_kernel<float>
+        <<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
+            D.state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
+    SPILLWAY_CHECK_LAUNCH();
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t),
+                                      cudaMemcpyDeviceToHost, s.value()));
+    const std::vector<unsigned long long> rc = D.recomputed.to_host(s);
+    s.synchronize();
+    auto& hk = fused_topk_hook();
+    hk.last_recomputed_rows = rc[0];
+    hk.last_chunks = D.chunks;
+    hk.last_ran = true;
+    return r;
+  }
+
+ private:
+  fused_topk_layout L_{};
+  pairwise::topk_options tk_{};
+  bool check_finite_ = true;
+  const char* who_ = "similarity_topk";
+  std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
+  std::future<pairwise::topk_result<float>> host_;
+
+  /// Counters zeroed, the lists empty, the bad-row flag at "none".
+  template <class Job>
+  void init_state(const Job& job, fused_topk_device_state& D) const {
+    const stream_view s = D.cs.view();
+    const std::int64_t n = job.prod.rows(false);
+    D.bars.fill_bytes_async(0, s);
+    D.cnt_a.fill_bytes_async(0, s);
+    D.cnt_b.fill_bytes_async(0, s);
+    D.recomputed.fill_bytes_async(0, s);
+    D.bad_row.fill_bytes_async(0xFF, s);
+    pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
+      pairwise::detail::topk_init_kernel<float, decltype(Lg)::value>
+          <<<grid_blocks(n * tk_.k, 256), 256, 0, s.value()>>>(D.state.data(), n * tk_.k);
+    });
+    SPILLWAY_CHECK_LAUNCH();
+  }
+
+  /// Block [b0, b1)'s own pairs, dense, through the strip path's GEMM and selection: every row
+  /// starts with the exact top-k of its block, a true lower bound of its final k-th place.
+  template <class Job, class Ctx>
+  void seed_block(const Job& job, fused_topk_device_state& D, const Ctx& c, std::int64_t b0, std::int64_t b1) const {
+    namespace pd = ::spillway::pairwise::detail;
+    const stream_view s = D.cs.view();
+    const auto& p = job.prod;
+    const std::int64_t bn = b1 - b0, d = p.a.cols, ld = p.stride(false);
+    const T* br = reinterpret_cast<const T*>(c.resident_rows) + b0 * ld;
+    const float* aux = c.aux_a.data();
+    if (check_finite_) {
+      first_nonfinite_row_kernel<T>
+          <<<grid_blocks(bn * d, 256), 256, 0, s.value()>>>(br, bn, d, ld, D.bad_row.data(), b0);
+      SPILLWAY_CHECK_LAUNCH();
+    }
+    const auto A = row_major(br, bn, d, ld);
+    const similarity_epilogue epi{p.m, aux + b0, aux + b0, p.cosine_zero};
+    ::spillway::gemm::gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(D.scratch.data(), bn, bn, bn), p.go, epi);
+    pd::with_larger(p.larger(), [&](auto Lg) {
+      pd::topk_rows_kernel<float, decltype(Lg)::value><<<grid_blocks(bn, 8), 256, 0, s.value()>>>(
+          D.scratch.data(), bn, bn, b0, b0, !tk_.include_diagonal, D.state.data(), tk_.k);
+    });
+    SPILLWAY_CHECK_LAUNCH();
+  }
+
+  /// Strip st's rows against every column of the LATER blocks, in chunks whose width is the number
+  /// of columns those rows have already seen (doubling), capped at W: per chunk one GEMM whose
+  /// filter fills the buckets, then the strip's rows and the chunk's columns merge theirs.
+  template <class Job, class Ctx>
+  void run_strip(const Job& job, fused_topk_device_state& D, const Ctx& c, const pairwise::strip_span& st) {
+    const stream_view s = D.cs.view();
+    const auto& p = job.prod;
+    const std::int64_t n = st.n, d = p.a.cols, ld = p.stride(false);
+    const T* rows = reinterpret_cast<const T*>(c.resident_rows);
+    const float* aux = c.aux_a.data();
+    const std::int64_t r0 = st.first_row, rn = st.rows;
+    fused_merge_args<T> ma;
+    ma.state = D.state.data();
+    ma.bars = D.bars.data();
+    ma.k = tk_.k;
+    ma.data = rows;
+    ma.ld = ld;
+    ma.d = d;
+    ma.aux = aux;
+    ma.cosine_zero = p.cosine_zero;
+    ma.recomputed = D.recomputed.data();
+    std::int64_t c0 = fused_block_end(L_, n, std::min(r0 / L_.S, L_.blocks - 1));  // the later blocks' columns
+    std::int64_t seen = c0;
+    while (c0 < n) {
+      const std::int64_t w = std::min({seen, L_.W, n - c0});
+      fused_topk_filter f;
+      f.metric = p.m;
+      f.cosine_zero = p.cosine_zero;
+      f.aux_a = aux + r0;
+      f.aux_b = aux + c0;
+      f.bar_a = D.bars.data() + r0;
+      f.bar_b = D.bars.data() + c0;
+      f.a_row0 = static_cast<std::int32_t>(r0);
+      f.b_row0 = static_cast<std::int32_t>(c0);
+      f.cnt_a = D.cnt_a.data();
+      f.buck_a = D.buck_a.data();
+      f.cap_a = L_.cap_a;
+      f.cnt_b = D.cnt_b.data();
+      f.buck_b = D.buck_b.data();
+      f.cap_b = L_.cap_b;
+      D.marks.mark(s);
+      ::spillway::gemm::fragment_sink_gemm_async(s, row_major(rows + r0 * ld, rn, d, ld),
+                                                 row_major(rows + c0 * ld, w, d, ld), f);
+      D.marks.mark(s);
+      // The strip's rows, then the chunk's columns as rows.
+      fused_topk_merge(ma, p.m, rn, r0, D.cnt_a.data(), D.buck_a.data(), L_.cap_a, c0, c0 + w, s);
+      fused_topk_merge(ma, p.m, w, c0, D.cnt_b.data(), D.buck_b.data(), L_.cap_b, r0, r0 + rn, s);
+      D.marks.mark(s);
+      seen += w;
+      c0 += w;
+      ++D.chunks;
+    }
+  }
+};
+
+}  // namespace spillway::similarity::detail
