@@ -43,6 +43,7 @@ struct args {
   bool profile = false;
   std::string rows_memory = "pinned";
   std::int64_t max_panel_rows = 0;
+  std::vector<int> devices;  // empty: the current device
   std::uint64_t seed = 42;
 };
 
@@ -61,6 +62,9 @@ void print_usage(std::FILE* f) {
       "  --budget SIZE          device memory per GPU, e.g. 4GiB, 512MiB (default 80%% of free memory)\n"
       "  --tf32                 float32 rows on the TF32 tensor cores (default exact FP32)\n"
       "  --max-panel-rows P     cap on rows per strip (default automatic, 2048)\n"
+      "  --devices 0,1          GPUs to use (a GPU may be named twice); default: the current one for\n"
+      "                         the fused top-k (bf16 / float16 / --tf32 rows), every visible GPU for\n"
+      "                         the strip path (other rows)\n"
       "  --check S              rows sampled for the host check (default 16; 0: none)\n"
       "  --seed S               random rows and the sample (default 42)\n"
       "  --host                 run on the host implementation\n"
@@ -105,6 +109,19 @@ args parse(int argc, char** argv) {
       }
     } else if (k == "--tf32") a.tf32 = true;
     else if (k == "--max-panel-rows") a.max_panel_rows = std::atoll(val().c_str());
+    else if (k == "--devices") {
+      const std::string v = val();
+      std::size_t at = 0;
+      while (at <= v.size()) {
+        const std::size_t end = std::min(v.find(',', at), v.size());
+        const std::string item = v.substr(at, end - at);
+        char* stop = nullptr;
+        const long d = std::strtol(item.c_str(), &stop, 10);
+        if (item.empty() || *stop != '\0' || d < 0) usage(("--devices: a list of device ordinals such as 0,1; got '" + v + "'").c_str());
+        a.devices.push_back(static_cast<int>(d));
+        at = end + 1;
+      }
+    }
     else if (k == "--check") a.check = std::atoll(val().c_str());
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--host") a.host = true;
@@ -187,6 +204,7 @@ int run(const args& a, const rows_t& r) {
   if (a.tf32) o.gemm.math = g::math_mode::tf32;
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   o.max_panel_rows = a.max_panel_rows;
+  o.devices = a.devices;
   o.host_fallback = true;  // no GPU: the host implementation
   g::pair_report rep;
   o.report = &rep;

@@ -273,6 +273,50 @@ TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
   fused_case<float>("SimilarityGpu.Fused.tf32.cosine", similarity_metric::cosine, true, 16, 0, 0);
 }
 
+// Two workers on one device (devices {d, d}): each keeps lists of its own under worker 0's seeded
+// bars, and collect merges them; both workers run strips. Checked against the host in double as on
+// one worker, once with tiny buckets so that both workers recompute overflowed rows.
+TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
+  const int dev = spillway::current_device();
+  struct variant {
+    const char* name;
+    similarity_metric m;
+    int k;
+    std::int32_t cap_a, cap_b;
+  };
+  for (const variant v :
+       {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0},
+        variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1}}) {
+    const std::int64_t n = 2333, d = 100;
+    const auto rows = random_rows<__nv_bfloat16>(n, d, test::seed(v.name));
+    const auto a = view(rows, n, d);
+    g::detail::fused_topk_sizes z;
+    z.strip_rows = 128;
+    z.seed_rows = 256;
+    z.chunk_cols = 512;
+    z.row_capacity = v.cap_a;
+    z.col_capacity = v.cap_b;
+    fused_sizes_scope scope(z);
+    g::similarity_options o;
+    o.metric = v.m;
+    o.devices = {dev, dev};
+    g::pair_report rep;
+    o.report = &rep;
+    const auto r = g::similarity_topk(a, {v.k}, o);
+    auto& hook = g::detail::fused_topk_hook();
+    ASSERT_TRUE(hook.last_ran) << v.name << ": two named devices must take the fused path";
+    ASSERT_EQ(rep.job.tasks_per_device.size(), 2u) << v.name;
+    EXPECT_GT(rep.job.tasks_per_device[0], 0u) << v.name << ": worker 0 ran no strip";
+    EXPECT_GT(rep.job.tasks_per_device[1], 0u) << v.name << ": worker 1 ran no strip";
+    EXPECT_TRUE(rep.job.complete()) << v.name;
+    if (v.cap_a > 0)
+      EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << v.name << ": tiny buckets must overflow";
+    check_topk(r, a, a, true, v.k, false, v.m, false, v.name);
+  }
+}
+
 TEST(SimilarityGpu, FusedTopKOverflowedBucketsAreRecomputed) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";

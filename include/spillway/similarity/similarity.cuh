@@ -259,16 +259,16 @@ std::optional<topk_result<float>> fused_similarity_topk(const matrix_view<const 
                                                         const similarity_options& opt, int rows_device,
                                                         const char* who) {
   fused_topk_hook().last_ran = false;
-  const int dev = fused_topk_device(a, opt, rows_device);
-  if (dev < 0) return std::nullopt;
-  const job_devices jd = resolve_job_devices(std::vector<int>{dev}, opt.budget, who);
+  const std::vector<int> devices = fused_topk_devices(a, opt, rows_device);
+  if (devices.empty()) return std::nullopt;
+  const job_devices jd = resolve_job_devices(devices, opt.budget, who);
   auto job = make_job(a, static_cast<const matrix_view<const T>*>(nullptr), opt, fused_topk_sink<T>{}, who,
                       rows_device, false);
-  job.opt.devices = {dev};
+  job.opt.devices = jd.devices;
   job.opt.budget = jd.budget;
   for (std::int64_t w = 262144;; w /= 2) {
     const fused_topk_layout L = fused_topk_shape(a.rows, tk.k, opt.max_panel_rows, w);
-    job.sink = fused_topk_sink<T>(L, tk, opt.check_finite, who);
+    job.sink = fused_topk_sink<T>(L, tk, opt.check_finite, who, jd.devices.size());
     job.opt.max_panel_rows = L.P;
     const auto r = ::spillway::pairwise::detail::plan_request_of(job, jd.budget);
     if (::spillway::pairwise::detail::plan_for(r, L.P, true).total_bytes() <= jd.budget.bytes()) break;

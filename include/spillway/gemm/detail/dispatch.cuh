@@ -178,11 +178,15 @@ struct lent_workspace {
   [[nodiscard]] bool lent() const noexcept { return data != nullptr; }
 };
 
+/// The types whose tensor-core paths take K-major operands only (the others never stage).
+template <class T>
+inline constexpr bool has_staging_paths_v = has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma;
+
 /// Whether `path` stages operands that are not tensor_ready (the tensor-core paths of the types
 /// that have them).
 template <class T>
 bool stages_operands(gemm_path path) {
-  return (has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma) && path != gemm_path::simt;
+  return has_staging_paths_v<T> && path != gemm_path::simt;
 }
 
 /// How run_problem cuts k for p on `path`. The automatic split fills the device with the
@@ -218,8 +222,8 @@ template <class T, class TC, class Acc, class Epi>
 void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int device, stream_view s,
                  const lent_workspace& ws = {}) {
   device_buffer<T> staged_a, staged_b;
-  if constexpr (has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma) {
-    if (path != gemm_path::simt) {
+  if constexpr (has_staging_paths_v<T>) {  // (stage_for_tensor_cores exists for these types only)
+    if (stages_operands<T>(path)) {
       const operand<T> oa{p.a, p.lda, p.a_kmajor, p.stride_a}, ob{p.b, p.ldb, p.b_kmajor, p.stride_b};
       SPILLWAY_EXPECTS(!ws.lent() || (staged_elements(oa, p.m, p.k, p.batch) == 0 &&
                                       staged_elements(ob, p.n, p.k, p.batch) == 0),

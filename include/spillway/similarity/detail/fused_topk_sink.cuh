@@ -12,7 +12,13 @@
 // earlier strip's columns, so their bars already filter). Per device: a compute stream that runs
 // the seeds and every strip one after the other (the lists and buckets are the device's one set),
 // an upload stream that brings the rows in block by block while the seeds of the blocks already
-// there run. One device per job (the entry point takes the strip path for more).
+// there run.
+//
+// On several devices (workers) each keeps lists of its own. Worker 0 seeds them; the others bring
+// the rows in from it (the job's panel share), take its bars (the seeds' k-th places, true lower
+// bounds of the final ones) and start with empty lists, so every pair reaches the lists of the one
+// worker that ran its strip (seeds: worker 0) and no list holds a pair twice; collect merges the
+// workers' lists on worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -53,29 +59,36 @@ template <class T>
 inline constexpr bool fused_topk_type = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> ||
                                         std::is_same_v<T, float>;
 
-/// Whether the fused job takes A·Aᵀ top-k of these rows: bf16 / half rows, or float rows with
-/// math_mode::tf32; the automatic or wgmma GEMM path; at most one device named; that device runs
-/// sm_90a code of this build; rows in device memory readable in place (base and stride on 16
-/// bytes, what the GEMM's tensor maps take). Returns the device, or -1.
+/// The devices the fused job takes A·Aᵀ top-k of these rows on; empty when it does not. It takes
+/// bf16 / half rows, or float rows with math_mode::tf32, on the automatic or wgmma GEMM path; the
+/// devices named (none named: the current device; rows in device memory: theirs, read in place, so
+/// base and stride on 16 bytes, what the GEMM's tensor maps take), each a valid ordinal running
+/// sm_90a code of this build.
 template <class T, class Options>
-int fused_topk_device(const matrix_view<const T>& a, const Options& opt, int rows_device) {
+std::vector<int> fused_topk_devices(const matrix_view<const T>& a, const Options& opt, int rows_device) {
   if constexpr (!fused_topk_type<T>) {
     (void)a, (void)opt, (void)rows_device;
-    return -1;
+    return {};
   } else {
-    if (std::is_same_v<T, float> && opt.gemm.math != ::spillway::gemm::math_mode::tf32) return -1;
+    if (std::is_same_v<T, float> && opt.gemm.math != ::spillway::gemm::math_mode::tf32) return {};
     using ::spillway::gemm::gemm_path;
-    if (opt.gemm.path != gemm_path::automatic && opt.gemm.path != gemm_path::wgmma) return -1;
-    if (opt.devices.size() > 1) return -1;
-    // Rows in one device's memory run there; naming another device is the strip path's error.
-    if (rows_device >= 0 && !opt.devices.empty() && opt.devices[0] != rows_device) return -1;
-    constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
-    if (rows_device >= 0 && (reinterpret_cast<std::uintptr_t>(a.data) % 16 != 0 || a.ld % align != 0)) return -1;
-    int dev = rows_device;
-    if (dev < 0) dev = opt.devices.empty() ? current_device() : opt.devices[0];
-    if ((tile::build_features(dev) & tile::feature_wgmma) == 0) return -1;
-    if (a.rows < 2 || a.cols < 1) return -1;
-    return dev;
+    if (opt.gemm.path != gemm_path::automatic && opt.gemm.path != gemm_path::wgmma) return {};
+    if (a.rows < 2 || a.cols < 1) return {};
+    std::vector<int> devs = opt.devices;
+    if (rows_device >= 0) {
+      // Rows in one device's memory run there; naming another device is the strip path's error.
+      if (!devs.empty() && (devs.size() != 1 || devs[0] != rows_device)) return {};
+      constexpr auto align = static_cast<std::int64_t>(16 / sizeof(T));
+      if (reinterpret_cast<std::uintptr_t>(a.data) % 16 != 0 || a.ld % align != 0) return {};
+      devs = {rows_device};
+    } else if (devs.empty()) {
+      devs = {current_device()};
+    }
+    for (const int d : devs) {
+      // (an invalid ordinal is the strip path's error, with its message)
+      if (d < 0 || d >= device_count() || (tile::build_features(d) & tile::feature_wgmma) == 0) return {};
+    }
+    return devs;
   }
 }
 
@@ -157,6 +170,7 @@ struct fused_topk_device_state {
   device_buffer<float> scratch;
   device_buffer<unsigned long long> recomputed, bad_row;
   fused_topk_marks marks;
+  event seeded;              // worker 0: its bars are the seeds' (the other workers copy them)
   std::size_t bytes_in = 0;  // the rows' upload, counted with the device's first strip
   std::int64_t chunks = 0;
   struct drain {
@@ -169,7 +183,9 @@ struct fused_topk_device_state {
   } drain_on_exit{us, cs};
 
   /// Allocated on `s` (the job's setup stream; both streams wait for it before any use).
-  fused_topk_device_state(int dev, const fused_topk_layout& L, std::int64_t n, int k, stream_view s)
+  /// `seeds`: this worker seeds the lists (worker 0; the others need no seed scores).
+  fused_topk_device_state(int dev, const fused_topk_layout& L, std::int64_t n, int k, stream_view s,
+                          bool seeds)
       : cs(dev),
         us(dev),
         state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), s),
@@ -178,7 +194,7 @@ struct fused_topk_device_state {
         cnt_b(static_cast<std::size_t>(L.W), s),
         buck_a(static_cast<std::size_t>(L.P) * static_cast<std::size_t>(L.cap_a), s),
         buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), s),
-        scratch(static_cast<std::size_t>(L.widest * L.widest), s),
+        scratch(seeds ? static_cast<std::size_t>(L.widest * L.widest) : 0u, s),
         recomputed(1, s),
         bad_row(1, s) {}
 };
@@ -220,20 +236,23 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   using entry = pairwise::detail::topk_entry<float>;
 
   fused_topk_sink() = default;
-  fused_topk_sink(const fused_topk_layout& L, const pairwise::topk_options& tk, bool check_finite, const char* who)
-      : L_(L), tk_(tk), check_finite_(check_finite), who_(who) {}
+  /// `workers`: the entries of the job's device list (each keeps lists of its own).
+  fused_topk_sink(const fused_topk_layout& L, const pairwise::topk_options& tk, bool check_finite,
+                  const char* who, std::size_t workers = 1)
+      : L_(L), tk_(tk), check_finite_(check_finite), who_(who), workers_(workers) {}
 
   [[nodiscard]] const fused_topk_layout& layout() const noexcept { return L_; }
 
   /// Nothing per slot (the strips write no scores); per device the lists, the bars, the lists'
-  /// export (values and int64 columns) and the buckets and seed scores, each rounded as a slot
-  /// buffer is.
+  /// export (values and int64 columns), with several workers every worker's lists side by side
+  /// for the merge, and the buckets and seed scores, each rounded as a slot buffer is.
   [[nodiscard]] pairwise::sink_footprint footprint() const {
     pairwise::sink_footprint f;
     f.strip_output = false;
     f.forward_order = true;
     const auto k = static_cast<std::size_t>(tk_.k);
     f.bytes_per_row = k * sizeof(entry) + sizeof(topk_bar) + k * (sizeof(float) + sizeof(std::int64_t));
+    if (workers_ > 1) f.bytes_per_row += workers_ * k * sizeof(entry);
     const auto r = [](std::size_t b) { return ::spillway::detail::slot_device_bytes({b}); };
     const auto P = static_cast<std::size_t>(L_.P), W = static_cast<std::size_t>(L_.W);
     f.bytes_fixed = r(P * 4) + r(P * static_cast<std::size_t>(L_.cap_a) * sizeof(entry)) + r(W * 4) +
@@ -242,15 +261,17 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     return f;
   }
 
-  /// Worker w's state, then its rows in block by block (upload stream) and each block's
-  /// finiteness scan, per-row values and seed on the compute stream as soon as its rows are
-  /// there; then the bars from the seeded lists. Nothing here waits for the device.
+  /// Worker w's state, then its rows in block by block (upload stream) and, on worker 0, each
+  /// block's finiteness scan and seed on the compute stream as soon as its rows are there, then
+  /// the bars from the seeded lists; the other workers copy those bars once worker 0 has them.
+  /// Nothing here waits for the device.
   template <class Job>
   void setup(Job& job, std::size_t w, stream_view s) {
     auto& c = *job.ctx[w];
     const std::int64_t n = job.prod.rows(false);
+    const bool seeds = w == 0;
     auto& slot = pairwise::detail::per_worker(dev_, w);
-    slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s);
+    slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s, seeds);
     fused_topk_device_state& D = *slot;
     D.marks.on = fused_topk_hook().profile;
     event allocated;
@@ -269,6 +290,17 @@ class fused_topk_sink : public pairwise::detail::sink_base {
       D.bytes_in += pairwise::detail::ensure_panels(job, w, b0 / P, (b1 + P - 1) / P, D.us.view());
       arrived[static_cast<std::size_t>(b)].record(D.us.view());
     }
+    if (!seeds) {
+      // Every row here (the uploads are in order on one stream), then worker 0's bars.
+      D.cs.view().wait(arrived.back());
+      const fused_topk_device_state& D0 = *dev_[0];
+      D.cs.view().wait(D0.seeded);
+      SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(D.bars.data(), c.device, D0.bars.data(), job.ctx[0]->device,
+                                            (static_cast<std::size_t>(n) + 1) * sizeof(topk_bar),
+                                            D.cs.view().value()));
+      D.marks.mark(D.cs.view());
+      return;
+    }
     for (std::int64_t b = 0; b < L_.blocks; ++b) {
       D.cs.view().wait(arrived[static_cast<std::size_t>(b)]);
       seed_block(job, D, c, b * L_.S, fused_block_end(L_, n, b));
@@ -278,21 +310,22 @@ class fused_topk_sink : public pairwise::detail::sink_base {
           D.state.data(), n, tk_.k, D.bars.data());
     });
     SPILLWAY_CHECK_LAUNCH();
+    D.seeded.record(D.cs.view());
     D.marks.mark(D.cs.view());
   }
 
   /// The host result is allocated on another thread while the device works. With check_finite a
-  /// non-finite row is refused here, once the seeds have scanned every block, before any strip.
+  /// non-finite row is refused here, once worker 0's seeds have scanned every block, before any
+  /// strip.
   template <class Job>
   void start(Job& job) {
     const std::int64_t n = job.prod.rows(false);
     const int k = tk_.k;
     host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
     if (!check_finite_) return;
-    for (auto& D : dev_) {
-      const std::vector<unsigned long long> h = D->bad_row.to_host(D->cs.view());
-      if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who_, "A");
-    }
+    device_guard g(job.ctx[0]->device);  // worker 0 scanned every row with its seeds
+    const std::vector<unsigned long long> h = dev_[0]->bad_row.to_host(dev_[0]->cs.view());
+    if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who_, "A");
   }
 
   /// Strip st's chunks on the device's compute stream, which the slot's stream then waits for.
@@ -311,32 +344,53 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   /// The lists out: values and indices straight into the host result; the hook's counts.
   template <class Job>
   pairwise::topk_result<float> collect(Job& job) {
-    if (dev_.size() != 1) {
-      throw logic_error(std::string(who_) + ": the fused top-k runs on one device, got " +
-                        std::to_string(dev_.size()));
-    }
+    device_guard g(job.ctx[0]->device);
     fused_topk_device_state& D = *dev_[0];
     const stream_view s = D.cs.view();
     D.marks.mark(s);
-    s.synchronize();
+    for (auto& x : dev_) x->cs.view().synchronize();
     D.marks.publish();
     pairwise::topk_result<float> r = host_.get();
     const std::int64_t n = job.prod.rows(false);
     const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(tk_.k);
+    device_buffer<entry> merged;
+    const entry* lists = D.state.data();
+    if (dev_.size() > 1) {
+      // Every worker's lists side by side on worker 0, merged into the first.
+      merged = device_buffer<entry>(dev_.size() * per, s);
+      for (std::size_t w = 0; w < dev_.size(); ++w) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(merged.data() + w * per, job.ctx[0]->device,
+                                              dev_[w]->state.data(), job.ctx[w]->device, per * sizeof(entry),
+                                              s.value()));
+      }
+      pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
+        pairwise::detail::topk_merge_kernel<float, decltype(Lg)::value>
+            <<<grid_blocks(n, 8), 256, 0, s.value()>>>(merged.data(), n, tk_.k, static_cast<int>(dev_.size()),
+                                                       static_cast<std::int64_t>(per));
+      });
+      SPILLWAY_CHECK_LAUNCH();
+      lists = merged.data();
+    }
     device_buffer<float> dv(per, s);
     device_buffer<std::int64_t> di(per, s);
     pairwise::detail::topk_export_kernel<float>
         <<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
-            D.state.data(), static_cast<std::int64_t>(per), dv.data(), di.data());
+            lists, static_cast<std::int64_t>(per), dv.data(), di.data());
     SPILLWAY_CHECK_LAUNCH();
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToHost, s.value()));
-    const std::vector<unsigned long long> rc = D.recomputed.to_host(s);
     s.synchronize();
+    std::uint64_t recomputed = 0;
+    std::int64_t chunks = 0;
+    for (std::size_t w = 0; w < dev_.size(); ++w) {
+      device_guard gw(job.ctx[w]->device);
+      recomputed += dev_[w]->recomputed.to_host(dev_[w]->cs.view())[0];
+      chunks += dev_[w]->chunks;
+    }
     auto& hk = fused_topk_hook();
-    hk.last_recomputed_rows = rc[0];
-    hk.last_chunks = D.chunks;
+    hk.last_recomputed_rows = recomputed;
+    hk.last_chunks = chunks;
     hk.last_ran = true;
     return r;
   }
@@ -346,6 +400,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   pairwise::topk_options tk_{};
   bool check_finite_ = true;
   const char* who_ = "similarity_topk";
+  std::size_t workers_ = 1;
   std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
   std::future<pairwise::topk_result<float>> host_;
 

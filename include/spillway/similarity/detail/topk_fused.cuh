@@ -351,7 +351,12 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
       }
       t.store(a.state + gr * a.k);
       if (lane == 0) {
-        a.bars[gr] = topk_bar{larger ? t.wv : -t.wv, t.wc};
+        // The bar only rises. On one device the list's k-th place never falls, so this is the
+        // list's bar; a device that shares a job starts with empty lists under the seeds' bars
+        // (fused_topk_sink.cuh) and keeps them until its own list passes them.
+        const topk_bar nb{larger ? t.wv : -t.wv, t.wc};
+        const topk_bar ob = a.bars[gr];
+        if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) a.bars[gr] = nb;
         a.cnt[lr] = 0u;
       }
     }
