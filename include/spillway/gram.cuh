@@ -93,13 +93,111 @@ job_report host_strips(const bit_matrix_view& a, const bit_matrix_view* b, OnStr
   });
   return ::spillway::detail::host_job_report(t0);
 }
-/// The device form hands out device memory, so it has no host implementation to fall back on.
-inline void require_devices_for_device_strips(const gram_options& opt) {
+/// Whether entry point `who` runs its host implementation instead (`host_function`, named in the
+/// no-GPU error): no GPU, and gram_options::host_fallback allows it (run_on_host_instead).
+inline bool on_host(const gram_options& opt, const char* who, const char* host_function) {
+  return ::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, who,
+                                                 "gram_options::host_fallback", host_function);
+}
+/// A job over A·Aᵀ (b null) or A·Bᵀ delivering to `sink`, run; its report.
+template <class V, class Sink>
+job_report run_for_report(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt,
+                          Sink sink) {
+  auto job = make_job<V>(a, b, opt, std::move(sink));
+  run_gram_job(job);
+  return job.report;
+}
+/// The course of a sparse entry point `who` once its inputs are checked and not empty: `host()`
+/// (host_function) where on_host says so, else a job delivering to `sink` and what the sink collects.
+template <class V, class Sink, class Host>
+std::invoke_result_t<Host&> run_and_collect(const bit_matrix_view& a, const bit_matrix_view* b,
+                                            const gram_options& opt, const char* who,
+                                            const char* host_function, Sink sink, Host&& host) {
+  if (on_host(opt, who, host_function)) return host();
+  auto job = make_job<V>(a, b, opt, std::move(sink));
+  run_gram_job(job);
+  return job.sink.collect(job);
+}
+/// The checks of a top-k, threshold or neighbour-count entry point: V, then check_job_inputs.
+template <class V>
+void check_sparse_inputs(const bit_matrix_view& a, const bit_matrix_view* b, const gram_options& opt,
+                         const char* who) {
+  static_check_sparse_value<V>();
+  check_job_inputs<V>(a, b, opt, who);
+}
+/// Whether a job over A·Aᵀ (b null) or A·Bᵀ has no entries.
+inline bool no_pairs(const bit_matrix_view& a, const bit_matrix_view* b) {
+  return a.rows == 0 || (b != nullptr && b->rows == 0);
+}
+
+/// gram_strips over A·Aᵀ (b null) or A·Bᵀ.
+template <class V, class OnStrip>
+job_report strips_job(const bit_matrix_view& a, const bit_matrix_view* b, OnStrip& on_strip,
+                      const gram_options& opt) {
+  check_job_inputs<V>(a, b, opt, "gram_strips");
+  if (no_pairs(a, b)) return {};
+  if (on_host(opt, "gram_strips", "host_gram_dense per strip")) return host_strips<V>(a, b, on_strip, opt);
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
+  return run_for_report<V>(a, b, opt, std::move(sink));
+}
+/// gram_device_strips over A·Aᵀ (b null) or A·Bᵀ. The device form hands out device memory, so it
+/// has no host implementation to fall back on.
+template <class V, class OnStrip>
+job_report device_strips_job(const bit_matrix_view& a, const bit_matrix_view* b, OnStrip& on_strip,
+                             const gram_options& opt) {
+  static_assert(std::is_invocable_v<OnStrip&, const gram_device_strip<V>&>,
+                "on_strip must be callable as on_strip(const gram_device_strip<V>&)");
+  check_job_inputs<V>(a, b, opt, "gram_device_strips");
+  if (no_pairs(a, b)) return {};
   if (opt.devices.empty() && device_count() == 0) {
     ::spillway::throw_no_gpu("gram_device_strips",
                              "its strips live in device memory; gram_strips (with gram_options::host_fallback) "
                              "runs on the host");
   }
+  ::spillway::pairwise::detail::strips_sink<V> sink;
+  sink.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
+  return run_for_report<V>(a, b, opt, std::move(sink));
+}
+/// gram_topk over A·Aᵀ (b null) or A·Bᵀ.
+template <class V>
+topk_result<V> topk_job(const bit_matrix_view& a, const bit_matrix_view* b, const topk_options& k,
+                        const gram_options& opt) {
+  check_sparse_inputs<V>(a, b, opt, "gram_topk");
+  check_topk(k, "gram_topk");
+  if (no_pairs(a, b)) return ::spillway::pairwise::detail::empty_topk<V>(a.rows, k.k);
+  return run_and_collect<V>(a, b, opt, "gram_topk", "host_gram_topk",
+                            ::spillway::pairwise::detail::topk_sink<V>(k), [&] {
+                              return b != nullptr ? host_gram_topk<V>(a, *b, k, opt.epilogue, opt.scores)
+                                                  : host_gram_topk<V>(a, k, opt.epilogue, opt.scores);
+                            });
+}
+/// gram_threshold over A·Aᵀ (b null) or A·Bᵀ.
+template <class V>
+coo_result<V> threshold_job(const bit_matrix_view& a, const bit_matrix_view* b, const threshold_options& t,
+                            const gram_options& opt) {
+  check_sparse_inputs<V>(a, b, opt, "gram_threshold");
+  if (no_pairs(a, b)) return {};
+  return run_and_collect<V>(a, b, opt, "gram_threshold", "host_gram_threshold",
+                            ::spillway::pairwise::detail::threshold_sink<V>(t), [&] {
+                              return b != nullptr ? host_gram_threshold<V>(a, *b, t, opt.epilogue, opt.scores)
+                                                  : host_gram_threshold<V>(a, t, opt.epilogue, opt.scores);
+                            });
+}
+/// gram_neighbour_counts over A·Aᵀ (b null) or A·Bᵀ: every count 0 where B has no rows.
+template <class V>
+std::vector<std::int64_t> neighbour_counts_job(const bit_matrix_view& a, const bit_matrix_view* b,
+                                               const pairwise::neighbour_count_options& o,
+                                               const gram_options& opt) {
+  check_sparse_inputs<V>(a, b, opt, "gram_neighbour_counts");
+  if (a.rows == 0) return {};
+  if (b != nullptr && b->rows == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), 0);
+  return run_and_collect<V>(a, b, opt, "gram_neighbour_counts", "host_gram_neighbour_counts",
+                            ::spillway::pairwise::detail::neighbour_count_sink<V>(o), [&] {
+                              return b != nullptr
+                                         ? host_gram_neighbour_counts<V>(a, *b, o, opt.epilogue, opt.scores)
+                                         : host_gram_neighbour_counts<V>(a, o, opt.epilogue, opt.scores);
+                            });
 }
 }  // namespace detail
 
@@ -113,22 +211,16 @@ job_report gram_dense(const bit_matrix_view& a, OutT* out, triangle_layout layou
   detail::check_job_inputs<OutT>(a, nullptr, opt, "gram_dense");
   if (layout_size(layout, a.rows) > 0 && out == nullptr) throw logic_error("gram_dense: out is null");
   if (layout_size(layout, a.rows) == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_dense", "gram_options::host_fallback",
-                                              "host_gram_dense")) {
+  if (detail::on_host(opt, "gram_dense", "host_gram_dense")) {
     const auto t0 = std::chrono::steady_clock::now();
     host_gram_dense(a, out, layout, opt.epilogue, opt.scores);
     return ::spillway::detail::host_job_report(t0);
   }
-  if (layout == triangle_layout::full) {
-    auto job = detail::make_job<OutT>(a, nullptr, opt, ::spillway::pairwise::detail::full_sink<OutT>(out));
-    detail::run_gram_job(job);
-    return job.report;
-  }
-  auto job = detail::make_job<OutT>(
+  if (layout == triangle_layout::full)
+    return detail::run_for_report<OutT>(a, nullptr, opt, ::spillway::pairwise::detail::full_sink<OutT>(out));
+  return detail::run_for_report<OutT>(
       a, nullptr, opt,
       ::spillway::pairwise::detail::packed_sink<OutT>(out, layout != triangle_layout::condensed));
-  detail::run_gram_job(job);
-  return job.report;
 }
 
 /// A·Bᵀ (a.rows x b.rows, row-major with `ldc` ≥ b.rows between rows) into host memory `out`.
@@ -139,15 +231,12 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
   if (ldc < b.rows) throw logic_error("gram_dense: ldc (" + std::to_string(ldc) + ") is smaller than b.rows (" + std::to_string(b.rows) + ")");
   if (a.rows == 0 || b.rows == 0) return {};
   if (out == nullptr) throw logic_error("gram_dense: out is null");
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_dense", "gram_options::host_fallback",
-                                              "host_gram_dense")) {
+  if (detail::on_host(opt, "gram_dense", "host_gram_dense")) {
     const auto t0 = std::chrono::steady_clock::now();
     host_gram_dense(a, b, out, ldc, opt.epilogue, opt.scores);
     return ::spillway::detail::host_job_report(t0);
   }
-  auto job = detail::make_job<OutT>(a, &b, opt, ::spillway::pairwise::detail::rect_sink<OutT>(out, ldc));
-  detail::run_gram_job(job);
-  return job.report;
+  return detail::run_for_report<OutT>(a, &b, opt, ::spillway::pairwise::detail::rect_sink<OutT>(out, ldc));
 }
 
 /// A·Aᵀ delivered strip by strip, for results too large to hold: `on_strip(const gram_strip<V>&)`
@@ -160,34 +249,14 @@ job_report gram_dense(const bit_matrix_view& a, const bit_matrix_view& b, OutT* 
 /// (pipeline_error, the exception nested).
 template <class V, class OnStrip>
 job_report gram_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_options& opt = {}) {
-  detail::check_job_inputs<V>(a, nullptr, opt, "gram_strips");
-  if (a.rows == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
-                                              "host_gram_dense per strip")) {
-    return detail::host_strips<V>(a, nullptr, on_strip, opt);
-  }
-  ::spillway::pairwise::detail::strips_sink<V> sink;
-  sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
-  auto job = detail::make_job<V>(a, nullptr, opt, std::move(sink));
-  detail::run_gram_job(job);
-  return job.report;
+  return detail::strips_job<V>(a, nullptr, on_strip, opt);
 }
 
 /// A·Bᵀ delivered strip by strip (rows of A; all b.rows columns in each strip).
 template <class V, class OnStrip>
 job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip&& on_strip,
                        const gram_options& opt = {}) {
-  detail::check_job_inputs<V>(a, &b, opt, "gram_strips");
-  if (a.rows == 0 || b.rows == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_strips", "gram_options::host_fallback",
-                                              "host_gram_dense per strip")) {
-    return detail::host_strips<V>(a, &b, on_strip, opt);
-  }
-  ::spillway::pairwise::detail::strips_sink<V> sink;
-  sink.on_strip = [&on_strip](const gram_strip<V>& st) { on_strip(st); };
-  auto job = detail::make_job<V>(a, &b, opt, std::move(sink));
-  detail::run_gram_job(job);
-  return job.report;
+  return detail::strips_job<V>(a, &b, on_strip, opt);
 }
 
 /// A·Aᵀ delivered strip by strip ON THE DEVICE: `on_strip(const gram_device_strip<V>&)` runs on
@@ -200,96 +269,40 @@ job_report gram_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStr
 /// Throwing from the callback stops the job (pipeline_error, the exception nested).
 template <class V, class OnStrip>
 job_report gram_device_strips(const bit_matrix_view& a, OnStrip&& on_strip, const gram_options& opt = {}) {
-  static_assert(std::is_invocable_v<OnStrip&, const gram_device_strip<V>&>,
-                "on_strip must be callable as on_strip(const gram_device_strip<V>&)");
-  detail::check_job_inputs<V>(a, nullptr, opt, "gram_device_strips");
-  if (a.rows == 0) return {};
-  detail::require_devices_for_device_strips(opt);
-  ::spillway::pairwise::detail::strips_sink<V> sink;
-  sink.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
-  auto job = detail::make_job<V>(a, nullptr, opt, std::move(sink));
-  detail::run_gram_job(job);
-  return job.report;
+  return detail::device_strips_job<V>(a, nullptr, on_strip, opt);
 }
 
 /// A·Bᵀ delivered strip by strip on the device (rows of A; all b.rows columns in each strip).
 template <class V, class OnStrip>
 job_report gram_device_strips(const bit_matrix_view& a, const bit_matrix_view& b, OnStrip&& on_strip,
                               const gram_options& opt = {}) {
-  static_assert(std::is_invocable_v<OnStrip&, const gram_device_strip<V>&>,
-                "on_strip must be callable as on_strip(const gram_device_strip<V>&)");
-  detail::check_job_inputs<V>(a, &b, opt, "gram_device_strips");
-  if (a.rows == 0 || b.rows == 0) return {};
-  detail::require_devices_for_device_strips(opt);
-  ::spillway::pairwise::detail::strips_sink<V> sink;
-  sink.on_device_strip = [&on_strip](const gram_device_strip<V>& st) { on_strip(st); };
-  auto job = detail::make_job<V>(a, &b, opt, std::move(sink));
-  detail::run_gram_job(job);
-  return job.report;
+  return detail::device_strips_job<V>(a, &b, on_strip, opt);
 }
 
 /// Per-row top-k of A·Aᵀ, merged across strips on the device; only the lists reach the host.
 template <class V>
 topk_result<V> gram_topk(const bit_matrix_view& a, const topk_options& k, const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, nullptr, opt, "gram_topk");
-  detail::check_topk(k, "gram_topk");
-  if (a.rows == 0) return topk_result<V>{0, k.k, {}, {}};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_topk", "gram_options::host_fallback",
-                                              "host_gram_topk")) {
-    return host_gram_topk<V>(a, k, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::topk_sink<V>(k));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::topk_job<V>(a, nullptr, k, opt);
 }
 
 /// Per-row top-k of A·Bᵀ: for each row of A, the k best rows of B.
 template <class V>
 topk_result<V> gram_topk(const bit_matrix_view& a, const bit_matrix_view& b, const topk_options& k,
                          const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, &b, opt, "gram_topk");
-  detail::check_topk(k, "gram_topk");
-  if (a.rows == 0 || b.rows == 0) return ::spillway::pairwise::detail::empty_topk<V>(a.rows, k.k);
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_topk", "gram_options::host_fallback",
-                                              "host_gram_topk")) {
-    return host_gram_topk<V>(a, b, k, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::topk_sink<V>(k));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::topk_job<V>(a, &b, k, opt);
 }
 
 /// Entries of A·Aᵀ passing a threshold, as COO sorted by row then column (compacted on the device).
 template <class V>
 coo_result<V> gram_threshold(const bit_matrix_view& a, const threshold_options& t, const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, nullptr, opt, "gram_threshold");
-  if (a.rows == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_threshold", "gram_options::host_fallback",
-                                              "host_gram_threshold")) {
-    return host_gram_threshold<V>(a, t, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::threshold_sink<V>(t));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::threshold_job<V>(a, nullptr, t, opt);
 }
 
 /// Entries of A·Bᵀ passing a threshold, as COO sorted by row then column.
 template <class V>
 coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& t,
                              const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, &b, opt, "gram_threshold");
-  if (a.rows == 0 || b.rows == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_threshold", "gram_options::host_fallback",
-                                              "host_gram_threshold")) {
-    return host_gram_threshold<V>(a, b, t, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::threshold_sink<V>(t));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::threshold_job<V>(a, &b, t, opt);
 }
 
 /// Per-row neighbour counts of A·Aᵀ: for each row i, how many rows j (j ≠ i unless
@@ -299,16 +312,7 @@ template <class V>
 std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a,
                                                 const pairwise::neighbour_count_options& o,
                                                 const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, nullptr, opt, "gram_neighbour_counts");
-  if (a.rows == 0) return {};
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
-                                              "gram_options::host_fallback", "host_gram_neighbour_counts")) {
-    return host_gram_neighbour_counts<V>(a, o, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, nullptr, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::neighbour_counts_job<V>(a, nullptr, o, opt);
 }
 
 /// Per-row neighbour counts of A·Bᵀ: for each row of A, how many rows of B pass the threshold.
@@ -316,17 +320,7 @@ template <class V>
 std::vector<std::int64_t> gram_neighbour_counts(const bit_matrix_view& a, const bit_matrix_view& b,
                                                 const pairwise::neighbour_count_options& o,
                                                 const gram_options& opt = {}) {
-  detail::static_check_sparse_value<V>();
-  detail::check_job_inputs<V>(a, &b, opt, "gram_neighbour_counts");
-  if (a.rows == 0) return {};
-  if (b.rows == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), 0);
-  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, "gram_neighbour_counts",
-                                              "gram_options::host_fallback", "host_gram_neighbour_counts")) {
-    return host_gram_neighbour_counts<V>(a, b, o, opt.epilogue, opt.scores);
-  }
-  auto job = detail::make_job<V>(a, &b, opt, ::spillway::pairwise::detail::neighbour_count_sink<V>(o));
-  detail::run_gram_job(job);
-  return job.sink.collect(job);
+  return detail::neighbour_counts_job<V>(a, &b, o, opt);
 }
 
 /// In core: A·Aᵀ of a bit matrix already on the current device into device memory `out`

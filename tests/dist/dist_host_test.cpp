@@ -602,6 +602,40 @@ TEST(DistGram, TriangleFileEqualsOneProcess) {
       sd::rank_error);
 }
 
+// The triangle's rows are written straight from their scores: tiny shapes (one or two strips, so
+// some ranks own no rows; a condensed last row holds nothing), both layouts, a float metric.
+TEST(DistGram, TriangleTinyShapesEqualOneProcess) {
+  sd::communicator c;
+  const shared_dir dir(c);
+  for (const std::int64_t n : {1, 2, 17}) {
+    const auto a = random_bits(n, 33, 0.5, seed("tiny triangle " + std::to_string(n)));
+    sd::gram_job_options o;
+    o.strip_rows = 16;
+    o.epilogue = sg::metric::jaccard;
+    for (const auto layout : {sp::triangle_layout::upper_packed, sp::triangle_layout::condensed}) {
+      const std::string path = dir + "/tiny_" + std::to_string(n) + "_" + sp::to_string(layout) + ".npy";
+      (void)sd::host_gram_triangle_npy<float>(c, a, path, layout, o);
+      if (c.rank() == 0) {
+        std::vector<float> ref(static_cast<std::size_t>(sp::layout_size(layout, n)));
+        sg::host_gram_dense(a.view(), ref.data(), layout, sg::metric::jaccard);
+        const auto f = spillway::io::read_npy(path);
+        const std::string what = "n=" + std::to_string(n) + " " + sp::to_string(layout);
+        if (f.header.shape != std::vector<std::int64_t>{static_cast<std::int64_t>(ref.size())}) {
+          ADD_FAILURE() << what << ": the file's shape";
+          continue;
+        }
+        // EXPECT (not ASSERT) on rank 0 alone: the other ranks go on to the next collective.
+        for (std::size_t q = 0; q < ref.size(); ++q) {
+          if (f.data<float>()[q] != ref[q]) {
+            ADD_FAILURE() << what << ": element " << q << " is " << f.data<float>()[q] << ", not " << ref[q];
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DistGram, ThresholdEqualsOneProcess) {
   sd::communicator c;
   const shared_dir dir(c);

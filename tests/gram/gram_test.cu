@@ -736,6 +736,90 @@ TEST(GramNoGpu, StripsRunOnTheHostWhenAllowed) {
   EXPECT_EQ(got, want);
 }
 
+// Every A·Aᵀ and A·Bᵀ form of the sparse entry points and the A·Bᵀ strips and dense forms: without
+// host_fallback a no_gpu_error naming the host function, with it the host function's result; the
+// empty shapes return before either.
+TEST(GramNoGpu, EveryFormRunsItsHostFunctionWhenAllowed) {
+  if (spillway::device_count() > 0)
+    GTEST_SKIP() << "this machine has a GPU; the no-GPU behaviour is tested in CI";
+  const std::int64_t n = 45, m = 29, cols = 130;
+  const auto a = pack_bits(random_bits(n, cols, 0.3, test::seed("GramNoGpu.Forms.A")), n, cols);
+  const auto b = pack_bits(random_bits(m, cols, 0.3, test::seed("GramNoGpu.Forms.B")), m, cols);
+  const auto z = pack_bits(random_bits(0, cols, 0.3, 1), 0, cols);
+  const topk_options k{5, false};
+  const threshold_options t{10.0, false, false};
+  const pairwise::neighbour_count_options nc{10.0, false};
+  gram_options o;
+  const auto refuses = [](const char* host_function, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << host_function << ": no throw";
+    } catch (const spillway::no_gpu_error& e) {
+      EXPECT_NE(std::string(e.what()).find(host_function), std::string::npos) << e.what();
+    }
+  };
+  refuses("host_gram_topk", [&] { (void)gram_topk<std::int32_t>(a.view(), b.view(), k, o); });
+  refuses("host_gram_threshold", [&] { (void)gram_threshold<std::int32_t>(a.view(), t, o); });
+  refuses("host_gram_threshold", [&] { (void)gram_threshold<std::int32_t>(a.view(), b.view(), t, o); });
+  refuses("host_gram_neighbour_counts", [&] { (void)gram_neighbour_counts<std::int32_t>(a.view(), nc, o); });
+  refuses("host_gram_neighbour_counts",
+          [&] { (void)gram_neighbour_counts<std::int32_t>(a.view(), b.view(), nc, o); });
+  refuses("host_gram_dense per strip", [&] {
+    (void)gram_strips<std::int32_t>(
+        a.view(), b.view(), [](const gram_strip<std::int32_t>&) {}, o);
+  });
+  // The empty shapes, before any fallback.
+  const auto none = gram_topk<std::int32_t>(z.view(), k, o);
+  EXPECT_EQ(none.rows, 0);
+  EXPECT_EQ(none.k, k.k);
+  EXPECT_TRUE(none.values.empty());
+  const auto no_b = gram_topk<std::int32_t>(a.view(), z.view(), k, o);
+  EXPECT_EQ(no_b.rows, n);
+  EXPECT_EQ(no_b.indices, std::vector<std::int64_t>(static_cast<std::size_t>(n * k.k), -1));
+  EXPECT_EQ(gram_threshold<std::int32_t>(z.view(), t, o).size(), 0u);
+  EXPECT_EQ(gram_threshold<std::int32_t>(a.view(), z.view(), t, o).size(), 0u);
+  EXPECT_TRUE(gram_neighbour_counts<std::int32_t>(z.view(), nc, o).empty());
+  EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), z.view(), nc, o),
+            std::vector<std::int64_t>(static_cast<std::size_t>(n), 0));
+  EXPECT_TRUE(gram_strips<std::int32_t>(
+                  a.view(), z.view(), [](const gram_strip<std::int32_t>&) {}, o)
+                  .tasks_total == 0);
+
+  o.host_fallback = true;
+  const auto tk = gram_topk<std::int32_t>(a.view(), b.view(), k, o);
+  const auto tk_ref = host_gram_topk<std::int32_t>(a.view(), b.view(), k);
+  EXPECT_EQ(tk.indices, tk_ref.indices);
+  EXPECT_EQ(tk.values, tk_ref.values);
+  const auto same_coo = [](const coo_result<std::int32_t>& x, const coo_result<std::int32_t>& y) {
+    EXPECT_GT(y.size(), 0u);
+    EXPECT_EQ(x.row, y.row);
+    EXPECT_EQ(x.col, y.col);
+    EXPECT_EQ(x.value, y.value);
+  };
+  same_coo(gram_threshold<std::int32_t>(a.view(), t, o), host_gram_threshold<std::int32_t>(a.view(), t));
+  same_coo(gram_threshold<std::int32_t>(a.view(), b.view(), t, o),
+           host_gram_threshold<std::int32_t>(a.view(), b.view(), t));
+  EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), nc, o),
+            host_gram_neighbour_counts<std::int32_t>(a.view(), nc));
+  EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), b.view(), nc, o),
+            host_gram_neighbour_counts<std::int32_t>(a.view(), b.view(), nc));
+  std::vector<std::int32_t> want(static_cast<std::size_t>(n * m)), dense(want.size(), -1),
+      strips(want.size(), -1);
+  host_gram_dense(a.view(), b.view(), want.data(), m);
+  EXPECT_TRUE(gram_dense(a.view(), b.view(), dense.data(), m, o).complete());
+  EXPECT_EQ(dense, want);
+  const auto r = gram_strips<std::int32_t>(
+      a.view(), b.view(),
+      [&](const gram_strip<std::int32_t>& st) {
+        for (std::int64_t i = st.first_row; i < st.first_row + st.rows; ++i)
+          for (std::int64_t j = st.first_col; j < st.first_col + st.cols; ++j)
+            strips[static_cast<std::size_t>(i * m + j)] = st.at(i, j);
+      },
+      o);
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(strips, want);
+}
+
 // ---- issue 16 item 4, the device form: strips handed over in device memory on their stream ------
 namespace {
 // Copies each device strip into its place in a device n x ld matrix on `dst_device` with a copy

@@ -86,12 +86,8 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   job.symmetric = true;
   job.sink = std::move(sink);
   job.who = "dist gram";
-  std::int64_t p = 0;
-  agree(c, "planning its GPU's share", [&] {
-    const int nd = device_count();
-    rj.device = o.device >= 0 ? o.device : c.local_rank() % nd;
-    ::spillway::detail::check_device_ordinal(rj.device, "dist gram");
-    rj.budget = memory_budget::or_default(o.budget, std::vector<int>{rj.device});
+  // The job's plan under this rank's budget, strips of at most `max_rows` rows (0: automatic).
+  const auto plan = [&](std::int64_t max_rows) {
     pairwise::pair_plan_request r;
     r.rows_a = r.rows_b = a.rows;
     r.row_bytes = job.prod.row_bytes();
@@ -100,9 +96,17 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
     r.out_bytes = sizeof(V);
     r.budget_bytes = rj.budget.bytes();
     r.slots = o.slots_per_device;
-    r.max_panel_rows = o.strip_rows;
+    r.max_panel_rows = max_rows;
     r.aux_bytes = sizeof(std::int32_t);
     job.plan = pairwise::make_pair_plan(r, "dist gram");
+  };
+  std::int64_t p = 0;
+  agree(c, "planning its GPU's share", [&] {
+    const int nd = device_count();
+    rj.device = o.device >= 0 ? o.device : c.local_rank() % nd;
+    ::spillway::detail::check_device_ordinal(rj.device, "dist gram");
+    rj.budget = memory_budget::or_default(o.budget, std::vector<int>{rj.device});
+    plan(o.strip_rows);
     p = job.plan.panel_rows;
   });
   std::int64_t pmin = 0;
@@ -110,17 +114,7 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   agree(c, "setting up its GPU", [&] {
     if (pmin != p) {
       // A smaller strip fits any budget a larger one fits: plan again with the common height.
-      pairwise::pair_plan_request r;
-      r.rows_a = r.rows_b = a.rows;
-      r.row_bytes = job.prod.row_bytes();
-      r.symmetric = true;
-      r.sink = job.sink.footprint();
-      r.out_bytes = sizeof(V);
-      r.budget_bytes = rj.budget.bytes();
-      r.slots = o.slots_per_device;
-      r.max_panel_rows = pmin;
-      r.aux_bytes = sizeof(std::int32_t);
-      job.plan = pairwise::make_pair_plan(r, "dist gram");
+      plan(pmin);
       if (job.plan.panel_rows != pmin) {
         throw logic_error("dist gram: this rank's budget plans strips of " +
                           std::to_string(job.plan.panel_rows) + " rows, not the common " +
@@ -193,11 +187,14 @@ void plan_rank_job(const communicator& c, const gram::bit_matrix_view& a, const 
   rep.split = rj.split;
 }
 
-/// Runs this rank's strips; `on_complete(t)` after the sink's own completion of task t.
-template <class V, class Sink, class OnComplete>
-run_report run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const gram_job_options& o,
-                        OnComplete&& on_complete) {
+/// A GPU job's run, once its setup is done (run_host_strips' counterpart): the setup's seconds
+/// since `t_start`, this rank's strips (run_tasks under o.run; collective), and the run noted in
+/// the report (note_run).
+template <class V, class Sink>
+void run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const gram_job_options& o,
+                  gram_report& rep, std::chrono::steady_clock::time_point t_start) {
   auto& job = rj.job;
+  rep.local.setup_seconds = seconds_since(t_start);
   task_job_options to;
   to.devices = job.opt.devices;
   to.slots_per_device = job.plan.slots;
@@ -205,16 +202,13 @@ run_report run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const
   to.budget = rj.budget;
   to.reserved_bytes = job.plan.shared_bytes;  // allocated by setup_devices (and the sink's setup)
   to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
-  return run_tasks(
+  rep.run = run_tasks(
       c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
       [&job](std::size_t t, task_slot& slot, stream_view s) {
         pairwise::detail::enqueue_strip(job, t, slot, s);
       },
-      [&job, &on_complete](std::size_t t, task_slot& slot) {
-        pairwise::detail::complete_strip(job, t, slot);
-        on_complete(t);
-      },
-      o.run);
+      [&job](std::size_t t, task_slot& slot) { pairwise::detail::complete_strip(job, t, slot); }, o.run);
+  note_run(c, rep);
 }
 
 }  // namespace detail
@@ -256,9 +250,7 @@ topk_block<V> gram_topk(const communicator& c, const gram::bit_matrix_view& a,
   // one-process job does.
   if (computes)
     rj.job.sink.host = pairwise::detail::start_topk_host<V>(ipc.on ? rj.split.rows_of(c.rank()) : n, kk);
-  rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
-  detail::note_run(c, rep);
+  detail::run_rank_job(c, rj, o, rep, t_start);
   topk_block<V> b;
   b.first_row = r0;
   if (rep.run.cancelled) {
@@ -295,40 +287,22 @@ gram_report gram_triangle_npy(const communicator& c, const gram::bit_matrix_view
   detail::check_triangle_job<V>(c, a, layout, o, "dist::gram_triangle_npy");
   detail::rank_gram_job<V, pairwise::detail::strips_sink<V>> rj;
   detail::plan_rank_job<V>(c, a, o, gram_sink::triangle, 0, pairwise::detail::strips_sink<V>{}, rj, rep);
-  const std::int64_t n = a.rows;
-  const bool wd = layout == pairwise::triangle_layout::upper_packed;
-  auto row_off = [&](std::int64_t i) {
-    if (i >= n) return pairwise::layout_size(layout, n);
-    return wd ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
-  };
-  const std::int64_t r0 = rj.split.first_row(c.rank()), r1 = rj.split.last_row(c.rank());
-  const std::int64_t base = row_off(r0);
-  detail::rows_buffer<V> local;
-  agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
-  rep.local.setup_seconds = detail::seconds_since(t_start);
+  const auto tri = detail::make_rank_triangle<V>(c, rj.split, layout);
   // A strip arrives in the slot's pinned staging: rows [I0, I1) x columns [I0, n), row-major.
-  // The copy runs on the GPU's worker thread, which enqueues no strip meanwhile: on all cores (a
-  // 2,048-row strip of 100,000 columns is 0.8 GB, and the rank's rows are fresh pages).
+  // The copy runs on the GPU's worker thread, which enqueues no strip meanwhile: on all cores
+  // where it is large (a 2,048-row strip of 100,000 columns is 0.8 GB, and the rank's rows are
+  // fresh pages).
   double copy_seconds = 0.0;
   rj.job.sink.on_strip = [&](const pairwise::host_strip<V>& h) {
     const auto tc = std::chrono::steady_clock::now();
-    const std::int64_t I0 = h.first_row, I1 = h.first_row + h.rows;
-    const std::int64_t W = h.cols;
-    const V* s = h.values;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if ((I1 - I0) * W > (1 << 20))
-#endif
-    for (std::int64_t i = I0; i < I1; ++i) {
-      const std::int64_t j0 = wd ? i : i + 1;
-      if (j0 < n)
-        std::copy(s + (i - I0) * W + (j0 - I0), s + (i - I0) * W + W, local.data() + (row_off(i) - base));
-    }
+    pairwise::detail::strip_to_triangle(
+        h.values, h.first_row, h.first_row + h.rows, tri.n, tri.with_diagonal,
+        [&tri](std::int64_t i) { return tri.row(i); }, h.rows * h.cols > (1 << 20));
     copy_seconds += detail::seconds_since(tc);
   };
-  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
-  detail::note_run(c, rep);
+  detail::run_rank_job(c, rj, o, rep, t_start);
   rep.local.host_copy_seconds = copy_seconds;
-  detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
+  detail::write_rows_and_finish(c, path, tri, o, rep, t_start);
   return rep;
 }
 
@@ -346,9 +320,7 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
   detail::check_threshold_job<V>(c, a, t, o, "dist::gram_threshold");
   detail::rank_gram_job<V, pairwise::detail::threshold_sink<V>> rj;
   detail::plan_rank_job<V>(c, a, o, gram_sink::threshold, 0, pairwise::detail::threshold_sink<V>(t), rj, rep);
-  rep.local.setup_seconds = detail::seconds_since(t_start);
-  rep.run = detail::run_rank_job(c, rj, o, [](std::size_t) {});
-  detail::note_run(c, rep);
+  detail::run_rank_job(c, rj, o, rep, t_start);
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];

@@ -411,6 +411,21 @@ struct host_strip_ops {
       for (std::int64_t j = 0; j < y.rows; ++j) out[i * ldc + j] = score(x.first + i, y.first + j);
     }
   }
+  /// Rows [i0, i1) of the upper triangle, each score handed over as it is computed (no strip in
+  /// between): rows in parallel (OpenMP), each row's columns in order on one thread. For row i,
+  /// row_put(i, j0) gives the row's put(j, score), called for the columns j of [j0, n), j0 = i
+  /// (`diagonal`) or i + 1.
+  template <class RowPut>
+  void upper_rows(std::int64_t i0, std::int64_t i1, bool diagonal, RowPut&& row_put) const {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 4)
+#endif
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t j0 = diagonal ? i : i + 1;
+      auto put = row_put(i, j0);
+      for (std::int64_t j = j0; j < a.rows; ++j) put(j, score(i, j));
+    }
+  }
 };
 
 /// Scores of strip rows [i0, i1) against the columns [i0, n) (the host pair job's block scores;
@@ -660,33 +675,58 @@ inline void finish_report(const communicator& c, gram_report& rep, std::chrono::
   share_phases(c, rep);
 }
 
-/// This rank's rows of a triangle, uninitialised (every element is written by its strip): at
-/// 10^5 rows the triangle is 20 GB, which a value-initialised vector would first zero.
+/// This rank's rows [r0, r1) of the upper triangle of n rows in `layout` (upper_packed or
+/// condensed): elements [base, base + size()) of the layout, uninitialised once allocated (every
+/// element is written by its strip: at 10^5 rows the triangle is 20 GB, which a value-initialised
+/// vector would first zero).
 template <class V>
-struct rows_buffer {
-  std::unique_ptr<V[]> p;
+struct rank_triangle {
   std::int64_t n = 0;
-  void allocate(std::int64_t count) {
-    p.reset(new V[static_cast<std::size_t>(std::max<std::int64_t>(count, 1))]);
-    n = count;
+  pairwise::triangle_layout layout = pairwise::triangle_layout::upper_packed;
+  bool with_diagonal = true;  ///< row i from column i (upper_packed), else from i + 1 (condensed)
+  std::int64_t base = 0, count = 0;
+  std::unique_ptr<V[]> p;
+
+  rank_triangle(std::int64_t rows, pairwise::triangle_layout l, std::int64_t r0, std::int64_t r1)
+      : n(rows), layout(l), with_diagonal(l == pairwise::triangle_layout::upper_packed) {
+    base = offset(r0);
+    count = offset(r1) - base;
   }
+  /// Where row i starts in the layout (the layout's size for i = n).
+  [[nodiscard]] std::int64_t offset(std::int64_t i) const noexcept {
+    if (i >= n) return pairwise::layout_size(layout, n);
+    return with_diagonal ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
+  }
+  void allocate() { p.reset(new V[static_cast<std::size_t>(std::max<std::int64_t>(count, 1))]); }
   [[nodiscard]] V* data() const noexcept { return p.get(); }
-  [[nodiscard]] std::int64_t size() const noexcept { return n; }
+  [[nodiscard]] std::int64_t size() const noexcept { return count; }
+  /// Row i's first element (column i, or i + 1 where condensed), for a row of this rank.
+  [[nodiscard]] V* row(std::int64_t i) const noexcept { return p.get() + (offset(i) - base); }
 };
 
-/// The triangle's end on every form: unless the job was cancelled, this rank's rows (`local`, from
-/// element `base` of the layout) into the one .npy at `path` (MPI-IO, collective), the write's
-/// seconds and bytes in the report; then the report finished (collective).
+/// This rank's rows of the triangle under the split `sp`, allocated on every rank at once
+/// (agree). Collective.
 template <class V>
-void write_rows_and_finish(const communicator& c, const std::string& path, std::int64_t n,
-                           pairwise::triangle_layout layout, const rows_buffer<V>& local, std::int64_t base,
-                           const gram_job_options& o, gram_report& rep, std::chrono::steady_clock::time_point t_start) {
+rank_triangle<V> make_rank_triangle(const communicator& c, const gram_split& sp,
+                                    pairwise::triangle_layout layout) {
+  rank_triangle<V> t(sp.n, layout, sp.first_row(c.rank()), sp.last_row(c.rank()));
+  agree(c, "allocating its rows of the triangle", [&] { t.allocate(); });
+  return t;
+}
+
+/// The triangle's end on every form: unless the job was cancelled, this rank's rows (`tri`) into
+/// the one .npy at `path` (MPI-IO, collective), the write's seconds and bytes in the report; then
+/// the report finished (collective).
+template <class V>
+void write_rows_and_finish(const communicator& c, const std::string& path, const rank_triangle<V>& tri,
+                           const gram_job_options& o, gram_report& rep,
+                           std::chrono::steady_clock::time_point t_start) {
   if (!rep.run.cancelled) {
     const auto t0 = std::chrono::steady_clock::now();
-    write_npy_at_all(c, path, {pairwise::layout_size(layout, n)}, local.data(), base,
-                     static_cast<std::int64_t>(local.size()), o.sync_files, o.collective_io);
+    write_npy_at_all(c, path, {pairwise::layout_size(tri.layout, tri.n)}, tri.data(), tri.base, tri.size(),
+                     o.sync_files, o.collective_io);
     rep.local.write_seconds = seconds_since(t0);
-    rep.local.written_bytes = static_cast<double>(local.size()) * static_cast<double>(sizeof(V));
+    rep.local.written_bytes = static_cast<double>(tri.size()) * static_cast<double>(sizeof(V));
   }
   finish_report(c, rep, t_start);
 }
@@ -839,25 +879,16 @@ gram_report host_gram_triangle_npy(const communicator& c, const gram::bit_matrix
   const auto t_start = std::chrono::steady_clock::now();
   gram_report rep;
   detail::check_triangle_job<V>(c, a, layout, o, "dist::host_gram_triangle_npy");
-  const std::int64_t n = a.rows;
   rep.split = detail::host_job_split(c, a, o, false);
-  const bool wd = layout == pairwise::triangle_layout::upper_packed;
-  auto row_off = [&](std::int64_t i) {
-    if (i >= n) return pairwise::layout_size(layout, n);
-    return wd ? pairwise::packed_row_offset(n, i) : pairwise::condensed_row_offset(n, i);
-  };
-  const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
-  const std::int64_t base = row_off(r0);
-  detail::rows_buffer<V> local;
-  agree(c, "allocating its rows of the triangle", [&] { local.allocate(row_off(r1) - base); });
+  const auto tri = detail::make_rank_triangle<V>(c, rep.split, layout);
   const detail::host_strip_ops<V> ops(a, o);
-  std::vector<V> s;
+  // Each row's scores straight into its place among this rank's rows.
   detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
-    detail::host_strip_scores(ops, i0, i1, s);
-    pairwise::detail::strip_to_triangle(
-        s.data(), i0, i1, n, wd, [&](std::int64_t i) { return local.data() + (row_off(i) - base); }, true);
+    ops.upper_rows(i0, i1, tri.with_diagonal, [&tri](std::int64_t i, std::int64_t j0) {
+      return [row = tri.row(i), j0](std::int64_t j, V v) { row[j - j0] = v; };
+    });
   });
-  detail::write_rows_and_finish(c, path, n, layout, local, base, o, rep, t_start);
+  detail::write_rows_and_finish(c, path, tri, o, rep, t_start);
   return rep;
 }
 
@@ -874,24 +905,15 @@ coo_block<V> host_gram_threshold(const communicator& c, const gram::bit_matrix_v
   rep.split = detail::host_job_split(c, a, o, false);
   const detail::host_strip_ops<V> ops(a, o);
   const bool larger = gram::is_similarity(o.epilogue);
-  const std::int64_t n = a.rows;
   const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
   std::vector<std::vector<std::pair<std::int64_t, V>>> kept(static_cast<std::size_t>(r1 - r0));
-  std::vector<V> s;
+  // Each row's entries kept as they are scored.
   detail::run_host_strips(c, o, rep, t_start, [&](std::int64_t i0, std::int64_t i1) {
-    detail::host_strip_scores(ops, i0, i1, s);
-    const std::int64_t w = n - i0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 4)
-#endif
-    for (std::int64_t i = i0; i < i1; ++i) {
-      const V* row = s.data() + (i - i0) * w;  // row[j - i0]: column j
-      for (std::int64_t j = t.include_diagonal ? i : i + 1; j < n; ++j) {
-        const V v = row[j - i0];
-        if (pairwise::detail::passes(larger, v, t.threshold))
-          kept[static_cast<std::size_t>(i - r0)].emplace_back(j, v);
-      }
-    }
+    ops.upper_rows(i0, i1, t.include_diagonal, [&](std::int64_t i, std::int64_t) {
+      return [larger, &t, &row = kept[static_cast<std::size_t>(i - r0)]](std::int64_t j, V v) {
+        if (pairwise::detail::passes(larger, v, t.threshold)) row.emplace_back(j, v);
+      };
+    });
   });
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;

@@ -7,8 +7,9 @@
 // cancellation. Plain C++; the threads are the `Ops`' (OpenMP in the modules' host functions).
 //
 // It serves gram_strips' host fallback (gram.cuh), the Python binding's host path for bit Gram and
-// float similarity (python/src), and — through host_block_scores and strip_to_triangle — the
-// strips of the distributed host Gram (dist/host_gram.hpp).
+// float similarity (python/src), and — through its pieces — the distributed Gram (dist/): the host
+// top-k's strips (host_block_scores) and the GPU triangle's strips into the rank's rows
+// (strip_to_triangle).
 //
 // `Ops` supplies the host functions of one kind of rows; a job needs only the members it calls
 // (dense and strips: rows and dense; top-k also topk; threshold also threshold):

@@ -68,32 +68,30 @@ SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_cluster, "mbarrier.arrive.shared::cluste
 SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_release_cluster, "mbarrier.arrive.release.cluster.shared::cluster.b64")
 #undef SPILLWAY_TILE_ARRIVE_REMOTE
 
+/// One probe: true when the phase of parity `parity` of `bar` has completed (`try_wait`: the
+/// instruction, with its semantics and scope).
+#define SPILLWAY_TILE_TRY_WAIT(name, try_wait)                                            \
+  __device__ __forceinline__ bool name(std::uint32_t bar, std::uint32_t parity) {         \
+    std::uint32_t done = 1;                                                               \
+    SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .pred p;\n " try_wait " p, [%1], %2;\n" \
+                                        " selp.u32 %0, 1, 0, p;\n}\n"                     \
+                                        : "=r"(done)                                      \
+                                        : "r"(bar), "r"(parity)                           \
+                                        : "memory");)                                     \
+    (void)bar, (void)parity;                                                              \
+    return done != 0;                                                                     \
+  }
+SPILLWAY_TILE_TRY_WAIT(mbar_try_wait, "mbarrier.try_wait.parity.shared::cta.b64")
+
+/// The same probe with acquire at cluster scope (mbar_wait_cluster).
+SPILLWAY_TILE_TRY_WAIT(mbar_try_wait_cluster, "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")
+#undef SPILLWAY_TILE_TRY_WAIT
+
 /// mbar_wait with acquire at cluster scope (the phase was completed by arrivals from other blocks
 /// of the cluster whose writes must be visible afterwards).
 __device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    SPILLWAY_TILE_TMA_BODY(
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");)
-    (void)bar, (void)parity;
-  } while (done == 0);
-}
-
-/// One probe: true when the phase of parity `parity` of `bar` has completed.
-__device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 1;
-  SPILLWAY_TILE_TMA_BODY(
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                   " selp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");)
-  (void)bar, (void)parity;
-  return done != 0;
+  while (!mbar_try_wait_cluster(bar, parity)) {
+  }
 }
 
 /// Waits until the phase of parity `parity` of `bar` has completed (acquire: the data the phase

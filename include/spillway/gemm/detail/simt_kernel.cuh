@@ -242,6 +242,24 @@ struct simt_operand {
   static_assert((ld_s * sizeof(E)) % 16 == 0, "shared rows must stay 16-byte aligned");
 
   E reg[ept];
+
+  /// Where vector v of thread `tid` lies in the tile in vector mode `Mode` (its first row r and k
+  /// offset kk): vw consecutive k of one row (simt_k_vector) or vw consecutive rows of one k
+  /// (simt_m_vector). full_init, load and store agree through it.
+  struct place {
+    int r, kk;
+  };
+  template <int Mode>
+  __device__ __forceinline__ static place vector_place(int tid, int v) {
+    static_assert(Mode == simt_k_vector || Mode == simt_m_vector, "a vector load mode");
+    const int linear = tid + v * NT;
+    if constexpr (Mode == simt_k_vector) {
+      return {linear / (BK / vw), (linear % (BK / vw)) * vw};
+    } else {
+      return {(linear % (R / vw)) * vw, linear / (R / vw)};
+    }
+  }
+
   // The K-major vector mode's per-thread state for k-tiles that lie wholly inside k: a pointer to
   // the thread's first vector of each row it loads and whether that row exists. The k loop then
   // costs one predicated 16-byte load per vector, no 64-bit index arithmetic.
@@ -251,10 +269,9 @@ struct simt_operand {
   __device__ __forceinline__ void full_init(const T* __restrict__ base, index_t ld, int rows, int tid) {
 #pragma unroll
     for (int v = 0; v < nv; ++v) {
-      const int linear = tid + v * NT;
-      const int r = linear / (BK / vw);
-      row_ptr[v] = base + r * ld + (linear % (BK / vw)) * vw;
-      row_ok[v] = r < rows;
+      const place p = vector_place<simt_k_vector>(tid, v);
+      row_ptr[v] = base + p.r * ld + p.kk;
+      row_ok[v] = p.r < rows;
     }
   }
   // The running form of the same (configurations with `running`): one pointer to the thread's first
@@ -391,11 +408,10 @@ struct simt_operand {
     if (mode == simt_k_vector) {
 #pragma unroll
       for (int v = 0; v < nv; ++v) {
-        const int linear = tid + v * NT;
-        const int r = linear / (BK / vw);
-        const int kk = (linear % (BK / vw)) * vw;
-        const index_t kg = k0 + kk;
-        load_vw(v, base + r * ld + kg, r < rows && kg + vw <= k, [&](int j) { return r < rows && kg + j < k; });
+        const place p = vector_place<simt_k_vector>(tid, v);
+        const index_t kg = k0 + p.kk;
+        load_vw(v, base + p.r * ld + kg, p.r < rows && kg + vw <= k,
+                [&](int j) { return p.r < rows && kg + j < k; });
       }
     } else if (mode == simt_k_scalar) {
 #pragma unroll
@@ -408,11 +424,10 @@ struct simt_operand {
     } else if (mode == simt_m_vector) {
 #pragma unroll
       for (int v = 0; v < nv; ++v) {
-        const int linear = tid + v * NT;
-        const int r = (linear % (R / vw)) * vw;
-        const int kk = linear / (R / vw);
-        const bool kin = k0 + kk < k;
-        load_vw(v, base + (k0 + kk) * ld + r, kin && r + vw <= rows, [&](int j) { return kin && r + j < rows; });
+        const place p = vector_place<simt_m_vector>(tid, v);
+        const bool kin = k0 + p.kk < k;
+        load_vw(v, base + (k0 + p.kk) * ld + p.r, kin && p.r + vw <= rows,
+                [&](int j) { return kin && p.r + j < rows; });
       }
     } else {
 #pragma unroll
@@ -430,11 +445,9 @@ struct simt_operand {
     if (mode == simt_k_vector) {
 #pragma unroll
       for (int v = 0; v < nv; ++v) {
-        const int linear = tid + v * NT;
-        const int r = linear / (BK / vw);
-        const int kk = (linear % (BK / vw)) * vw;
+        const place p = vector_place<simt_k_vector>(tid, v);
 #pragma unroll
-        for (int j = 0; j < vw; ++j) s[(kk + j) * ld_s + r] = reg[v * vw + j];
+        for (int j = 0; j < vw; ++j) s[(p.kk + j) * ld_s + p.r] = reg[v * vw + j];
       }
     } else if (mode == simt_k_scalar) {
 #pragma unroll
@@ -445,11 +458,9 @@ struct simt_operand {
     } else if (mode == simt_m_vector) {
 #pragma unroll
       for (int v = 0; v < nv; ++v) {
-        const int linear = tid + v * NT;
-        const int r = (linear % (R / vw)) * vw;
-        const int kk = linear / (R / vw);
+        const place p = vector_place<simt_m_vector>(tid, v);
 #pragma unroll
-        for (int j = 0; j < vw; ++j) s[kk * ld_s + r + j] = reg[v * vw + j];
+        for (int j = 0; j < vw; ++j) s[p.kk * ld_s + p.r + j] = reg[v * vw + j];
       }
     } else {
 #pragma unroll
@@ -539,6 +550,19 @@ struct simt_modes {
   bool c_vector;   // C rows can be written rn elements at a time (alignment and ldc allow it)
 };
 
+/// One operand's fragment of a k step from shared memory: H groups of G elements (one 16-byte
+/// load each), `Step` elements apart from `s` on, into f[0, H·G).
+template <int H, int G, int Step, class E>
+__device__ __forceinline__ void simt_fragment(const E* s, E* f) {
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    E x[G];
+    simt_lds16<G>(s + h * Step, x);
+#pragma unroll
+    for (int i = 0; i < G; ++i) f[h * G + i] = x[i];
+  }
+}
+
 /// The k steps [KB, KE) of one staged k-tile: each step's A and B fragments of the lane from
 /// shared memory (`as`, `bs`: the stage at the lane's first row and column), then its TM x TN
 /// multiply-adds into `acc`.
@@ -548,20 +572,8 @@ __device__ __forceinline__ void simt_k_steps(Acc& acc, const E* as, const E* bs)
 #pragma unroll
   for (int kk = KB; kk < KE; ++kk) {
     E af[TM], bf[TN];
-#pragma unroll
-    for (int h = 0; h < HM; ++h) {
-      E x[RM];
-      simt_lds16<RM>(as + kk * OpA::ld_s + h * 4 * RM, x);
-#pragma unroll
-      for (int i = 0; i < RM; ++i) af[h * RM + i] = x[i];
-    }
-#pragma unroll
-    for (int h = 0; h < HN; ++h) {
-      E x[RN];
-      simt_lds16<RN>(bs + kk * OpB::ld_s + h * 8 * RN, x);
-#pragma unroll
-      for (int j = 0; j < RN; ++j) bf[h * RN + j] = x[j];
-    }
+    simt_fragment<HM, RM, 4 * RM>(as + kk * OpA::ld_s, af);
+    simt_fragment<HN, RN, 8 * RN>(bs + kk * OpB::ld_s, bf);
     acc.mac(af, bf);
   }
 }

@@ -255,6 +255,14 @@ class slot_record {
   int index_ = -1;
 };
 
+/// The tile schedule of a launch over `args`: tiles of bm rows of A by bn rows of B, walked in bands
+/// of `band` row tiles.
+inline tile_schedule launch_schedule(const bit_gemm_args& args, std::int64_t bm, std::int64_t bn,
+                                     std::int64_t band) {
+  return ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
+                                              args.upper_only, bm, bn, band);
+}
+
 /// Launches the wgmma kernel on a persistent grid of as many block pairs (2-block clusters) as
 /// can be resident at once.
 template <class Epilogue, bool TmaStore>
@@ -292,11 +300,9 @@ void launch_wgmma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, con
 
 template <class Epilogue>
 void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
-  using ::spillway::tile::make_tile_schedule;
   using Cfg = wg_config;
   // The schedule walks pair row tiles (2 x 128 rows); each block of a pair takes its half.
-  const tile_schedule sch = make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0, args.upper_only,
-                                               Cfg::bm * Cfg::cluster, Cfg::bn, wgmma_band(args.b_rows));
+  const tile_schedule sch = launch_schedule(args, Cfg::bm * Cfg::cluster, Cfg::bn, wgmma_band(args.b_rows));
   if (sch.total == 0) return;
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram wgmma: A panel");
   // Each block of a pair loads half of the B tile for both.
@@ -313,11 +319,22 @@ void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_
   launch_wgmma_kernel<Epilogue, false>(map_a, map_b, map_a, args.ld_words, sch, epi, sms, s);
 }
 
+/// Launches the TMA-fed mma.sync kernel (DirectStore: int32 counts stored from the accumulators).
+template <class Cfg, class Epilogue, bool DirectStore>
+void launch_mma_sync_tma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, std::int64_t ld_words,
+                                const tile_schedule& sch, Epilogue epi, unsigned grid,
+                                unsigned long long* counter, stream_view s) {
+  ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, DirectStore>>(current_device(),
+                                                                                           Cfg::smem_bytes);
+  mma_sync_tma_gram_kernel<Cfg, Epilogue, DirectStore>
+      <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, ld_words, sch, epi, counter);
+  SPILLWAY_CHECK_LAUNCH();
+}
+
 template <class Epilogue>
 void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
   using Cfg = bmma_tma_config;
-  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                                                 args.upper_only, Cfg::bm, Cfg::bn, 8);
+  const tile_schedule sch = launch_schedule(args, Cfg::bm, Cfg::bn, 8);
   if (sch.total == 0) return;
   const CUtensorMap map_a = make_bit_tensor_map(args.a, args.a_rows, args.ld_words, Cfg::bm, "gram mma_sync: A panel");
   const CUtensorMap map_b = make_bit_tensor_map(args.b, args.b_rows, args.ld_words, Cfg::bn, "gram mma_sync: B panel");
@@ -328,26 +345,18 @@ void launch_mma_sync_tma_gram(const bit_gemm_args& args, Epilogue epi, int sms, 
     // Counts stored from the accumulators (8-byte stores): the alignment the tensor stores needed
     // covers them.
     if (tma_store_fits(args, epi)) {
-      ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, true>>(current_device(),
-                                                                                         Cfg::smem_bytes);
-      mma_sync_tma_gram_kernel<Cfg, Epilogue, true><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-          map_a, map_b, args.ld_words, sch, epi, counter);
-      SPILLWAY_CHECK_LAUNCH();
+      launch_mma_sync_tma_kernel<Cfg, Epilogue, true>(map_a, map_b, args.ld_words, sch, epi, grid, counter,
+                                                      s);
       return;
     }
   }
-  ::spillway::tile::raise_smem_limit<mma_sync_tma_gram_kernel<Cfg, Epilogue, false>>(current_device(),
-                                                                                      Cfg::smem_bytes);
-  mma_sync_tma_gram_kernel<Cfg, Epilogue, false><<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(
-      map_a, map_b, args.ld_words, sch, epi, counter);
-  SPILLWAY_CHECK_LAUNCH();
+  launch_mma_sync_tma_kernel<Cfg, Epilogue, false>(map_a, map_b, args.ld_words, sch, epi, grid, counter, s);
 }
 
 template <class Epilogue>
 void launch_mma_sync_cp_async_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
   using Cfg = bmma_cp_async_config;
-  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                                                 args.upper_only, Cfg::bm, Cfg::bn, 8);
+  const tile_schedule sch = launch_schedule(args, Cfg::bm, Cfg::bn, 8);
   if (sch.total == 0) return;
   ::spillway::tile::raise_smem_limit<mma_sync_gram_kernel<Cfg, Epilogue>>(current_device(), Cfg::smem_bytes);
   const unsigned grid = grid_blocks(sch.total, 1, sms);
@@ -358,8 +367,7 @@ void launch_mma_sync_cp_async_gram(const bit_gemm_args& args, Epilogue epi, int 
 
 template <class Epilogue>
 void launch_popc_gram(const bit_gemm_args& args, Epilogue epi, stream_view s) {
-  const tile_schedule sch = ::spillway::tile::make_tile_schedule(args.a_rows, args.b_rows, args.a_row0, args.b_row0,
-                                                                 args.upper_only, popc_tile, popc_tile, 8);
+  const tile_schedule sch = launch_schedule(args, popc_tile, popc_tile, 8);
   if (sch.total == 0) return;
   const unsigned grid =
       grid_blocks(sch.total, 1, resident_blocks(popc_gemm_kernel<Epilogue>, popc_threads, 0, current_device()));
