@@ -101,11 +101,14 @@ def reference_topk(full, k, larger, exclude_diagonal):
 
 def reference_threshold(full, t, larger, symmetric, both_halves, include_diagonal):
     n, m = full.shape
-    # Scores against the threshold in float64, as spillway compares them: NumPy 2 compares a
-    # float32 array with a Python float in float32, which keeps a score equal to float32(t) but
-    # below t (cosine 7/20 against 0.35, seen on the GPU machine).
-    wide = full.astype(np.float64) if np.issubdtype(full.dtype, np.floating) else full
-    keep = wide >= t if larger else wide <= t
+    # Scores against the threshold as spillway compares them (pairwise::detail::passes): a float32
+    # score against float32(t), so a score equal to t as written passes (cosine 7/20 at 0.35,
+    # Jaccard 7/10 at 0.7); float64 and integer scores against t in float64.
+    if full.dtype == np.float32:
+        keep = full >= np.float32(t) if larger else full <= np.float32(t)
+    else:
+        wide = full.astype(np.float64) if np.issubdtype(full.dtype, np.floating) else full
+        keep = wide >= t if larger else wide <= t
     if symmetric:
         i, j = np.indices((n, m))
         if not both_halves:

@@ -317,6 +317,36 @@ TEST(GramTopKGpu, MirroredCandidatesAndFullColumns) {
   EXPECT_EQ(rep.topk_full_column_groups, groups);
 }
 
+// On the device as on the host: a Jaccard of exactly the threshold (14/20 at 0.7) passes, in the
+// threshold sink and the neighbour counts.
+TEST(GramThresholdGpu, JaccardAtExactlyTheThresholdPasses) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::int64_t n = 12, cols = 128;
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(n * cols), 0);
+  for (std::int64_t i = 0; i < n; ++i)  // as tests/gram/host_gram_test.cpp's rows_on_seven_tenths
+    for (std::int64_t c = 0; c < 17; ++c)
+      v[static_cast<std::size_t>(i * cols + 40 * (i / 4) + 3 * (i % 4) + c)] = 1;
+  const bit_matrix a = pack_bits(v, n, cols);
+  threshold_options t;
+  t.threshold = 0.7;
+  gram_options o;
+  o.epilogue = metric::jaccard;
+  o.max_panel_rows = 5;
+  const auto got = gram_threshold<float>(a.view(), t, o);
+  const auto want = host_gram_threshold<float>(a.view(), t, metric::jaccard);
+  ASSERT_EQ(want.size(), 9u);
+  EXPECT_EQ(got.row, want.row);
+  EXPECT_EQ(got.col, want.col);
+  EXPECT_EQ(got.value, want.value);
+  for (const float x : got.value) EXPECT_EQ(x, 0.7f);
+  spillway::pairwise::neighbour_count_options nc;
+  nc.threshold = 0.7;
+  const auto counts = gram_neighbour_counts<float>(a.view(), nc, o);
+  ASSERT_EQ(counts.size(), static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(counts[static_cast<std::size_t>(i)], (i % 4 == 0 || i % 4 == 3) ? 1 : 2) << "row " << i;
+}
+
 TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("gram-threshold");

@@ -36,6 +36,17 @@ std::int32_t naive_count(const std::vector<std::uint8_t>& x, std::int64_t cols, 
   return s;
 }
 
+/// Rows whose Jaccard scores sit exactly on 0.7: three groups of four rows of 17 set bits, 40
+/// columns apart; a row of a group is the one before it shifted by 3 columns, so neighbours share
+/// 14 of 20 bits (7/10), rows two apart 11 of 23, three apart 8 of 26, groups nothing.
+std::vector<std::uint8_t> rows_on_seven_tenths(std::int64_t n, std::int64_t cols) {
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(n * cols), 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t c = 0; c < 17; ++c)
+      v[static_cast<std::size_t>(i * cols + 40 * (i / 4) + 3 * (i % 4) + c)] = 1;
+  return v;
+}
+
 const std::vector<std::pair<std::int64_t, std::int64_t>> kShapes = {
     {1, 1}, {1, 7}, {13, 1}, {17, 31}, {31, 33}, {7, 64}, {37, 65}, {41, 255}, {23, 257}, {29, 1023}, {11, 1025}, {61, 2049}, {5, 0}};
 
@@ -255,6 +266,38 @@ TEST(HostGram, TopKEveryMetricTiesAndDiagonal) {
   EXPECT_THROW((void)host_gram_topk<std::int32_t>(a.view(), o), spillway::logic_error);
   o.k = 0;
   EXPECT_THROW((void)host_gram_topk<std::int32_t>(a.view(), o), spillway::logic_error);
+}
+
+// A Jaccard of exactly the threshold passes: 14/20 at 0.7 (compared in double, the float score
+// 0.699999988 fell below 0.69999999999999996 and the pair was dropped); the kept pairs are the
+// ones the exact rational test 10·c ≥ 7·(a + b − c) keeps, for float and double scores.
+TEST(HostGram, JaccardAtExactlyTheThresholdPasses) {
+  const std::int64_t n = 12, cols = 128;
+  const auto v = rows_on_seven_tenths(n, cols);
+  const bit_matrix a = pack_bits(v, n, cols);
+  threshold_options o;
+  o.threshold = 0.7;
+  std::vector<std::pair<std::int64_t, std::int64_t>> want;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = i + 1; j < n; ++j) {
+      const std::int64_t c = naive_count(v, cols, i, v, j);
+      const std::int64_t u = naive_count(v, cols, i, v, i) + naive_count(v, cols, j, v, j) - c;
+      if (10 * c >= 7 * u) want.emplace_back(i, j);
+    }
+  ASSERT_EQ(want.size(), 9u) << "three neighbours in each of three groups";
+  const auto f = host_gram_threshold<float>(a.view(), o, metric::jaccard);
+  const auto d = host_gram_threshold<double>(a.view(), o, metric::jaccard);
+  for (const auto* r : {&f.row, &d.row}) ASSERT_EQ(r->size(), want.size());
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    EXPECT_EQ(f.row[t], want[t].first);
+    EXPECT_EQ(f.col[t], want[t].second);
+    EXPECT_EQ(f.value[t], 0.7f);
+    EXPECT_EQ(d.row[t], want[t].first);
+    EXPECT_EQ(d.col[t], want[t].second);
+  }
+  // Distances the same way: Hamming of the neighbours is 6, kept at ≤ 6.
+  o.threshold = 6;
+  EXPECT_EQ(host_gram_threshold<std::int32_t>(a.view(), o, metric::hamming).size(), want.size());
 }
 
 TEST(HostGram, ThresholdBothHalvesSortedAndComplete) {

@@ -220,6 +220,26 @@ TEST(PairwiseHostSinks, TopKTiesAndDiagonalAgainstBruteForce) {
         }
 }
 
+// The one threshold rule (pw::detail::passes, host and device): a float score against the
+// threshold rounded to float, so a score equal to the threshold as written passes; a threshold
+// beyond float's range is an infinity; double and integer scores compare in double.
+TEST(PairwiseHostSinks, ThresholdRuleComparesInTheScoresType) {
+  using pw::detail::passes;
+  const float seven_tenths = static_cast<float>(14.0 / 20.0);  // a Jaccard of 14/20 as a float score
+  EXPECT_TRUE(passes(true, seven_tenths, 0.7));
+  EXPECT_FALSE(passes(true, std::nextafter(seven_tenths, 0.0f), 0.7));
+  EXPECT_TRUE(passes(false, seven_tenths, 0.7));  // distances: ≤
+  EXPECT_FALSE(passes(false, std::nextafter(seven_tenths, 1.0f), 0.7));
+  EXPECT_TRUE(passes(true, 14.0 / 20.0, 0.7));  // double: the same value
+  EXPECT_FALSE(passes(true, std::nextafter(14.0 / 20.0, 0.0), 0.7));
+  EXPECT_FALSE(passes(true, 3.0e38f, 1e300));  // beyond float's range: +inf, nothing passes
+  EXPECT_TRUE(passes(false, 3.0e38f, 1e300));
+  EXPECT_TRUE(passes(true, -3.0e38f, -1e300));
+  EXPECT_TRUE(passes(true, std::int32_t{13}, 12.5));  // integers in double: 12 does not pass 12.5
+  EXPECT_FALSE(passes(true, std::int32_t{12}, 12.5));
+  EXPECT_FALSE(passes(true, std::nanf(""), 0.0));
+}
+
 TEST(PairwiseHostSinks, ThresholdUpperBothHalvesAndDiagonal) {
   const std::int64_t n = 9;
   auto score = [](std::int64_t i, std::int64_t j) { return static_cast<double>((i * 7 + j * 7) % 10); };  // symmetric

@@ -12,6 +12,7 @@
 
 #include <spillway/core/launch.hpp>
 #include <spillway/pairwise/layout.hpp>
+#include <spillway/pairwise/sinks.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -676,11 +677,6 @@ __global__ void topk_export_kernel(const topk_entry<V>* __restrict__ state, std:
 
 // ---- threshold → sparse -------------------------------------------------------------------------
 
-template <class V>
-__device__ __forceinline__ bool keeps(bool larger, V v, double threshold) {
-  return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
-}
-
 /// Per row r of a score strip: how many x in [x_begin(r), w) pass. x_begin(r) = r + diag_shift for
 /// the symmetric upper triangle (−1 for rectangles: from 0).
 template <class V>
@@ -694,7 +690,7 @@ __global__ void threshold_count_kernel(const V* __restrict__ s, std::int64_t row
     std::int64_t n = 0;
     for (std::int64_t x0 = xb; x0 < w; x0 += 32) {
       const std::int64_t x = x0 + lane;
-      const bool p = x < w && keeps(larger, s[r * w + x], threshold);
+      const bool p = x < w && passes(larger, s[r * w + x], threshold);
       n += __popc(__ballot_sync(0xFFFFFFFFu, p));
     }
     if (lane == 0) counts[r] = n;
@@ -744,7 +740,7 @@ __global__ void threshold_write_kernel(const V* __restrict__ s, std::int64_t row
     for (std::int64_t x0 = xb; x0 < w; x0 += 32) {
       const std::int64_t x = x0 + lane;
       const V v = x < w ? s[r * w + x] : V{};
-      const bool p = x < w && keeps(larger, v, threshold);
+      const bool p = x < w && passes(larger, v, threshold);
       const unsigned m = __ballot_sync(0xFFFFFFFFu, p);
       if (p) {
         const std::int64_t o = at + __popc(m & ((1u << lane) - 1u));

@@ -5,10 +5,14 @@
 #pragma once
 
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,7 +41,8 @@ struct topk_result {
 };
 
 /// Threshold → sparse: keeps entries with value ≥ threshold (similarities) or ≤ threshold
-/// (distances).
+/// (distances). A float score is compared with the threshold rounded to float (detail::passes),
+/// so a score equal to the threshold as written passes: Jaccard 7/10 at 0.7.
 struct threshold_options {
   double threshold = 0.0;
   bool both_halves = false;       ///< A·Aᵀ: also emit (j, i) for every kept (i, j), i < j
@@ -70,9 +75,23 @@ inline bool topk_better(bool larger, V av, std::int64_t ac, V bv, std::int64_t b
   return ac < bc;
 }
 
+/// Whether a score passes a threshold: ≥ for similarities (`larger`), ≤ for distances; one rule
+/// for the host implementations and the device sinks. A floating-point score is compared with the
+/// threshold rounded to its own type (a float score with float(threshold); beyond float's range, an
+/// infinity), so a score equal to the threshold as the caller wrote it passes: a Jaccard of 7/10
+/// is 0.7f, which compared in double (0.699999988 < 0.69999999999999996) was dropped. Distinct
+/// ratios c/u ≠ t of the Gram metrics stay on their side of float(t) for u up to ~10⁶. Integer
+/// scores (counts, Hamming) compare in double.
 template <class V>
-inline bool passes(bool larger, V v, double threshold) {
-  return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
+SPILLWAY_HD inline bool passes(bool larger, V v, double threshold) {
+  if constexpr (std::is_same_v<V, float>) {
+    const float t = threshold > static_cast<double>(FLT_MAX)    ? HUGE_VALF
+                    : threshold < -static_cast<double>(FLT_MAX) ? -HUGE_VALF
+                                                                : static_cast<float>(threshold);
+    return larger ? v >= t : v <= t;
+  } else {
+    return larger ? static_cast<double>(v) >= threshold : static_cast<double>(v) <= threshold;
+  }
 }
 
 inline void check_topk(const topk_options& o, const char* who) {

@@ -47,7 +47,7 @@ __global__ void neighbour_count_kernel(const V* __restrict__ s, std::int64_t row
     for (std::int64_t x0 = xb; x0 < w; x0 += 32) {
       const std::int64_t x = x0 + lane;
       const bool on_diag = symmetric && x == r;
-      const bool p = x < w && keeps(larger, s[r * w + x], threshold) && (diagonal || !on_diag);
+      const bool p = x < w && passes(larger, s[r * w + x], threshold) && (diagonal || !on_diag);
       if (p && symmetric && !on_diag) atomicAdd(counts + col0 + x, 1ull);
       n += static_cast<unsigned long long>(__popc(__ballot_sync(0xFFFFFFFFu, p)));
     }
