@@ -79,9 +79,9 @@ inline bool topk_better(bool larger, V av, std::int64_t ac, V bv, std::int64_t b
 /// for the host implementations and the device sinks. A floating-point score is compared with the
 /// threshold rounded to its own type (a float score with float(threshold); beyond float's range, an
 /// infinity), so a score equal to the threshold as the caller wrote it passes: a Jaccard of 7/10
-/// is 0.7f, which compared in double (0.699999988 < 0.69999999999999996) was dropped. Distinct
-/// ratios c/u ≠ t of the Gram metrics stay on their side of float(t) for u up to ~10⁶. Integer
-/// scores (counts, Hamming) compare in double.
+/// is 0.7f, which compared in double (0.699999988 < 0.69999999999999996) was dropped. A ratio
+/// c/u ≠ p/q stays on its side of float(p/q) while q·u < 1.6·10⁷ (docs/gram.md). Integer scores
+/// (counts, Hamming) compare in double.
 template <class V>
 SPILLWAY_HD inline bool passes(bool larger, V v, double threshold) {
   if constexpr (std::is_same_v<V, float>) {
