@@ -12,4 +12,5 @@
 #include <spillway/similarity.cuh>
 #include <spillway/map.cuh>
 #include <spillway/io/npy.hpp>
+#include <spillway/io/npz.hpp>
 #include <spillway/io/raw.hpp>

@@ -4,6 +4,7 @@
 #include <spillway/io/npy.hpp>
 
 #include <support/gpu_test.hpp>
+#include <support/python_script.hpp>
 
 #include <cuda_fp16.h>
 
@@ -219,8 +220,7 @@ TEST(NpyHalf, Float16RoundTripsBitExactAndReadsHandMadeFiles) {
 // ---- NumPy interop (runs when SPILLWAY_PYTHON names a python3 that can import numpy) -------------
 
 std::string python() {
-  const char* p = std::getenv("SPILLWAY_PYTHON");
-  return p != nullptr ? p : "";
+  return spillway::test::interop_python();
 }
 
 TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
@@ -228,22 +228,24 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   if (py.empty()) GTEST_SKIP() << "set SPILLWAY_PYTHON to a python3 with numpy to run the interop check";
   const std::string dir = tmp_path("interop");
   const std::string script = dir + "_w.py";
-  {
-    std::ofstream s(script);
-    s << "import numpy as np, sys\n"
-         "d = sys.argv[1]\n"
-         "rng = np.random.default_rng(7)\n"
-         "np.save(d + '_u1.npy', (rng.random((37, 131)) < 0.3).astype(np.uint8))\n"
-         "np.save(d + '_b1.npy', rng.random((5, 9)) < 0.5)\n"
-         "np.save(d + '_f8.npy', np.arange(12, dtype=np.float64).reshape(3, 4) / 7)\n"
-         "np.save(d + '_i4.npy', np.arange(-5, 5, dtype=np.int32))\n"
-         "np.save(d + '_fortran.npy', np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4)))\n"
-         "np.save(d + '_c8.npy', (np.arange(6) + 1j * (np.arange(6) - 2.5)).astype(np.complex64).reshape(2, 3))\n"
-         "np.save(d + '_c16.npy', np.array([1 / 3 - 1j / 7, -2.0 + 0.5j]))\n"
-         "np.save(d + '_f2.npy', np.array([[1 / 3, -2.5, 65504], [6e-8, -0.0, np.inf]], np.float16))\n"
-         "np.savetxt(d + '_u1.txt', np.load(d + '_u1.npy').reshape(-1), fmt='%d')\n";
-  }
-  ASSERT_EQ(std::system((py + " " + script + " " + dir).c_str()), 0);
+  ASSERT_EQ(
+      spillway::test::run_python(
+          py, script,
+          "import numpy as np, sys\n"
+          "d = sys.argv[1]\n"
+          "rng = np.random.default_rng(7)\n"
+          "np.save(d + '_u1.npy', (rng.random((37, 131)) < 0.3).astype(np.uint8))\n"
+          "np.save(d + '_b1.npy', rng.random((5, 9)) < 0.5)\n"
+          "np.save(d + '_f8.npy', np.arange(12, dtype=np.float64).reshape(3, 4) / 7)\n"
+          "np.save(d + '_i4.npy', np.arange(-5, 5, dtype=np.int32))\n"
+          "np.save(d + '_fortran.npy', np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4)))\n"
+          "np.save(d + '_c8.npy', (np.arange(6) + 1j * (np.arange(6) - 2.5)).astype(np.complex64).reshape(2, "
+          "3))\n"
+          "np.save(d + '_c16.npy', np.array([1 / 3 - 1j / 7, -2.0 + 0.5j]))\n"
+          "np.save(d + '_f2.npy', np.array([[1 / 3, -2.5, 65504], [6e-8, -0.0, np.inf]], np.float16))\n"
+          "np.savetxt(d + '_u1.txt', np.load(d + '_u1.npy').reshape(-1), fmt='%d')\n",
+          dir),
+      0);
   const npy_array u = read_npy(dir + "_u1.npy");
   ASSERT_EQ(u.header.shape, (std::vector<std::int64_t>{37, 131}));
   std::ifstream txt(dir + "_u1.txt");
@@ -291,22 +293,25 @@ TEST(NpyNumPy, NumPyWritesWeReadAndWeWriteNumPyReads) {
   std::vector<__half> hf = {__float2half_rn(0.5f), __float2half_rn(-1e-3f), __float2half_rn(1024.0f)};
   write_npy(dir + "_o_f2.npy", hf, {3});
   const std::string check = dir + "_r.py";
-  {
-    std::ofstream s(check);
-    s << "import numpy as np, sys\n"
-         "d = sys.argv[1]\n"
-         "a = np.load(d + '_o_i8.npy'); assert a.dtype == np.int64 and a.shape == (2, 2), a\n"
-         "assert a.tolist() == [[0, -1], [1 << 40, 7]], a\n"
-         "b = np.load(d + '_o_f4.npy'); assert b.dtype == np.float32 and b.shape == (6,)\n"
-         "assert (b == np.array([0.5, 1/3, -2, 1e-20, 0, 3], np.float32)).all(), b\n"
-         "c = np.load(d + '_o_u2.npy'); assert c.dtype == np.uint16 and c.shape == (3, 1) and c[1, 0] == 65535\n"
-         "e = np.load(d + '_o_c8.npy'); assert e.dtype == np.complex64 and (e == np.array([1.5 - 2j, 1e-3j], np.complex64)).all(), e\n"
-         "f = np.load(d + '_o_c16.npy'); assert f.dtype == np.complex128 and f.shape == (1, 1) and f[0, 0] == 1 / 3 + 2j / 3, f\n"
-         "h = np.load(d + '_o_f2.npy'); assert h.dtype == np.float16 and h.shape == (3,), h\n"
-         "assert (h == np.array([0.5, -1e-3, 1024], np.float16)).all(), h\n"
-         "print('numpy read spillway output: ok')\n";
-  }
-  EXPECT_EQ(std::system((py + " " + check + " " + dir).c_str()), 0);
+  EXPECT_EQ(spillway::test::run_python(
+                py, check,
+                "import numpy as np, sys\n"
+                "d = sys.argv[1]\n"
+                "a = np.load(d + '_o_i8.npy'); assert a.dtype == np.int64 and a.shape == (2, 2), a\n"
+                "assert a.tolist() == [[0, -1], [1 << 40, 7]], a\n"
+                "b = np.load(d + '_o_f4.npy'); assert b.dtype == np.float32 and b.shape == (6,)\n"
+                "assert (b == np.array([0.5, 1/3, -2, 1e-20, 0, 3], np.float32)).all(), b\n"
+                "c = np.load(d + '_o_u2.npy'); assert c.dtype == np.uint16 and c.shape == (3, 1) and c[1, 0] "
+                "== 65535\n"
+                "e = np.load(d + '_o_c8.npy'); assert e.dtype == np.complex64 and (e == np.array([1.5 - 2j, "
+                "1e-3j], np.complex64)).all(), e\n"
+                "f = np.load(d + '_o_c16.npy'); assert f.dtype == np.complex128 and f.shape == (1, 1) and "
+                "f[0, 0] == 1 / 3 + 2j / 3, f\n"
+                "h = np.load(d + '_o_f2.npy'); assert h.dtype == np.float16 and h.shape == (3,), h\n"
+                "assert (h == np.array([0.5, -1e-3, 1024], np.float16)).all(), h\n"
+                "print('numpy read spillway output: ok')\n",
+                dir),
+            0);
   for (const char* suf : {"_u1.npy", "_b1.npy", "_f8.npy", "_i4.npy", "_fortran.npy", "_c8.npy", "_c16.npy", "_f2.npy",
                           "_u1.txt", "_o_i8.npy", "_o_f4.npy", "_o_u2.npy", "_o_c8.npy", "_o_c16.npy", "_o_f2.npy"}) {
     std::remove((dir + suf).c_str());

@@ -240,6 +240,36 @@ TEST(PairwiseHostSinks, ThresholdRuleComparesInTheScoresType) {
   EXPECT_FALSE(passes(true, std::nanf(""), 0.0));
 }
 
+// COO (sorted by row, then column) to CSR: row pointers over empty rows at either end, columns and
+// values moved over; out-of-shape entries and unsorted rows refused naming the entry.
+TEST(PairwiseHostSinks, CooToCsr) {
+  pw::coo_result<float> c;
+  c.row = {1, 1, 3, 3, 3};
+  c.col = {0, 4, 1, 2, 4};
+  c.value = {0.5f, 0.25f, 1.0f, 2.0f, 3.0f};
+  const pw::csr_result<float> r = pw::to_csr(std::move(c), 5, 6);
+  EXPECT_EQ(r.rows, 5);
+  EXPECT_EQ(r.cols, 6);
+  EXPECT_EQ(r.indptr, (std::vector<std::int64_t>{0, 0, 2, 2, 5, 5}));
+  EXPECT_EQ(r.col, (std::vector<std::int64_t>{0, 4, 1, 2, 4}));
+  EXPECT_EQ(r.value, (std::vector<float>{0.5f, 0.25f, 1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(r.size(), 5u);
+  const auto empty = pw::to_csr(pw::coo_result<double>{}, 3, 3);
+  EXPECT_EQ(empty.indptr, (std::vector<std::int64_t>{0, 0, 0, 0}));
+  auto refused = [](pw::coo_result<float> x, const char* says) {
+    try {
+      (void)pw::to_csr(std::move(x), 4, 4);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const spillway::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({{2, 1}, {0, 0}, {1.0f, 1.0f}}, "entry 1 of row 1 follows row 2");
+  refused({{0, 4}, {0, 0}, {1.0f, 1.0f}}, "entry 1 at (4, 0) is outside the 4 x 4 matrix");
+  refused({{0}, {-1}, {1.0f}}, "entry 0 at (0, -1)");
+  refused({{0, 1}, {0}, {1.0f, 1.0f}}, "row, col and value have 2, 1 and 2 entries");
+}
+
 TEST(PairwiseHostSinks, ThresholdUpperBothHalvesAndDiagonal) {
   const std::int64_t n = 9;
   auto score = [](std::int64_t i, std::int64_t j) { return static_cast<double>((i * 7 + j * 7) % 10); };  // symmetric

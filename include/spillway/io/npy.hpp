@@ -465,9 +465,12 @@ class npy_mapping {
 /// Maps a .npy file read-only (see npy_mapping).
 inline npy_mapping map_npy(const std::string& path) { return npy_mapping(path); }
 
-/// The header bytes (magic through padding) for an array; version 1.0 when it fits, else 2.0.
-inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64_t>& shape) {
-  std::string dict = std::string("{'descr': '") + npy_descr(dtype) + "', 'fortran_order': False, 'shape': (";
+namespace detail {
+
+/// The header bytes (magic through padding) for an array of NumPy descr `descr` (any, e.g. "|S3"
+/// for the .npz format string); version 1.0 when it fits, else 2.0.
+inline std::string make_npy_header_descr(const std::string& descr, const std::vector<std::int64_t>& shape) {
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) throw logic_error("write_npy: shape[" + std::to_string(i) + "] is negative: " + std::to_string(shape[i]));
     dict += std::to_string(shape[i]);
@@ -496,6 +499,13 @@ inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64
   std::string v1 = build(1);
   if (v1.size() - 10 <= 0xFFFF) return v1;
   return build(2);
+}
+
+}  // namespace detail
+
+/// The header bytes (magic through padding) for an array; version 1.0 when it fits, else 2.0.
+inline std::string make_npy_header(npy_dtype dtype, const std::vector<std::int64_t>& shape) {
+  return detail::make_npy_header_descr(npy_descr(dtype), shape);
 }
 
 /// Writes `count = prod(shape)` elements of T from `data` as a C-order .npy file.

@@ -65,6 +65,56 @@ struct coo_result {
   [[nodiscard]] std::size_t size() const noexcept { return row.size(); }
 };
 
+/// A sparse result in compressed sparse row form (SciPy's csr layout): row i's entries are
+/// [indptr[i], indptr[i + 1]) of `col` and `value`, columns ascending.
+template <class V>
+struct csr_result {
+  std::int64_t rows = 0, cols = 0;
+  std::vector<std::int64_t> indptr;  ///< rows + 1
+  std::vector<std::int64_t> col;
+  std::vector<V> value;
+  [[nodiscard]] std::size_t size() const noexcept { return col.size(); }
+};
+
+/// A COO result (sorted by row, then column, as every threshold result is) as CSR over a
+/// rows x cols matrix; its columns and values move over. Throws logic_error naming the entry when
+/// a row or column is outside the shape or the rows are not sorted.
+template <class V>
+csr_result<V> to_csr(coo_result<V>&& coo, std::int64_t rows, std::int64_t cols) {
+  if (rows < 0 || cols < 0) {
+    throw logic_error("to_csr: negative shape (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  }
+  if (coo.col.size() != coo.row.size() || coo.value.size() != coo.row.size()) {
+    throw logic_error("to_csr: row, col and value have " + std::to_string(coo.row.size()) + ", " +
+                      std::to_string(coo.col.size()) + " and " + std::to_string(coo.value.size()) +
+                      " entries");
+  }
+  csr_result<V> c;
+  c.rows = rows;
+  c.cols = cols;
+  c.indptr.assign(static_cast<std::size_t>(rows) + 1, 0);
+  std::int64_t prev = 0;
+  for (std::size_t e = 0; e < coo.row.size(); ++e) {
+    const std::int64_t r = coo.row[e], x = coo.col[e];
+    if (r < 0 || r >= rows || x < 0 || x >= cols) {
+      throw logic_error("to_csr: entry " + std::to_string(e) + " at (" + std::to_string(r) + ", " +
+                        std::to_string(x) + ") is outside the " + std::to_string(rows) + " x " +
+                        std::to_string(cols) + " matrix");
+    }
+    if (r < prev) {
+      throw logic_error("to_csr: entry " + std::to_string(e) + " of row " + std::to_string(r) +
+                        " follows row " + std::to_string(prev) + " (the COO is not sorted by row)");
+    }
+    prev = r;
+    ++c.indptr[static_cast<std::size_t>(r) + 1];
+  }
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) c.indptr[r + 1] += c.indptr[r];
+  c.col = std::move(coo.col);
+  c.value = std::move(coo.value);
+  coo.row.clear();
+  return c;
+}
+
 namespace detail {
 
 /// The order of every top-k list: better value first (larger for similarities, smaller for
