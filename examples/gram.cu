@@ -10,6 +10,7 @@
 // the host implementation (and says so).
 #include <spillway/gram.cuh>
 #include <spillway/io/npy.hpp>
+#include <spillway/io/npz.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,8 +28,9 @@ namespace sg = spillway::gram;
 namespace {
 
 struct args {
-  std::string input, raw, output;
+  std::string input, raw, output, csr, packed;  // packed: "" (0/1 bytes), "big" or "little"
   std::int64_t rows = 2000, cols = 5000;
+  bool cols_given = false;
   double density = 0.3;
   std::uint64_t seed = 42;
   std::size_t budget = 0;  // 0: default
@@ -52,6 +54,9 @@ void print_usage(std::FILE* f) {
       "  --rows R --cols C      a random matrix of R x C (default 2000 x 5000)\n"
       "  --seed S --density P   its seed (default 42) and fraction of ones (default 0.3)\n"
       "  --nonzero-as-one       any nonzero byte counts as 1 (default: values other than 0/1 are an error)\n"
+      "  --packed ORDER         --input holds rows packed 8 bits a byte, as np.packbits(a, axis=1,\n"
+      "                         bitorder=ORDER) writes them (big | little; fingerprints); --cols C: the\n"
+      "                         bits per row (default 8 x the bytes per row)\n"
       "what to compute:\n"
       "  --epilogue E           counts | jaccard | cosine | hamming (default counts)\n"
       "  --sink S               full | triangle | condensed | topk | threshold (default triangle)\n"
@@ -59,6 +64,8 @@ void print_usage(std::FILE* f) {
       "  --threshold T          --sink threshold keeps pairs >= T (<= T for hamming; default 0.5 for\n"
       "                         jaccard/cosine, 0.2*cols for hamming, 0.4*cols*density for counts)\n"
       "  --both-halves          threshold sink: list (j, i) as well as (i, j)\n"
+      "  --csr OUT.npz          threshold sink: also write the result as SciPy's CSR .npz\n"
+      "                         (scipy.sparse.load_npz reads it)\n"
       "how:\n"
       "  --budget SIZE          device memory per GPU, e.g. 4GiB, 512MiB (default 80%% of free memory)\n"
       "  --path P               automatic | wgmma | mma_sync | popc (default automatic)\n"
@@ -99,7 +106,13 @@ args parse(int argc, char** argv) {
       const std::string s = val();
       if (std::sscanf(s.c_str(), "%ldx%ld", &a.rows, &a.cols) != 2) usage("--shape must be RxC");
     } else if (k == "--rows") a.rows = std::atoll(val().c_str());
-    else if (k == "--cols") a.cols = std::atoll(val().c_str());
+    else if (k == "--cols") {
+      a.cols = std::atoll(val().c_str());
+      a.cols_given = true;
+    } else if (k == "--packed") {
+      a.packed = val();
+      if (a.packed != "big" && a.packed != "little") usage(("--packed: big or little, got '" + a.packed + "'").c_str());
+    } else if (k == "--csr") a.csr = val();
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--density") a.density = std::atof(val().c_str());
     else if (k == "--budget") a.budget = parse_bytes(val());
@@ -120,6 +133,8 @@ args parse(int argc, char** argv) {
     else usage(("unknown argument " + k).c_str());
   }
   if (a.rows < 1 || a.cols < 1) usage("rows and cols must be >= 1");
+  if (!a.csr.empty() && a.sink != "threshold") usage("--csr writes the threshold sink's result: give --sink threshold");
+  if (!a.packed.empty() && a.input.empty()) usage("--packed describes --input: give --input PACKED.npy");
   return a;
 }
 
@@ -145,6 +160,17 @@ sg::bit_matrix load(args& a) {
     const spillway::io::npy_array arr = spillway::io::read_npy(a.input);
     if (arr.header.shape.size() != 2) usage("--input must be a 2-D array");
     a.rows = arr.header.shape[0];
+    if (!a.packed.empty()) {
+      if (arr.header.dtype != spillway::io::npy_dtype::u1) usage("--packed: the input must hold uint8 bytes (np.packbits)");
+      const std::int64_t row_bytes = arr.header.shape[1];
+      if (!a.cols_given) a.cols = 8 * row_bytes;
+      if (a.cols < 1 || a.cols > 8 * row_bytes) {
+        usage(("--cols " + std::to_string(a.cols) + " does not fit rows of " + std::to_string(row_bytes) + " packed bytes").c_str());
+      }
+      std::printf("input: %s, %ld rows of %ld bits packed (%s bit order)\n", a.input.c_str(), a.rows, a.cols, a.packed.c_str());
+      return sg::from_packed_bytes(arr.data<std::uint8_t>(), a.rows, a.cols,
+                                   a.packed == "big" ? sg::bit_order::big : sg::bit_order::little, row_bytes);
+    }
     a.cols = arr.header.shape[1];
     std::printf("input: %s, %ld x %ld %s\n", a.input.c_str(), a.rows, a.cols, spillway::io::npy_descr(arr.header.dtype));
     const sg::pack_options po{a.nonzero_as_one, sg::host_memory::pageable};
@@ -294,6 +320,13 @@ int run(const args& a, const sg::bit_matrix& m, bool gpu) {
       spillway::io::write_npy(a.output + ".row.npy", r.row, {sz});
       spillway::io::write_npy(a.output + ".col.npy", r.col, {sz});
       spillway::io::write_npy(a.output, r.value, {sz});
+    }
+    if (!a.csr.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const spillway::pairwise::csr_result<V> c = spillway::pairwise::to_csr(std::move(r), n, n);
+      spillway::io::write_csr_npz(a.csr, c.rows, c.cols, c.indptr, c.col, c.value);
+      std::printf("CSR (%zu entries) to %s in %.3f s\n", c.size(), a.csr.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   } else {
     usage(("unknown --sink " + a.sink).c_str());
