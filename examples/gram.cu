@@ -31,6 +31,7 @@ struct args {
   std::string input, raw, output, csr, packed;  // packed: "" (0/1 bytes), "big" or "little"
   std::int64_t rows = 2000, cols = 5000;
   bool cols_given = false;
+  std::int64_t fingerprints = 0;  // > 0: that many random clustered fingerprints
   double density = 0.3;
   std::uint64_t seed = 42;
   std::size_t budget = 0;  // 0: default
@@ -53,6 +54,10 @@ void print_usage(std::FILE* f) {
       "  --raw A.bin --shape RxC  raw row-major bytes, R rows of C columns\n"
       "  --rows R --cols C      a random matrix of R x C (default 2000 x 5000)\n"
       "  --seed S --density P   its seed (default 42) and fraction of ones (default 0.3)\n"
+      "  --fingerprints N       N random clustered fingerprints of --cols bits (default 2048): ~50 bits\n"
+      "                         set, clusters of 40 around a centroid, so that cluster mates score\n"
+      "                         Tanimoto ~0.7 (seeded by --seed; the threshold sink reports the mean\n"
+      "                         neighbours per row)\n"
       "  --nonzero-as-one       any nonzero byte counts as 1 (default: values other than 0/1 are an error)\n"
       "  --packed ORDER         --input holds rows packed 8 bits a byte, as np.packbits(a, axis=1,\n"
       "                         bitorder=ORDER) writes them (big | little; fingerprints); --cols C: the\n"
@@ -113,6 +118,7 @@ args parse(int argc, char** argv) {
       a.packed = val();
       if (a.packed != "big" && a.packed != "little") usage(("--packed: big or little, got '" + a.packed + "'").c_str());
     } else if (k == "--csr") a.csr = val();
+    else if (k == "--fingerprints") a.fingerprints = std::atoll(val().c_str());
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--density") a.density = std::atof(val().c_str());
     else if (k == "--budget") a.budget = parse_bytes(val());
@@ -135,6 +141,13 @@ args parse(int argc, char** argv) {
   if (a.rows < 1 || a.cols < 1) usage("rows and cols must be >= 1");
   if (!a.csr.empty() && a.sink != "threshold") usage("--csr writes the threshold sink's result: give --sink threshold");
   if (!a.packed.empty() && a.input.empty()) usage("--packed describes --input: give --input PACKED.npy");
+  if (a.fingerprints < 0) usage("--fingerprints must be >= 1");
+  if (a.fingerprints > 0) {
+    if (!a.input.empty() || !a.raw.empty()) usage("--fingerprints is an input of its own: drop --input / --raw");
+    a.rows = a.fingerprints;
+    if (!a.cols_given) a.cols = 2048;
+    if (a.cols < 64) usage("--fingerprints needs --cols >= 64");
+  }
   return a;
 }
 
@@ -154,8 +167,42 @@ spillway::gram::kernel_path parse_path(const std::string& s) {
   usage(("unknown --path " + s).c_str());
 }
 
+// Clustered fingerprints, packed 8 bits a byte in np.packbits' (big) bit order: clusters of 40
+// rows around a centroid of 50 random bits; a member keeps each centroid bit with probability 0.9
+// and sets 5 random bits besides (about 50 bits a row), so cluster mates share ~40 of ~60 bits and
+// about half of them reach Tanimoto 0.7. Each cluster draws from its own generator (seed, cluster).
+std::vector<std::uint8_t> fingerprints(std::int64_t n, std::int64_t bits, std::uint64_t seed) {
+  const std::int64_t row_bytes = (bits + 7) / 8, per = 40;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n * row_bytes), 0);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (std::int64_t c0 = 0; c0 < n; c0 += per) {
+    std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(c0 / per));
+    std::vector<std::int64_t> centroid(50);
+    for (auto& b : centroid) b = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(bits));
+    for (std::int64_t r = c0; r < std::min(n, c0 + per); ++r) {
+      std::uint8_t* row = out.data() + r * row_bytes;
+      auto set = [&](std::int64_t b) { row[b / 8] = static_cast<std::uint8_t>(row[b / 8] | (0x80u >> (b % 8))); };
+      for (const std::int64_t b : centroid)
+        if (g() % 10 != 0) set(b);
+      for (int e = 0; e < 5; ++e) set(static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(bits)));
+    }
+  }
+  return out;
+}
+
 // The 0/1 input, packed.
 sg::bit_matrix load(args& a) {
+  if (a.fingerprints > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<std::uint8_t> fp = fingerprints(a.rows, a.cols, a.seed);
+    sg::bit_matrix m = sg::from_packed_bytes(fp.data(), a.rows, a.cols, sg::bit_order::big);
+    std::printf("input: %ld random clustered fingerprints of %ld bits, seed %llu, made in %.3f s\n", a.rows, a.cols,
+                static_cast<unsigned long long>(a.seed),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return m;
+  }
   if (!a.input.empty()) {
     const spillway::io::npy_array arr = spillway::io::read_npy(a.input);
     if (arr.header.shape.size() != 2) usage("--input must be a 2-D array");
@@ -298,7 +345,8 @@ int run(const args& a, const sg::bit_matrix& m, bool gpu) {
     t.both_halves = a.both_halves;
     sg::coo_result<V> r;
     timed([&] { r = gpu ? sg::gram_threshold<V>(A, t, o) : sg::host_gram_threshold<V>(A, t, met); });
-    std::printf("threshold %g kept %zu entries\n", t.threshold, r.size());
+    std::printf("threshold %g kept %zu entries (mean neighbours per row %.1f)\n", t.threshold, r.size(),
+                static_cast<double>(r.size()) * (t.both_halves ? 1.0 : 2.0) / static_cast<double>(n));
     for (int s = 0; s < std::min<int>(a.samples / 100 + 1, static_cast<int>(n)); ++s) {
       const std::int64_t i = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(n));
       auto lo = std::lower_bound(r.row.begin(), r.row.end(), i) - r.row.begin();
