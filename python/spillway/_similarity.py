@@ -113,7 +113,9 @@ def similarity(
         the pairs >= threshold, <= for Euclidean; upper triangle unless ``both_halves``).
     k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
     budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
-    devices : GPU ordinals (default: all visible; device input runs on its own GPU).
+    devices : GPU ordinals (default: all visible; device input runs on its own GPU). The top-k of
+        bf16 / float16 / TF32 rows on Hopper (the fused job) runs on the GPUs named, each with
+        lists of its own merged at the end, and with none named on the current GPU.
     progress : True for a tqdm bar (when tqdm is installed), False for none, or ``fn(done, total)``.
     check_finite : refuse rows holding NaN or infinity (ValueError naming the first such row)
         before anything runs; False skips the scan and such rows score what IEEE arithmetic gives.
