@@ -40,6 +40,8 @@ struct args {
   double threshold = -1;
   bool both_halves = false, host_only = false, nonzero_as_one = false;
   int samples = 2000;
+  bool profile = false;  // print each GPU run's trace: setup, product kernels busy and span
+  int repeat = 1;        // timed runs after one warm-up run when > 1: each time and the median printed
 };
 
 void print_usage(std::FILE* f) {
@@ -76,6 +78,10 @@ void print_usage(std::FILE* f) {
       "  --path P               automatic | wgmma | mma_sync | popc (default automatic)\n"
       "  --host                 run the host implementation only\n"
       "  --samples N            entries checked against the host (default 2000)\n"
+      "  --repeat R             R > 1: one warm-up run, then R timed runs; each time and the median\n"
+      "                         (the last run's result is checked and written)\n"
+      "  --profile              GPU runs: the job's setup, its product kernels' busy time and span\n"
+      "                         (CUDA events around every strip's products), the rest of the call\n"
       "  --output OUT.npy       write the result (top-k adds OUT.npy.indices.npy; threshold adds\n"
       "                         OUT.npy.row.npy and OUT.npy.col.npy)\n"
       "  -h, --help             this text\n\n"
@@ -131,6 +137,8 @@ args parse(int argc, char** argv) {
     else if (k == "--host") a.host_only = true;
     else if (k == "--nonzero-as-one") a.nonzero_as_one = true;
     else if (k == "--samples") a.samples = std::atoi(val().c_str());
+    else if (k == "--repeat") a.repeat = std::atoi(val().c_str());
+    else if (k == "--profile") a.profile = true;
     else if (k == "--output") a.output = val();
     else if (k == "--help" || k == "-h") {
       print_usage(stdout);
@@ -142,6 +150,7 @@ args parse(int argc, char** argv) {
   if (!a.csr.empty() && a.sink != "threshold") usage("--csr writes the threshold sink's result: give --sink threshold");
   if (!a.packed.empty() && a.input.empty()) usage("--packed describes --input: give --input PACKED.npy");
   if (a.fingerprints < 0) usage("--fingerprints must be >= 1");
+  if (a.repeat < 1) usage("--repeat must be >= 1");
   if (a.fingerprints > 0) {
     if (!a.input.empty() || !a.raw.empty()) usage("--fingerprints is an input of its own: drop --input / --raw");
     a.rows = a.fingerprints;
@@ -256,6 +265,8 @@ int run(const args& a, const sg::bit_matrix& m, bool gpu) {
   if (a.budget > 0) o.budget = spillway::memory_budget(a.budget);
   sg::gram_report rep;
   o.report = &rep;
+  spillway::pairwise::pair_trace trace;
+  if (a.profile) o.trace = &trace;
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = [t0](const spillway::progress_info& p) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -272,10 +283,32 @@ int run(const args& a, const sg::bit_matrix& m, bool gpu) {
   };
   long bad = 0;
   auto timed = [&](auto&& f) {
-    const auto s0 = std::chrono::steady_clock::now();
-    f();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    std::printf("%s computed %s / %s in %.3f s", gpu ? "GPU" : "host", a.epilogue.c_str(), a.sink.c_str(), s);
+    std::vector<double> times;
+    for (int run = 0; run < (a.repeat > 1 ? a.repeat + 1 : 1); ++run) {
+      const auto s0 = std::chrono::steady_clock::now();
+      f();
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+      if (gpu && a.profile) {
+        double busy = 0, first = 1e30, last = 0;
+        for (std::size_t t = 0; t < trace.start_ms.size(); ++t) {
+          if (!(trace.end_ms[t] >= trace.start_ms[t])) continue;
+          busy += trace.end_ms[t] - trace.start_ms[t];
+          first = std::min<double>(first, trace.start_ms[t]);
+          last = std::max<double>(last, trace.end_ms[t]);
+        }
+        std::printf(
+            "profile: setup %.3f s; products busy %.3f s, span %.3f s (first start %.3f s after setup); "
+            "the rest of the call %.3f s\n",
+            trace.setup_seconds, busy / 1e3, (last - first) / 1e3, first / 1e3,
+            times.back() - trace.setup_seconds - last / 1e3);
+      }
+      if (a.repeat > 1) std::printf("%s run %d: %.4f s\n", run == 0 ? "warm-up" : "timed", run, times.back());
+    }
+    if (a.repeat > 1) times.erase(times.begin());
+    std::sort(times.begin(), times.end());
+    const double s = times[times.size() / 2];
+    std::printf("%s computed %s / %s in %.3f s%s", gpu ? "GPU" : "host", a.epilogue.c_str(), a.sink.c_str(), s,
+                a.repeat > 1 ? " (median)" : "");
     if (gpu) std::printf(" (%ld strips of %ld rows, operand %s, budget %.2f GiB)", static_cast<long>(rep.plan.strips),
                          static_cast<long>(rep.plan.panel_rows), rep.plan.resident ? "resident" : "streamed",
                          static_cast<double>(rep.budget_bytes) / (1 << 30));

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -316,6 +317,29 @@ TEST(MemoryPoolGpu, PoolIsSpillwaysOwnAndTrimmable) {
   spillway::trim_device_pool(dev);
   SPILLWAY_CUDA_TRY(cudaMemPoolGetAttribute(ours, cudaMemPoolAttrReservedMemCurrent, &reserved));
   EXPECT_EQ(reserved, 0u);
+}
+
+// The default budget counts what spillway's pool holds idle as free: a job's buffers, freed back
+// to the pool, leave the next call's default budget where the first call's was.
+TEST(MemoryPoolGpu, DefaultBudgetCountsIdlePoolMemoryAsFree) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const int dev = spillway::current_device();
+  spillway::trim_device_pool(dev);
+  const std::size_t held = std::size_t{2} << 30;
+  if (spillway::get_memory_info(dev).free_bytes < 2 * held)
+    GTEST_SKIP() << "needs 4 GiB free on device " << dev;
+  const std::size_t before = spillway::memory_budget::default_for(dev).bytes();
+  EXPECT_EQ(spillway::pool_idle_bytes(dev), 0u);
+  spillway::stream s;
+  { spillway::device_buffer<char> d(held, s); }
+  s.synchronize();
+  EXPECT_GE(spillway::pool_idle_bytes(dev), held);
+  const std::size_t after = spillway::memory_budget::default_for(dev).bytes();
+  // Without the idle bytes the budget would drop by 0.8 x 2 GiB; other processes may move it a little.
+  const auto diff = static_cast<double>(after) - static_cast<double>(before);
+  EXPECT_LT(std::abs(diff), 256.0 * (1 << 20)) << "before " << before << ", after " << after;
+  spillway::trim_device_pool(dev);
+  EXPECT_EQ(spillway::pool_idle_bytes(dev), 0u);
 }
 
 }  // namespace

@@ -388,6 +388,89 @@ TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {
   EXPECT_EQ(got.value, want.value);
 }
 
+// The threshold is decided in the tile epilogue (pairwise::append_writer behind a screen on the
+// row's popcount): on clustered fingerprints (~50 of 2,048 bits, clusters of 30 whose members keep
+// a centroid bit with probability 0.9, plus zero rows and duplicates) every kernel path and metric
+// keeps exactly the host's pairs, including the ones at exactly the threshold, zero rows whose
+// Jaccard (0/0) or cosine (cosine_zero) passes, and distances (Hamming).
+TEST(GramThresholdGpu, DecidedInTheEpilogueEqualsTheHostOnEveryPathAndMetric) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-threshold-epilogue");
+  const std::int64_t n = 700, cols = 2048;
+  std::mt19937_64 g(seed);
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(n * cols), 0);
+  std::vector<std::int64_t> centroid;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (i % 30 == 0) {
+      centroid.clear();
+      for (int b = 0; b < 45 + static_cast<int>(g() % 10); ++b)
+        centroid.push_back(static_cast<std::int64_t>(g() % cols));
+    }
+    auto row = v.begin() + i * cols;
+    if (i % 97 == 5) continue;  // a zero row
+    if (i % 53 == 7) {          // a duplicate of the row before
+      std::copy(row - cols, row, row);
+      continue;
+    }
+    for (const std::int64_t c : centroid)
+      if (g() % 10 != 0) row[c] = 1;
+    for (int b = 0; b < 5; ++b) row[static_cast<std::int64_t>(g() % cols)] = 1;
+  }
+  const bit_matrix a = pack_bits(v, n, cols);
+  struct check_case {
+    metric m;
+    double t;
+    score_options so;
+  };
+  score_options zero_passes;
+  zero_passes.cosine_zero = 1.0f;
+  for (const kernel_path path : runnable_paths())
+    for (const bool both : {false, true}) {
+      gram_options o;
+      o.path = path;
+      o.max_panel_rows = 256;
+      const std::string where = std::string(to_string(path)) + (both ? ", both halves" : ", upper");
+      for (const check_case& k :
+           {check_case{metric::jaccard, 0.7, {}}, check_case{metric::jaccard, 0.55, {}},
+            check_case{metric::cosine, 0.75, {}}, check_case{metric::cosine, 0.75, zero_passes}}) {
+        threshold_options t;
+        t.threshold = k.t;
+        t.both_halves = both;
+        t.include_diagonal = k.t == 0.55;
+        o.epilogue = k.m;
+        o.scores = k.so;
+        const auto got = gram_threshold<float>(a.view(), t, o);
+        const auto want = host_gram_threshold<float>(a.view(), t, k.m, k.so);
+        ASSERT_GT(want.size(), 1000u) << where;
+        EXPECT_EQ(got.row, want.row) << where << " " << to_string(k.m) << " " << k.t;
+        EXPECT_EQ(got.col, want.col) << where << " " << to_string(k.m) << " " << k.t;
+        EXPECT_EQ(got.value, want.value) << where << " " << to_string(k.m) << " " << k.t;
+        if (k.m == metric::jaccard && k.t == 0.7) {
+          EXPECT_GT(std::count(want.value.begin(), want.value.end(), 0.7f), 0) << "no pair at exactly 0.7";
+          const auto wd = host_gram_threshold<double>(a.view(), t, k.m, k.so);
+          o.scores = k.so;
+          const auto gd = gram_threshold<double>(a.view(), t, o);
+          EXPECT_EQ(gd.row, wd.row) << where << " double";
+          EXPECT_EQ(gd.col, wd.col) << where << " double";
+          EXPECT_EQ(gd.value, wd.value) << where << " double";
+        }
+      }
+      for (const check_case& k : {check_case{metric::hamming, 30, {}}, check_case{metric::counts, 40, {}}}) {
+        threshold_options t;
+        t.threshold = k.t;
+        t.both_halves = both;
+        o.epilogue = k.m;
+        o.scores = {};
+        const auto got = gram_threshold<std::int32_t>(a.view(), t, o);
+        const auto want = host_gram_threshold<std::int32_t>(a.view(), t, k.m);
+        ASSERT_GT(want.size(), 1000u) << where << " " << to_string(k.m);
+        EXPECT_EQ(got.row, want.row) << where << " " << to_string(k.m);
+        EXPECT_EQ(got.col, want.col) << where << " " << to_string(k.m);
+        EXPECT_EQ(got.value, want.value) << where << " " << to_string(k.m);
+      }
+    }
+}
+
 TEST(GramInCoreGpu, DeviceGramAsyncOnOwnStream) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const auto seed = test::seed("gram-incore");

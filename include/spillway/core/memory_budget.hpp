@@ -3,6 +3,7 @@
 
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
+#include <spillway/core/memory_pool.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -24,14 +25,17 @@ class memory_budget {
     if (bytes_per_device == 0) throw logic_error("memory_budget: bytes_per_device must be > 0, got 0");
   }
 
-  /// `fraction` (0 < fraction ≤ 1) of the free memory on `device` now.
+  /// `fraction` (0 < fraction ≤ 1) of the free memory on `device` now, counting what spillway's
+  /// pool holds idle (an earlier job's buffers, kept for reuse) as free: a job repeated in a loop
+  /// gets the budget of its first call.
   static memory_budget fraction_of_free(double fraction, int device) {
     if (!(fraction > 0.0 && fraction <= 1.0)) {
       throw logic_error("memory_budget::fraction_of_free: fraction must be in (0, 1], got " +
                         std::to_string(fraction));
     }
     const memory_info m = get_memory_info(device);
-    const auto b = static_cast<std::size_t>(static_cast<double>(m.free_bytes) * fraction);
+    const auto b =
+        static_cast<std::size_t>(static_cast<double>(m.free_bytes + pool_idle_bytes(device)) * fraction);
     if (b == 0) throw out_of_memory("memory_budget: device " + std::to_string(device) + " has no free memory", 1, 0);
     return memory_budget(b);
   }

@@ -97,6 +97,16 @@ inline bool pool_reachable_from(int owner, int peer) {
   return f == cudaMemAccessFlagsProtReadWrite;
 }
 
+/// Bytes spillway's pool for `device` holds for reuse but has not handed out (what an earlier
+/// job freed back to it): free to the next job though cudaMemGetInfo counts them as used.
+inline std::size_t pool_idle_bytes(int device) {
+  cudaMemPool_t p = device_pool(device);
+  std::uint64_t reserved = 0, used = 0;
+  SPILLWAY_CUDA_TRY(cudaMemPoolGetAttribute(p, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  SPILLWAY_CUDA_TRY(cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemCurrent, &used));
+  return reserved > used ? static_cast<std::size_t>(reserved - used) : 0u;
+}
+
 /// Returns the unused memory cached in spillway's pool for `device` to the driver, keeping at most
 /// `keep_bytes`. Memory still allocated is not affected.
 inline void trim_device_pool(int device, std::size_t keep_bytes = 0) {

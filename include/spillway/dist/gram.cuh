@@ -324,17 +324,7 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;
   const auto& part = rj.split.plan.parts[static_cast<std::size_t>(c.rank())];
-  const std::int64_t P = rj.split.strip_rows;
-  for (std::size_t I = part.first; I < part.last && !rep.run.cancelled; ++I) {
-    const auto& s = rj.job.sink.strips[I];
-    for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
-      for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
-        b.entries.row.push_back(static_cast<std::int64_t>(I) * P + static_cast<std::int64_t>(q));
-        b.entries.col.push_back(s.cols[static_cast<std::size_t>(e)]);
-        b.entries.value.push_back(s.vals[static_cast<std::size_t>(e)]);
-      }
-    }
-  }
+  if (!rep.run.cancelled) b.entries = rj.job.sink.collect_strips(rj.job, part.first, part.last);
   detail::place_coo_and_finish(c, b, rep, t_collect, t_start, report);
   return b;
 }

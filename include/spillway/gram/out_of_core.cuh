@@ -80,10 +80,23 @@ checksum_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::checksum_
   return {w, pa, pb, sc};
 }
 
+/// The threshold sink's writer: decided in the epilogue. The screen's bound holds unless a zero
+/// row's cosine (cosine_zero, at count 0) itself passes.
+template <class V>
+threshold_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::append_writer<V>& w,
+                                    const std::int32_t* pa, const std::int32_t* pb, const scorer& sc) {
+  const bool zero_passes =
+      sc.m == metric::cosine &&
+      ::spillway::pairwise::detail::passes(w.larger, static_cast<V>(sc.cosine_zero), w.threshold);
+  return {w, pa, pb, sc, !zero_passes};
+}
+
 /// The pair job's Producer for bit rows: rows are ld_words 32-bit words, their aux value the
 /// popcount, and a panel pair is one bit_gemm_async (tiles i ≤ j for A·Aᵀ).
 struct bit_producer {
   using aux_type = std::int32_t;
+  /// A threshold is decided in the tile epilogue (pairwise::append_writer): no score strip.
+  static constexpr bool decides_threshold = true;
   bit_matrix_view a, b;
   bool symmetric = true;
   metric m = metric::counts;

@@ -95,6 +95,35 @@ struct score_writer {
   }
 };
 
+/// The threshold decided where the score is made (the Gram tile kernels' epilogue): a pair the
+/// writer wants whose score passes (detail::passes) is appended at the next free place of the
+/// strip's lists (its strip-local row, its global column, its value) and `count` counts it. No
+/// score is written for the others. The lists hold the strip's P x W entries, so they cannot
+/// overflow; their order is the kernel's (the threshold sink sorts them on the host).
+/// `diag_shift` as the threshold kernels': -1 every column (A·Bᵀ), 0 j ≥ i, 1 j > i (A·Aᵀ).
+template <class V>
+struct append_writer {
+  static constexpr bool dense = false;
+  std::int32_t* rows;
+  std::int32_t* cols;
+  V* vals;
+  unsigned long long* count;
+  std::int64_t i0;
+  double threshold;
+  bool larger;
+  int diag_shift;
+  __device__ __forceinline__ bool wants(std::int64_t i, std::int64_t j) const {
+    return diag_shift < 0 || j >= i + diag_shift;
+  }
+  __device__ __forceinline__ void put(std::int64_t i, std::int64_t j, V v) const {
+    if (!passes(larger, v, threshold)) return;
+    const unsigned long long at = atomicAdd(count, 1ull);
+    rows[at] = static_cast<std::int32_t>(i - i0);
+    cols[at] = static_cast<std::int32_t>(j);
+    vals[at] = v;
+  }
+};
+
 /// Hands every value of a dense block (rows row0.., columns col0.., `ld` apart) that `wr` wants
 /// to it: the bridge from a GEMM's dense output to the triangle layouts.
 template <class V, class Writer>

@@ -519,11 +519,10 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
 #endif
           } catch (...) {
             // A throw stops the job like a failed task. The callback may be told of the last
-            // completion only after every task finished: the job then throws all the same, its
-            // report complete() (every output whole), and the message says so.
-            st.fail(std::current_exception(), pipeline_error::no_task, -1,
-                    p.tasks_done == p.tasks_total ? "progress callback after the last task of"
-                                                  : "progress callback during");
+            // completion only after every task finished, and tasks already running finish after
+            // a throw: the job throws all the same, and where every task completed by its end
+            // (its report complete(), every output whole) the message says so (below).
+            st.fail(std::current_exception(), pipeline_error::no_task, -1, "progress callback during");
           }
           l.lock();
           if (!keep_going) {
@@ -555,6 +554,8 @@ job_report run_tasks(std::size_t n_tasks, const task_job_options& opts, Enqueue&
     std::string msg = "spillway pipeline: ";
     if (st.failed_task != pipeline_error::no_task) {
       msg += std::string(st.failed_where) + " task " + std::to_string(st.failed_task);
+    } else if (st.done == n_tasks && st.failed_where == std::string("progress callback during")) {
+      msg += "progress callback after the last task of the job";
     } else {
       msg += st.failed_where + " the job";
     }

@@ -137,6 +137,88 @@ struct checksum_epilogue {
   }
 };
 
+/// The least count c with which a pair of a row of `na` set bits can pass threshold t under `sc`:
+/// a column's popcount nb is at least c, so Jaccard c/(na + nb − c) ≤ c/na, cosine
+/// c/sqrt(na·nb) ≤ sqrt(c/na) and Hamming na + nb − 2c ≥ na − c. Lowered by a relative 10⁻⁶ and one
+/// count for the score's rounding to its type; INT_MIN where it bounds nothing (t ≤ 0, a zero
+/// row's cosine, or `screen` off: a zero row's cosine_zero that itself passes).
+__device__ __forceinline__ int threshold_need(const scorer& sc, double t, int na, bool screen) {
+  if (!screen) return INT_MIN;
+  double b = t;
+  switch (sc.m) {
+    case metric::counts:
+      break;
+    case metric::jaccard:
+      if (t <= 0.0) return INT_MIN;
+      b = t * na;
+      break;
+    case metric::cosine:
+      if (t <= 0.0 || na == 0) return INT_MIN;
+      b = t * t * na;
+      break;
+    case metric::hamming:
+      b = na - t;
+      break;
+  }
+  b = b - 1e-6 * fabs(b) - 1.0;
+  if (b <= static_cast<double>(INT_MIN)) return INT_MIN;
+  if (b >= static_cast<double>(INT_MAX)) return INT_MAX;
+  return static_cast<int>(floor(b));
+}
+
+/// The threshold sink's epilogue: each pair decided where its count is, into a
+/// pairwise::append_writer; nothing is written for the pairs that fail. The wgmma kernel hands it a
+/// thread's 2 x 64 counts in registers (`fragment`): a row whose largest count is below what any
+/// passing pair needs (threshold_need, from the row's popcount alone) is passed over with one
+/// comparison per count, the others are scored and tested exactly, count by count. `screen`: the
+/// host's word that the bound holds (see threshold_need).
+template <class V>
+struct threshold_epilogue {
+  static constexpr bool wgmma_fragment = true;
+  ::spillway::pairwise::detail::append_writer<V> w;
+  const std::int32_t* pop_a;
+  const std::int32_t* pop_b;
+  scorer sc;
+  bool screen;
+  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
+    if (!w.wants(i, j)) return;
+    const bool np = needs_popcounts(sc);
+    w.put(i, j, sc.template operator()<V>(c, np ? pop_a[i] : 0, np ? pop_b[j] : 0));
+  }
+  __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
+                                           std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
+                                           int lane) const {
+    const int g = lane >> 2, tig = lane & 3;
+    const bool np = needs_popcounts(sc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t i = i_base + g + 8 * h;
+      if (i >= i_end) continue;
+      const std::int32_t na = np ? pop_a[i] : 0;
+      const int need = threshold_need(sc, w.threshold, na, screen);
+      int top = INT_MIN;
+#pragma unroll
+      for (int n = 0; n < 32; ++n) top = max(top, max(d[4 * n + 2 * h], d[4 * n + 2 * h + 1]));
+      if (top < need) continue;
+#pragma unroll
+      for (int n = 0; n < 32; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const std::int32_t c = d[4 * n + 2 * h + e];
+          const std::int64_t j = j_base + 8 * n + 2 * tig + e;
+          if (c >= need && j < j_end) decide(i, j, c, na);
+        }
+      }
+    }
+  }
+  /// One pair past the screen, scored and tested exactly (out of line: the accumulators stay in
+  /// registers and the unrolled screen stays small).
+  __device__ __noinline__ void decide(std::int64_t i, std::int64_t j, std::int32_t c, std::int32_t na) const {
+    if (!w.wants(i, j)) return;
+    w.put(i, j, sc.template operator()<V>(c, na, needs_popcounts(sc) ? pop_b[j] : 0));
+  }
+};
+
 /// Copies the strict upper part of the leading rows x rows block of a score strip (`ld` apart)
 /// onto its lower part, 32 x 32 tiles through shared memory so that both the reads and the
 /// transposed writes are coalesced. Block (32, 8); grid (tiles, tiles) for tiles = ceil(rows / 32),
