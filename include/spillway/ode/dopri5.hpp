@@ -1,0 +1,407 @@
+// spillway/ode/dopri5.hpp — adaptive Dormand–Prince 5(4) for one small system whose state lives in
+// registers: embedded error estimate, per-trajectory step control (mixed absolute / relative
+// tolerances, PI controller), step bounds, a cap on attempted steps with a status, and dense
+// output (the method's continuous extension of order 4) at requested times. Plain C++ with
+// SPILLWAY_HD: the host implementation (the tests' oracle) and the ensemble kernel
+// (ode/adaptive.cuh) run this very code, one trajectory per call / per thread.
+#pragma once
+
+#include <spillway/core/error.hpp>
+#include <spillway/ode/config.hpp>
+#include <spillway/ode/detail/checks.hpp>
+
+#include <cuda/std/array>
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+#include <cuda/std/span>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spillway::ode {
+
+/// How a trajectory's integration ended.
+enum class solve_status : std::uint8_t {
+  success = 0,         ///< reached t1
+  max_steps = 1,       ///< adaptive_options::max_steps attempted steps without reaching t1
+  step_too_small = 2,  ///< the controller asked for a step below the floor (see adaptive_options::h_min)
+  not_finite = 3       ///< a fixed-step run produced a non-finite state
+};
+
+inline const char* to_string(solve_status s) noexcept {
+  switch (s) {
+    case solve_status::success:
+      return "success";
+    case solve_status::max_steps:
+      return "max_steps";
+    case solve_status::step_too_small:
+      return "step_too_small";
+    case solve_status::not_finite:
+      return "not_finite";
+  }
+  return "unknown";
+}
+
+/// Step control of the adaptive methods. Error norm of a step (Hairer, Nørsett & Wanner II.4):
+/// sqrt(mean_d ((y5_d − y4_d) / (atol + rtol · max(|y_d|, |y5_d|)))²); a step is accepted when it
+/// is ≤ 1. A relative tolerance below 4 ε of the state's type (float 4.8·10⁻⁷, double 8.9·10⁻¹⁶)
+/// is raised to 4 ε: below it the error estimate is rounding noise and the controller would shrink
+/// the step until it stalls. atol = 0 needs states that stay away from zero.
+struct adaptive_options {
+  double rtol = 1e-6;
+  double atol = 1e-6;
+  double h0 = 0;     ///< first step (magnitude); 0: estimated from the problem (Hairer's starting step)
+  double h_min = 0;  ///< a step below max(h_min, 16 ε |t|) in magnitude stops with step_too_small
+  double h_max = 0;  ///< largest step (magnitude); 0: |t1 − t0|
+  std::uint64_t max_steps = 100000;  ///< attempted steps per trajectory (accepted + rejected)
+  /// > 0: fixed steps of this size with the 5th-order solution (no error control, the last step
+  /// shortened to land on t1; every step counts as accepted).
+  double fixed_dt = 0;
+  double safety = 0.9;   ///< the new step is safety · err^(−1/5 + 0.75 β) · err_prev^β times the old
+  double fac_min = 0.2;  ///< bounds on that factor (after a rejection it is at most 1)
+  double fac_max = 10.0;
+  double beta = 0.04;  ///< PI stabilization (Hairer's DOPRI5 value; 0: the plain controller)
+};
+
+/// What one trajectory's integration did.
+struct trajectory_stats {
+  std::uint32_t accepted = 0;
+  std::uint32_t rejected = 0;
+  solve_status status = solve_status::success;
+  double t = 0;  ///< the time reached (t1 on success)
+};
+
+/// The optional outputs of an ensemble integration (device memory for the device entry points,
+/// host memory for host::dopri5_ensemble); each empty, or sized as stated for n systems of D.
+template <class Real>
+struct ensemble_outputs {
+  cuda::std::span<const Real> save_times;  ///< m times in the direction of integration, in [t0, t1]
+  cuda::std::span<Real> saved;  ///< ≥ m·D·n: component d of system i at time k → [(k D + d) n + i]
+  cuda::std::span<std::uint32_t> accepted;  ///< n: accepted steps per system
+  cuda::std::span<std::uint32_t> rejected;  ///< n: rejected steps per system
+  cuda::std::span<std::uint8_t> status;     ///< n: each system's solve_status
+};
+
+namespace detail {
+
+/// Rejects options no integration can run with; messages name the offending value.
+inline void check_adaptive(const char* who, double t0, double t1, const adaptive_options& o) {
+  const std::string w(who);
+  if (!std::isfinite(t0)) throw logic_error(w + ": t0 must be finite, got " + num(t0));
+  if (!std::isfinite(t1)) throw logic_error(w + ": t1 must be finite, got " + num(t1));
+  if (!(o.rtol >= 0) || !std::isfinite(o.rtol))
+    throw logic_error(w + ": rtol must be finite and >= 0, got " + num(o.rtol));
+  if (!(o.atol >= 0) || !std::isfinite(o.atol))
+    throw logic_error(w + ": atol must be finite and >= 0, got " + num(o.atol));
+  if (o.rtol == 0 && o.atol == 0)
+    throw logic_error(w + ": rtol and atol are both 0; give at least one tolerance");
+  if (!(o.h0 >= 0) || !std::isfinite(o.h0))
+    throw logic_error(w + ": h0 must be finite and >= 0, got " + num(o.h0));
+  if (!(o.h_min >= 0) || !std::isfinite(o.h_min))
+    throw logic_error(w + ": h_min must be finite and >= 0, got " + num(o.h_min));
+  if (!(o.h_max >= 0) || !std::isfinite(o.h_max))
+    throw logic_error(w + ": h_max must be finite and >= 0, got " + num(o.h_max));
+  if (o.h_max > 0 && o.h_min > o.h_max) {
+    throw logic_error(w + ": h_min " + num(o.h_min) + " exceeds h_max " + num(o.h_max));
+  }
+  if (o.max_steps == 0) throw logic_error(w + ": max_steps must be >= 1, got 0");
+  if (!(o.fixed_dt >= 0) || !std::isfinite(o.fixed_dt)) {
+    throw logic_error(w + ": fixed_dt must be finite and >= 0 (0: adaptive), got " + num(o.fixed_dt));
+  }
+  if (!(o.safety > 0 && o.safety <= 1))
+    throw logic_error(w + ": safety must be in (0, 1], got " + num(o.safety));
+  if (!(o.fac_min > 0 && o.fac_min <= 1))
+    throw logic_error(w + ": fac_min must be in (0, 1], got " + num(o.fac_min));
+  if (!(o.fac_max >= 1) || !std::isfinite(o.fac_max))
+    throw logic_error(w + ": fac_max must be finite and >= 1, got " + num(o.fac_max));
+  if (!(o.beta >= 0 && o.beta < 0.2)) throw logic_error(w + ": beta must be in [0, 0.2), got " + num(o.beta));
+}
+
+/// Save times: `m` values in the direction of integration (non-decreasing for t1 ≥ t0,
+/// non-increasing otherwise), each within [t0, t1].
+template <class Real>
+inline void check_save_times(const char* who, double t0, double t1, const Real* times, std::uint64_t m) {
+  const double dir = t1 >= t0 ? 1.0 : -1.0;
+  for (std::uint64_t k = 0; k < m; ++k) {
+    const double t = static_cast<double>(times[k]);
+    if (!std::isfinite(t) || (t - t0) * dir < 0 || (t - t1) * dir > 0) {
+      throw logic_error(std::string(who) + ": save time " + std::to_string(k) + " is " + num(t) +
+                        ", outside [" + num(t0) + ", " + num(t1) + "]");
+    }
+    if (k > 0 && (t - static_cast<double>(times[k - 1])) * dir < 0) {
+      throw logic_error(std::string(who) + ": save times must follow the direction of integration; time " +
+                        std::to_string(k) + " (" + num(t) + ") comes after " +
+                        num(static_cast<double>(times[k - 1])));
+    }
+  }
+}
+
+/// The sizes of an ensemble's state and outputs (the save times' values: check_save_times).
+template <class Real>
+inline void check_ensemble(const char* who, std::uint64_t state_size, std::size_t dim,
+                           const ensemble_outputs<Real>& out) {
+  const std::string w(who);
+  if (state_size % dim != 0) {
+    throw logic_error(w + ": state has " + std::to_string(state_size) +
+                      " values, not a multiple of the dimension " + std::to_string(dim));
+  }
+  const std::uint64_t n = state_size / dim, m = out.save_times.size();
+  if (m > 0 && out.saved.size() / dim / (n > 0 ? n : 1) < m) {
+    throw logic_error(w + ": " + std::to_string(m) + " save times for " + std::to_string(n) + " systems of " +
+                      std::to_string(dim) + " need " + std::to_string(m * dim * n) +
+                      " saved values, saved holds " + std::to_string(out.saved.size()));
+  }
+  if (m == 0 && !out.saved.empty()) throw logic_error(w + ": saved is given but save_times is empty");
+  auto per_system = [&](std::size_t size, const char* name) {
+    if (size != 0 && size < n) {
+      throw logic_error(w + ": " + name + " holds " + std::to_string(size) + " values for " +
+                        std::to_string(n) + " systems");
+    }
+  };
+  per_system(out.accepted.size(), "accepted");
+  per_system(out.rejected.size(), "rejected");
+  per_system(out.status.size(), "status");
+}
+
+template <class Real, std::size_t D>
+using state_t = cuda::std::array<Real, D>;
+
+/// The mixed-tolerance RMS norm of v scaled by atol + rtol · max(|a|, |b|).
+template <class Real, std::size_t D>
+SPILLWAY_HD Real scaled_rms(const state_t<Real, D>& v, const state_t<Real, D>& a, const state_t<Real, D>& b,
+                            Real rtol, Real atol) {
+  Real s = 0;
+  for (std::size_t d = 0; d < D; ++d) {
+    const Real sk = atol + rtol * cuda::std::fmax(cuda::std::fabs(a[d]), cuda::std::fabs(b[d]));
+    const Real q = v[d] / sk;
+    s += q * q;
+  }
+  return cuda::std::sqrt(s / static_cast<Real>(D));
+}
+
+/// Hairer's starting step for an order-5 method (one extra right-hand side evaluation).
+template <class Real, std::size_t D, class F>
+SPILLWAY_HD Real dopri5_first_step(const F& f, Real t, const state_t<Real, D>& y, const state_t<Real, D>& f0,
+                                   Real dir, Real rtol, Real atol, Real h_max) {
+  const Real dnf = scaled_rms<Real, D>(f0, y, y, rtol, atol);
+  const Real dny = scaled_rms<Real, D>(y, y, y, rtol, atol);
+  Real h = (dnf <= Real(1e-5) || dny <= Real(1e-5)) ? Real(1e-6) : Real(0.01) * dny / dnf;
+  h = cuda::std::fmin(h, h_max);
+  state_t<Real, D> y1, f1, df;
+  for (std::size_t d = 0; d < D; ++d) y1[d] = y[d] + dir * h * f0[d];
+  f(t + dir * h, y1, f1);
+  for (std::size_t d = 0; d < D; ++d) df[d] = f1[d] - f0[d];
+  const Real der2 = scaled_rms<Real, D>(df, y, y, rtol, atol) / h;
+  const Real der12 = cuda::std::fmax(cuda::std::fabs(der2), dnf);
+  const Real h1 = der12 <= Real(1e-15) ? cuda::std::fmax(Real(1e-6), h * Real(1e-3))
+                                       : cuda::std::pow(Real(0.01) / der12, Real(0.2));
+  return cuda::std::fmin(cuda::std::fmin(Real(100) * h, h1), h_max);
+}
+
+/// A save callback that keeps nothing.
+struct no_saves {
+  template <class Real, std::size_t D>
+  SPILLWAY_HD void operator()(std::uint64_t, const state_t<Real, D>&) const {}
+};
+
+}  // namespace detail
+
+/// Integrates y' = f(t, y) from t0 to t1 (either direction) with the Dormand–Prince 5(4) pair,
+/// `y` holding the initial state and receiving the state reached. f is called as
+/// f(Real t, const cuda::std::array<Real, D>& y, cuda::std::array<Real, D>& dydt). At each of the
+/// `m` save times (in the direction of integration, within [t0, t1]) the dense output is handed to
+/// save(k, y_k). Options are not checked here (the ensemble entry points check them once:
+/// detail::check_adaptive).
+template <class Real, std::size_t D, class F, class Save = detail::no_saves>
+SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda::std::array<Real, D>& y,
+                                              const adaptive_options& o, const Real* save_times = nullptr,
+                                              std::uint64_t m = 0, const Save& save = Save{}) {
+  using st = detail::state_t<Real, D>;
+  constexpr Real eps = cuda::std::numeric_limits<Real>::epsilon();
+  trajectory_stats r;
+  r.t = static_cast<double>(t0);
+  std::uint64_t next = 0;  // the next save time
+  while (next < m && save_times[next] == t0) save(next++, y);
+  if (t1 == t0) return r;
+  const Real dir = t1 > t0 ? Real(1) : Real(-1);
+  const bool fixed = o.fixed_dt > 0;
+  const Real rtol = cuda::std::fmax(static_cast<Real>(o.rtol), Real(4) * eps);
+  const Real atol = static_cast<Real>(o.atol);
+  const Real span = cuda::std::fabs(t1 - t0);
+  const Real h_max = o.h_max > 0 ? cuda::std::fmin(static_cast<Real>(o.h_max), span) : span;
+  const Real expo = Real(0.2) - Real(0.75) * static_cast<Real>(o.beta);
+  const Real beta = static_cast<Real>(o.beta);
+  const Real safety = static_cast<Real>(o.safety), fac_min = static_cast<Real>(o.fac_min);
+  const Real fac_max = static_cast<Real>(o.fac_max);
+
+  st k1, k2, k3, k4, k5, k6, k7, yt, y5;
+  f(t0, y, k1);
+  Real h = fixed ? static_cast<Real>(o.fixed_dt)
+                 : (o.h0 > 0 ? cuda::std::fmin(static_cast<Real>(o.h0), h_max)
+                             : detail::dopri5_first_step<Real, D>(f, t0, y, k1, dir, rtol, atol, h_max));
+  h *= dir;
+  Real t = t0, err_prev = Real(1e-4);
+  bool rejected_last = false;
+  // Fixed steps: step k ends at t0 + k h (no accumulated rounding), the last at t1.
+  const double fixed_n = fixed ? cuda::std::ceil(static_cast<double>(span) / o.fixed_dt - 1e-9) : 0.0;
+  for (;;) {
+    if (static_cast<std::uint64_t>(r.accepted) + r.rejected >= o.max_steps) {
+      r.status = solve_status::max_steps;
+      break;
+    }
+    const Real floor_h = cuda::std::fmax(static_cast<Real>(o.h_min), Real(16) * eps * cuda::std::fabs(t));
+    if (!fixed && cuda::std::fabs(h) < floor_h) {
+      r.status = solve_status::step_too_small;
+      break;
+    }
+    const bool last = fixed ? static_cast<double>(r.accepted) + 1.0 >= fixed_n : (t + h - t1) * dir >= 0;
+    if (fixed)
+      h = (last ? t1 : t0 + static_cast<Real>(r.accepted + 1) * dir * static_cast<Real>(o.fixed_dt)) - t;
+    else if (last)
+      h = t1 - t;
+    // The stages (c = 1/5, 3/10, 4/5, 8/9, 1, 1) and the 5th-order solution y5; k7 = f(t + h, y5).
+    for (std::size_t d = 0; d < D; ++d) yt[d] = y[d] + h * (Real(1) / Real(5)) * k1[d];
+    f(t + h * Real(0.2), yt, k2);
+    for (std::size_t d = 0; d < D; ++d)
+      yt[d] = y[d] + h * (Real(3) / Real(40) * k1[d] + Real(9) / Real(40) * k2[d]);
+    f(t + h * Real(0.3), yt, k3);
+    for (std::size_t d = 0; d < D; ++d)
+      yt[d] =
+          y[d] + h * (Real(44) / Real(45) * k1[d] - Real(56) / Real(15) * k2[d] + Real(32) / Real(9) * k3[d]);
+    f(t + h * Real(0.8), yt, k4);
+    for (std::size_t d = 0; d < D; ++d)
+      yt[d] = y[d] + h * (Real(19372) / Real(6561) * k1[d] - Real(25360) / Real(2187) * k2[d] +
+                          Real(64448) / Real(6561) * k3[d] - Real(212) / Real(729) * k4[d]);
+    f(t + h * (Real(8) / Real(9)), yt, k5);
+    for (std::size_t d = 0; d < D; ++d)
+      yt[d] = y[d] + h * (Real(9017) / Real(3168) * k1[d] - Real(355) / Real(33) * k2[d] +
+                          Real(46732) / Real(5247) * k3[d] + Real(49) / Real(176) * k4[d] -
+                          Real(5103) / Real(18656) * k5[d]);
+    const Real t_new = last ? t1 : t + h;
+    f(t_new, yt, k6);
+    for (std::size_t d = 0; d < D; ++d)
+      y5[d] = y[d] + h * (Real(35) / Real(384) * k1[d] + Real(500) / Real(1113) * k3[d] +
+                          Real(125) / Real(192) * k4[d] - Real(2187) / Real(6784) * k5[d] +
+                          Real(11) / Real(84) * k6[d]);
+    f(t_new, y5, k7);
+    Real err = 0;
+    if (!fixed) {
+      st e;  // y5 − y4 = h Σ (b − b̂) k
+      for (std::size_t d = 0; d < D; ++d)
+        e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
+                    Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
+                    Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
+      err = detail::scaled_rms<Real, D>(e, y, y5, rtol, atol);
+      if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<Real>::infinity();
+    } else {
+      bool finite = true;
+      for (std::size_t d = 0; d < D; ++d) finite = finite && cuda::std::isfinite(y5[d]);
+      if (!finite) {
+        r.status = solve_status::not_finite;
+        break;
+      }
+    }
+    if (err <= Real(1)) {
+      // Dense output for the save times in (t, t_new]: Hairer's continuous extension of DOPRI5.
+      if (next < m && (save_times[next] - t_new) * dir <= 0) {
+        st r2, r3, r4, r5;
+        for (std::size_t d = 0; d < D; ++d) {
+          r2[d] = y5[d] - y[d];
+          r3[d] = h * k1[d] - r2[d];
+          r4[d] = r2[d] - h * k7[d] - r3[d];
+          r5[d] =
+              h *
+              (Real(-12715105075.0 / 11282082432.0) * k1[d] + Real(87487479700.0 / 32700410799.0) * k3[d] +
+               Real(-10690763975.0 / 1880347072.0) * k4[d] + Real(701980252875.0 / 199316789632.0) * k5[d] +
+               Real(-1453857185.0 / 822651844.0) * k6[d] + Real(69997945.0 / 29380423.0) * k7[d]);
+        }
+        while (next < m && (save_times[next] - t_new) * dir <= 0) {
+          if (save_times[next] == t_new) {  // the step's end: the state itself
+            save(next++, y5);
+            continue;
+          }
+          const Real th = (save_times[next] - t) / h, th1 = Real(1) - th;
+          st ys;
+          for (std::size_t d = 0; d < D; ++d)
+            ys[d] = y[d] + th * (r2[d] + th1 * (r3[d] + th * (r4[d] + th1 * r5[d])));
+          save(next++, ys);
+        }
+      }
+      ++r.accepted;
+      t = t_new;
+      y = y5;
+      k1 = k7;
+      if (last) break;
+      if (!fixed) {
+        Real fac = safety * cuda::std::pow(err, -expo) * cuda::std::pow(err_prev, beta);
+        fac = cuda::std::fmin(rejected_last ? Real(1) : fac_max, cuda::std::fmax(fac_min, fac));
+        h *= fac;
+        err_prev = cuda::std::fmax(err, Real(1e-4));
+        rejected_last = false;
+      }
+    } else {
+      ++r.rejected;
+      h *= cuda::std::fmax(fac_min, safety * cuda::std::pow(err, -expo));
+      rejected_last = true;
+    }
+  }
+  r.t = static_cast<double>(t);
+  return r;
+}
+
+namespace detail {
+
+/// System i of an ensemble (structure-of-arrays state, component d of system i at [d n + i])
+/// integrated, its saves and counts written: the body of the host loop and of the kernel.
+template <class Real, std::size_t D, class Family>
+SPILLWAY_HD void dopri5_system(const Family& family, std::uint64_t i, std::uint64_t n, Real t0, Real t1,
+                               const adaptive_options& o, Real* state, const Real* save_times,
+                               std::uint64_t m, Real* saved, std::uint32_t* accepted, std::uint32_t* rejected,
+                               std::uint8_t* status) {
+  const auto f = family(i);
+  state_t<Real, D> y;
+  for (std::size_t d = 0; d < D; ++d) y[d] = state[d * n + i];
+  const auto put = [&](std::uint64_t k, const state_t<Real, D>& v) {
+    for (std::size_t d = 0; d < D; ++d) saved[(k * D + d) * n + i] = v[d];
+  };
+  const trajectory_stats r = saved != nullptr ? dopri5_integrate<Real, D>(f, t0, t1, y, o, save_times, m, put)
+                                              : dopri5_integrate<Real, D>(f, t0, t1, y, o);
+  for (std::size_t d = 0; d < D; ++d) state[d * n + i] = y[d];
+  if (accepted != nullptr) accepted[i] = r.accepted;
+  if (rejected != nullptr) rejected[i] = r.rejected;
+  if (status != nullptr) status[i] = static_cast<std::uint8_t>(r.status);
+}
+
+}  // namespace detail
+
+namespace host {
+
+/// The host implementation of ode::dopri5_ensemble (ode/adaptive.cuh): the same integration of
+/// n = state.size() / D independent systems family(i), single-threaded, on host memory. The
+/// tests' oracle and a fallback with no GPU.
+template <class Family, class Real, std::size_t D = Family::dimension>
+void dopri5_ensemble(const Family& family, Real t0, Real t1, const adaptive_options& o,
+                     std::vector<Real>& state, const ensemble_outputs<Real>& out = {}) {
+  static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>,
+                "ensembles hold float or double");
+  constexpr const char* who = "host::dopri5_ensemble";
+  ode::detail::check_adaptive(who, static_cast<double>(t0), static_cast<double>(t1), o);
+  ode::detail::check_ensemble<Real>(who, state.size(), D, out);
+  ode::detail::check_save_times(who, static_cast<double>(t0), static_cast<double>(t1), out.save_times.data(),
+                                out.save_times.size());
+  const std::uint64_t n = state.size() / D;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    ode::detail::dopri5_system<Real, D>(family, i, n, t0, t1, o, state.data(), out.save_times.data(),
+                                        out.save_times.size(), out.saved.empty() ? nullptr : out.saved.data(),
+                                        out.accepted.empty() ? nullptr : out.accepted.data(),
+                                        out.rejected.empty() ? nullptr : out.rejected.data(),
+                                        out.status.empty() ? nullptr : out.status.data());
+  }
+}
+
+}  // namespace host
+
+}  // namespace spillway::ode
