@@ -182,6 +182,33 @@ SPILLWAY_HD Real scaled_rms(const state_t<Real, D>& v, const state_t<Real, D>& a
   return cuda::std::sqrt(s / static_cast<Real>(D));
 }
 
+/// The error norm of a step (scaled_rms of the error estimate e against y and y5), in float: the
+/// accept decision and the step factor need a few digits, and float division and sqrt cost a
+/// fraction of double's. A double component whose scale is below 1e-30 is divided in double (its
+/// float image would underflow).
+template <class Real, std::size_t D>
+SPILLWAY_HD float error_norm(const state_t<Real, D>& e, const state_t<Real, D>& y, const state_t<Real, D>& y5,
+                             Real rtol, Real atol) {
+  float s = 0;
+  for (std::size_t d = 0; d < D; ++d) {
+    const Real sk = atol + rtol * cuda::std::fmax(cuda::std::fabs(y[d]), cuda::std::fabs(y5[d]));
+    const float q = (sizeof(Real) > 4 && sk < Real(1e-30)) ? static_cast<float>(e[d] / sk)
+                                                          : static_cast<float>(e[d]) / static_cast<float>(sk);
+    s += q * q;
+  }
+  return cuda::std::sqrt(s / static_cast<float>(D));
+}
+
+/// a^x for the step controller (a > 0, a few digits suffice): the hardware's log2 and exp2 on the
+/// device, the library's on the host.
+SPILLWAY_HD inline float controller_pow(float a, float x) {
+#if defined(__CUDA_ARCH__)
+  return exp2f(x * __log2f(a));
+#else
+  return cuda::std::pow(a, x);
+#endif
+}
+
 /// Hairer's starting step for an order-5 method (one extra right-hand side evaluation).
 template <class Real, std::size_t D, class F>
 SPILLWAY_HD Real dopri5_first_step(const F& f, Real t, const state_t<Real, D>& y, const state_t<Real, D>& f0,
@@ -232,10 +259,12 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   const Real atol = static_cast<Real>(o.atol);
   const Real span = cuda::std::fabs(t1 - t0);
   const Real h_max = o.h_max > 0 ? cuda::std::fmin(static_cast<Real>(o.h_max), span) : span;
-  const Real expo = Real(0.2) - Real(0.75) * static_cast<Real>(o.beta);
-  const Real beta = static_cast<Real>(o.beta);
-  const Real safety = static_cast<Real>(o.safety), fac_min = static_cast<Real>(o.fac_min);
-  const Real fac_max = static_cast<Real>(o.fac_max);
+  // The controller works in float (detail::error_norm, controller_pow).
+  const float expo = 0.2f - 0.75f * static_cast<float>(o.beta);
+  const float beta = static_cast<float>(o.beta);
+  const float safety = static_cast<float>(o.safety), fac_min = static_cast<float>(o.fac_min);
+  const float fac_max = static_cast<float>(o.fac_max);
+  const Real h_min = static_cast<Real>(o.h_min);
 
   st k1, k2, k3, k4, k5, k6, k7, yt, y5;
   f(t0, y, k1);
@@ -243,23 +272,26 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
                  : (o.h0 > 0 ? cuda::std::fmin(static_cast<Real>(o.h0), h_max)
                              : detail::dopri5_first_step<Real, D>(f, t0, y, k1, dir, rtol, atol, h_max));
   h *= dir;
-  Real t = t0, err_prev = Real(1e-4);
+  Real t = t0;
+  float err_prev = 1e-4f;
   bool rejected_last = false;
   // Fixed steps: step k ends at t0 + k h (no accumulated rounding), the last at t1.
-  const double fixed_n = fixed ? cuda::std::ceil(static_cast<double>(span) / o.fixed_dt - 1e-9) : 0.0;
+  const auto fixed_n =
+      fixed ? static_cast<std::uint64_t>(cuda::std::ceil(static_cast<double>(span) / o.fixed_dt - 1e-9)) : 0u;
+  const Real fixed_h = dir * static_cast<Real>(o.fixed_dt);
   for (;;) {
     if (static_cast<std::uint64_t>(r.accepted) + r.rejected >= o.max_steps) {
       r.status = solve_status::max_steps;
       break;
     }
-    const Real floor_h = cuda::std::fmax(static_cast<Real>(o.h_min), Real(16) * eps * cuda::std::fabs(t));
+    const Real floor_h = cuda::std::fmax(h_min, Real(16) * eps * cuda::std::fabs(t));
     if (!fixed && cuda::std::fabs(h) < floor_h) {
       r.status = solve_status::step_too_small;
       break;
     }
-    const bool last = fixed ? static_cast<double>(r.accepted) + 1.0 >= fixed_n : (t + h - t1) * dir >= 0;
+    const bool last = fixed ? r.accepted + std::uint64_t{1} >= fixed_n : (t + h - t1) * dir >= 0;
     if (fixed)
-      h = (last ? t1 : t0 + static_cast<Real>(r.accepted + 1) * dir * static_cast<Real>(o.fixed_dt)) - t;
+      h = (last ? t1 : t0 + static_cast<Real>(r.accepted + 1) * fixed_h) - t;
     else if (last)
       h = t1 - t;
     // The stages (c = 1/5, 3/10, 4/5, 8/9, 1, 1) and the 5th-order solution y5; k7 = f(t + h, y5).
@@ -287,15 +319,15 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
                           Real(125) / Real(192) * k4[d] - Real(2187) / Real(6784) * k5[d] +
                           Real(11) / Real(84) * k6[d]);
     f(t_new, y5, k7);
-    Real err = 0;
+    float err = 0;
     if (!fixed) {
       st e;  // y5 − y4 = h Σ (b − b̂) k
       for (std::size_t d = 0; d < D; ++d)
         e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
                     Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
                     Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
-      err = detail::scaled_rms<Real, D>(e, y, y5, rtol, atol);
-      if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<Real>::infinity();
+      err = detail::error_norm<Real, D>(e, y, y5, rtol, atol);
+      if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
     } else {
       bool finite = true;
       for (std::size_t d = 0; d < D; ++d) finite = finite && cuda::std::isfinite(y5[d]);
@@ -304,7 +336,7 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
         break;
       }
     }
-    if (err <= Real(1)) {
+    if (err <= 1.0f) {
       // Dense output for the save times in (t, t_new]: Hairer's continuous extension of DOPRI5.
       if (next < m && (save_times[next] - t_new) * dir <= 0) {
         st r2, r3, r4, r5;
@@ -336,15 +368,17 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
       k1 = k7;
       if (last) break;
       if (!fixed) {
-        Real fac = safety * cuda::std::pow(err, -expo) * cuda::std::pow(err_prev, beta);
-        fac = cuda::std::fmin(rejected_last ? Real(1) : fac_max, cuda::std::fmax(fac_min, fac));
-        h *= fac;
-        err_prev = cuda::std::fmax(err, Real(1e-4));
+        // safety · err^(−expo) · err_prev^β; err = 0 (an exact step) gives fac_max.
+        float fac = err > 0.0f ? safety * detail::controller_pow(err, -expo) * detail::controller_pow(err_prev, beta)
+                               : fac_max;
+        fac = cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
+        h *= static_cast<Real>(fac);
+        err_prev = cuda::std::fmax(err, 1e-4f);
         rejected_last = false;
       }
     } else {
       ++r.rejected;
-      h *= cuda::std::fmax(fac_min, safety * cuda::std::pow(err, -expo));
+      h *= static_cast<Real>(cuda::std::fmax(fac_min, safety * detail::controller_pow(err, -expo)));
       rejected_last = true;
     }
   }
