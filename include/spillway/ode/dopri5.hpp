@@ -28,7 +28,7 @@ enum class solve_status : std::uint8_t {
   success = 0,         ///< reached t1
   max_steps = 1,       ///< adaptive_options::max_steps attempted steps without reaching t1
   step_too_small = 2,  ///< the controller asked for a step below the floor (see adaptive_options::h_min)
-  not_finite = 3       ///< a fixed-step run produced a non-finite state
+  not_finite = 3       ///< a fixed-step run ended with a non-finite state
 };
 
 inline const char* to_string(solve_status s) noexcept {
@@ -236,6 +236,109 @@ struct no_saves {
 
 }  // namespace detail
 
+namespace detail {
+
+/// The stages of one Dormand–Prince step of h from (t, y) with k1 = f(t, y) (c = 1/5, 3/10, 4/5,
+/// 8/9, 1, 1): the 5th-order solution y5 at t_new (= t + h, or t1 exactly on the last step) and
+/// k7 = f(t_new, y5), which is the next step's k1 (FSAL). k2 is scratch.
+template <class Real, std::size_t D, class F>
+SPILLWAY_HD void dp5_stages(const F& f, Real t, Real h, Real t_new, const state_t<Real, D>& y,
+                            const state_t<Real, D>& k1, state_t<Real, D>& k2, state_t<Real, D>& k3,
+                            state_t<Real, D>& k4, state_t<Real, D>& k5, state_t<Real, D>& k6,
+                            state_t<Real, D>& k7, state_t<Real, D>& y5) {
+  state_t<Real, D> yt;
+  for (std::size_t d = 0; d < D; ++d) yt[d] = y[d] + h * (Real(1) / Real(5)) * k1[d];
+  f(t + h * Real(0.2), yt, k2);
+  for (std::size_t d = 0; d < D; ++d)
+    yt[d] = y[d] + h * (Real(3) / Real(40) * k1[d] + Real(9) / Real(40) * k2[d]);
+  f(t + h * Real(0.3), yt, k3);
+  for (std::size_t d = 0; d < D; ++d)
+    yt[d] =
+        y[d] + h * (Real(44) / Real(45) * k1[d] - Real(56) / Real(15) * k2[d] + Real(32) / Real(9) * k3[d]);
+  f(t + h * Real(0.8), yt, k4);
+  for (std::size_t d = 0; d < D; ++d)
+    yt[d] = y[d] + h * (Real(19372) / Real(6561) * k1[d] - Real(25360) / Real(2187) * k2[d] +
+                        Real(64448) / Real(6561) * k3[d] - Real(212) / Real(729) * k4[d]);
+  f(t + h * (Real(8) / Real(9)), yt, k5);
+  for (std::size_t d = 0; d < D; ++d)
+    yt[d] = y[d] + h * (Real(9017) / Real(3168) * k1[d] - Real(355) / Real(33) * k2[d] +
+                        Real(46732) / Real(5247) * k3[d] + Real(49) / Real(176) * k4[d] -
+                        Real(5103) / Real(18656) * k5[d]);
+  f(t_new, yt, k6);
+  for (std::size_t d = 0; d < D; ++d)
+    y5[d] = y[d] + h * (Real(35) / Real(384) * k1[d] + Real(500) / Real(1113) * k3[d] +
+                        Real(125) / Real(192) * k4[d] - Real(2187) / Real(6784) * k5[d] +
+                        Real(11) / Real(84) * k6[d]);
+  f(t_new, y5, k7);
+}
+
+/// Dense output of an accepted step (t → t_new, size h) at the save times in (t, t_new]: Hairer's
+/// continuous extension of DOPRI5 (order 4); a save time that is the step's end gets y5 itself.
+/// Advances `next`.
+template <class Real, std::size_t D, class Save>
+SPILLWAY_HD void dp5_dense(const Save& save, const Real* save_times, std::uint64_t m, std::uint64_t& next,
+                           Real dir, Real t, Real t_new, Real h, const state_t<Real, D>& y,
+                           const state_t<Real, D>& y5, const state_t<Real, D>& k1, const state_t<Real, D>& k3,
+                           const state_t<Real, D>& k4, const state_t<Real, D>& k5, const state_t<Real, D>& k6,
+                           const state_t<Real, D>& k7) {
+  if (!(next < m && (save_times[next] - t_new) * dir <= 0)) return;
+  state_t<Real, D> r2, r3, r4, r5;
+  for (std::size_t d = 0; d < D; ++d) {
+    r2[d] = y5[d] - y[d];
+    r3[d] = h * k1[d] - r2[d];
+    r4[d] = r2[d] - h * k7[d] - r3[d];
+    r5[d] = h * (Real(-12715105075.0 / 11282082432.0) * k1[d] + Real(87487479700.0 / 32700410799.0) * k3[d] +
+                 Real(-10690763975.0 / 1880347072.0) * k4[d] + Real(701980252875.0 / 199316789632.0) * k5[d] +
+                 Real(-1453857185.0 / 822651844.0) * k6[d] + Real(69997945.0 / 29380423.0) * k7[d]);
+  }
+  while (next < m && (save_times[next] - t_new) * dir <= 0) {
+    if (save_times[next] == t_new) {
+      save(next++, y5);
+      continue;
+    }
+    const Real th = (save_times[next] - t) / h, th1 = Real(1) - th;
+    state_t<Real, D> ys;
+    for (std::size_t d = 0; d < D; ++d)
+      ys[d] = y[d] + th * (r2[d] + th1 * (r3[d] + th * (r4[d] + th1 * r5[d])));
+    save(next++, ys);
+  }
+}
+
+/// Fixed steps of the tableau (adaptive_options::fixed_dt): step k ends at t0 + k dt (no
+/// accumulated rounding), the last at t1; no error control, no per-step checks but the saves.
+/// A non-finite state at the end is reported as not_finite.
+template <class Real, std::size_t D, class F, class Save>
+SPILLWAY_HD trajectory_stats dp5_fixed(const F& f, Real t0, Real t1, state_t<Real, D>& y,
+                                       const adaptive_options& o, const Real* save_times, std::uint64_t m,
+                                       std::uint64_t next, const Save& save) {
+  trajectory_stats r;
+  const Real dir = t1 > t0 ? Real(1) : Real(-1);
+  const auto n = static_cast<std::uint64_t>(
+      cuda::std::ceil(static_cast<double>(cuda::std::fabs(t1 - t0)) / o.fixed_dt - 1e-9));
+  const std::uint64_t steps = n < o.max_steps ? n : o.max_steps;
+  const Real h0 = dir * static_cast<Real>(o.fixed_dt);
+  state_t<Real, D> k1, k2, k3, k4, k5, k6, k7, y5;
+  f(t0, y, k1);
+  Real t = t0;
+  for (std::uint64_t k = 0; k < steps; ++k) {
+    const Real t_new = k + 1 == n ? t1 : t0 + static_cast<Real>(k + 1) * h0;
+    const Real h = t_new - t;
+    dp5_stages<Real, D>(f, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
+    dp5_dense<Real, D>(save, save_times, m, next, dir, t, t_new, h, y, y5, k1, k3, k4, k5, k6, k7);
+    y = y5;
+    k1 = k7;
+    t = t_new;
+  }
+  r.accepted = static_cast<std::uint32_t>(steps);
+  r.t = static_cast<double>(t);
+  if (steps < n) r.status = solve_status::max_steps;
+  for (std::size_t d = 0; d < D; ++d)
+    if (!cuda::std::isfinite(y[d])) r.status = solve_status::not_finite;
+  return r;
+}
+
+}  // namespace detail
+
 /// Integrates y' = f(t, y) from t0 to t1 (either direction) with the Dormand–Prince 5(4) pair,
 /// `y` holding the initial state and receiving the state reached. f is called as
 /// f(Real t, const cuda::std::array<Real, D>& y, cuda::std::array<Real, D>& dydt). At each of the
@@ -253,8 +356,8 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   std::uint64_t next = 0;  // the next save time
   while (next < m && save_times[next] == t0) save(next++, y);
   if (t1 == t0) return r;
+  if (o.fixed_dt > 0) return detail::dp5_fixed<Real, D>(f, t0, t1, y, o, save_times, m, next, save);
   const Real dir = t1 > t0 ? Real(1) : Real(-1);
-  const bool fixed = o.fixed_dt > 0;
   const Real rtol = cuda::std::fmax(static_cast<Real>(o.rtol), Real(4) * eps);
   const Real atol = static_cast<Real>(o.atol);
   const Real span = cuda::std::fabs(t1 - t0);
@@ -266,116 +369,49 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   const float fac_max = static_cast<float>(o.fac_max);
   const Real h_min = static_cast<Real>(o.h_min);
 
-  st k1, k2, k3, k4, k5, k6, k7, yt, y5;
+  st k1, k2, k3, k4, k5, k6, k7, y5;
   f(t0, y, k1);
-  Real h = fixed ? static_cast<Real>(o.fixed_dt)
-                 : (o.h0 > 0 ? cuda::std::fmin(static_cast<Real>(o.h0), h_max)
-                             : detail::dopri5_first_step<Real, D>(f, t0, y, k1, dir, rtol, atol, h_max));
+  Real h = o.h0 > 0 ? cuda::std::fmin(static_cast<Real>(o.h0), h_max)
+                    : detail::dopri5_first_step<Real, D>(f, t0, y, k1, dir, rtol, atol, h_max);
   h *= dir;
   Real t = t0;
   float err_prev = 1e-4f;
   bool rejected_last = false;
-  // Fixed steps: step k ends at t0 + k h (no accumulated rounding), the last at t1.
-  const auto fixed_n =
-      fixed ? static_cast<std::uint64_t>(cuda::std::ceil(static_cast<double>(span) / o.fixed_dt - 1e-9)) : 0u;
-  const Real fixed_h = dir * static_cast<Real>(o.fixed_dt);
   for (;;) {
     if (static_cast<std::uint64_t>(r.accepted) + r.rejected >= o.max_steps) {
       r.status = solve_status::max_steps;
       break;
     }
-    const Real floor_h = cuda::std::fmax(h_min, Real(16) * eps * cuda::std::fabs(t));
-    if (!fixed && cuda::std::fabs(h) < floor_h) {
+    if (cuda::std::fabs(h) < cuda::std::fmax(h_min, Real(16) * eps * cuda::std::fabs(t))) {
       r.status = solve_status::step_too_small;
       break;
     }
-    const bool last = fixed ? r.accepted + std::uint64_t{1} >= fixed_n : (t + h - t1) * dir >= 0;
-    if (fixed)
-      h = (last ? t1 : t0 + static_cast<Real>(r.accepted + 1) * fixed_h) - t;
-    else if (last)
-      h = t1 - t;
-    // The stages (c = 1/5, 3/10, 4/5, 8/9, 1, 1) and the 5th-order solution y5; k7 = f(t + h, y5).
-    for (std::size_t d = 0; d < D; ++d) yt[d] = y[d] + h * (Real(1) / Real(5)) * k1[d];
-    f(t + h * Real(0.2), yt, k2);
-    for (std::size_t d = 0; d < D; ++d)
-      yt[d] = y[d] + h * (Real(3) / Real(40) * k1[d] + Real(9) / Real(40) * k2[d]);
-    f(t + h * Real(0.3), yt, k3);
-    for (std::size_t d = 0; d < D; ++d)
-      yt[d] =
-          y[d] + h * (Real(44) / Real(45) * k1[d] - Real(56) / Real(15) * k2[d] + Real(32) / Real(9) * k3[d]);
-    f(t + h * Real(0.8), yt, k4);
-    for (std::size_t d = 0; d < D; ++d)
-      yt[d] = y[d] + h * (Real(19372) / Real(6561) * k1[d] - Real(25360) / Real(2187) * k2[d] +
-                          Real(64448) / Real(6561) * k3[d] - Real(212) / Real(729) * k4[d]);
-    f(t + h * (Real(8) / Real(9)), yt, k5);
-    for (std::size_t d = 0; d < D; ++d)
-      yt[d] = y[d] + h * (Real(9017) / Real(3168) * k1[d] - Real(355) / Real(33) * k2[d] +
-                          Real(46732) / Real(5247) * k3[d] + Real(49) / Real(176) * k4[d] -
-                          Real(5103) / Real(18656) * k5[d]);
+    const bool last = (t + h - t1) * dir >= 0;
+    if (last) h = t1 - t;
     const Real t_new = last ? t1 : t + h;
-    f(t_new, yt, k6);
+    detail::dp5_stages<Real, D>(f, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
+    st e;  // y5 − y4 = h Σ (b − b̂) k
     for (std::size_t d = 0; d < D; ++d)
-      y5[d] = y[d] + h * (Real(35) / Real(384) * k1[d] + Real(500) / Real(1113) * k3[d] +
-                          Real(125) / Real(192) * k4[d] - Real(2187) / Real(6784) * k5[d] +
-                          Real(11) / Real(84) * k6[d]);
-    f(t_new, y5, k7);
-    float err = 0;
-    if (!fixed) {
-      st e;  // y5 − y4 = h Σ (b − b̂) k
-      for (std::size_t d = 0; d < D; ++d)
-        e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
-                    Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
-                    Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
-      err = detail::error_norm<Real, D>(e, y, y5, rtol, atol);
-      if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
-    } else {
-      bool finite = true;
-      for (std::size_t d = 0; d < D; ++d) finite = finite && cuda::std::isfinite(y5[d]);
-      if (!finite) {
-        r.status = solve_status::not_finite;
-        break;
-      }
-    }
+      e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
+                  Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
+                  Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
+    float err = detail::error_norm<Real, D>(e, y, y5, rtol, atol);
+    if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
     if (err <= 1.0f) {
-      // Dense output for the save times in (t, t_new]: Hairer's continuous extension of DOPRI5.
-      if (next < m && (save_times[next] - t_new) * dir <= 0) {
-        st r2, r3, r4, r5;
-        for (std::size_t d = 0; d < D; ++d) {
-          r2[d] = y5[d] - y[d];
-          r3[d] = h * k1[d] - r2[d];
-          r4[d] = r2[d] - h * k7[d] - r3[d];
-          r5[d] =
-              h *
-              (Real(-12715105075.0 / 11282082432.0) * k1[d] + Real(87487479700.0 / 32700410799.0) * k3[d] +
-               Real(-10690763975.0 / 1880347072.0) * k4[d] + Real(701980252875.0 / 199316789632.0) * k5[d] +
-               Real(-1453857185.0 / 822651844.0) * k6[d] + Real(69997945.0 / 29380423.0) * k7[d]);
-        }
-        while (next < m && (save_times[next] - t_new) * dir <= 0) {
-          if (save_times[next] == t_new) {  // the step's end: the state itself
-            save(next++, y5);
-            continue;
-          }
-          const Real th = (save_times[next] - t) / h, th1 = Real(1) - th;
-          st ys;
-          for (std::size_t d = 0; d < D; ++d)
-            ys[d] = y[d] + th * (r2[d] + th1 * (r3[d] + th * (r4[d] + th1 * r5[d])));
-          save(next++, ys);
-        }
-      }
+      detail::dp5_dense<Real, D>(save, save_times, m, next, dir, t, t_new, h, y, y5, k1, k3, k4, k5, k6, k7);
       ++r.accepted;
       t = t_new;
       y = y5;
       k1 = k7;
       if (last) break;
-      if (!fixed) {
-        // safety · err^(−expo) · err_prev^β; err = 0 (an exact step) gives fac_max.
-        float fac = err > 0.0f ? safety * detail::controller_pow(err, -expo) * detail::controller_pow(err_prev, beta)
-                               : fac_max;
-        fac = cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
-        h *= static_cast<Real>(fac);
-        err_prev = cuda::std::fmax(err, 1e-4f);
-        rejected_last = false;
-      }
+      // safety · err^(−expo) · err_prev^β; err = 0 (an exact step) gives fac_max.
+      float fac = err > 0.0f
+                      ? safety * detail::controller_pow(err, -expo) * detail::controller_pow(err_prev, beta)
+                      : fac_max;
+      fac = cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
+      h *= static_cast<Real>(fac);
+      err_prev = cuda::std::fmax(err, 1e-4f);
+      rejected_last = false;
     } else {
       ++r.rejected;
       h *= static_cast<Real>(cuda::std::fmax(fac_min, safety * detail::controller_pow(err, -expo)));
