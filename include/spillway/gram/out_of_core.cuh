@@ -77,7 +77,7 @@ scored_epilogue<Writer> make_epilogue(const Writer& w, const std::int32_t* pa, c
 template <class V>
 checksum_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::checksum_writer<V>& w, const std::int32_t* pa,
                                    const std::int32_t* pb, const scorer& sc) {
-  return {w, pa, pb, sc};
+  return {{w, pa, pb, sc}};
 }
 
 /// The threshold sink's writer: decided in the epilogue. The screen's bound holds unless a zero
@@ -88,7 +88,7 @@ threshold_epilogue<V> make_epilogue(const ::spillway::pairwise::detail::append_w
   const bool zero_passes =
       sc.m == metric::cosine &&
       ::spillway::pairwise::detail::passes(w.larger, static_cast<V>(sc.cosine_zero), w.threshold);
-  return {w, pa, pb, sc, !zero_passes};
+  return {{w, pa, pb, sc}, !zero_passes};
 }
 
 /// The pair job's Producer for bit rows: rows are ld_words 32-bit words, their aux value the

@@ -169,34 +169,22 @@ inline void check_ensemble(const char* who, std::uint64_t state_size, std::size_
 template <class Real, std::size_t D>
 using state_t = cuda::std::array<Real, D>;
 
-/// The mixed-tolerance RMS norm of v scaled by atol + rtol · max(|a|, |b|).
-template <class Real, std::size_t D>
-SPILLWAY_HD Real scaled_rms(const state_t<Real, D>& v, const state_t<Real, D>& a, const state_t<Real, D>& b,
-                            Real rtol, Real atol) {
-  Real s = 0;
+/// The mixed-tolerance RMS norm of v scaled by atol + rtol · max(|a|, |b|), in `Out`: the state's
+/// type for the starting step, float for a step's error (the accept decision and the step factor
+/// need a few digits, and float division and sqrt cost a fraction of double's; a double component
+/// whose scale is below 1e-30 is divided in double, its float image would underflow).
+template <class Out, class Real, std::size_t D>
+SPILLWAY_HD Out scaled_rms(const state_t<Real, D>& v, const state_t<Real, D>& a, const state_t<Real, D>& b,
+                           Real rtol, Real atol) {
+  Out s = 0;
   for (std::size_t d = 0; d < D; ++d) {
     const Real sk = atol + rtol * cuda::std::fmax(cuda::std::fabs(a[d]), cuda::std::fabs(b[d]));
-    const Real q = v[d] / sk;
+    const Out q = (sizeof(Out) >= sizeof(Real) || sk < Real(1e-30))
+                      ? static_cast<Out>(v[d] / sk)
+                      : static_cast<Out>(v[d]) / static_cast<Out>(sk);
     s += q * q;
   }
-  return cuda::std::sqrt(s / static_cast<Real>(D));
-}
-
-/// The error norm of a step (scaled_rms of the error estimate e against y and y5), in float: the
-/// accept decision and the step factor need a few digits, and float division and sqrt cost a
-/// fraction of double's. A double component whose scale is below 1e-30 is divided in double (its
-/// float image would underflow).
-template <class Real, std::size_t D>
-SPILLWAY_HD float error_norm(const state_t<Real, D>& e, const state_t<Real, D>& y, const state_t<Real, D>& y5,
-                             Real rtol, Real atol) {
-  float s = 0;
-  for (std::size_t d = 0; d < D; ++d) {
-    const Real sk = atol + rtol * cuda::std::fmax(cuda::std::fabs(y[d]), cuda::std::fabs(y5[d]));
-    const float q = (sizeof(Real) > 4 && sk < Real(1e-30)) ? static_cast<float>(e[d] / sk)
-                                                          : static_cast<float>(e[d]) / static_cast<float>(sk);
-    s += q * q;
-  }
-  return cuda::std::sqrt(s / static_cast<float>(D));
+  return cuda::std::sqrt(s / static_cast<Out>(D));
 }
 
 /// a^x for the step controller (a > 0, a few digits suffice): the hardware's log2 and exp2 on the
@@ -213,15 +201,15 @@ SPILLWAY_HD inline float controller_pow(float a, float x) {
 template <class Real, std::size_t D, class F>
 SPILLWAY_HD Real dopri5_first_step(const F& f, Real t, const state_t<Real, D>& y, const state_t<Real, D>& f0,
                                    Real dir, Real rtol, Real atol, Real h_max) {
-  const Real dnf = scaled_rms<Real, D>(f0, y, y, rtol, atol);
-  const Real dny = scaled_rms<Real, D>(y, y, y, rtol, atol);
+  const Real dnf = scaled_rms<Real, Real, D>(f0, y, y, rtol, atol);
+  const Real dny = scaled_rms<Real, Real, D>(y, y, y, rtol, atol);
   Real h = (dnf <= Real(1e-5) || dny <= Real(1e-5)) ? Real(1e-6) : Real(0.01) * dny / dnf;
   h = cuda::std::fmin(h, h_max);
   state_t<Real, D> y1, f1, df;
   for (std::size_t d = 0; d < D; ++d) y1[d] = y[d] + dir * h * f0[d];
   f(t + dir * h, y1, f1);
   for (std::size_t d = 0; d < D; ++d) df[d] = f1[d] - f0[d];
-  const Real der2 = scaled_rms<Real, D>(df, y, y, rtol, atol) / h;
+  const Real der2 = scaled_rms<Real, Real, D>(df, y, y, rtol, atol) / h;
   const Real der12 = cuda::std::fmax(cuda::std::fabs(der2), dnf);
   const Real h1 = der12 <= Real(1e-15) ? cuda::std::fmax(Real(1e-6), h * Real(1e-3))
                                        : cuda::std::pow(Real(0.01) / der12, Real(0.2));
@@ -362,7 +350,7 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   const Real atol = static_cast<Real>(o.atol);
   const Real span = cuda::std::fabs(t1 - t0);
   const Real h_max = o.h_max > 0 ? cuda::std::fmin(static_cast<Real>(o.h_max), span) : span;
-  // The controller works in float (detail::error_norm, controller_pow).
+  // The controller works in float (detail::scaled_rms<float>, controller_pow).
   const float expo = 0.2f - 0.75f * static_cast<float>(o.beta);
   const float beta = static_cast<float>(o.beta);
   const float safety = static_cast<float>(o.safety), fac_min = static_cast<float>(o.fac_min);
@@ -395,7 +383,7 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
       e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
                   Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
                   Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
-    float err = detail::error_norm<Real, D>(e, y, y5, rtol, atol);
+    float err = detail::scaled_rms<float, Real, D>(e, y, y5, rtol, atol);
     if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
     if (err <= 1.0f) {
       detail::dp5_dense<Real, D>(save, save_times, m, next, dir, t, t_new, h, y, y5, k1, k3, k4, k5, k6, k7);

@@ -101,12 +101,10 @@ __device__ __forceinline__ bool needs_popcounts(const scorer& sc) { return sc.m 
 /// early return; `fragment` (the wgmma kernel's register epilogue) sums a thread's 128 counts in
 /// registers and adds them with one atomic: nothing but the scores themselves is read.
 template <class V>
-struct checksum_epilogue {
+struct checksum_epilogue : scored_epilogue<::spillway::pairwise::detail::checksum_writer<V>> {
   static constexpr bool wgmma_fragment = true;
-  ::spillway::pairwise::detail::checksum_writer<V> w;
-  const std::int32_t* pop_a;
-  const std::int32_t* pop_b;
-  scorer sc;
+  using base = scored_epilogue<::spillway::pairwise::detail::checksum_writer<V>>;
+  using base::pop_a, base::pop_b, base::sc, base::w;
   __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
     const bool np = needs_popcounts(sc);
     w.add(i, j, sc.template operator()<V>(c, np ? pop_a[i] : 0, np ? pop_b[j] : 0));
@@ -173,18 +171,12 @@ __device__ __forceinline__ int threshold_need(const scorer& sc, double t, int na
 /// comparison per count, the others are scored and tested exactly, count by count. `screen`: the
 /// host's word that the bound holds (see threshold_need).
 template <class V>
-struct threshold_epilogue {
+struct threshold_epilogue : scored_epilogue<::spillway::pairwise::detail::append_writer<V>> {
   static constexpr bool wgmma_fragment = true;
-  ::spillway::pairwise::detail::append_writer<V> w;
-  const std::int32_t* pop_a;
-  const std::int32_t* pop_b;
-  scorer sc;
+  using base = scored_epilogue<::spillway::pairwise::detail::append_writer<V>>;
+  using base::pop_a, base::pop_b, base::sc, base::w;
   bool screen;
-  __device__ void operator()(std::int64_t i, std::int64_t j, std::int32_t c) const {
-    if (!w.wants(i, j)) return;
-    const bool np = needs_popcounts(sc);
-    w.put(i, j, sc.template operator()<V>(c, np ? pop_a[i] : 0, np ? pop_b[j] : 0));
-  }
+  // operator() (every kernel but wgmma's fragment hook): the scored epilogue's, element by element.
   __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
                                            std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
                                            int lane) const {

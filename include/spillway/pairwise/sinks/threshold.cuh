@@ -123,18 +123,28 @@ struct threshold_sink : sink_base {
     const std::int64_t* offs = slot.pinned<std::int64_t>(0);
     out.offsets.assign(offs, offs + st.rows + 1);
     const auto total = static_cast<std::size_t>(out.offsets.back());
+    const compact_area a = area_of(job.plan, slot, st.rows, st.cols);
+    fetch(slot, total, out, nullptr, a.cols, a.vals);
+    return total * (4u + sizeof(V));
+  }
+  /// Sizes the strip's host lists to `total` entries and copies them from the device (the rows
+  /// only where `rows` is given) on the slot's stream, then waits for it.
+  static void fetch(task_slot& slot, std::size_t total, strip_sparse<V>& out, const std::int32_t* rows,
+                    const std::int32_t* cols, const V* vals) {
+    if (rows != nullptr) out.rows.resize(total);
     out.cols.resize(total);
     out.vals.resize(total);
-    if (total == 0) return 0;
+    if (total == 0) return;
     device_guard g(slot.device());
-    const compact_area a = area_of(job.plan, slot, st.rows, st.cols);
     const stream_view s = slot.stream();
-    SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
-        cudaMemcpyAsync(out.cols.data(), a.cols, total * 4u, cudaMemcpyDeviceToHost, s.value())));
-    SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(
-        cudaMemcpyAsync(out.vals.data(), a.vals, total * sizeof(V), cudaMemcpyDeviceToHost, s.value())));
+    const auto copy = [&](void* dst, const void* src, std::size_t bytes) {
+      SPILLWAY_CUDA_TRY(
+          SPILLWAY_FAULT_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.value())));
+    };
+    if (rows != nullptr) copy(out.rows.data(), rows, total * 4u);
+    copy(out.cols.data(), cols, total * 4u);
+    copy(out.vals.data(), vals, total * sizeof(V));
     s.synchronize();
-    return total * (4u + sizeof(V));
   }
   /// The appended entries (their count now on the host) copied out as they came; collect orders them.
   template <class Job>
@@ -146,21 +156,8 @@ struct threshold_sink : sink_base {
                         std::to_string(total) + " pairs, more than its " + std::to_string(st.rows) + " x " +
                         std::to_string(st.cols) + " entries");
     }
-    out.rows.resize(total);
-    out.cols.resize(total);
-    out.vals.resize(total);
-    if (total == 0) return 8;
-    device_guard g(slot.device());
     const compact_area a = area_of(job.plan, slot, st.rows, st.cols);
-    const stream_view s = slot.stream();
-    const auto copy = [&](void* dst, const void* src, std::size_t bytes) {
-      SPILLWAY_CUDA_TRY(
-          SPILLWAY_FAULT_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.value())));
-    };
-    copy(out.rows.data(), slot.device<V>(0), total * 4u);
-    copy(out.cols.data(), a.cols, total * 4u);
-    copy(out.vals.data(), a.vals, total * sizeof(V));
-    s.synchronize();
+    fetch(slot, total, out, reinterpret_cast<const std::int32_t*>(slot.device<V>(0)), a.cols, a.vals);
     return 8 + total * (8u + sizeof(V));
   }
   /// The entries of strips [first, last) (each pair once, as kept: no mirrored half), sorted by
