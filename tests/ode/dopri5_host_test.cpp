@@ -236,53 +236,41 @@ TEST(Dopri5Host, EnsembleEqualsSystemBySystem) {
 TEST(Dopri5Host, BadInputThrowsNamingTheValue) {
   const systems::lorenz_family<double> fam{4};
   std::vector<double> state(12, 1.0);
-  auto throws = [&](const adaptive_options& o, double t0, double t1, const std::string& what,
-                    const ensemble_outputs<double>& out = {}) {
+  // Runs the host ensemble on `y` with the default options changed by `set` and expects a
+  // logic_error whose message holds `what`.
+  auto throws = [&](auto&& set, double t0, double t1, const std::string& what,
+                    const ensemble_outputs<double>& out = {}, std::vector<double>* y = nullptr) {
+    adaptive_options o;
+    set(o);
     try {
-      host::dopri5_ensemble(fam, t0, t1, o, state, out);
+      host::dopri5_ensemble(fam, t0, t1, o, y != nullptr ? *y : state, out);
       ADD_FAILURE() << "no exception; expected one naming " << what;
     } catch (const logic_error& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  adaptive_options o;
-  o.rtol = -1;
-  throws(o, 0, 1, "rtol must be finite and >= 0, got -1");
-  o = {};
-  o.rtol = 0;
-  o.atol = 0;
-  throws(o, 0, 1, "rtol and atol are both 0");
-  o = {};
-  o.max_steps = 0;
-  throws(o, 0, 1, "max_steps must be >= 1");
-  o = {};
-  o.fixed_dt = -0.5;
-  throws(o, 0, 1, "fixed_dt must be finite and >= 0 (0: adaptive), got -0.5");
-  o = {};
-  o.h_min = 2;
-  o.h_max = 1;
-  throws(o, 0, 1, "h_min 2 exceeds h_max 1");
-  throws({}, std::nan(""), 1, "t0 must be finite");
-  throws({}, 0, INFINITY, "t1 must be finite, got inf");
+  const auto as_given = [](adaptive_options&) {};
+  throws([](adaptive_options& o) { o.rtol = -1; }, 0, 1, "rtol must be finite and >= 0, got -1");
+  throws([](adaptive_options& o) { o.rtol = o.atol = 0; }, 0, 1, "rtol and atol are both 0");
+  throws([](adaptive_options& o) { o.max_steps = 0; }, 0, 1, "max_steps must be >= 1");
+  throws([](adaptive_options& o) { o.fixed_dt = -0.5; }, 0, 1,
+         "fixed_dt must be finite and >= 0 (0: adaptive), got -0.5");
+  throws([](adaptive_options& o) { o.h_min = 2, o.h_max = 1; }, 0, 1, "h_min 2 exceeds h_max 1");
+  throws(as_given, std::nan(""), 1, "t0 must be finite");
+  throws(as_given, 0, INFINITY, "t1 must be finite, got inf");
   const std::vector<double> late{0.5, 2.0};
   std::vector<double> saved(2 * 12);
-  throws({}, 0, 1, "save time 1 is 2, outside [0, 1]",
+  throws(as_given, 0, 1, "save time 1 is 2, outside [0, 1]",
          {{late.data(), 2}, {saved.data(), saved.size()}, {}, {}, {}});
   const std::vector<double> back{0.5, 0.25};
-  throws({}, 0, 1, "save times must follow the direction of integration; time 1 (0.25) comes after 0.5",
+  throws(as_given, 0, 1, "save times must follow the direction of integration; time 1 (0.25) comes after 0.5",
          {{back.data(), 2}, {saved.data(), saved.size()}, {}, {}, {}});
-  throws({}, 0, 1, "2 save times for 4 systems of 3 need 24 saved values, saved holds 23",
+  throws(as_given, 0, 1, "2 save times for 4 systems of 3 need 24 saved values, saved holds 23",
          {{late.data(), 2}, {saved.data(), 23}, {}, {}, {}});
   std::vector<std::uint32_t> few(3);
-  throws({}, 0, 1, "accepted holds 3 values for 4 systems", {{}, {}, {few.data(), 3}, {}, {}});
+  throws(as_given, 0, 1, "accepted holds 3 values for 4 systems", {{}, {}, {few.data(), 3}, {}, {}});
   std::vector<double> odd(11, 1.0);
-  try {
-    host::dopri5_ensemble(fam, 0.0, 1.0, adaptive_options{}, odd);
-    ADD_FAILURE() << "no exception for 11 values of dimension 3";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("state has 11 values, not a multiple of the dimension 3"),
-              std::string::npos);
-  }
+  throws(as_given, 0, 1, "state has 11 values, not a multiple of the dimension 3", {}, &odd);
 }
 
 }  // namespace
