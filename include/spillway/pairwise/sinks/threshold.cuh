@@ -167,6 +167,11 @@ struct threshold_sink : sink_base {
     if constexpr (fused<Job>) return collect_appended(job, first, last, false);
     coo_result<V> r;
     const std::int64_t P_ = job.plan.panel_rows;
+    std::size_t total = 0;
+    for (std::size_t I = first; I < last; ++I) total += strips[I].cols.size();
+    r.row.reserve(total);
+    r.col.reserve(total);
+    r.value.reserve(total);
     for (std::size_t I = first; I < last; ++I) {
       const auto& s = strips[I];
       for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q) {
@@ -254,26 +259,10 @@ struct threshold_sink : sink_base {
   coo_result<V> collect(Job& job) {
     if constexpr (fused<Job>)
       return collect_appended(job, 0, strips.size(), job.symmetric && thr.both_halves);
+    if (!(job.symmetric && thr.both_halves)) return collect_strips(job, 0, strips.size());
     coo_result<V> r;
     const std::int64_t P_ = job.plan.panel_rows;
     const std::int64_t n = job.prod.rows(false);
-    std::size_t total = 0;
-    for (const auto& s : strips) total += s.cols.size();
-    if (!(job.symmetric && thr.both_halves)) {
-      r.row.reserve(total);
-      r.col.reserve(total);
-      r.value.reserve(total);
-      for (std::size_t I = 0; I < strips.size(); ++I) {
-        const auto& s = strips[I];
-        for (std::size_t q = 0; q + 1 < s.offsets.size(); ++q)
-          for (auto e = s.offsets[q]; e < s.offsets[q + 1]; ++e) {
-            r.row.push_back(static_cast<std::int64_t>(I) * P_ + static_cast<std::int64_t>(q));
-            r.col.push_back(s.cols[static_cast<std::size_t>(e)]);
-            r.value.push_back(s.vals[static_cast<std::size_t>(e)]);
-          }
-      }
-      return r;
-    }
     // Both halves: row i holds the mirrored (j < i) entries, then its own (j ≥ i), each ascending.
     std::vector<std::int64_t> lower(static_cast<std::size_t>(n) + 1, 0),
         upper(static_cast<std::size_t>(n), 0);
