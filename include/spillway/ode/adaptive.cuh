@@ -13,7 +13,6 @@
 #include <cuda_runtime_api.h>
 #include <cuda/std/span>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -66,14 +65,13 @@ void dopri5_ensemble_async(const Family& family, Real t0, Real t1, const adaptiv
   const std::uint64_t n = state.size() / D;
   if (n == 0) return;
   constexpr int block = 128;
-  const std::uint64_t blocks = std::min<std::uint64_t>((n + block - 1) / block, std::uint64_t{1} << 30);
-  detail::dopri5_ensemble_kernel<block, Family, Real, D>
-      <<<static_cast<unsigned>(blocks), block, 0, s.value()>>>(
-          family, t0, t1, o, state.data(), m > 0 ? out.save_times.data() : nullptr, m,
-          out.saved.empty() ? nullptr : out.saved.data(),
-          out.accepted.empty() ? nullptr : out.accepted.data(),
-          out.rejected.empty() ? nullptr : out.rejected.data(),
-          out.status.empty() ? nullptr : out.status.data(), n);
+  // One thread per system (grid-stride past 2^30 blocks).
+  const unsigned blocks = grid_blocks(static_cast<index_t>(n), block, index_t{1} << 30);
+  detail::dopri5_ensemble_kernel<block, Family, Real, D><<<blocks, block, 0, s.value()>>>(
+      family, t0, t1, o, state.data(), m > 0 ? out.save_times.data() : nullptr, m,
+      out.saved.empty() ? nullptr : out.saved.data(), out.accepted.empty() ? nullptr : out.accepted.data(),
+      out.rejected.empty() ? nullptr : out.rejected.data(), out.status.empty() ? nullptr : out.status.data(),
+      n);
   SPILLWAY_CHECK_LAUNCH();
 }
 

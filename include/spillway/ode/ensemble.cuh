@@ -5,6 +5,7 @@
 
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
+#include <spillway/core/launch.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/ode/config.hpp>
 #include <spillway/ode/detail/checks.hpp>
@@ -52,10 +53,11 @@ void rk4_ensemble_async(const Family& family, Real t0, Real dt, std::uint64_t st
   }
   if (n == 0) return;
   constexpr int block = 128;
-  // Every system runs all steps: one thread each, capped only so the grid size fits an int.
-  const std::uint64_t blocks = std::min<std::uint64_t>((n + block - 1) / block, std::uint64_t{1} << 30);
-  detail::ensemble_kernel<block, Family, Real, D><<<static_cast<unsigned>(blocks), block, 0, s.value()>>>(
-      family, t0, dt, steps, saved.empty() ? 0 : save_every, state.data(), saved.empty() ? nullptr : saved.data(), n);
+  // Every system runs all steps: one thread each (grid-stride past 2^30 blocks).
+  const unsigned blocks = grid_blocks(static_cast<index_t>(n), block, index_t{1} << 30);
+  detail::ensemble_kernel<block, Family, Real, D>
+      <<<blocks, block, 0, s.value()>>>(family, t0, dt, steps, saved.empty() ? 0 : save_every, state.data(),
+                                        saved.empty() ? nullptr : saved.data(), n);
   SPILLWAY_CHECK_LAUNCH();
 }
 
