@@ -41,6 +41,7 @@ struct args {
   bool tf32 = false;
   bool host = false;
   bool profile = false;
+  int repeat = 1;
   std::string rows_memory = "pinned";
   std::int64_t max_panel_rows = 0;
   std::vector<int> devices;  // empty: the current device
@@ -71,6 +72,9 @@ void print_usage(std::FILE* f) {
       "  --rows-memory M        pinned: the rows are page-locked before the timed call (default);\n"
       "                         pageable: the call page-locks them itself (similarity_options::lock,\n"
       "                         timed with it); staged: page_lock::never, copied from pageable memory\n"
+      "  --repeat R             R timed calls after one untimed warm-up call on the same rows (device\n"
+      "                         contexts, kernels and pools in place); prints each time and the median\n"
+      "                         (default 1: one cold call, no warm-up)\n"
       "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
       "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
       "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
@@ -126,6 +130,13 @@ args parse(int argc, char** argv) {
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--host") a.host = true;
     else if (k == "--profile") a.profile = true;
+    else if (k == "--repeat") {
+      const std::string v = val();
+      char* stop = nullptr;
+      const long r = std::strtol(v.c_str(), &stop, 10);
+      if (v.empty() || *stop != '\0' || r < 1 || r > 1000) usage(("--repeat: a count in 1..1000; got '" + v + "'").c_str());
+      a.repeat = static_cast<int>(r);
+    }
     else if (k == "--rows-memory") {
       a.rows_memory = val();
       if (a.rows_memory != "pinned" && a.rows_memory != "pageable" && a.rows_memory != "staged")
@@ -219,12 +230,27 @@ int run(const args& a, const rows_t& r) {
   // The fused top-k times its phases only when asked (events on its stream, read after the job).
   auto& hook = g::detail::fused_topk_hook();
   hook.profile = a.profile;
-  const auto t0 = std::chrono::steady_clock::now();
-  const g::topk_result<float> nn = a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto call = [&] {
+    return a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
+  };
+  if (a.repeat > 1) (void)call();  // the warm-up: contexts of every device, kernels loaded, pools grown
+  std::vector<double> times;
+  g::topk_result<float> nn;
+  for (int t = 0; t < a.repeat; ++t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nn = call();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (a.repeat > 1) {
+    std::printf("times after a warm-up call:");
+    for (const double x : times) std::printf(" %.3f", x);
+    std::printf(" s\n");
+  }
+  std::sort(times.begin(), times.end());
+  const double secs = times[times.size() / 2];
   const double pairs = 0.5 * static_cast<double>(r.n) * static_cast<double>(r.n + 1);
-  std::printf("top-%d %s of %lld rows in %.3f s (%.1f TFLOP/s of symmetric-half work)", a.k, a.metric.c_str(),
-              static_cast<long long>(r.n), secs, 2.0 * pairs * static_cast<double>(r.d) / secs / 1e12);
+  std::printf("top-%d %s of %lld rows in %.3f s%s (%.1f TFLOP/s of symmetric-half work)", a.k, a.metric.c_str(),
+              static_cast<long long>(r.n), secs, a.repeat > 1 ? " (median)" : "", 2.0 * pairs * static_cast<double>(r.d) / secs / 1e12);
   if (!a.host && !rep.job.devices.empty()) {
     std::printf("; %lld strips of %lld rows, operand %s, %zu GPU(s), rows %s%s", static_cast<long long>(rep.plan.strips),
                 static_cast<long long>(rep.plan.panel_rows), rep.plan.resident ? "resident" : "streamed",

@@ -279,41 +279,58 @@ TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
 TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
-  const int dev = spillway::current_device();
   struct variant {
     const char* name;
     similarity_metric m;
     int k;
     std::int32_t cap_a, cap_b;
   };
-  for (const variant v :
-       {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0},
-        variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1}}) {
-    const std::int64_t n = 2333, d = 100;
-    const auto rows = random_rows<__nv_bfloat16>(n, d, test::seed(v.name));
-    const auto a = view(rows, n, d);
-    g::detail::fused_topk_sizes z;
-    z.strip_rows = 128;
-    z.seed_rows = 256;
-    z.chunk_cols = 512;
-    z.row_capacity = v.cap_a;
-    z.col_capacity = v.cap_b;
-    fused_sizes_scope scope(z);
-    g::similarity_options o;
-    o.metric = v.m;
-    o.devices = {dev, dev};
-    g::pair_report rep;
-    o.report = &rep;
-    const auto r = g::similarity_topk(a, {v.k}, o);
-    auto& hook = g::detail::fused_topk_hook();
-    ASSERT_TRUE(hook.last_ran) << v.name << ": two named devices must take the fused path";
-    ASSERT_EQ(rep.job.tasks_per_device.size(), 2u) << v.name;
-    EXPECT_GT(rep.job.tasks_per_device[0], 0u) << v.name << ": worker 0 ran no strip";
-    EXPECT_GT(rep.job.tasks_per_device[1], 0u) << v.name << ": worker 1 ran no strip";
-    EXPECT_TRUE(rep.job.complete()) << v.name;
-    if (v.cap_a > 0)
-      EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << v.name << ": tiny buckets must overflow";
-    check_topk(r, a, a, true, v.k, false, v.m, false, v.name);
+  // Two workers on one GPU everywhere, {0, 1} where two GPUs are visible: the seed blocks are
+  // dealt round robin (9 blocks of 256 rows here), so both workers seed, scan and swap bars.
+  for (const auto& devices : test::two_worker_lists()) {
+    SCOPED_TRACE(test::list_name(devices));
+    for (const variant v :
+         {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0},
+          variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1}}) {
+      const std::int64_t n = 2333, d = 100;
+      auto rows = random_rows<__nv_bfloat16>(n, d, test::seed(v.name));
+      const auto a = view(rows, n, d);
+      g::detail::fused_topk_sizes z;
+      z.strip_rows = 128;
+      z.seed_rows = 256;
+      z.chunk_cols = 512;
+      z.row_capacity = v.cap_a;
+      z.col_capacity = v.cap_b;
+      fused_sizes_scope scope(z);
+      g::similarity_options o;
+      o.metric = v.m;
+      o.devices = devices;
+      g::pair_report rep;
+      o.report = &rep;
+      const auto r = g::similarity_topk(a, {v.k}, o);
+      auto& hook = g::detail::fused_topk_hook();
+      ASSERT_TRUE(hook.last_ran) << v.name << ": two named devices must take the fused path";
+      ASSERT_EQ(rep.job.tasks_per_device.size(), 2u) << v.name;
+      EXPECT_GT(rep.job.tasks_per_device[0], 0u) << v.name << ": worker 0 ran no strip";
+      EXPECT_GT(rep.job.tasks_per_device[1], 0u) << v.name << ": worker 1 ran no strip";
+      EXPECT_TRUE(rep.job.complete()) << v.name;
+      if (v.cap_a > 0)
+        EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << v.name << ": tiny buckets must overflow";
+      check_topk(r, a, a, true, v.k, false, v.m, false, v.name);
+      // An infinity in a block worker 1 seeds (block 3: rows 768..1023) and a NaN in a later block
+      // worker 0 seeds (block 6): the first is named, whichever worker scanned it (the same shape
+      // and devices as above: the fused path).
+      rows[static_cast<std::size_t>(1601 * d + 9)] =
+          __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN());
+      rows[static_cast<std::size_t>(900 * d + 2)] =
+          __float2bfloat16_rn(std::numeric_limits<float>::infinity());
+      try {
+        (void)g::similarity_topk(a, {v.k}, o);
+        FAIL() << v.name << ": a non-finite row must be refused";
+      } catch (const spillway::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find("row 900 "), std::string::npos) << v.name << ": " << e.what();
+      }
+    }
   }
 }
 

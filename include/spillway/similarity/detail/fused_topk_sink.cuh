@@ -14,11 +14,13 @@
 // an upload stream that brings the rows in block by block while the seeds of the blocks already
 // there run.
 //
-// On several devices (workers) each keeps lists of its own. Worker 0 seeds them; the others bring
-// the rows in from it (the job's panel share), take its bars (the seeds' k-th places, true lower
-// bounds of the final ones) and start with empty lists, so every pair reaches the lists of the one
-// worker that ran its strip (seeds: worker 0) and no list holds a pair twice; collect merges the
-// workers' lists on worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
+// On several devices (workers) each keeps lists of its own. The seed blocks are dealt round robin
+// (block b to worker b mod workers), each worker seeding its blocks into its own lists as their
+// rows arrive (worker 0 brings the rows in from the host, the others from it: the job's panel
+// share); then every worker takes the others' bars of their blocks (the seeds' k-th places, true
+// lower bounds of the final ones). Every pair reaches the lists of the one worker that ran its
+// strip or seeded its block, so no list holds a pair twice; collect merges the workers' lists on
+// worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -170,7 +172,7 @@ struct fused_topk_device_state {
   device_buffer<float> scratch;
   device_buffer<unsigned long long> recomputed, bad_row;
   fused_topk_marks marks;
-  event seeded;              // worker 0: its bars are the seeds' (the other workers copy them)
+  event seeded;              // this worker's seed blocks are done and their bars set
   std::size_t bytes_in = 0;  // the rows' upload, counted with the device's first strip
   std::int64_t chunks = 0;
   struct drain {
@@ -183,7 +185,7 @@ struct fused_topk_device_state {
   } drain_on_exit{us, cs};
 
   /// Allocated on `s` (the job's setup stream; both streams wait for it before any use).
-  /// `seeds`: this worker seeds the lists (worker 0; the others need no seed scores).
+  /// `seeds`: this worker seeds blocks (the others need no seed scores).
   fused_topk_device_state(int dev, const fused_topk_layout& L, std::int64_t n, int k, stream_view s,
                           bool seeds)
       : cs(dev),
@@ -261,15 +263,16 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     return f;
   }
 
-  /// Worker w's state, then its rows in block by block (upload stream) and, on worker 0, each
-  /// block's finiteness scan and seed on the compute stream as soon as its rows are there, then
-  /// the bars from the seeded lists; the other workers copy those bars once worker 0 has them.
-  /// Nothing here waits for the device.
+  /// Worker w's state, then its rows in block by block (upload stream) and each of its seed blocks'
+  /// finiteness scan and seed on the compute stream as soon as the block's rows are there, then
+  /// the bars of its lists; start() hands each worker the others' bars. Nothing here waits for the
+  /// device.
   template <class Job>
   void setup(Job& job, std::size_t w, stream_view s) {
     auto& c = *job.ctx[w];
     const std::int64_t n = job.prod.rows(false);
-    const bool seeds = w == 0;
+    const auto nw = static_cast<std::int64_t>(workers_);
+    const bool seeds = static_cast<std::int64_t>(w) < L_.blocks;
     auto& slot = pairwise::detail::per_worker(dev_, w);
     slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s, seeds);
     fused_topk_device_state& D = *slot;
@@ -290,42 +293,55 @@ class fused_topk_sink : public pairwise::detail::sink_base {
       D.bytes_in += pairwise::detail::ensure_panels(job, w, b0 / P, (b1 + P - 1) / P, D.us.view());
       arrived[static_cast<std::size_t>(b)].record(D.us.view());
     }
-    if (!seeds) {
-      // Every row here (the uploads are in order on one stream), then worker 0's bars.
-      D.cs.view().wait(arrived.back());
-      const fused_topk_device_state& D0 = *dev_[0];
-      D.cs.view().wait(D0.seeded);
-      SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(D.bars.data(), c.device, D0.bars.data(), job.ctx[0]->device,
-                                            (static_cast<std::size_t>(n) + 1) * sizeof(topk_bar),
-                                            D.cs.view().value()));
-      D.marks.mark(D.cs.view());
-      return;
-    }
-    for (std::int64_t b = 0; b < L_.blocks; ++b) {
+    for (std::int64_t b = static_cast<std::int64_t>(w); b < L_.blocks; b += nw) {
       D.cs.view().wait(arrived[static_cast<std::size_t>(b)]);
       seed_block(job, D, c, b * L_.S, fused_block_end(L_, n, b));
     }
-    pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
-      fused_bars_kernel<decltype(Lg)::value><<<grid_blocks(n, 256), 256, 0, D.cs.view().value()>>>(
-          D.state.data(), n, tk_.k, D.bars.data());
-    });
-    SPILLWAY_CHECK_LAUNCH();
+    D.cs.view().wait(arrived.back());  // every row here before any strip (uploads run in order)
+    if (seeds) {
+      pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
+        fused_bars_kernel<decltype(Lg)::value>
+            <<<grid_blocks(n, 256), 256, 0, D.cs.view().value()>>>(D.state.data(), n, tk_.k, D.bars.data());
+      });
+      SPILLWAY_CHECK_LAUNCH();
+    }
     D.seeded.record(D.cs.view());
     D.marks.mark(D.cs.view());
   }
 
-  /// The host result is allocated on another thread while the device works. With check_finite a
-  /// non-finite row is refused here, once worker 0's seeds have scanned every block, before any
-  /// strip.
+  /// Every worker takes the bars of the blocks the others seeded (once they have), then the host
+  /// result is allocated on another thread while the device works. With check_finite a non-finite
+  /// row is refused here, once the seeds have scanned every block, before any strip.
   template <class Job>
   void start(Job& job) {
     const std::int64_t n = job.prod.rows(false);
     const int k = tk_.k;
+    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) {
+      device_guard g(job.ctx[w]->device);
+      const stream_view cs = dev_[w]->cs.view();
+      for (std::size_t v = 0; v < dev_.size(); ++v) {
+        if (v == w || static_cast<std::int64_t>(v) >= L_.blocks) continue;
+        cs.wait(dev_[v]->seeded);
+        for (auto b = static_cast<std::int64_t>(v); b < L_.blocks;
+             b += static_cast<std::int64_t>(dev_.size())) {
+          const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
+          SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(
+              dev_[w]->bars.data() + b0, job.ctx[w]->device, dev_[v]->bars.data() + b0, job.ctx[v]->device,
+              static_cast<std::size_t>(b1 - b0) * sizeof(topk_bar), cs.value()));
+        }
+      }
+    }
     host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
     if (!check_finite_) return;
-    device_guard g(job.ctx[0]->device);  // worker 0 scanned every row with its seeds
-    const std::vector<unsigned long long> h = dev_[0]->bad_row.to_host(dev_[0]->cs.view());
-    if (h[0] != ~0ULL) refuse_nonfinite(static_cast<std::int64_t>(h[0]), who_, "A");
+    // Each worker scanned the rows of its seed blocks: the first bad row of all.
+    std::int64_t bad = -1;
+    for (std::size_t w = 0; w < dev_.size(); ++w) {
+      device_guard g(job.ctx[w]->device);
+      const std::vector<unsigned long long> h = dev_[w]->bad_row.to_host(dev_[w]->cs.view());
+      if (h[0] != ~0ULL && (bad < 0 || static_cast<std::int64_t>(h[0]) < bad))
+        bad = static_cast<std::int64_t>(h[0]);
+    }
+    if (bad >= 0) refuse_nonfinite(bad, who_, "A");
   }
 
   /// Strip st's chunks on the device's compute stream, which the slot's stream then waits for.
