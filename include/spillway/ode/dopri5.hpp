@@ -226,37 +226,71 @@ struct no_saves {
 
 namespace detail {
 
+/// v + a1 k1 + a2 k2 + ... as a chain of fused multiply-adds (one per term).
+template <class Real>
+SPILLWAY_HD Real fma_chain(Real v) {
+  return v;
+}
+template <class Real, class... R>
+SPILLWAY_HD Real fma_chain(Real v, Real a, Real k, R... rest) {
+  return fma_chain<Real>(cuda::std::fma(a, k, v), rest...);
+}
+
+/// a1 k1 + a2 k2 + ...: one multiply, then a fused multiply-add per further term (explicit: the
+/// compiler contracts a sum of products but not a difference, and host and device round alike).
+template <class Real, class... R>
+SPILLWAY_HD Real weighted_sum(Real a, Real k, R... rest) {
+  return fma_chain<Real>(a * k, rest...);
+}
+
+/// The Dormand–Prince 5(4) coefficients a (stages) and b (the 5th-order weights; b2 = b7 = 0),
+/// each times `h`: h = 1 gives the tableau (combinations y + h Σ a k, a step size that changes),
+/// h = dt the fixed step's (combinations y + Σ (dt a) k: one fused multiply-add per term, the
+/// products formed once per job).
+template <class Real>
+struct dp5_tableau {
+  Real a21, a31, a32, a41, a42, a43, a51, a52, a53, a54, a61, a62, a63, a64, a65, b1, b3, b4, b5, b6;
+};
+template <class Real>
+SPILLWAY_HD dp5_tableau<Real> dp5_coefficients(Real h) {
+  const auto q = [h](Real p, Real r) { return h * (p / r); };
+  return {q(1, 5),       q(3, 40),       q(9, 40),        q(44, 45),      q(-56, 15),
+          q(32, 9),      q(19372, 6561), q(-25360, 2187), q(64448, 6561), q(-212, 729),
+          q(9017, 3168), q(-355, 33),    q(46732, 5247),  q(49, 176),     q(-5103, 18656),
+          q(35, 384),    q(500, 1113),   q(125, 192),     q(-2187, 6784), q(11, 84)};
+}
+
 /// The stages of one Dormand–Prince step of h from (t, y) with k1 = f(t, y) (c = 1/5, 3/10, 4/5,
 /// 8/9, 1, 1): the 5th-order solution y5 at t_new (= t + h, or t1 exactly on the last step) and
-/// k7 = f(t_new, y5), which is the next step's k1 (FSAL). k2 is scratch.
-template <class Real, std::size_t D, class F>
-SPILLWAY_HD void dp5_stages(const F& f, Real t, Real h, Real t_new, const state_t<Real, D>& y,
-                            const state_t<Real, D>& k1, state_t<Real, D>& k2, state_t<Real, D>& k3,
-                            state_t<Real, D>& k4, state_t<Real, D>& k5, state_t<Real, D>& k6,
-                            state_t<Real, D>& k7, state_t<Real, D>& y5) {
+/// k7 = f(t_new, y5), which is the next step's k1 (FSAL). k2 is scratch. `T`: the tableau times h
+/// when Scaled (fixed steps), else the tableau itself.
+template <bool Scaled, class Real, std::size_t D, class F>
+SPILLWAY_HD void dp5_stages(const F& f, const dp5_tableau<Real>& T, Real t, Real h, Real t_new,
+                            const state_t<Real, D>& y, const state_t<Real, D>& k1, state_t<Real, D>& k2,
+                            state_t<Real, D>& k3, state_t<Real, D>& k4, state_t<Real, D>& k5,
+                            state_t<Real, D>& k6, state_t<Real, D>& k7, state_t<Real, D>& y5) {
+  const auto comb = [h](Real v, auto... ak) {
+    if constexpr (Scaled) {
+      return fma_chain<Real>(v, ak...);
+    } else {
+      return v + h * weighted_sum<Real>(ak...);
+    }
+  };
   state_t<Real, D> yt;
-  for (std::size_t d = 0; d < D; ++d) yt[d] = y[d] + h * (Real(1) / Real(5)) * k1[d];
+  for (std::size_t d = 0; d < D; ++d) yt[d] = comb(y[d], T.a21, k1[d]);
   f(t + h * Real(0.2), yt, k2);
-  for (std::size_t d = 0; d < D; ++d)
-    yt[d] = y[d] + h * (Real(3) / Real(40) * k1[d] + Real(9) / Real(40) * k2[d]);
+  for (std::size_t d = 0; d < D; ++d) yt[d] = comb(y[d], T.a31, k1[d], T.a32, k2[d]);
   f(t + h * Real(0.3), yt, k3);
-  for (std::size_t d = 0; d < D; ++d)
-    yt[d] =
-        y[d] + h * (Real(44) / Real(45) * k1[d] - Real(56) / Real(15) * k2[d] + Real(32) / Real(9) * k3[d]);
+  for (std::size_t d = 0; d < D; ++d) yt[d] = comb(y[d], T.a41, k1[d], T.a42, k2[d], T.a43, k3[d]);
   f(t + h * Real(0.8), yt, k4);
   for (std::size_t d = 0; d < D; ++d)
-    yt[d] = y[d] + h * (Real(19372) / Real(6561) * k1[d] - Real(25360) / Real(2187) * k2[d] +
-                        Real(64448) / Real(6561) * k3[d] - Real(212) / Real(729) * k4[d]);
+    yt[d] = comb(y[d], T.a51, k1[d], T.a52, k2[d], T.a53, k3[d], T.a54, k4[d]);
   f(t + h * (Real(8) / Real(9)), yt, k5);
   for (std::size_t d = 0; d < D; ++d)
-    yt[d] = y[d] + h * (Real(9017) / Real(3168) * k1[d] - Real(355) / Real(33) * k2[d] +
-                        Real(46732) / Real(5247) * k3[d] + Real(49) / Real(176) * k4[d] -
-                        Real(5103) / Real(18656) * k5[d]);
+    yt[d] = comb(y[d], T.a61, k1[d], T.a62, k2[d], T.a63, k3[d], T.a64, k4[d], T.a65, k5[d]);
   f(t_new, yt, k6);
   for (std::size_t d = 0; d < D; ++d)
-    y5[d] = y[d] + h * (Real(35) / Real(384) * k1[d] + Real(500) / Real(1113) * k3[d] +
-                        Real(125) / Real(192) * k4[d] - Real(2187) / Real(6784) * k5[d] +
-                        Real(11) / Real(84) * k6[d]);
+    y5[d] = comb(y[d], T.b1, k1[d], T.b3, k3[d], T.b4, k4[d], T.b5, k5[d], T.b6, k6[d]);
   f(t_new, y5, k7);
 }
 
@@ -305,18 +339,22 @@ SPILLWAY_HD trajectory_stats dp5_fixed(const F& f, Real t0, Real t1, state_t<Rea
       cuda::std::ceil(static_cast<double>(cuda::std::fabs(t1 - t0)) / o.fixed_dt - 1e-9));
   const std::uint64_t steps = n < o.max_steps ? n : o.max_steps;
   const Real h0 = dir * static_cast<Real>(o.fixed_dt);
+  const dp5_tableau<Real> T0 = dp5_coefficients<Real>(h0);  // every step but a shortened last one
   state_t<Real, D> k1, k2, k3, k4, k5, k6, k7, y5;
   f(t0, y, k1);
   Real t = t0;
-  for (std::uint64_t k = 0; k < steps; ++k) {
-    const Real t_new = k + 1 == n ? t1 : t0 + static_cast<Real>(k + 1) * h0;
-    const Real h = t_new - t;
-    dp5_stages<Real, D>(f, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
+  // Steps of exactly h0 (t_new − t would differ from it by rounding and cost the tableau's
+  // products every step), then the last, which lands on t1, with its own.
+  const auto step = [&](const dp5_tableau<Real>& T, Real h, Real t_new) {
+    dp5_stages<true, Real, D>(f, T, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
     dp5_dense<Real, D>(save, save_times, m, next, dir, t, t_new, h, y, y5, k1, k3, k4, k5, k6, k7);
     y = y5;
     k1 = k7;
     t = t_new;
-  }
+  };
+  const std::uint64_t regular = steps < n ? steps : n - 1;
+  for (std::uint64_t k = 0; k < regular; ++k) step(T0, h0, t0 + static_cast<Real>(k + 1) * h0);
+  if (steps == n) step(dp5_coefficients<Real>(t1 - t), t1 - t, t1);
   r.accepted = static_cast<std::uint32_t>(steps);
   r.t = static_cast<double>(t);
   if (steps < n) r.status = solve_status::max_steps;
@@ -357,6 +395,7 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   const float fac_max = static_cast<float>(o.fac_max);
   const Real h_min = static_cast<Real>(o.h_min);
 
+  const detail::dp5_tableau<Real> T = detail::dp5_coefficients<Real>(Real(1));
   st k1, k2, k3, k4, k5, k6, k7, y5;
   f(t0, y, k1);
   Real h = o.h0 > 0 ? cuda::std::fmin(static_cast<Real>(o.h0), h_max)
@@ -377,12 +416,12 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
     const bool last = (t + h - t1) * dir >= 0;
     if (last) h = t1 - t;
     const Real t_new = last ? t1 : t + h;
-    detail::dp5_stages<Real, D>(f, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
+    detail::dp5_stages<false, Real, D>(f, T, t, h, t_new, y, k1, k2, k3, k4, k5, k6, k7, y5);
     st e;  // y5 − y4 = h Σ (b − b̂) k
     for (std::size_t d = 0; d < D; ++d)
-      e[d] = h * (Real(71) / Real(57600) * k1[d] - Real(71) / Real(16695) * k3[d] +
-                  Real(71) / Real(1920) * k4[d] - Real(17253) / Real(339200) * k5[d] +
-                  Real(22) / Real(525) * k6[d] - Real(1) / Real(40) * k7[d]);
+      e[d] = h * detail::weighted_sum<Real>(Real(71) / Real(57600), k1[d], Real(-71) / Real(16695), k3[d],
+                                            Real(71) / Real(1920), k4[d], Real(-17253) / Real(339200), k5[d],
+                                            Real(22) / Real(525), k6[d], Real(-1) / Real(40), k7[d]);
     float err = detail::scaled_rms<float, Real, D>(e, y, y5, rtol, atol);
     if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
     if (err <= 1.0f) {

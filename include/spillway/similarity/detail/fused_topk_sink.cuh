@@ -15,10 +15,10 @@
 // there run.
 //
 // On several devices (workers) each keeps lists of its own. The seed blocks are dealt round robin
-// (block b to worker b mod workers), each worker seeding its blocks into its own lists as their
-// rows arrive (worker 0 brings the rows in from the host, the others from it: the job's panel
-// share); then every worker takes the others' bars of their blocks (the seeds' k-th places, true
-// lower bounds of the final ones). Every pair reaches the lists of the one worker that ran its
+// (block b to worker b mod workers), each worker bringing its blocks' rows in from the host over
+// its own link and seeding them into its own lists as they arrive; then every worker takes the
+// other blocks' rows from their holders (the job's panel share) and the others' bars of them (the seeds' k-th
+// places, true lower bounds of the final ones). Every pair reaches the lists of the one worker that ran its
 // strip or seeded its block, so no list holds a pair twice; collect merges the workers' lists on
 // worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
 #pragma once
@@ -286,18 +286,18 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     // The per-row values' entry past the last row (loaded in pairs, never used): set, not left
     // uninitialized.
     SPILLWAY_CUDA_TRY(cudaMemsetAsync(c.aux_a.data() + n, 0, sizeof(float), D.cs.view().value()));
+    // This worker's seed blocks' rows from the host (no other worker holds them: each uploads its
+    // own over its own link), each block seeded as soon as it is here; the other blocks' rows come
+    // from their holders in start().
     const std::int64_t P = job.plan.panel_rows;
-    std::vector<event> arrived(static_cast<std::size_t>(L_.blocks));
-    for (std::int64_t b = 0; b < L_.blocks; ++b) {
+    for (std::int64_t b = static_cast<std::int64_t>(w); b < L_.blocks; b += nw) {
       const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
       D.bytes_in += pairwise::detail::ensure_panels(job, w, b0 / P, (b1 + P - 1) / P, D.us.view());
-      arrived[static_cast<std::size_t>(b)].record(D.us.view());
+      event arrived;
+      arrived.record(D.us.view());
+      D.cs.view().wait(arrived);
+      seed_block(job, D, c, b0, b1);
     }
-    for (std::int64_t b = static_cast<std::int64_t>(w); b < L_.blocks; b += nw) {
-      D.cs.view().wait(arrived[static_cast<std::size_t>(b)]);
-      seed_block(job, D, c, b * L_.S, fused_block_end(L_, n, b));
-    }
-    D.cs.view().wait(arrived.back());  // every row here before any strip (uploads run in order)
     if (seeds) {
       pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
         fused_bars_kernel<decltype(Lg)::value>
@@ -309,13 +309,25 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     D.marks.mark(D.cs.view());
   }
 
-  /// Every worker takes the bars of the blocks the others seeded (once they have), then the host
-  /// result is allocated on another thread while the device works. With check_finite a non-finite
-  /// row is refused here, once the seeds have scanned every block, before any strip.
+  /// Every worker takes the rows and the bars of the blocks the others seeded (once they have),
+  /// then the host result is allocated on another thread while the device works. With
+  /// check_finite a non-finite row is refused here, once the seeds have scanned every block,
+  /// before any strip.
   template <class Job>
   void start(Job& job) {
     const std::int64_t n = job.prod.rows(false);
     const int k = tk_.k;
+    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) {
+      // Every row on every worker before its first strip (one worker seeded, so holds, them all):
+      // the others' blocks from their holders (panel_share: over NVLink where the pools reach each
+      // other, else from the host).
+      device_guard g(job.ctx[w]->device);
+      fused_topk_device_state& D = *dev_[w];
+      D.bytes_in += pairwise::detail::ensure_panels(job, w, 0, job.plan.b_panels, D.us.view());
+      event arrived;
+      arrived.record(D.us.view());
+      D.cs.view().wait(arrived);
+    }
     for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) {
       device_guard g(job.ctx[w]->device);
       const stream_view cs = dev_[w]->cs.view();
