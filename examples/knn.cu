@@ -42,7 +42,6 @@ struct args {
   bool host = false;
   bool profile = false;
   int repeat = 1;
-  std::int64_t seed_rows = 0;
   std::string rows_memory = "pinned";
   std::int64_t max_panel_rows = 0;
   std::vector<int> devices;  // empty: the current device
@@ -76,8 +75,6 @@ void print_usage(std::FILE* f) {
       "  --repeat R             R timed calls after one untimed warm-up call on the same rows (device\n"
       "                         contexts, kernels and pools in place); prints each time and the median\n"
       "                         (default 1: one cold call, no warm-up)\n"
-      "  --seed-rows S          tuning: the fused top-k's seed blocks of S rows (a multiple of the\n"
-      "                         strip rows; default 4 strips)\n"
       "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
       "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
       "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
@@ -133,10 +130,6 @@ args parse(int argc, char** argv) {
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--host") a.host = true;
     else if (k == "--profile") a.profile = true;
-    else if (k == "--seed-rows") {
-      a.seed_rows = std::atoll(val().c_str());
-      if (a.seed_rows < 128) usage("--seed-rows must be at least 128");
-    }
     else if (k == "--repeat") {
       const std::string v = val();
       char* stop = nullptr;
@@ -237,7 +230,6 @@ int run(const args& a, const rows_t& r) {
   // The fused top-k times its phases only when asked (events on its stream, read after the job).
   auto& hook = g::detail::fused_topk_hook();
   hook.profile = a.profile;
-  if (a.seed_rows > 0) hook.sizes.seed_rows = a.seed_rows;
   const auto call = [&] {
     return a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
   };
