@@ -16,7 +16,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
 - ``spillway.matmul(a, b)`` -- ``a @ b`` of host arrays larger than the card (float32, float64,
   float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM);
   ``spillway.pinned_empty(shape, dtype)`` for page-locked arrays its copies read at the full rate.
-- ``spillway.rk4.lorenz_ensemble`` / ``spillway.rk4.mean_field`` -- RK4 with the state on the device.
+- ``spillway.ode`` -- ODE ensembles with the state on the device: ``lorenz_ensemble`` and
+  ``mean_field`` (RK4; also as ``spillway.rk4``), ``lorenz_dopri5`` (adaptive Dormand--Prince 5(4)).
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
 - ``spillway.show_config()``: the version, the CUDA architectures compiled into this build, the
@@ -28,7 +29,7 @@ Ctrl-C during a long job cancels it cleanly (the tasks in flight drain) and rais
 
 from __future__ import annotations
 
-from . import _core, rk4
+from . import _core, ode, rk4
 from ._core import BitMatrix
 from ._errors import Cancelled, HostFallbackWarning
 from ._errors import ArgumentTypeError, BudgetError, DTypeError
@@ -65,6 +66,7 @@ __all__ = [
     "no_gpu_reason",
     "pack_bits",
     "pinned_empty",
+    "ode",
     "rk4",
     "show_config",
     "similarity",

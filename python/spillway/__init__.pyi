@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
+from . import ode as ode
 from . import rk4 as rk4
 from ._core import BitMatrix as BitMatrix
 

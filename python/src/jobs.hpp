@@ -131,6 +131,25 @@ void lorenz_device(const lorenz_request& r, std::uintptr_t state, std::uintptr_t
 /// host implementation when `on_host`.
 void lorenz_host(const lorenz_request& r, void* state, void* saved, bool on_host, int device);
 
+/// The Lorenz ensemble by adaptive Dormand–Prince 5(4) (spillway::ode::dopri5_ensemble): t0 → t1,
+/// the step control of spillway::ode::adaptive_options (fields below, same names; `pi_beta` is
+/// its `beta`), dense output at the m save times (host memory, the state's type).
+struct dopri5_request {
+  std::uint64_t n = 0, m = 0, max_steps = 100000;
+  double t0 = 0, t1 = 1, sigma = 10, beta = 8.0 / 3.0, rho_lo = 20, rho_hi = 30;
+  double rtol = 1e-6, atol = 1e-6, h0 = 0, h_min = 0, h_max = 0, fixed_dt = 0;
+  double safety = 0.9, fac_min = 0.2, fac_max = 10, pi_beta = 0.04;
+  bool dbl = true;  ///< float64 (else float32) state and save times
+};
+/// Device arrays (`state` 3 x n; `saved` 0 or m x 3 x n; `accepted`, `rejected` uint32 n;
+/// `status` uint8 n), enqueued on `stream`; with save times the call waits for `stream` once (the
+/// times' check). Host arrays: copied to `device` and back, or the host implementation.
+void dopri5_lorenz_device(const dopri5_request& r, std::uintptr_t state, const void* save_times, std::uintptr_t saved,
+                          std::uintptr_t accepted, std::uintptr_t rejected, std::uintptr_t status, int device,
+                          std::uintptr_t stream);
+void dopri5_lorenz_host(const dopri5_request& r, void* state, const void* save_times, void* saved, void* accepted,
+                        void* rejected, void* status, bool on_host, int device);
+
 /// The mean-field two-field system (complex64 F and G of n elements), delta <- scale * sum(F)
 /// after every step; `trajectory` receives steps + 1 complex64 deltas.
 struct mean_field_request {

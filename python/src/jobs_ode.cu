@@ -1,6 +1,6 @@
-// python/src/jobs_ode.cu — the RK4 entry points of the Python binding: the Lorenz ensemble
-// (float32 and float64) and the mean-field coupled system (complex64), on the device or with the
-// host implementation. Its own translation unit, so it compiles beside jobs.cu.
+// python/src/jobs_ode.cu — the ODE entry points of the Python binding: the Lorenz ensemble by RK4
+// and by adaptive Dormand–Prince 5(4) (float32 and float64) and the mean-field coupled system
+// (complex64), on the device or with the host implementation. Its own translation unit, so it compiles beside jobs.cu.
 #include "jobs.hpp"
 
 #include <spillway/core/device.hpp>
@@ -65,6 +65,92 @@ void lorenz_host_typed(const lorenz_request& r, Real* state, Real* saved, bool o
   s.synchronize();
 }
 
+template <class Real>
+so::systems::lorenz_family<Real> family_of(const dopri5_request& r) {
+  so::systems::lorenz_family<Real> f;
+  f.count = r.n;
+  f.sigma = static_cast<Real>(r.sigma);
+  f.beta = static_cast<Real>(r.beta);
+  f.rho_lo = static_cast<Real>(r.rho_lo);
+  f.rho_hi = static_cast<Real>(r.rho_hi);
+  return f;
+}
+
+so::adaptive_options options_of(const dopri5_request& r) {
+  so::adaptive_options o;
+  o.rtol = r.rtol;
+  o.atol = r.atol;
+  o.h0 = r.h0;
+  o.h_min = r.h_min;
+  o.h_max = r.h_max;
+  o.max_steps = r.max_steps;
+  o.fixed_dt = r.fixed_dt;
+  o.safety = r.safety;
+  o.fac_min = r.fac_min;
+  o.fac_max = r.fac_max;
+  o.beta = r.pi_beta;
+  return o;
+}
+
+/// The outputs as spans of n systems (m saves); null pointers give empty spans.
+template <class Real>
+so::ensemble_outputs<Real> outputs_of(const dopri5_request& r, const Real* times, Real* saved, std::uint32_t* acc,
+                                      std::uint32_t* rej, std::uint8_t* st) {
+  const auto n = static_cast<std::size_t>(r.n), m = static_cast<std::size_t>(r.m);
+  so::ensemble_outputs<Real> out;
+  if (m > 0) out.save_times = cuda::std::span<const Real>(times, m);
+  if (saved != nullptr) out.saved = cuda::std::span<Real>(saved, m * 3 * n);
+  if (acc != nullptr) out.accepted = cuda::std::span<std::uint32_t>(acc, n);
+  if (rej != nullptr) out.rejected = cuda::std::span<std::uint32_t>(rej, n);
+  if (st != nullptr) out.status = cuda::std::span<std::uint8_t>(st, n);
+  return out;
+}
+
+/// On device memory: the save times (host) copied to the device on `s` first.
+template <class Real>
+void dopri5_on_device(const dopri5_request& r, Real* state, const Real* host_times, Real* saved, std::uint32_t* acc,
+                      std::uint32_t* rej, std::uint8_t* st, stream_view s) {
+  device_buffer<Real> times(static_cast<std::size_t>(r.m), s);
+  if (r.m > 0) {
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(times.data(), host_times, static_cast<std::size_t>(r.m) * sizeof(Real),
+                                      cudaMemcpyHostToDevice, s.value()));
+  }
+  so::dopri5_ensemble_async(family_of<Real>(r), static_cast<Real>(r.t0), static_cast<Real>(r.t1), options_of(r),
+                            cuda::std::span<Real>(state, static_cast<std::size_t>(3 * r.n)),
+                            outputs_of<Real>(r, times.data(), saved, acc, rej, st), s);
+}
+
+template <class Real>
+void dopri5_host_typed(const dopri5_request& r, Real* state, const Real* times, Real* saved, std::uint32_t* acc,
+                       std::uint32_t* rej, std::uint8_t* st, bool on_host, int device) {
+  const auto n = static_cast<std::size_t>(r.n), m = static_cast<std::size_t>(r.m);
+  if (on_host) {
+    std::vector<Real> y(state, state + 3 * n);
+    so::host::dopri5_ensemble(family_of<Real>(r), static_cast<Real>(r.t0), static_cast<Real>(r.t1), options_of(r), y,
+                              outputs_of<Real>(r, times, saved, acc, rej, st));
+    std::memcpy(state, y.data(), 3 * n * sizeof(Real));
+    return;
+  }
+  device_guard g(device);
+  stream s(device);
+  device_buffer<Real> dy(3 * n, s.view()), ds(saved != nullptr ? m * 3 * n : 0u, s.view());
+  device_buffer<std::uint32_t> da(n, s.view()), dr(n, s.view());
+  device_buffer<std::uint8_t> dst(n, s.view());
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dy.data(), state, 3 * n * sizeof(Real), cudaMemcpyHostToDevice, s.value()));
+  dopri5_on_device<Real>(r, dy.data(), times, saved != nullptr ? ds.data() : nullptr, da.data(), dr.data(), dst.data(),
+                         s.view());
+  const auto back = [&](void* dst_host, const void* src, std::size_t bytes) {
+    if (dst_host != nullptr && bytes > 0)
+      SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s.value()));
+  };
+  back(state, dy.data(), 3 * n * sizeof(Real));
+  back(saved, ds.data(), saved != nullptr ? m * 3 * n * sizeof(Real) : 0u);
+  back(acc, da.data(), n * sizeof(std::uint32_t));
+  back(rej, dr.data(), n * sizeof(std::uint32_t));
+  back(st, dst.data(), n);
+  s.synchronize();
+}
+
 so::systems::mean_field_coupling<float> coupling_of(const mean_field_request& r) {
   return so::systems::mean_field_coupling<float>(r.scale);
 }
@@ -86,6 +172,37 @@ void lorenz_device(const lorenz_request& r, std::uintptr_t state, std::uintptr_t
 void lorenz_host(const lorenz_request& r, void* state, void* saved, bool on_host, int device) {
   if (r.dbl) lorenz_host_typed<double>(r, static_cast<double*>(state), static_cast<double*>(saved), on_host, device);
   else lorenz_host_typed<float>(r, static_cast<float*>(state), static_cast<float*>(saved), on_host, device);
+}
+
+void dopri5_lorenz_device(const dopri5_request& r, std::uintptr_t state, const void* save_times, std::uintptr_t saved,
+                          std::uintptr_t accepted, std::uintptr_t rejected, std::uintptr_t status, int device,
+                          std::uintptr_t stream) {
+  device_guard g(device);
+  const stream_view s(as_stream(stream));
+  auto* acc = reinterpret_cast<std::uint32_t*>(accepted);
+  auto* rej = reinterpret_cast<std::uint32_t*>(rejected);
+  auto* st = reinterpret_cast<std::uint8_t*>(status);
+  if (r.dbl) {
+    dopri5_on_device<double>(r, reinterpret_cast<double*>(state), static_cast<const double*>(save_times),
+                             reinterpret_cast<double*>(saved), acc, rej, st, s);
+  } else {
+    dopri5_on_device<float>(r, reinterpret_cast<float*>(state), static_cast<const float*>(save_times),
+                            reinterpret_cast<float*>(saved), acc, rej, st, s);
+  }
+}
+
+void dopri5_lorenz_host(const dopri5_request& r, void* state, const void* save_times, void* saved, void* accepted,
+                        void* rejected, void* status, bool on_host, int device) {
+  auto* acc = static_cast<std::uint32_t*>(accepted);
+  auto* rej = static_cast<std::uint32_t*>(rejected);
+  auto* st = static_cast<std::uint8_t*>(status);
+  if (r.dbl) {
+    dopri5_host_typed<double>(r, static_cast<double*>(state), static_cast<const double*>(save_times),
+                              static_cast<double*>(saved), acc, rej, st, on_host, device);
+  } else {
+    dopri5_host_typed<float>(r, static_cast<float*>(state), static_cast<const float*>(save_times),
+                             static_cast<float*>(saved), acc, rej, st, on_host, device);
+  }
 }
 
 void mean_field_device(const mean_field_request& r, std::uintptr_t f, std::uintptr_t g, std::uintptr_t trajectory,

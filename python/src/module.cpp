@@ -993,6 +993,43 @@ NB_MODULE(_core, m) {
         if (on_device) sp::lorenz_device(r, state, saved, device, stream);
         else sp::lorenz_host(r, reinterpret_cast<void*>(state), reinterpret_cast<void*>(saved), on_host, device);
       });
+  m.def(
+      "_dopri5_lorenz",
+      [](std::uint64_t n, double t0, double t1, const nb::dict& opt, double sigma, double beta, double rho_lo,
+         double rho_hi, bool dbl, std::uintptr_t state, std::uintptr_t save_times, std::uint64_t m, std::uintptr_t saved,
+         std::uintptr_t accepted, std::uintptr_t rejected, std::uintptr_t status, bool on_device, bool on_host,
+         int device, std::uintptr_t stream) {
+        sp::dopri5_request r;
+        r.n = n;
+        r.m = m;
+        r.t0 = t0;
+        r.t1 = t1;
+        r.sigma = sigma;
+        r.beta = beta;
+        r.rho_lo = rho_lo;
+        r.rho_hi = rho_hi;
+        r.dbl = dbl;
+        // The step control, by adaptive_options' names (spillway.ode.lorenz_dopri5 fills every key).
+        const auto num = [&](const char* k) { return nb::cast<double>(opt[k]); };
+        r.rtol = num("rtol");
+        r.atol = num("atol");
+        r.h0 = num("h0");
+        r.h_min = num("h_min");
+        r.h_max = num("h_max");
+        r.fixed_dt = num("fixed_dt");
+        r.safety = num("safety");
+        r.fac_min = num("fac_min");
+        r.fac_max = num("fac_max");
+        r.pi_beta = num("pi_beta");
+        r.max_steps = nb::cast<std::uint64_t>(opt["max_steps"]);
+        const void* times = reinterpret_cast<const void*>(save_times);
+        nb::gil_scoped_release unlocked;
+        if (on_device) sp::dopri5_lorenz_device(r, state, times, saved, accepted, rejected, status, device, stream);
+        else
+          sp::dopri5_lorenz_host(r, reinterpret_cast<void*>(state), times, reinterpret_cast<void*>(saved),
+                                 reinterpret_cast<void*>(accepted), reinterpret_cast<void*>(rejected),
+                                 reinterpret_cast<void*>(status), on_host, device);
+      });
   m.def("_mean_field", [](std::uint64_t n, double t0, double dt, std::uint64_t steps, double scale, float dre, float dim,
                           std::uintptr_t f, std::uintptr_t g, std::uintptr_t traj, bool on_device, bool on_host, int device,
                           std::uintptr_t stream) {

@@ -46,6 +46,7 @@ mm = lambda *a, **k: spillway.matmul(*a, progress=False, **k)  # noqa: E731
 stream = lambda *a, **k: spillway.stream(*a, progress=False, **k)  # noqa: E731
 lorenz = spillway.rk4.lorenz_ensemble
 mean_field = spillway.rk4.mean_field
+dopri5 = spillway.ode.lorenz_dopri5
 
 # (id, call, the rule's type, the other base its class has for the 0.1 series or None, message). A
 # second base is there where the call raised that type before, and for every wrong dtype:
@@ -155,6 +156,18 @@ CASES = [
      ValueError, "delta0 must be a number"),
     ("mean_field-mixed", lambda: mean_field(FakeDeviceArray(), C64, steps=1, dt=0.1, coupling="sum"), TypeError,
      ValueError, "both be device arrays"),
+    # -- ode (lorenz_dopri5 is new: plain TypeErrors for kinds; a dtype is a DTypeError as everywhere)
+    ("lorenz_dopri5-dtype", lambda: dopri5(np.zeros((3, 5), np.int32), t1=1.0), TypeError, ValueError,
+     "float32 or float64"),
+    ("lorenz_dopri5-shape", lambda: dopri5(np.zeros((2, 5)), t1=1.0), ValueError, None, r"shape \(3, n\)"),
+    ("lorenz_dopri5-t1-kind", lambda: dopri5(np.zeros((3, 5)), t1="1"), TypeError, None, "t1 must be a real"),
+    ("lorenz_dopri5-t1-value", lambda: dopri5(np.zeros((3, 5)), t1=float("inf")), ValueError, None, "finite"),
+    ("lorenz_dopri5-rtol-value", lambda: dopri5(np.zeros((3, 5)), t1=1.0, rtol=-1.0), ValueError, None,
+     "rtol must be finite and >= 0"),
+    ("lorenz_dopri5-max_steps-kind", lambda: dopri5(np.zeros((3, 5)), t1=1.0, max_steps=10.0), TypeError, None,
+     "max_steps must be"),
+    ("lorenz_dopri5-save_times-value", lambda: dopri5(np.zeros((3, 5)), t1=1.0, save_times=[2.0]), ValueError, None,
+     "save time 0 is 2"),
     # -- timer / time (kinds and values are checked before the GPU is looked for)
     ("time-fn", lambda: spillway.time(5), TypeError, None, "callable"),
     ("time-repeats-kind", lambda: spillway.time(lambda: None, repeats=2.0), TypeError, None, "repeats must be"),
@@ -198,6 +211,7 @@ def test_every_dtype_error_is_a_dtype_error():
         lambda: sim(np.ones((6, 8), np.int8)),
         lambda: mm(np.zeros((3, 4), np.uint8), np.zeros((4, 2), np.uint8)),
         lambda: stream(noop, [np.zeros(4, ">f8")], []),
+        lambda: dopri5(np.zeros((3, 4), np.float16), t1=1.0),
         lambda: lorenz(np.zeros((3, 5), np.complex64), steps=1, dt=0.1),
         lambda: mean_field(np.zeros(4, np.float32), np.zeros(4, np.float32), steps=1, dt=0.1, coupling="sum"),
     ]

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 import spillway
+import spillway.ode
 import spillway.rk4
 
 PKG = Path(spillway.__file__).resolve().parent
-STUBS = ("__init__.pyi", "rk4.pyi", "_core.pyi")
+STUBS = ("__init__.pyi", "rk4.pyi", "ode.pyi", "_core.pyi")
 KIND = {"posonly": inspect.Parameter.POSITIONAL_ONLY, "arg": inspect.Parameter.POSITIONAL_OR_KEYWORD,
         "kwonly": inspect.Parameter.KEYWORD_ONLY, "vararg": inspect.Parameter.VAR_POSITIONAL,
         "kwarg": inspect.Parameter.VAR_KEYWORD}
@@ -148,6 +149,19 @@ def test_rk4_stub_matches_runtime(name):
     declared = top_level(parse("rk4.pyi"))
     assert name in declared, f"spillway.rk4.{name} has no entry in rk4.pyi"
     check_function(f"spillway.rk4.{name}", declared[name], getattr(spillway.rk4, name))
+
+
+@pytest.mark.parametrize("name", spillway.ode.__all__)
+def test_ode_stub_matches_runtime(name):
+    declared = top_level(parse("ode.pyi"))
+    assert name in declared, f"spillway.ode.{name} has no entry in ode.pyi"
+    obj = getattr(spillway.ode, name)
+    if inspect.isfunction(obj):
+        check_function(f"spillway.ode.{name}", declared[name], obj)
+    elif inspect.isclass(obj):
+        nodes = [n for n in declared[name] if isinstance(n, ast.ClassDef)]
+        assert nodes, f"spillway.ode.{name}: the stub declares it, but not as a class"
+        assert sorted(class_members(nodes[0])) == sorted(obj._fields), f"spillway.ode.{name}: fields differ"
 
 
 @pytest.mark.parametrize("name", [n for n in spillway.__all__ if inspect.isclass(getattr(spillway, n))])

@@ -1,0 +1,77 @@
+# Type stubs for spillway.ode (see __init__.pyi; python/tests/test_stubs.py keeps them in step).
+from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple, Union
+
+__all__: List[str]
+
+STATUS: Dict[str, int]
+
+class AdaptiveResult(NamedTuple):
+    state: Any
+    saved: Any
+    accepted: Any
+    rejected: Any
+    status: Any
+
+def lorenz_ensemble(
+    state: Any,
+    *,
+    steps: int,
+    dt: float,
+    t0: float = 0.0,
+    save_every: int = 0,
+    sigma: float = 10.0,
+    beta: float = ...,
+    rho: Union[float, Tuple[float, float]] = (20.0, 30.0),
+    stream: Any = None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[Dict[str, Any]] = None,
+    return_report: bool = False,
+) -> Any:
+    """(state, saved): device arrays advance in place (asynchronously, on stream); NumPy in -> new
+    NumPy arrays. With return_report=True: ((state, saved), Report)."""
+
+def mean_field(
+    F: Any,
+    G: Any,
+    *,
+    steps: int,
+    dt: float,
+    t0: float = 0.0,
+    delta0: complex = 1.0,
+    coupling: Union[Literal["sum", "mean"], float, None] = None,
+    stream: Any = None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[Dict[str, Any]] = None,
+    return_report: bool = False,
+) -> Any:
+    """(F, G, delta); coupling is required (None: DeprecationWarning, "mean", for the 0.1 series).
+    With return_report=True: ((F, G, delta), Report)."""
+
+def lorenz_dopri5(
+    state: Any,
+    *,
+    t1: float,
+    t0: float = 0.0,
+    rtol: float = 1e-6,
+    atol: float = 1e-6,
+    save_times: Optional[Sequence[float]] = None,
+    h0: float = 0.0,
+    h_min: float = 0.0,
+    h_max: float = 0.0,
+    max_steps: int = 100000,
+    fixed_dt: float = 0.0,
+    safety: float = 0.9,
+    fac_min: float = 0.2,
+    fac_max: float = 10.0,
+    pi_beta: float = 0.04,
+    sigma: float = 10.0,
+    beta: float = ...,
+    rho: Union[float, Sequence[float]] = (20.0, 30.0),
+    stream: Any = None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[Dict[str, Any]] = None,
+    return_report: bool = False,
+) -> Any:
+    """AdaptiveResult(state, saved, accepted, rejected, status): device arrays advance in place
+    (asynchronously, on stream); NumPy in -> new NumPy arrays. With return_report=True:
+    (AdaptiveResult, Report)."""

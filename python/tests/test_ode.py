@@ -1,0 +1,145 @@
+"""spillway.ode: the adaptive Dormand-Prince Lorenz ensemble (host implementation where no GPU is
+usable, the GPU otherwise) against a float64 NumPy reference, its statuses and step counts, its
+bad inputs, and device arrays advanced in place (GPU only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+
+import spillway
+from conftest import need
+from test_host import lorenz_reference
+
+SO = spillway.ode
+
+
+def dopri5(*args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        return SO.lorenz_dopri5(*args, **kw)
+
+
+def start(n, dtype):
+    """The ensemble benchmark's start: u0 = (1, 0, 0) for every system."""
+    s0 = np.zeros((3, n), dtype)
+    s0[0] = 1.0
+    return s0
+
+
+def mixed_error(got, want, tol):
+    """Per system: RMS over components of (got - want) / (tol + tol max(|got|, |want|))."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    q = (g - w) / (tol + tol * np.maximum(np.abs(g), np.abs(w)))
+    return np.sqrt(np.mean(q * q, axis=0))
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-8), (np.float32, 1e-6)])
+def test_end_and_saved_states_within_ten_tolerances(dtype, tol):
+    # The DiffEqGPU problem at 64 systems: rho over [0, 21], t in [0, 1]. Reference: RK4 at
+    # dt = 1e-4 in float64 (error ~1e-12 relative here, far below the tolerances).
+    n = 64
+    s0 = start(n, dtype)
+    times = [0.25, 0.5, 0.7, 1.0]
+    r = dopri5(s0, t1=1.0, rtol=tol, atol=tol, save_times=times, rho=(0.0, 21.0))
+    assert isinstance(r, SO.AdaptiveResult)
+    assert r.state.dtype == dtype and r.state.shape == (3, n) and not np.shares_memory(r.state, s0)
+    assert r.saved.shape == (len(times), 3, n) and r.saved.dtype == dtype
+    assert r.accepted.dtype == np.uint32 and r.rejected.dtype == np.uint32 and r.status.dtype == np.uint8
+    assert (r.status == SO.STATUS["success"]).all()
+    assert (r.accepted > 10).all() and (r.accepted < 1000).all()
+    want = lorenz_reference(s0, 0.0, 21.0, 10_000, 1e-4)
+    err = mixed_error(r.state, want, tol)
+    assert err.max() < 10.0, f"end states: worst {err.max():.2f} tolerances"
+    for k, t in enumerate(times):
+        ref_t = lorenz_reference(s0, 0.0, 21.0, int(round(t / 1e-4)), 1e-4)
+        e = mixed_error(r.saved[k], ref_t, tol)
+        assert e.max() < 10.0, f"saved state at t = {t}: worst {e.max():.2f} tolerances"
+    np.testing.assert_array_equal(r.saved[-1], r.state)  # the last save time is t1: the state itself
+
+
+def test_statuses_fixed_steps_and_direction():
+    s0 = start(8, np.float64)
+    # Out of steps: each system stops after max_steps attempted steps with that status.
+    r = dopri5(s0, t1=1.0, rtol=1e-10, atol=1e-10, max_steps=5, rho=(0.0, 21.0))
+    assert (r.status == SO.STATUS["max_steps"]).all()
+    assert ((r.accepted + r.rejected) == 5).all()
+    # Fixed steps: the tableau at dt = 0.01, no error control.
+    f = dopri5(s0, t1=1.0, fixed_dt=0.01, rho=(0.0, 21.0))
+    assert (f.accepted == 100).all() and (f.rejected == 0).all() and (f.status == 0).all()
+    a = dopri5(s0, t1=1.0, rtol=1e-10, atol=1e-10, rho=(0.0, 21.0))
+    assert mixed_error(f.state, a.state, 1e-6).max() < 10.0
+    # Backwards: t from 0 to -0.1 against the reference's negative steps (the flow expands volume
+    # backwards by e^(13.7 t), so the span is short).
+    b = dopri5(s0, t0=0.0, t1=-0.1, rtol=1e-8, atol=1e-8, save_times=[-0.05], rho=(0.0, 21.0))
+    assert (b.status == 0).all() and (b.accepted > 1).all()
+    assert mixed_error(b.state, lorenz_reference(s0, 0.0, 21.0, 1000, -1e-4), 1e-8).max() < 10.0
+    assert mixed_error(b.saved[0], lorenz_reference(s0, 0.0, 21.0, 500, -1e-4), 1e-8).max() < 10.0
+
+
+def test_same_functions_under_ode_and_rk4():
+    assert SO.lorenz_ensemble is spillway.rk4.lorenz_ensemble
+    assert SO.mean_field is spillway.rk4.mean_field
+    assert "ode" in spillway.__all__ and SO.STATUS == {"success": 0, "max_steps": 1, "step_too_small": 2,
+                                                      "not_finite": 3}
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"t1": float("nan")}, ValueError, "t0 and t1 must be finite"),
+    ({"t1": "1"}, TypeError, "t1 must be a real number"),
+    ({"t1": 1.0, "rtol": -1.0}, ValueError, "rtol must be finite and >= 0"),
+    ({"t1": 1.0, "rtol": 0.0, "atol": 0.0}, ValueError, "both 0"),
+    ({"t1": 1.0, "max_steps": 0}, ValueError, "max_steps must be a positive integer"),
+    ({"t1": 1.0, "max_steps": 2.5}, TypeError, "max_steps must be a positive integer"),
+    ({"t1": 1.0, "pi_beta": 0.3}, ValueError, "beta must be in"),
+    ({"t1": 1.0, "safety": 1.5}, ValueError, "safety must be in"),
+    ({"t1": 1.0, "save_times": [0.5, 2.0]}, ValueError, "save time 1 is 2"),
+    ({"t1": 1.0, "save_times": [0.5, 0.25]}, ValueError, "direction of integration"),
+    ({"t1": 1.0, "rho": (1.0, 2.0, 3.0)}, ValueError, "rho must be a number or a"),
+])
+def test_bad_inputs_name_the_value(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        dopri5(start(4, np.float64), **kw)
+
+
+def test_bad_states():
+    with pytest.raises(ValueError, match=r"shape \(3, n\)"):
+        dopri5(np.zeros((2, 5)), t1=1.0)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        dopri5(np.zeros((3, 5), np.int32), t1=1.0)
+
+
+# ---- device arrays (GPU) --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch", "numba"])
+def test_device_arrays_advance_in_place_and_equal_the_numpy_call(gpu, kind):
+    need(importlib.util.find_spec(kind) is not None, f"{kind} is not installed")
+    n, times = 1000, [0.5, 1.0]
+    s0 = start(n, np.float64)
+    want = dopri5(s0, t1=1.0, rtol=1e-8, atol=1e-8, save_times=times, rho=(0.0, 21.0))  # NumPy in: same GPU kernel
+    if kind == "cupy":
+        cp = pytest.importorskip("cupy")
+        x, back = cp.asarray(s0), cp.asnumpy
+    elif kind == "torch":
+        torch = pytest.importorskip("torch")
+        x, back = torch.from_numpy(s0).to("cuda"), lambda t: t.cpu().numpy()
+    else:
+        from numba import cuda
+
+        need(cuda.is_available(), "numba.cuda sees no GPU")
+        x, back = cuda.to_device(s0), lambda a: a.copy_to_host()
+    r = SO.lorenz_dopri5(x, t1=1.0, rtol=1e-8, atol=1e-8, save_times=times, rho=(0.0, 21.0))
+    assert r.state is x
+    if kind == "numba":
+        from numba import cuda
+
+        cuda.synchronize()
+    np.testing.assert_array_equal(back(r.state), want.state)
+    np.testing.assert_array_equal(back(r.saved), want.saved)
+    np.testing.assert_array_equal(back(r.accepted), want.accepted)
+    np.testing.assert_array_equal(back(r.rejected), want.rejected)
+    np.testing.assert_array_equal(back(r.status), want.status)
