@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import spillway
-from conftest import need
+from conftest import need, need_gpus
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -385,3 +385,27 @@ def _has(name):
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_topk_on_two_gpus_equals_one(gpu, rng):
+    # bf16 rows take the fused top-k (Hopper); 20,000 rows make two seed blocks of 8,192+ rows,
+    # one seeded on each GPU. The lists must equal the one-GPU job's (same scores, same tie rule)
+    # and hold the exact top-k on sampled rows.
+    need_gpus(2)
+    a = rows(rng, 20_000, 64, "bfloat16")
+    rep = {}
+    v2, i2 = sim(a, metric="cosine", sink="topk", k=16, devices=[0, 1], report=rep)
+    assert sorted(rep["devices"]) == [0, 1] and min(rep["tasks_per_device"]) > 0
+    v1, i1 = sim(a, metric="cosine", sink="topk", k=16, devices=[0])
+    np.testing.assert_array_equal(i2, i1)
+    np.testing.assert_array_equal(v2, v1)
+    a64 = np.asarray(a).astype(np.float64)
+    nrm = np.sqrt((a64 * a64).sum(1))
+    e = 4.0 * (64 + 8) * 2.0**-24
+    for r in rng.choice(len(a), 8, replace=False):
+        sc = a64 @ a64[r] / (nrm * nrm[r])
+        sc[r] = -np.inf
+        kth = np.sort(sc)[-16]
+        assert np.all(np.abs(v2[r] - sc[i2[r]]) <= e), f"row {r}: listed values"
+        assert np.all(sc[i2[r]] >= kth - 2 * e), f"row {r}: a listed column is not in the top 16"
+
