@@ -25,6 +25,9 @@
 #                                              of 3 after a warm-up; rows page-locked, pageable, staged; on
 #                                              GPUs 0,1 too where two are visible) against the PyTorch
 #                                              blocked baseline on the same rows
+#   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
+#                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
+#                                              under jax.vmap, same problem) in one call
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
 #                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
@@ -371,6 +374,21 @@ run_knn() {
   (($(grep -c 'all correct' "$log") == ${#runs[@]})) || { status=1; summary+=("knn: a run's sampled rows were wrong or unchecked (see $log)"); }
 }
 
+run_ode_baseline() {
+  local log="$RESULTS/ode_baseline.log"
+  if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway_ode_bench" \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$log" 2>&1; then
+    status=1
+  fi
+  while read -r line; do summary+=("$(echo "$line" | cut -c1-120)"); done < <(grep -E '_median' "$log")
+  if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" python3 \
+    benchmarks/ode_diffrax_baseline.py --reps 2 >>"$log" 2>&1; then
+    status=1
+    summary+=("ode-baseline: the diffrax baseline failed (needs python3 with jax and diffrax): $(tail -1 "$log")")
+  fi
+  while read -r line; do summary+=("$(echo "$line" | cut -c1-120)"); done < <(grep -E '^(adaptive|fixed)' "$log")
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -398,13 +416,14 @@ case $mode in
   python-bench) run_python bench ;;
   python-wheel) run_python_wheel ;;
   knn) run_knn ;;
+  ode-baseline) run_ode_baseline ;;
   all)
     run_tests
     run_sanitizer
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|ode-baseline|all [...]" >&2
     exit 2
     ;;
 esac
