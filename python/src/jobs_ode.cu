@@ -1,6 +1,7 @@
 // python/src/jobs_ode.cu — the ODE entry points of the Python binding: the Lorenz ensemble by RK4
 // and by adaptive Dormand–Prince 5(4) (float32 and float64) and the mean-field coupled system
-// (complex64), on the device or with the host implementation. Its own translation unit, so it compiles beside jobs.cu.
+// (complex64), on the device or with the host implementation. Its own translation unit, so it
+// compiles beside jobs.cu.
 #include "jobs.hpp"
 
 #include <spillway/core/device.hpp>
