@@ -11,7 +11,9 @@
 #                                              $OUT (or gpubin/results), a short table last
 #   scripts/gpu-check.sh python                 (GPU machine) build the Python package (python/) for sm_90a
 #                                              with that machine's python3 into /tmp/spillway-site, then
-#                                              pytest python/tests with SPILLWAY_REQUIRE_GPU=1 (a skip fails)
+#                                              pytest python/tests with SPILLWAY_REQUIRE_GPU=1 (a skip fails);
+#                                              PY_WHEEL=path.whl installs a wheel carried there instead of
+#                                              building (~3 min of device time saved)
 #   scripts/gpu-check.sh python-bench           (GPU machine) the same build, then python/benchmarks/
 #                                              gram_topk_bench.py: Python vs C++ vs torch._int_mm top-32
 #                                              (PY_BENCH=matmul_bench.py: spillway.matmul vs the PyTorch route)
@@ -216,14 +218,27 @@ run_python() {
   SPILLWAY_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
   export SPILLWAY_REQUIRE_GPUS
   local t0=$SECONDS
-  if ! "$py" -m pip install -q --no-build-isolation --no-deps --no-compile --upgrade --target "$site" \
+  if [[ -n ${PY_WHEEL:-} ]]; then
+    # A wheel built elsewhere for this machine's Python (scripts/python-package.sh build with
+    # PYTHON=python3.12 CUDAARCHS=90a), carried here: installed as is, no build on this machine.
+    # shellcheck disable=SC2086  # PY_WHEEL may be a glob
+    if ! "$py" -m pip install -q --no-deps --no-index --no-compile --upgrade --target "$site" $PY_WHEEL \
+      >"$RESULTS/python_build.log" 2>&1; then
+      status=1
+      tail -30 "$RESULTS/python_build.log"
+      summary+=("python package: installing $PY_WHEEL FAILED (log: $RESULTS/python_build.log)")
+      return
+    fi
+    summary+=("$(printf '%-34s installed from %s' "python package" "$(basename $PY_WHEEL)")")
+  elif ! "$py" -m pip install -q --no-build-isolation --no-deps --no-compile --upgrade --target "$site" \
     --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a ./python >"$RESULTS/python_build.log" 2>&1; then
     status=1
     tail -30 "$RESULTS/python_build.log"
     summary+=("python package: build FAILED (log: $RESULTS/python_build.log)")
     return
+  else
+    summary+=("$(printf '%-34s built for sm_90a in %ss' "python package" "$((SECONDS - t0))")")
   fi
-  summary+=("$(printf '%-34s built for sm_90a in %ss' "python package" "$((SECONDS - t0))")")
   if [[ $what == bench ]]; then
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-400}" "$py" \
       "python/benchmarks/${PY_BENCH:-gram_topk_bench.py}" ${PY_BENCH_ARGS:-} --json "$RESULTS/python_bench.json" 2>&1 | tee "$RESULTS/python_bench.txt"
