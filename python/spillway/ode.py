@@ -28,9 +28,8 @@ import numpy as np
 
 from . import _arrays, _core
 from ._checks import integer, real
-from ._errors import DTypeError
 from ._report import deliver, one_launch
-from .rk4 import _device, _on_host, lorenz_ensemble, mean_field
+from .rk4 import _lorenz_state, _on_host, lorenz_ensemble, mean_field
 
 __all__ = ["lorenz_ensemble", "mean_field", "lorenz_dopri5", "AdaptiveResult", "STATUS"]
 
@@ -116,21 +115,7 @@ def lorenz_dopri5(
         if len(rho) != 2:
             raise ValueError(f"{who}: rho must be a number or a (low, high) pair, got {rho!r}")
         rho_lo, rho_hi = real(who, "rho[0]", rho[0], compat=False), real(who, "rho[1]", rho[1], compat=False)
-    on_device = _arrays.is_device_array(state)
-    if on_device:
-        sh = tuple(_arrays.device_array(state, stream).shape)
-        if len(sh) != 2 or sh[0] != 3:
-            raise ValueError(f"{who}: state must have shape (3, n), got {sh}")
-        d = _device(state, stream, who, sh, ("float32", "float64"))
-        dtype = np.dtype(d.dtype)
-    else:
-        a = np.asarray(state)
-        if a.ndim != 2 or a.shape[0] != 3:
-            raise ValueError(f"{who}: state must have shape (3, n), got {a.shape}")
-        if a.dtype not in (np.float32, np.float64):
-            raise DTypeError(f"{who}: state must be float32 or float64, got {a.dtype}")
-        dtype = a.dtype
-    n = (sh if on_device else a.shape)[1]
+    d, a, dtype, n = _lorenz_state(state, stream, who)
     times = None
     if save_times is not None:
         if _arrays.is_device_array(save_times):
@@ -141,7 +126,7 @@ def lorenz_dopri5(
     m = 0 if times is None else times.size
     tp = 0 if times is None else times.ctypes.data
     dbl = dtype == np.float64
-    if on_device:
+    if d is not None:
         saved, sp = _arrays.empty_like_framework(d, (m, 3, n), d.dtype) if m else (None, 0)
         acc, ap = _arrays.empty_like_framework(d, (n,), "uint32")
         rej, rp = _arrays.empty_like_framework(d, (n,), "uint32")

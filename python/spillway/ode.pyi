@@ -1,5 +1,7 @@
 # Type stubs for spillway.ode (see __init__.pyi; python/tests/test_stubs.py keeps them in step).
-from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
+
+from .rk4 import lorenz_ensemble as lorenz_ensemble, mean_field as mean_field
 
 __all__: List[str]
 
@@ -11,41 +13,6 @@ class AdaptiveResult(NamedTuple):
     accepted: Any
     rejected: Any
     status: Any
-
-def lorenz_ensemble(
-    state: Any,
-    *,
-    steps: int,
-    dt: float,
-    t0: float = 0.0,
-    save_every: int = 0,
-    sigma: float = 10.0,
-    beta: float = ...,
-    rho: Union[float, Tuple[float, float]] = (20.0, 30.0),
-    stream: Any = None,
-    host_fallback: Optional[bool] = None,
-    report: Optional[Dict[str, Any]] = None,
-    return_report: bool = False,
-) -> Any:
-    """(state, saved): device arrays advance in place (asynchronously, on stream); NumPy in -> new
-    NumPy arrays. With return_report=True: ((state, saved), Report)."""
-
-def mean_field(
-    F: Any,
-    G: Any,
-    *,
-    steps: int,
-    dt: float,
-    t0: float = 0.0,
-    delta0: complex = 1.0,
-    coupling: Union[Literal["sum", "mean"], float, None] = None,
-    stream: Any = None,
-    host_fallback: Optional[bool] = None,
-    report: Optional[Dict[str, Any]] = None,
-    return_report: bool = False,
-) -> Any:
-    """(F, G, delta); coupling is required (None: DeprecationWarning, "mean", for the 0.1 series).
-    With return_report=True: ((F, G, delta), Report)."""
 
 def lorenz_dopri5(
     state: Any,

@@ -68,6 +68,23 @@ def _device(x, stream, who, shape, dtypes):
     return d
 
 
+def _lorenz_state(state, stream, who):
+    """A Lorenz ensemble's state, checked: (3, n) float32 or float64. Returns (device array or
+    None, host array or None, dtype, n); a device array is checked writable and C-contiguous."""
+    if _arrays.is_device_array(state):
+        sh = tuple(_arrays.device_array(state, stream).shape)
+        if len(sh) != 2 or sh[0] != 3:
+            raise ValueError(f"{who}: state must have shape (3, n), got {sh}")
+        d = _device(state, stream, who, sh, ("float32", "float64"))
+        return d, None, np.dtype(d.dtype), sh[1]
+    a = np.asarray(state)
+    if a.ndim != 2 or a.shape[0] != 3:
+        raise ValueError(f"{who}: state must have shape (3, n), got {a.shape}")
+    if a.dtype not in (np.float32, np.float64):
+        raise DTypeError(f"{who}: state must be float32 or float64, got {a.dtype}")
+    return None, a, a.dtype, a.shape[1]
+
+
 def lorenz_ensemble(
     state,
     *,
@@ -101,25 +118,15 @@ def lorenz_ensemble(
         raise ValueError(f"lorenz_ensemble: save_every must be a non-negative integer, got {save_every!r}")
     rho_lo, rho_hi = (float(rho), float(rho)) if np.isscalar(rho) else (float(rho[0]), float(rho[1]))
     saves = steps // save_every if save_every else 0
-    if _arrays.is_device_array(state):
-        sh = tuple(_arrays.device_array(state, stream).shape)
-        if len(sh) != 2 or sh[0] != 3:
-            raise ValueError(f"lorenz_ensemble: state must have shape (3, n), got {sh}")
-        d = _device(state, stream, "lorenz_ensemble", sh, ("float32", "float64"))
-        n = sh[1]
+    d, a, _, n = _lorenz_state(state, stream, "lorenz_ensemble")
+    if d is not None:
         saved, sp = (None, 0)
         if saves:
             saved, sp = _arrays.empty_like_framework(d, (saves, 3, n), d.dtype)
         _core._lorenz(n, t0, dt, steps, save_every if saves else 0, sigma, beta, rho_lo, rho_hi, d.dtype == "float64",
                       d.ptr, sp, True, False, d.device, d.stream)
         return deliver((state, saved), one_launch(start, d.device), report, return_report)
-    a = np.asarray(state)
-    if a.ndim != 2 or a.shape[0] != 3:
-        raise ValueError(f"lorenz_ensemble: state must have shape (3, n), got {a.shape}")
-    if a.dtype not in (np.float32, np.float64):
-        raise DTypeError(f"lorenz_ensemble: state must be float32 or float64, got {a.dtype}")
     y = np.array(a, dtype=a.dtype, order="C", copy=True)
-    n = y.shape[1]
     saved = np.empty((saves, 3, n), dtype=y.dtype) if saves else None
     on_host = _on_host(host_fallback, "spillway.rk4.lorenz_ensemble")
     _core._lorenz(n, t0, dt, steps, save_every if saves else 0, sigma, beta, rho_lo, rho_hi, y.dtype == np.float64,

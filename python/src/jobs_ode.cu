@@ -22,8 +22,9 @@ using cf = cuda::std::complex<float>;
 
 cudaStream_t as_stream(std::uintptr_t h) { return h == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(h); }
 
-template <class Real>
-so::systems::lorenz_family<Real> family_of(const lorenz_request& r) {
+/// The Lorenz family of a request (lorenz_request, dopri5_request: n, sigma, beta, rho_lo, rho_hi).
+template <class Real, class Request>
+so::systems::lorenz_family<Real> family_of(const Request& r) {
   so::systems::lorenz_family<Real> f;
   f.count = r.n;
   f.sigma = static_cast<Real>(r.sigma);
@@ -64,17 +65,6 @@ void lorenz_host_typed(const lorenz_request& r, Real* state, Real* saved, bool o
   if (nsaved > 0)
     SPILLWAY_CUDA_TRY(cudaMemcpyAsync(saved, ds.data(), nsaved * sizeof(Real), cudaMemcpyDeviceToHost, s.value()));
   s.synchronize();
-}
-
-template <class Real>
-so::systems::lorenz_family<Real> family_of(const dopri5_request& r) {
-  so::systems::lorenz_family<Real> f;
-  f.count = r.n;
-  f.sigma = static_cast<Real>(r.sigma);
-  f.beta = static_cast<Real>(r.beta);
-  f.rho_lo = static_cast<Real>(r.rho_lo);
-  f.rho_hi = static_cast<Real>(r.rho_hi);
-  return f;
 }
 
 so::adaptive_options options_of(const dopri5_request& r) {
