@@ -317,32 +317,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   void start(Job& job) {
     const std::int64_t n = job.prod.rows(false);
     const int k = tk_.k;
-    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) {
-      // Every row on every worker before its first strip (one worker seeded, so holds, them all):
-      // the others' blocks from their holders (panel_share: over NVLink where the pools reach each
-      // other, else from the host).
-      device_guard g(job.ctx[w]->device);
-      fused_topk_device_state& D = *dev_[w];
-      D.bytes_in += pairwise::detail::ensure_panels(job, w, 0, job.plan.b_panels, D.us.view());
-      event arrived;
-      arrived.record(D.us.view());
-      D.cs.view().wait(arrived);
-    }
-    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) {
-      device_guard g(job.ctx[w]->device);
-      const stream_view cs = dev_[w]->cs.view();
-      for (std::size_t v = 0; v < dev_.size(); ++v) {
-        if (v == w || static_cast<std::int64_t>(v) >= L_.blocks) continue;
-        cs.wait(dev_[v]->seeded);
-        for (auto b = static_cast<std::int64_t>(v); b < L_.blocks;
-             b += static_cast<std::int64_t>(dev_.size())) {
-          const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
-          SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(
-              dev_[w]->bars.data() + b0, job.ctx[w]->device, dev_[v]->bars.data() + b0, job.ctx[v]->device,
-              static_cast<std::size_t>(b1 - b0) * sizeof(topk_bar), cs.value()));
-        }
-      }
-    }
+    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) take_others_blocks(job, w);
     host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
     if (!check_finite_) return;
     // Each worker scanned the rows of its seed blocks: the first bad row of all.
@@ -431,6 +406,32 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   std::size_t workers_ = 1;
   std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
   std::future<pairwise::topk_result<float>> host_;
+
+  /// Worker w (of several) before its first strip: every row (one worker seeded, so holds, them
+  /// all) — the other workers' blocks from their holders (panel_share: over NVLink where the pools
+  /// reach each other, else from the host) — then those blocks' bars once their seeds are done.
+  template <class Job>
+  void take_others_blocks(Job& job, std::size_t w) {
+    const std::int64_t n = job.prod.rows(false);
+    device_guard g(job.ctx[w]->device);
+    fused_topk_device_state& D = *dev_[w];
+    const stream_view cs = D.cs.view();
+    D.bytes_in += pairwise::detail::ensure_panels(job, w, 0, job.plan.b_panels, D.us.view());
+    event arrived;
+    arrived.record(D.us.view());
+    cs.wait(arrived);
+    const auto nw = static_cast<std::int64_t>(dev_.size());
+    for (std::size_t v = 0; v < dev_.size(); ++v) {
+      if (v == w || static_cast<std::int64_t>(v) >= L_.blocks) continue;
+      cs.wait(dev_[v]->seeded);
+      for (auto b = static_cast<std::int64_t>(v); b < L_.blocks; b += nw) {
+        const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
+        SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(
+            D.bars.data() + b0, job.ctx[w]->device, dev_[v]->bars.data() + b0, job.ctx[v]->device,
+            static_cast<std::size_t>(b1 - b0) * sizeof(topk_bar), cs.value()));
+      }
+    }
+  }
 
   /// Counters zeroed, the lists empty, the bad-row flag at "none".
   template <class Job>
