@@ -11,6 +11,8 @@
 //                8-byte device-to-host copy of delta per step.
 //   baseline_a   the user's first route: the same two kernels, then F and G copied to pageable host
 //                memory, delta summed on the host and passed back to the next step's kernels.
+//   adaptive     spillway::ode::dopri5_integrate_coupled_async at rtol = atol = 1e-6 over t in [0, T]:
+//                time per accepted step (the whole integration over the accepted steps).
 // Ensemble: 10^6 Lorenz systems x 1000 steps (dt = 0.001, rho over [20, 30], saving every 100) in
 // system-steps/s, against a per-step launch with the state in global memory.
 #include <spillway/core.hpp>
@@ -184,6 +186,47 @@ void BM_coupled_fused(benchmark::State& state) {
   state.counters["graph_steps"] = static_cast<double>(opt.graph_steps);
 }
 
+// The same system, adaptive (dopri5_integrate_coupled_async, rtol = atol = 1e-6, t in [0, T] with
+// T = range(1), delta0 = 1): iteration time = the whole integration (start-step estimate, attempts under the
+// graph's while node, the last copy) divided by the accepted steps; each iteration starts from the
+// same initial fields (copied outside the timed region).
+void BM_coupled_adaptive(benchmark::State& state) {
+  const std::size_t side = static_cast<std::size_t>(state.range(0));
+  const auto t1 = static_cast<double>(state.range(1));
+  spillway::stream s;
+  const fields& f0 = initial(side);
+  device_fields start(f0, s), d(f0, s);
+  const std::uint64_t n = side * side;
+  const so::systems::mean_field_coupling<float> coupling{1.0 / static_cast<double>(n)};
+  so::adaptive_options o;
+  o.rtol = o.atol = 1e-6;
+  spillway::device_buffer<so::coupled_stats> st(1, s);
+  so::coupled_stats last{};
+  auto run = [&] {
+    so::dopri5_integrate_coupled_async(so::systems::mean_field_rhs{}, coupling, cf(1, 0), 0.0, t1, o,
+                                       so::make_state_view(n, d.F.data(), d.G.data()), {}, st.data(), s);
+  };
+  auto reset = [&] {
+    spillway::copy_async(d.F.data(), static_cast<const cf*>(start.F.data()), n, s);
+    spillway::copy_async(d.G.data(), static_cast<const cf*>(start.G.data()), n, s);
+  };
+  reset();
+  run();
+  s.synchronize();
+  for (auto _ : state) {
+    reset();
+    spillway::event_timer t(s);
+    run();
+    const float ms = t.stop();
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(&last, st.data(), sizeof last, cudaMemcpyDeviceToHost, s.value()));
+    s.synchronize();
+    state.SetIterationTime(static_cast<double>(ms) * 1e-3 / static_cast<double>(last.accepted));
+  }
+  set_step_counters(state, n);
+  state.counters["accepted"] = static_cast<double>(last.accepted);
+  state.counters["rejected"] = static_cast<double>(last.rejected);
+}
+
 void BM_coupled_baseline_b(benchmark::State& state) {
   const std::size_t side = static_cast<std::size_t>(state.range(0));
   const std::uint64_t per = side >= 4096 ? 20 : 200;
@@ -348,6 +391,13 @@ bool cross_check() {
 // Coupled benchmarks: iteration time is the per-step time of a block of steps, so the iteration
 // count is fixed (a minimum time would multiply the blocks).
 BENCHMARK(BM_coupled_fused)->Args({512, 32})->Args({512, 0})->Args({4096, 32})->Args({4096, 0})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_coupled_adaptive)
+    ->Args({512, 10})
+    ->Args({4096, 1})
+    ->Args({4096, 10})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(10);
 BENCHMARK(BM_copy_floor)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_coupled_baseline_b)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_coupled_baseline_a)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);

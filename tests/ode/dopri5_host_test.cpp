@@ -197,6 +197,21 @@ TEST(Dopri5Host, ToleranceBelowEpsilonIsRaised) {
   EXPECT_LT(r.accepted, 5000u);
 }
 
+TEST(Dopri5Host, HMaxBoundsEveryStep) {
+  // Loose tolerances would allow a few large steps; h_max = 0.01 holds every step to it.
+  adaptive_options o;
+  o.rtol = o.atol = 1e-3;
+  arr1<double> y{1.0};
+  const auto free = dopri5_integrate<double, 1>(cosine_growth1{}, 0.0, 1.0, y, o);
+  EXPECT_LT(free.accepted, 20u);
+  o.h_max = 0.01;
+  y = {1.0};
+  const auto bounded = dopri5_integrate<double, 1>(cosine_growth1{}, 0.0, 1.0, y, o);
+  ASSERT_EQ(bounded.status, solve_status::success);
+  EXPECT_GE(bounded.accepted, 100u);
+  EXPECT_LE(bounded.accepted, 101u);
+}
+
 TEST(Dopri5Host, EnsembleEqualsSystemBySystem) {
   const systems::lorenz_family<double> fam{200, 10.0, 8.0 / 3.0, 0.0, 21.0};
   const std::uint64_t n = fam.count;

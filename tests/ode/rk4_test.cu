@@ -4,6 +4,7 @@
 // the device, a state past 2^31 elements, and bad arguments.
 #include <spillway/core.hpp>
 #include <spillway/ode.cuh>
+#include <support/device_vectors.hpp>
 #include <support/gpu_test.hpp>
 
 #include <gtest/gtest.h>
@@ -23,20 +24,8 @@ using cd = cuda::std::complex<double>;
 
 namespace {
 
-template <class T>
-spillway::device_buffer<T> upload(const std::vector<T>& h, spillway::stream_view s) {
-  spillway::device_buffer<T> d(h.size(), s);
-  d.copy_from_host_async(cuda::std::span<const T>(h.data(), h.size()), s);
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const spillway::device_buffer<T>& d, spillway::stream_view s) {
-  std::vector<T> h(d.size());
-  d.copy_to_host_async(cuda::std::span<T>(h.data(), h.size()), s);
-  s.synchronize();
-  return h;
-}
+using spillway::test::download;
+using spillway::test::upload;
 
 double mag(float v) { return std::abs(static_cast<double>(v)); }
 double mag(double v) { return std::abs(v); }

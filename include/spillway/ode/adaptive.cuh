@@ -21,14 +21,15 @@ namespace spillway::ode {
 
 namespace detail {
 
-template <int Block, class Family, class Real, std::size_t D>
+template <int Block, class Family, class Real, std::size_t D, bool Bounded>
 __global__ void __launch_bounds__(Block)
     dopri5_ensemble_kernel(Family family, Real t0, Real t1, adaptive_options o, Real* state,
                            const Real* save_times, std::uint64_t m, Real* saved, std::uint32_t* accepted,
                            std::uint32_t* rejected, std::uint8_t* status, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * Block;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * Block + threadIdx.x; i < n; i += stride) {
-    dopri5_system<Real, D>(family, i, n, t0, t1, o, state, save_times, m, saved, accepted, rejected, status);
+    dopri5_system<Real, D, Bounded>(family, i, n, t0, t1, o, state, save_times, m, saved, accepted, rejected,
+                                    status);
   }
 }
 
@@ -67,7 +68,11 @@ void dopri5_ensemble_async(const Family& family, Real t0, Real t1, const adaptiv
   constexpr int block = 128;
   // One thread per system (grid-stride past 2^30 blocks).
   const unsigned blocks = grid_blocks(static_cast<index_t>(n), block, index_t{1} << 30);
-  detail::dopri5_ensemble_kernel<block, Family, Real, D><<<blocks, block, 0, s.value()>>>(
+  // Two instantiations: the loop that holds steps to h_max only where h_max binds (dopri5.hpp).
+  const auto kernel = detail::steps_bounded(o, static_cast<double>(t0), static_cast<double>(t1))
+                          ? &detail::dopri5_ensemble_kernel<block, Family, Real, D, true>
+                          : &detail::dopri5_ensemble_kernel<block, Family, Real, D, false>;
+  kernel<<<blocks, block, 0, s.value()>>>(
       family, t0, t1, o, state.data(), m > 0 ? out.save_times.data() : nullptr, m,
       out.saved.empty() ? nullptr : out.saved.data(), out.accepted.empty() ? nullptr : out.accepted.data(),
       out.rejected.empty() ? nullptr : out.rejected.data(), out.status.empty() ? nullptr : out.status.data(),

@@ -55,4 +55,20 @@ struct coupling_reduces<C, cuda::std::void_t<decltype(C::reduces)>>
 template <class C>
 inline constexpr bool coupling_reduces_v = detail::coupling_reduces<C>::value;
 
+namespace detail {
+/// What a coupling's contributions are summed in (a placeholder for couplings that reduce nothing).
+template <class C, bool = coupling_reduces_v<C>>
+struct accum_of {
+  using type = typename C::accum_type;
+};
+template <class C>
+struct accum_of<C, false> {
+  using type = unsigned int;  // unused
+};
+}  // namespace detail
+
+/// The type a coupling's contributions are summed in.
+template <class C>
+using accum_of_t = typename detail::accum_of<C>::type;
+
 }  // namespace spillway::ode

@@ -365,24 +365,29 @@ SPILLWAY_HD trajectory_stats dp5_fixed(const F& f, Real t0, Real t1, state_t<Rea
 
 }  // namespace detail
 
-/// Integrates y' = f(t, y) from t0 to t1 (either direction) with the Dormand–Prince 5(4) pair,
-/// `y` holding the initial state and receiving the state reached. f is called as
-/// f(Real t, const cuda::std::array<Real, D>& y, cuda::std::array<Real, D>& dydt). At each of the
-/// `m` save times (in the direction of integration, within [t0, t1]) the dense output is handed to
-/// save(k, y_k). Options are not checked here (the ensemble entry points check them once:
-/// detail::check_adaptive).
-template <class Real, std::size_t D, class F, class Save = detail::no_saves>
-SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda::std::array<Real, D>& y,
-                                              const adaptive_options& o, const Real* save_times = nullptr,
-                                              std::uint64_t m = 0, const Save& save = Save{}) {
-  using st = detail::state_t<Real, D>;
+namespace detail {
+
+/// True when adaptive_options::h_max bounds the steps below the whole span |t1 − t0|.
+inline SPILLWAY_HD bool steps_bounded(const adaptive_options& o, double t0, double t1) {
+  return o.h_max > 0 && o.h_max < cuda::std::fabs(t1 - t0);
+}
+
+/// The adaptive integration of dopri5_integrate. Bounded: every new step is held to h_max (the
+/// ensemble kernel is instantiated for each, so the common unbounded case keeps the loop it had
+/// before the bound: measured 26.9 / 11.1 ms against 27.9 / 11.7 ms with the bound compiled in,
+/// fixed-step float / adaptive double, ode_bench, H200).
+template <bool Bounded, class Real, std::size_t D, class F, class Save>
+SPILLWAY_HD trajectory_stats dopri5_run(const F& f, Real t0, Real t1, cuda::std::array<Real, D>& y,
+                                        const adaptive_options& o, const Real* save_times, std::uint64_t m,
+                                        const Save& save) {
+  using st = state_t<Real, D>;
   constexpr Real eps = cuda::std::numeric_limits<Real>::epsilon();
   trajectory_stats r;
   r.t = static_cast<double>(t0);
   std::uint64_t next = 0;  // the next save time
   while (next < m && save_times[next] == t0) save(next++, y);
   if (t1 == t0) return r;
-  if (o.fixed_dt > 0) return detail::dp5_fixed<Real, D>(f, t0, t1, y, o, save_times, m, next, save);
+  if (o.fixed_dt > 0) return dp5_fixed<Real, D>(f, t0, t1, y, o, save_times, m, next, save);
   const Real dir = t1 > t0 ? Real(1) : Real(-1);
   const Real rtol = cuda::std::fmax(static_cast<Real>(o.rtol), Real(4) * eps);
   const Real atol = static_cast<Real>(o.atol);
@@ -437,6 +442,7 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
                       : fac_max;
       fac = cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
       h *= static_cast<Real>(fac);
+      if constexpr (Bounded) h = dir * cuda::std::fmin(cuda::std::fabs(h), h_max);
       err_prev = cuda::std::fmax(err, 1e-4f);
       rejected_last = false;
     } else {
@@ -449,11 +455,28 @@ SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda
   return r;
 }
 
+}  // namespace detail
+
+/// Integrates y' = f(t, y) from t0 to t1 (either direction) with the Dormand–Prince 5(4) pair,
+/// `y` holding the initial state and receiving the state reached. f is called as
+/// f(Real t, const cuda::std::array<Real, D>& y, cuda::std::array<Real, D>& dydt). At each of the
+/// `m` save times (in the direction of integration, within [t0, t1]) the dense output is handed to
+/// save(k, y_k). Options are not checked here (the ensemble entry points check them once:
+/// detail::check_adaptive).
+template <class Real, std::size_t D, class F, class Save = detail::no_saves>
+SPILLWAY_HD trajectory_stats dopri5_integrate(const F& f, Real t0, Real t1, cuda::std::array<Real, D>& y,
+                                              const adaptive_options& o, const Real* save_times = nullptr,
+                                              std::uint64_t m = 0, const Save& save = Save{}) {
+  if (detail::steps_bounded(o, static_cast<double>(t0), static_cast<double>(t1)))
+    return detail::dopri5_run<true, Real, D>(f, t0, t1, y, o, save_times, m, save);
+  return detail::dopri5_run<false, Real, D>(f, t0, t1, y, o, save_times, m, save);
+}
+
 namespace detail {
 
 /// System i of an ensemble (structure-of-arrays state, component d of system i at [d n + i])
 /// integrated, its saves and counts written: the body of the host loop and of the kernel.
-template <class Real, std::size_t D, class Family>
+template <class Real, std::size_t D, bool Bounded, class Family>
 SPILLWAY_HD void dopri5_system(const Family& family, std::uint64_t i, std::uint64_t n, Real t0, Real t1,
                                const adaptive_options& o, Real* state, const Real* save_times,
                                std::uint64_t m, Real* saved, std::uint32_t* accepted, std::uint32_t* rejected,
@@ -464,8 +487,9 @@ SPILLWAY_HD void dopri5_system(const Family& family, std::uint64_t i, std::uint6
   const auto put = [&](std::uint64_t k, const state_t<Real, D>& v) {
     for (std::size_t d = 0; d < D; ++d) saved[(k * D + d) * n + i] = v[d];
   };
-  const trajectory_stats r = saved != nullptr ? dopri5_integrate<Real, D>(f, t0, t1, y, o, save_times, m, put)
-                                              : dopri5_integrate<Real, D>(f, t0, t1, y, o);
+  const trajectory_stats r = saved != nullptr
+                                 ? dopri5_run<Bounded, Real, D>(f, t0, t1, y, o, save_times, m, put)
+                                 : dopri5_run<Bounded, Real, D>(f, t0, t1, y, o, nullptr, 0, no_saves{});
   for (std::size_t d = 0; d < D; ++d) state[d * n + i] = y[d];
   if (accepted != nullptr) accepted[i] = r.accepted;
   if (rejected != nullptr) rejected[i] = r.rejected;
@@ -490,12 +514,20 @@ void dopri5_ensemble(const Family& family, Real t0, Real t1, const adaptive_opti
   ode::detail::check_save_times(who, static_cast<double>(t0), static_cast<double>(t1), out.save_times.data(),
                                 out.save_times.size());
   const std::uint64_t n = state.size() / D;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    ode::detail::dopri5_system<Real, D>(family, i, n, t0, t1, o, state.data(), out.save_times.data(),
-                                        out.save_times.size(), out.saved.empty() ? nullptr : out.saved.data(),
-                                        out.accepted.empty() ? nullptr : out.accepted.data(),
-                                        out.rejected.empty() ? nullptr : out.rejected.data(),
-                                        out.status.empty() ? nullptr : out.status.data());
+  const auto run = [&](auto bounded) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      ode::detail::dopri5_system<Real, D, decltype(bounded)::value>(
+          family, i, n, t0, t1, o, state.data(), out.save_times.data(), out.save_times.size(),
+          out.saved.empty() ? nullptr : out.saved.data(),
+          out.accepted.empty() ? nullptr : out.accepted.data(),
+          out.rejected.empty() ? nullptr : out.rejected.data(),
+          out.status.empty() ? nullptr : out.status.data());
+    }
+  };
+  if (ode::detail::steps_bounded(o, static_cast<double>(t0), static_cast<double>(t1))) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
 }
 

@@ -59,12 +59,14 @@ struct mean_field_rhs {
   SPILLWAY_HD void operator()(double, const cuda::std::complex<R>& delta, const cuda::std::complex<R>& f,
                                   const cuda::std::complex<R>& g, cuda::std::complex<R>& df,
                                   cuda::std::complex<R>& dg) const {
+    using cuda::std::fma;
     const R dr = delta.real(), di = delta.imag();
     const R fr = f.real(), fi = f.imag();
-    const R wr = R(2) * g.real() - R(1), wi = R(2) * g.imag();
-    // -2i F - i delta w  with  -i (a + ib) = b - ia.
-    df = cuda::std::complex<R>(R(2) * fi + (dr * wi + di * wr), -R(2) * fr - (dr * wr - di * wi));
-    dg = cuda::std::complex<R>(R(2) * (dr * fi - di * fr), R(0));
+    const R wr = fma(R(2), g.real(), R(-1)), wi = R(2) * g.imag();
+    // -2i F - i delta w  with  -i (a + ib) = b - ia; fused multiply-adds written out, so the host
+    // and the device round alike (a difference of products is not contracted).
+    df = cuda::std::complex<R>(fma(R(2), fi, fma(dr, wi, di * wr)), fma(R(-2), fr, fma(di, wi, -(dr * wr))));
+    dg = cuda::std::complex<R>(R(2) * fma(dr, fi, -(di * fr)), R(0));
   }
 };
 

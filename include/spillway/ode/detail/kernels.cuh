@@ -26,17 +26,6 @@ struct control_block {
   unsigned int arrived;     ///< blocks of the current step that have published their partial
 };
 
-template <class C, bool = coupling_reduces_v<C>>
-struct accum_of {
-  using type = typename C::accum_type;
-};
-template <class C>
-struct accum_of<C, false> {
-  using type = unsigned int;  // unused
-};
-template <class C>
-using accum_of_t = typename accum_of<C>::type;
-
 template <class Rhs, class Coupling, class... T>
 struct fused_args {
   using param_type = typename Coupling::param_type;
@@ -112,12 +101,64 @@ __device__ inline A block_sum(A v, A* sh) {
   return sh[0];
 }
 
+/// Visits the `n` elements of the arrays `in` grid-stride: each thread first loads `Items`
+/// elements of every array (streaming loads, all in flight), then calls f(i, values) on each.
+template <int Block, int Items, class... T, class F, cuda::std::size_t... I>
+__device__ inline void sweep(std::uint64_t n, const cuda::std::tuple<const T*...>& in, F&& f,
+                             cuda::std::index_sequence<I...>) {
+  using cuda::std::get;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * Block * Items;
+  for (std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * Block * Items + threadIdx.x; base < n;
+       base += stride) {
+    cuda::std::tuple<T...> v[Items];
+#pragma unroll
+    for (int j = 0; j < Items; ++j) {
+      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * Block;
+      if (i < n) ((get<I>(v[j]) = load_stream(get<I>(in) + i)), ...);
+    }
+#pragma unroll
+    for (int j = 0; j < Items; ++j) {
+      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * Block;
+      if (i < n) f(i, v[j]);
+    }
+  }
+}
+
+/// Counts this block in at `arrived` (its block-summed `v` published in partials[blockIdx.x] when
+/// Reduce). Returns true in the last block to arrive, with the grid's total summed in block order
+/// (deterministic) in `total` (valid in thread 0) and `arrived` reset for the next kernel.
+template <int Block, bool Reduce, class A>
+__device__ inline bool last_block_total(const A& v, A* partials, unsigned* arrived, A& total) {
+  __shared__ bool last;
+  // Two buffers: the grid's sum in the last block never writes where the block's own sum was read.
+  __shared__ alignas(A) unsigned char raw[2][Block * sizeof(A)];
+  if constexpr (Reduce) {
+    const A block_total = block_sum<Block>(v, reinterpret_cast<A*>(raw[0]));
+    if (threadIdx.x == 0) partials[blockIdx.x] = block_total;
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();  // publish this block's partial before counting it
+    last = atomicAdd(arrived, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  // The last block: every partial is published. Sum them in block order.
+  __threadfence();
+  if constexpr (Reduce) {
+    A s{};
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += Block) s = s + load_cg(partials + b);
+    total = block_sum<Block>(s, reinterpret_cast<A*>(raw[1]));
+  }
+  if (threadIdx.x == 0) *arrived = 0;
+  return true;
+}
+
 template <int Block, int Items, class Rhs, class Coupling, class... T, cuda::std::size_t... I>
-__device__ inline void fused_step(const fused_args<Rhs, Coupling, T...>& a, cuda::std::index_sequence<I...> seq) {
+__device__ inline void fused_step(const fused_args<Rhs, Coupling, T...>& a,
+                                  cuda::std::index_sequence<I...> seq) {
   using cuda::std::get;
   using P = typename Coupling::param_type;
   using A = accum_of_t<Coupling>;
-  using tuple_t = cuda::std::tuple<T...>;
   constexpr bool reduces = coupling_reduces_v<Coupling>;
 
   const P p = a.ctl->params;
@@ -132,56 +173,23 @@ __device__ inline void fused_step(const fused_args<Rhs, Coupling, T...>& a, cuda
   }
 
   A acc{};
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * Block * Items;
-  for (std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * Block * Items + threadIdx.x; base < a.n;
-       base += stride) {
-    tuple_t v[Items];
-    // All loads first: Items independent elements in flight per thread.
-#pragma unroll
-    for (int j = 0; j < Items; ++j) {
-      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * Block;
-      if (i < a.n) ((get<I>(v[j]) = load_stream(get<I>(a.in) + i)), ...);
-    }
-#pragma unroll
-    for (int j = 0; j < Items; ++j) {
-      const std::uint64_t i = base + static_cast<std::uint64_t>(j) * Block;
-      if (i < a.n) {
-        rk4_tuple_step(a.rhs, t, a.dt, p, v[j], seq);
-        (store_stream(get<I>(a.out) + i, get<I>(v[j])), ...);
-        if (snap) ((get<I>(a.snapshots)[snap_offset + i] = get<I>(v[j])), ...);
-        if constexpr (reduces) acc = acc + a.coupling.contribution(i, get<I>(v[j])...);
-      }
-    }
-  }
-
-  __shared__ bool last;
-  __shared__ alignas(A) unsigned char raw[Block * sizeof(A)];
-  A* sh = reinterpret_cast<A*>(raw);
-  if constexpr (reduces) {
-    const A block_total = block_sum<Block>(acc, sh);
-    if (threadIdx.x == 0) a.partials[blockIdx.x] = block_total;
-  }
+  sweep<Block, Items>(
+      a.n, a.in,
+      [&](std::uint64_t i, cuda::std::tuple<T...>& v) {
+        rk4_tuple_step(a.rhs, t, a.dt, p, v, seq);
+        (store_stream(get<I>(a.out) + i, get<I>(v)), ...);
+        if (snap) ((get<I>(a.snapshots)[snap_offset + i] = get<I>(v)), ...);
+        if constexpr (reduces) acc = acc + a.coupling.contribution(i, get<I>(v)...);
+      },
+      seq);
+  A total{};
+  if (!last_block_total<Block, reduces>(acc, a.partials, &a.ctl->arrived, total)) return;
   if (threadIdx.x == 0) {
-    __threadfence();  // publish this block's partial before counting it
-    last = atomicAdd(&a.ctl->arrived, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  // The last block: every partial is published. Sum them in block order (deterministic).
-  __threadfence();
-  P next = p;
-  if constexpr (reduces) {
-    A s{};
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += Block) s = s + load_cg(a.partials + b);
-    __syncthreads();  // sh is reused
-    const A total = block_sum<Block>(s, sh);
-    if (threadIdx.x == 0) next = a.coupling.update(total, p);
-  }
-  if (threadIdx.x == 0) {
+    P next = p;
+    if constexpr (reduces) next = a.coupling.update(total, p);
     a.ctl->params = next;
     if (a.trajectory != nullptr && step + 1 < a.trajectory_size) a.trajectory[step + 1] = next;
     a.ctl->step = step + 1;
-    a.ctl->arrived = 0;
   }
 }
 
