@@ -17,7 +17,8 @@ The Python binding of the header-only CUDA C++ library. What it offers today:
   float16, int8), streamed through one or several GPUs under a budget (spillway's out-of-core GEMM);
   ``spillway.pinned_empty(shape, dtype)`` for page-locked arrays its copies read at the full rate.
 - ``spillway.ode`` -- ODE ensembles with the state on the device: ``lorenz_ensemble`` and
-  ``mean_field`` (RK4; also as ``spillway.rk4``), ``lorenz_dopri5`` (adaptive Dormand--Prince 5(4)).
+  ``mean_field`` (RK4; also as ``spillway.rk4``), ``lorenz_dopri5`` and ``mean_field_dopri5``
+  (adaptive Dormand--Prince 5(4)).
 - ``spillway.gpu_available()`` / ``spillway.no_gpu_reason()``: on a machine with no GPU the host
   implementations run instead, and spillway says so once (``spillway.HostFallbackWarning``).
 - ``spillway.show_config()``: the version, the CUDA architectures compiled into this build, the

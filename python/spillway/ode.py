@@ -11,6 +11,10 @@ Adaptive steps:
   control (mixed absolute / relative tolerances, a PI controller, step bounds, a cap on attempted
   steps with a per-system status) and dense output at requested times; float32 or float64. The
   C++ ``spillway::ode::dopri5_ensemble`` (docs/ode.md, "Adaptive Dormand--Prince 5(4)").
+- :func:`mean_field_dopri5` -- the mean-field coupled system by Dormand--Prince 5(4), one step
+  size for the whole state, accepted or rejected on the device with no host round trip between
+  t0 and t1; delta and the time after every accepted step come back. The C++
+  ``spillway::ode::dopri5_integrate_coupled`` (docs/ode.md, "Adaptive coupled systems").
 
 Device arrays (CuPy, PyTorch, Numba) are advanced in place on ``stream`` (default: the
 framework's current stream) without waiting (with ``save_times`` the call waits for the stream
@@ -29,9 +33,25 @@ import numpy as np
 from . import _arrays, _core
 from ._checks import integer, real
 from ._report import deliver, one_launch
-from .rk4 import _lorenz_state, _on_host, lorenz_ensemble, mean_field
+from .rk4 import (
+    _lorenz_state,
+    _mean_field_delta0,
+    _mean_field_fields,
+    _mean_field_scale,
+    _on_host,
+    lorenz_ensemble,
+    mean_field,
+)
 
-__all__ = ["lorenz_ensemble", "mean_field", "lorenz_dopri5", "AdaptiveResult", "STATUS"]
+__all__ = [
+    "lorenz_ensemble",
+    "mean_field",
+    "lorenz_dopri5",
+    "mean_field_dopri5",
+    "AdaptiveResult",
+    "CoupledResult",
+    "STATUS",
+]
 
 #: A system's status code (``AdaptiveResult.status``) by name, as ``spillway::ode::solve_status``.
 STATUS = {"success": 0, "max_steps": 1, "step_too_small": 2, "not_finite": 3}
@@ -45,6 +65,20 @@ class AdaptiveResult(NamedTuple):
     accepted: Any  #: (n,) uint32: accepted steps per system
     rejected: Any  #: (n,) uint32: rejected steps per system
     status: Any  #: (n,) uint8: each system's code of STATUS
+
+
+class CoupledResult(NamedTuple):
+    """What :func:`mean_field_dopri5` returns."""
+
+    F: Any  #: the final F (the same device array, advanced in place; or a new NumPy array)
+    G: Any  #: the final G
+    times: Any  #: (k,) float64: entry 0 is t0, entry j the time after accepted step j
+    delta: Any  #: (k,) complex64: delta at those times (k = min(accepted + 1, max_records))
+    accepted: int  #: accepted steps
+    rejected: int  #: rejected steps
+    status: int  #: the integration's code of STATUS
+    t: float  #: the time reached (t1 on success)
+    h: float  #: the step the controller would take next (signed)
 
 
 def _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta) -> dict:
@@ -145,3 +179,81 @@ def lorenz_dopri5(
                          False, on_host, 0, 0)
     moved = 0 if on_host else 2 * y.nbytes + (saved.nbytes if saved is not None else 0) + acc.nbytes * 2 + st.nbytes
     return deliver(AdaptiveResult(y, saved, acc, rej, st), one_launch(start, 0, on_host, moved), report, return_report)
+
+
+def mean_field_dopri5(
+    F,
+    G,
+    *,
+    t1: float,
+    coupling: Union[str, float],
+    t0: float = 0.0,
+    delta0: complex = 1.0,
+    rtol: float = 1e-6,
+    atol: float = 1e-6,
+    h0: float = 0.0,
+    h_min: float = 0.0,
+    h_max: float = 0.0,
+    max_steps: int = 100_000,
+    safety: float = 0.9,
+    fac_min: float = 0.2,
+    fac_max: float = 10.0,
+    pi_beta: float = 0.04,
+    max_records: int = 100_000,
+    stream=None,
+    host_fallback: Optional[bool] = None,
+    report: Optional[dict] = None,
+    return_report: bool = False,
+):
+    """The mean-field system of :func:`mean_field` (dF/dt = -2i F - i delta (2G - 1), dG/dt =
+    -i (conj(delta) F - delta conj(F)) per element, delta <- scale * sum(F)) integrated from t0 to
+    t1 (either direction) by adaptive Dormand--Prince 5(4): one step size for the whole state, each
+    attempt one fused kernel, accepted or rejected on the device. delta is held over a step and
+    recomputed after every accepted one (as the RK4 call does after every step), so its lag is
+    first order in the step: bound the step with ``h_max`` where delta moves fast.
+
+    ``F``, ``G``: complex64 arrays of n elements. ``coupling`` (required): "sum" (scale 1), "mean"
+    (1/n) or a number. Step control as :func:`lorenz_dopri5` (the error norm runs over every element
+    of F and G, a complex value counting once by its modulus). ``max_records``: how many (t, delta)
+    entries to keep (entry 0 is (t0, delta0)); later ones are dropped, ``accepted`` still counts them.
+
+    Returns :class:`CoupledResult` ``(F, G, times, delta, accepted, rejected, status, t, h)``.
+    Device arrays: advanced in place on ``stream``; the call waits for ``stream`` once at the end
+    (the step counts decide how many records come back); ``times`` and ``delta`` are new device
+    arrays. NumPy arrays: new arrays, the call blocks. An integration that ran out of steps
+    (``max_steps``) or whose step fell below the floor stops there with its status (``STATUS``).
+    """
+    start = time.perf_counter()
+    who = "mean_field_dopri5"
+    t0f, t1f = real(who, "t0", t0, compat=False), real(who, "t1", t1, compat=False)
+    if not (np.isfinite(t0f) and np.isfinite(t1f)):
+        raise ValueError(f"{who}: t0 and t1 must be finite, got t0={t0!r}, t1={t1!r}")
+    opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, 0.0, safety, fac_min, fac_max, pi_beta)
+    cap = integer(who, "max_records", max_records, "a positive integer", compat=False)
+    if cap < 1:
+        raise ValueError(f"{who}: max_records must be a positive integer, got {max_records!r}")
+    if coupling is None:
+        raise TypeError(f"{who}: coupling is required: 'mean', 'sum' or a number")
+    df, dg, f, g, n = _mean_field_fields(who, F, G, stream)
+    scale = _mean_field_scale(who, coupling, n)
+    d0 = _mean_field_delta0(who, delta0)
+    if df is not None:
+        times, tp = _arrays.empty_like_framework(df, (cap,), "float64")
+        delta, dp = _arrays.empty_like_framework(df, (cap,), "complex64")
+        acc, rej, st, tr, hn = _core._mean_field_dopri5(n, t0f, t1f, opt, scale, d0.real, d0.imag, df.ptr, dg.ptr, tp, dp,
+                                                        cap, True, False, df.device, df.stream)
+        k = min(cap, acc + 1)
+        out = CoupledResult(F, G, times[:k], delta[:k], acc, rej, st, tr, hn)
+        return deliver(out, one_launch(start, df.device), report, return_report)
+    fo = np.array(f, order="C", copy=True)
+    go = np.array(g, order="C", copy=True)
+    times = np.empty(cap, np.float64)
+    delta = np.empty(cap, np.complex64)
+    on_host = _on_host(host_fallback, "spillway.ode.mean_field_dopri5")
+    acc, rej, st, tr, hn = _core._mean_field_dopri5(n, t0f, t1f, opt, scale, d0.real, d0.imag, fo.ctypes.data,
+                                                    go.ctypes.data, times.ctypes.data, delta.ctypes.data, cap, False,
+                                                    on_host, 0, 0)
+    k = min(cap, acc + 1)
+    moved = 0 if on_host else 2 * (fo.nbytes + go.nbytes) + k * (times.itemsize + delta.itemsize)
+    out = CoupledResult(fo, go, times[:k].copy(), delta[:k].copy(), acc, rej, st, tr, hn)
+    return deliver(out, one_launch(start, 0, on_host, moved), report, return_report)

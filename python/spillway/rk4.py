@@ -135,6 +135,54 @@ def lorenz_ensemble(
     return deliver((y, saved), one_launch(start, 0, on_host, moved), report, return_report)
 
 
+def _mean_field_fields(who, F, G, stream):
+    """F and G of the mean-field system: both device arrays (complex64, same shape, same GPU) or
+    both host arrays. Returns (df, dg, f, g, n): the device views or the host arrays, and n."""
+    same_place(who, _arrays.is_device_array(F), _arrays.is_device_array(G), ("F", "G"))
+    df = dg = f = g = None
+    if _arrays.is_device_array(F):
+        df = _arrays.device_array(F, stream)
+        n = int(np.prod(df.shape)) if df.shape else 1
+        df = _device(F, stream, who, df.shape, ("complex64",))
+        dg = _device(G, df.stream if stream is None else stream, who, df.shape, ("complex64",))
+        if dg.device != df.device:
+            raise ValueError(f"{who}: F is on GPU {df.device} but G on GPU {dg.device}")
+    else:
+        f = np.asarray(F)
+        g = np.asarray(G)
+        if f.dtype != np.complex64 or g.dtype != np.complex64:
+            raise DTypeError(f"{who}: F and G must be complex64, got {f.dtype} and {g.dtype}")
+        if f.shape != g.shape:
+            raise ValueError(f"{who}: F has shape {f.shape} but G {g.shape}")
+        n = f.size
+    if n == 0:
+        raise ValueError(f"{who}: F and G are empty")
+    return df, dg, f, g, n
+
+
+def _mean_field_scale(who, coupling, n) -> float:
+    """delta <- scale * sum(F): "mean" (1/n), "sum" (1) or a finite number; None gives 1/n (the
+    caller decides whether None is allowed)."""
+    if isinstance(coupling, str):
+        if coupling not in ("mean", "sum"):
+            raise ValueError(f"{who}: coupling must be 'mean', 'sum' or a number, got {coupling!r}")
+        return 1.0 / n if coupling == "mean" else 1.0
+    if coupling is None:
+        return 1.0 / n
+    if isinstance(coupling, (int, float, np.floating, np.integer)) and not isinstance(coupling, (bool, np.bool_)):
+        scale = float(coupling)
+        if not np.isfinite(scale):
+            raise ValueError(f"{who}: coupling must be finite, got {coupling!r}")
+        return scale
+    raise ArgumentTypeError(f"{who}: coupling must be 'mean', 'sum' or a number, got {type(coupling).__name__}")
+
+
+def _mean_field_delta0(who, delta0) -> complex:
+    if isinstance(delta0, (str, bytes, bool, np.bool_)) or not isinstance(delta0, (complex, float, int, np.number)):
+        raise ArgumentTypeError(f"{who}: delta0 must be a number, got {type(delta0).__name__}")
+    return complex(delta0)
+
+
 def mean_field(
     F,
     G,
@@ -165,39 +213,9 @@ def mean_field(
     """
     start = time.perf_counter()
     _check_time(dt, steps, t0)
-    same_place("mean_field", _arrays.is_device_array(F), _arrays.is_device_array(G), ("F", "G"))
-    if _arrays.is_device_array(F):
-        df = _arrays.device_array(F, stream)
-        n = int(np.prod(df.shape)) if df.shape else 1
-        df = _device(F, stream, "mean_field", df.shape, ("complex64",))
-        dg = _device(G, df.stream if stream is None else stream, "mean_field", df.shape, ("complex64",))
-        if dg.device != df.device:
-            raise ValueError(f"mean_field: F is on GPU {df.device} but G on GPU {dg.device}")
-    else:
-        f = np.asarray(F)
-        g = np.asarray(G)
-        if f.dtype != np.complex64 or g.dtype != np.complex64:
-            raise DTypeError(f"mean_field: F and G must be complex64, got {f.dtype} and {g.dtype}")
-        if f.shape != g.shape:
-            raise ValueError(f"mean_field: F has shape {f.shape} but G {g.shape}")
-        n = f.size
-    if n == 0:
-        raise ValueError("mean_field: F and G are empty")
-    if isinstance(coupling, str):
-        if coupling not in ("mean", "sum"):
-            raise ValueError(f"mean_field: coupling must be 'mean', 'sum' or a number, got {coupling!r}")
-        scale = 1.0 / n if coupling == "mean" else 1.0
-    elif coupling is None:
-        scale = 1.0 / n
-    elif isinstance(coupling, (int, float, np.floating, np.integer)) and not isinstance(coupling, (bool, np.bool_)):
-        scale = float(coupling)
-        if not np.isfinite(scale):
-            raise ValueError(f"mean_field: coupling must be finite, got {coupling!r}")
-    else:
-        raise ArgumentTypeError(f"mean_field: coupling must be 'mean', 'sum' or a number, got {type(coupling).__name__}")
-    if isinstance(delta0, (str, bytes, bool, np.bool_)) or not isinstance(delta0, (complex, float, int, np.number)):
-        raise ArgumentTypeError(f"mean_field: delta0 must be a number, got {type(delta0).__name__}")
-    d0 = complex(delta0)
+    df, dg, f, g, n = _mean_field_fields("mean_field", F, G, stream)
+    scale = _mean_field_scale("mean_field", coupling, n)
+    d0 = _mean_field_delta0("mean_field", delta0)
     if coupling is None:
         warnings.warn(
             "spillway.rk4.mean_field: coupling is required; omitting it gives 'mean' (delta = sum(F) / n) for the "

@@ -161,6 +161,29 @@ void mean_field_device(const mean_field_request& r, std::uintptr_t f, std::uintp
                        int device, std::uintptr_t stream);
 void mean_field_host(const mean_field_request& r, void* f, void* g, void* trajectory, bool on_host, int device);
 
+/// The mean-field system by adaptive Dormand–Prince 5(4) (spillway::ode::dopri5_integrate_coupled):
+/// `control` gives n, t0, t1 and the step control (its Lorenz fields unused); delta <- scale *
+/// sum(F) after every accepted step; `capacity` observer entries (times float64, deltas complex64).
+struct mean_field_dopri5_request {
+  dopri5_request control;
+  std::uint64_t capacity = 0;
+  double scale = 1;
+  float delta_re = 1, delta_im = 0;
+};
+/// What a coupled integration did (spillway::ode::coupled_stats).
+struct coupled_result {
+  std::uint64_t accepted = 0, rejected = 0;
+  int status = 0;
+  double t = 0, h = 0;
+};
+/// Device arrays (F, G: complex64 n, advanced in place; times, deltas: capacity entries, may be 0),
+/// enqueued on `stream`; the call waits for `stream` once at the end, for the statistics. Host
+/// arrays: copied to `device` and back, or the host implementation when `on_host`.
+coupled_result mean_field_dopri5_device(const mean_field_dopri5_request& r, std::uintptr_t f, std::uintptr_t g,
+                                        std::uintptr_t times, std::uintptr_t deltas, int device, std::uintptr_t stream);
+coupled_result mean_field_dopri5_host(const mean_field_dopri5_request& r, void* f, void* g, void* times, void* deltas,
+                                      bool on_host, int device);
+
 // ---- matmul (jobs_gemm.cu) ---------------------------------------------------------------------
 
 /// A host matrix as the binding hands it over: row-major (element (i, j) at data[i·ld + j]) or

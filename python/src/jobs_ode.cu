@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -146,6 +147,33 @@ so::systems::mean_field_coupling<float> coupling_of(const mean_field_request& r)
   return so::systems::mean_field_coupling<float>(r.scale);
 }
 
+coupled_result result_of(const so::coupled_stats& st) {
+  coupled_result r;
+  r.accepted = st.accepted;
+  r.rejected = st.rejected;
+  r.status = static_cast<int>(st.status);
+  r.t = st.t;
+  r.h = st.h;
+  return r;
+}
+
+/// Enqueues the integration on `s` and waits for it (the statistics come back to the host).
+coupled_result mean_field_dopri5_on_device(const mean_field_dopri5_request& r, cf* f, cf* g, double* times, cf* deltas,
+                                           stream_view s) {
+  const auto& c = r.control;
+  device_buffer<so::coupled_stats> st(1, s);
+  const auto cap = static_cast<std::size_t>(r.capacity);
+  so::coupled_observer<cf> obs{times != nullptr ? cuda::std::span<double>(times, cap) : cuda::std::span<double>(),
+                               deltas != nullptr ? cuda::std::span<cf>(deltas, cap) : cuda::std::span<cf>()};
+  so::dopri5_integrate_coupled_async(so::systems::mean_field_rhs{}, so::systems::mean_field_coupling<float>(r.scale),
+                                     cf(r.delta_re, r.delta_im), c.t0, c.t1, options_of(c),
+                                     so::make_state_view(c.n, f, g), obs, st.data(), s);
+  so::coupled_stats out;
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(&out, st.data(), sizeof out, cudaMemcpyDeviceToHost, s.value()));
+  s.synchronize();
+  return result_of(out);
+}
+
 void mean_field_on_device(const mean_field_request& r, cf* f, cf* g, cf* traj, stream_view s) {
   so::rk4_integrate_coupled_async(so::systems::mean_field_rhs{}, coupling_of(r), cf(r.delta_re, r.delta_im), r.t0, r.dt,
                                   r.steps, so::make_state_view(r.n, f, g), cuda::std::span<cf>(traj, r.steps + 1), s);
@@ -228,6 +256,54 @@ void mean_field_host(const mean_field_request& r, void* f, void* g, void* trajec
   SPILLWAY_CUDA_TRY(cudaMemcpyAsync(tp, dt.data(), static_cast<std::size_t>(r.steps + 1) * sizeof(cf), cudaMemcpyDeviceToHost,
                                     s.value()));
   s.synchronize();
+}
+
+coupled_result mean_field_dopri5_device(const mean_field_dopri5_request& r, std::uintptr_t f, std::uintptr_t g,
+                                        std::uintptr_t times, std::uintptr_t deltas, int device, std::uintptr_t stream) {
+  device_guard dg(device);
+  return mean_field_dopri5_on_device(r, reinterpret_cast<cf*>(f), reinterpret_cast<cf*>(g),
+                                     reinterpret_cast<double*>(times), reinterpret_cast<cf*>(deltas),
+                                     stream_view(as_stream(stream)));
+}
+
+coupled_result mean_field_dopri5_host(const mean_field_dopri5_request& r, void* f, void* g, void* times, void* deltas,
+                                      bool on_host, int device) {
+  auto* fp = static_cast<cf*>(f);
+  auto* gp = static_cast<cf*>(g);
+  auto* tp = static_cast<double*>(times);
+  auto* dp = static_cast<cf*>(deltas);
+  const auto n = static_cast<std::size_t>(r.control.n), cap = static_cast<std::size_t>(r.capacity);
+  if (on_host) {
+    std::vector<cf> fv(fp, fp + n), gv(gp, gp + n), pv;
+    std::vector<double> tv;
+    const auto& c = r.control;
+    const so::coupled_stats st = so::host::dopri5_integrate_coupled(
+        so::systems::mean_field_rhs{}, so::systems::mean_field_coupling<float>(r.scale), cf(r.delta_re, r.delta_im),
+        c.t0, c.t1, options_of(c), &tv, &pv, fv, gv);
+    std::memcpy(fp, fv.data(), n * sizeof(cf));
+    std::memcpy(gp, gv.data(), n * sizeof(cf));
+    const std::size_t k = std::min(cap, tv.size());
+    if (tp != nullptr && k > 0) std::memcpy(tp, tv.data(), k * sizeof(double));
+    if (dp != nullptr && k > 0) std::memcpy(dp, pv.data(), k * sizeof(cf));
+    return result_of(st);
+  }
+  device_guard dg(device);
+  stream s(device);
+  device_buffer<cf> df(n, s.view()), dgb(n, s.view()), dd(dp != nullptr ? cap : 0u, s.view());
+  device_buffer<double> dt(tp != nullptr ? cap : 0u, s.view());
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(df.data(), fp, n * sizeof(cf), cudaMemcpyHostToDevice, s.value()));
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dgb.data(), gp, n * sizeof(cf), cudaMemcpyHostToDevice, s.value()));
+  const coupled_result out = mean_field_dopri5_on_device(r, df.data(), dgb.data(), tp != nullptr ? dt.data() : nullptr,
+                                                         dp != nullptr ? dd.data() : nullptr, s.view());
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(fp, df.data(), n * sizeof(cf), cudaMemcpyDeviceToHost, s.value()));
+  SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gp, dgb.data(), n * sizeof(cf), cudaMemcpyDeviceToHost, s.value()));
+  const std::size_t k = std::min<std::size_t>(cap, out.accepted + 1);
+  if (tp != nullptr && k > 0)
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(tp, dt.data(), k * sizeof(double), cudaMemcpyDeviceToHost, s.value()));
+  if (dp != nullptr && k > 0)
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(dp, dd.data(), k * sizeof(cf), cudaMemcpyDeviceToHost, s.value()));
+  s.synchronize();
+  return out;
 }
 
 }  // namespace spillway::python

@@ -742,6 +742,23 @@ PyObject* python_type_of(const std::exception_ptr& p) {
   }
 }
 
+/// The step control of an adaptive request from spillway.ode's options dict (adaptive_options'
+/// names; `pi_beta` is its `beta`; the Python side fills every key).
+void step_control(const nb::dict& opt, sp::dopri5_request& r) {
+  const auto num = [&](const char* k) { return nb::cast<double>(opt[k]); };
+  r.rtol = num("rtol");
+  r.atol = num("atol");
+  r.h0 = num("h0");
+  r.h_min = num("h_min");
+  r.h_max = num("h_max");
+  r.fixed_dt = num("fixed_dt");
+  r.safety = num("safety");
+  r.fac_min = num("fac_min");
+  r.fac_max = num("fac_max");
+  r.pi_beta = num("pi_beta");
+  r.max_steps = nb::cast<std::uint64_t>(opt["max_steps"]);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -1009,19 +1026,7 @@ NB_MODULE(_core, m) {
         r.rho_lo = rho_lo;
         r.rho_hi = rho_hi;
         r.dbl = dbl;
-        // The step control, by adaptive_options' names (spillway.ode.lorenz_dopri5 fills every key).
-        const auto num = [&](const char* k) { return nb::cast<double>(opt[k]); };
-        r.rtol = num("rtol");
-        r.atol = num("atol");
-        r.h0 = num("h0");
-        r.h_min = num("h_min");
-        r.h_max = num("h_max");
-        r.fixed_dt = num("fixed_dt");
-        r.safety = num("safety");
-        r.fac_min = num("fac_min");
-        r.fac_max = num("fac_max");
-        r.pi_beta = num("pi_beta");
-        r.max_steps = nb::cast<std::uint64_t>(opt["max_steps"]);
+        step_control(opt, r);
         const void* times = reinterpret_cast<const void*>(save_times);
         nb::gil_scoped_release unlocked;
         if (on_device) sp::dopri5_lorenz_device(r, state, times, saved, accepted, rejected, status, device, stream);
@@ -1029,6 +1034,30 @@ NB_MODULE(_core, m) {
           sp::dopri5_lorenz_host(r, reinterpret_cast<void*>(state), times, reinterpret_cast<void*>(saved),
                                  reinterpret_cast<void*>(accepted), reinterpret_cast<void*>(rejected),
                                  reinterpret_cast<void*>(status), on_host, device);
+      });
+  m.def(
+      "_mean_field_dopri5",
+      [](std::uint64_t n, double t0, double t1, const nb::dict& opt, double scale, float dre, float dim, std::uintptr_t f,
+         std::uintptr_t g, std::uintptr_t times, std::uintptr_t deltas, std::uint64_t capacity, bool on_device,
+         bool on_host, int device, std::uintptr_t stream) {
+        sp::mean_field_dopri5_request r;
+        r.control.n = n;
+        r.control.t0 = t0;
+        r.control.t1 = t1;
+        step_control(opt, r.control);
+        r.capacity = capacity;
+        r.scale = scale;
+        r.delta_re = dre;
+        r.delta_im = dim;
+        sp::coupled_result out;
+        {
+          nb::gil_scoped_release unlocked;
+          out = on_device ? sp::mean_field_dopri5_device(r, f, g, times, deltas, device, stream)
+                          : sp::mean_field_dopri5_host(r, reinterpret_cast<void*>(f), reinterpret_cast<void*>(g),
+                                                       reinterpret_cast<void*>(times), reinterpret_cast<void*>(deltas),
+                                                       on_host, device);
+        }
+        return nb::make_tuple(out.accepted, out.rejected, out.status, out.t, out.h);
       });
   m.def("_mean_field", [](std::uint64_t n, double t0, double dt, std::uint64_t steps, double scale, float dre, float dim,
                           std::uintptr_t f, std::uintptr_t g, std::uintptr_t traj, bool on_device, bool on_host, int device,

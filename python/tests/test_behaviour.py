@@ -47,6 +47,7 @@ stream = lambda *a, **k: spillway.stream(*a, progress=False, **k)  # noqa: E731
 lorenz = spillway.rk4.lorenz_ensemble
 mean_field = spillway.rk4.mean_field
 dopri5 = spillway.ode.lorenz_dopri5
+mf5 = spillway.ode.mean_field_dopri5
 
 # (id, call, the rule's type, the other base its class has for the 0.1 series or None, message). A
 # second base is there where the call raised that type before, and for every wrong dtype:
@@ -168,6 +169,24 @@ CASES = [
      "max_steps must be"),
     ("lorenz_dopri5-save_times-value", lambda: dopri5(np.zeros((3, 5)), t1=1.0, save_times=[2.0]), ValueError, None,
      "save time 0 is 2"),
+    # -- ode.mean_field_dopri5: its fields, coupling and delta0 go through mean_field's checks (the
+    # same mistake, the same exception), its step control through lorenz_dopri5's
+    ("mean_field_dopri5-dtype", lambda: mf5(C64.astype(np.complex128), C64, t1=1.0, coupling="mean"), TypeError,
+     ValueError, "complex64"),
+    ("mean_field_dopri5-mixed", lambda: mf5(FakeDeviceArray(), C64, t1=1.0, coupling="mean"), TypeError, ValueError,
+     "both be device arrays"),
+    ("mean_field_dopri5-coupling-kind", lambda: mf5(C64, C64, t1=1.0, coupling=[1]), TypeError, ValueError,
+     "coupling must be"),
+    ("mean_field_dopri5-coupling-value", lambda: mf5(C64, C64, t1=1.0, coupling="avg"), ValueError, None,
+     "coupling must be"),
+    ("mean_field_dopri5-delta0-kind", lambda: mf5(C64, C64, t1=1.0, coupling="mean", delta0="1"), TypeError,
+     ValueError, "delta0 must be a number"),
+    ("mean_field_dopri5-t1-kind", lambda: mf5(C64, C64, t1="1", coupling="mean"), TypeError, None,
+     "t1 must be a real"),
+    ("mean_field_dopri5-rtol-value", lambda: mf5(C64, C64, t1=1.0, coupling="mean", rtol=-1.0), ValueError, None,
+     "rtol must be finite and >= 0"),
+    ("mean_field_dopri5-max_records-kind", lambda: mf5(C64, C64, t1=1.0, coupling="mean", max_records=2.0), TypeError,
+     None, "max_records must be"),
     # -- timer / time (kinds and values are checked before the GPU is looked for)
     ("time-fn", lambda: spillway.time(5), TypeError, None, "callable"),
     ("time-repeats-kind", lambda: spillway.time(lambda: None, repeats=2.0), TypeError, None, "repeats must be"),
@@ -214,6 +233,7 @@ def test_every_dtype_error_is_a_dtype_error():
         lambda: dopri5(np.zeros((3, 4), np.float16), t1=1.0),
         lambda: lorenz(np.zeros((3, 5), np.complex64), steps=1, dt=0.1),
         lambda: mean_field(np.zeros(4, np.float32), np.zeros(4, np.float32), steps=1, dt=0.1, coupling="sum"),
+        lambda: mf5(np.zeros(4, np.float32), np.zeros(4, np.float32), t1=1.0, coupling="sum"),
     ]
     for call in calls:
         with pytest.raises(spillway.DTypeError):

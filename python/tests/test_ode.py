@@ -143,3 +143,103 @@ def test_device_arrays_advance_in_place_and_equal_the_numpy_call(gpu, kind):
     np.testing.assert_array_equal(back(r.accepted), want.accepted)
     np.testing.assert_array_equal(back(r.rejected), want.rejected)
     np.testing.assert_array_equal(back(r.status), want.status)
+
+
+# ---- the mean-field system, adaptive --------------------------------------------------------------
+
+
+def mf_dopri5(*args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        return SO.mean_field_dopri5(*args, **kw)
+
+
+def mf_fields(n, seed=20261129):
+    rng = np.random.default_rng(seed)
+    f = (rng.uniform(-7e-4, 7e-4, n) + 1j * rng.uniform(-7e-4, 7e-4, n)).astype(np.complex64)
+    g = (rng.uniform(-7e-4, 7e-4, n) + 1j * rng.uniform(-7e-4, 7e-4, n)).astype(np.complex64)
+    return f, g
+
+
+def test_mean_field_dopri5_pinned_steps_follow_the_rk4_call():
+    # h0 = h_max = dt with tolerances every step meets: delta is held over each step and updated
+    # after it, as spillway.rk4.mean_field does, so both histories agree to their step errors.
+    f, g = mf_fields(512)
+    d0 = complex(f.mean())
+    dt = 1.0 / 256
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillway.HostFallbackWarning)
+        _, _, traj = spillway.rk4.mean_field(f, g, steps=256, dt=dt, delta0=d0, coupling="mean")
+    r = mf_dopri5(f, g, t1=1.0, coupling="mean", delta0=d0, rtol=1e-2, atol=1e-2, h0=dt, h_max=dt)
+    assert isinstance(r, SO.CoupledResult)
+    assert (r.accepted, r.rejected, r.status, r.t) == (256, 0, SO.STATUS["success"], 1.0)
+    assert r.times.dtype == np.float64 and r.delta.dtype == np.complex64 and r.times.shape == (257,)
+    np.testing.assert_allclose(r.times, np.arange(257) * dt, rtol=0, atol=1e-13)
+    scale = np.abs(traj).max()
+    assert np.abs(r.delta - traj).max() <= 1e-5 * scale
+    assert r.F.dtype == np.complex64 and not np.shares_memory(r.F, f)
+
+
+def test_mean_field_dopri5_records_statuses_and_direction():
+    f, g = mf_fields(300)
+    # A free step: far fewer steps than the pinned one; records trimmed to max_records.
+    free = mf_dopri5(f, g, t1=2.0, coupling="mean", delta0=0.5, rtol=1e-6, atol=1e-6)
+    assert free.status == 0 and 3 < free.accepted < 200 and free.times.shape == (free.accepted + 1,)
+    assert free.times[0] == 0.0 and free.times[-1] == 2.0 and np.all(np.diff(free.times) > 0)
+    few = mf_dopri5(f, g, t1=2.0, coupling="mean", delta0=0.5, rtol=1e-6, atol=1e-6, max_records=3)
+    assert few.accepted == free.accepted and few.times.shape == (3,)
+    np.testing.assert_array_equal(few.delta, free.delta[:3])
+    np.testing.assert_array_equal(few.F, free.F)
+    # Out of steps: stops with the status after max_steps attempts.
+    stop = mf_dopri5(f, g, t1=2.0, coupling="mean", delta0=0.5, rtol=1e-6, atol=1e-6, max_steps=2)
+    assert stop.status == SO.STATUS["max_steps"] and stop.accepted + stop.rejected == 2 and stop.t < 2.0
+    # Backwards: t from 1 to 0 ends at 0 with negative steps.
+    back = mf_dopri5(f, g, t0=1.0, t1=0.0, coupling="mean", delta0=0.5)
+    assert back.status == 0 and back.t == 0.0 and back.h < 0 and np.all(np.diff(back.times) < 0)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"t1": 1.0, "coupling": None}, TypeError, "coupling is required"),
+    ({"t1": 1.0, "coupling": "avg"}, ValueError, "coupling must be 'mean', 'sum' or a number"),
+    ({"t1": 1.0, "coupling": "mean", "rtol": -1.0}, ValueError, "rtol must be finite and >= 0, got -1"),
+    ({"t1": 1.0, "coupling": "mean", "max_records": 0}, ValueError, "max_records must be a positive integer"),
+    ({"t1": float("inf"), "coupling": "mean"}, ValueError, "t0 and t1 must be finite"),
+    ({"t1": 1.0, "coupling": "mean", "delta0": "1"}, TypeError, "delta0 must be a number"),
+])
+def test_mean_field_dopri5_bad_inputs_name_the_value(kw, exc, match):
+    f, g = mf_fields(8)
+    with pytest.raises(exc, match=match):
+        mf_dopri5(f, g, **kw)
+    with pytest.raises(TypeError, match="complex64"):
+        mf_dopri5(f.astype(np.complex128), g, t1=1.0, coupling="mean")
+
+
+def test_mean_field_dopri5_device_equals_host_implementation(gpu):
+    f, g = mf_fields(4096)
+    dev = SO.mean_field_dopri5(f, g, t1=3.0, coupling="mean", delta0=0.3 - 0.2j, rtol=1e-5, atol=1e-5,
+                               host_fallback=False)
+    host = mf_dopri5(f, g, t1=3.0, coupling="mean", delta0=0.3 - 0.2j, rtol=1e-5, atol=1e-5, host_fallback=True)
+    assert dev.status == host.status == 0
+    assert abs(dev.accepted - host.accepted) <= 1  # float error norms round differently on the two sides
+    assert abs(complex(dev.delta[-1]) - complex(host.delta[-1])) <= 1e-4 * np.abs(host.delta).max()
+    err = np.abs(dev.F - host.F) / (1e-5 + 1e-5 * np.abs(host.F))
+    assert err.max() < 0.1, f"F: worst {err.max():.3f} tolerances between device and host"
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_mean_field_dopri5_device_arrays_in_place(gpu, kind):
+    need(importlib.util.find_spec(kind) is not None, f"{kind} is not installed")
+    f, g = mf_fields(2000)
+    want = SO.mean_field_dopri5(f, g, t1=1.0, coupling="mean", delta0=0.3, host_fallback=False)
+    if kind == "cupy":
+        cp = pytest.importorskip("cupy")
+        F, G, back = cp.asarray(f), cp.asarray(g), cp.asnumpy
+    else:
+        torch = pytest.importorskip("torch")
+        F, G, back = torch.from_numpy(f).to("cuda"), torch.from_numpy(g).to("cuda"), lambda t: t.cpu().numpy()
+    r = SO.mean_field_dopri5(F, G, t1=1.0, coupling="mean", delta0=0.3)
+    assert r.F is F and r.G is G and (r.accepted, r.rejected, r.status) == (want.accepted, want.rejected, 0)
+    np.testing.assert_array_equal(back(r.F), want.F)
+    np.testing.assert_array_equal(back(r.G), want.G)
+    np.testing.assert_array_equal(back(r.times), want.times)
+    np.testing.assert_array_equal(back(r.delta), want.delta)
