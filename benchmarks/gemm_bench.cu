@@ -23,6 +23,10 @@
 // routes meet the same reference, so a layout slip in any of them (a transposed C, B read as
 // k x n) fails the row instead of producing a fast wrong number.
 //
+// `--alternations=N` (with `--alternation_size=S`, default 8192) runs instead, per type, N
+// alternated pairs of spillway's automatic path and the cuBLAS(Lt) route with the SM clock, power
+// and temperature logged (NVML through dlopen; see alternate()).
+//
 // Counters (per repetition, from the median CUDA-event time of its iterations): `TFLOP/s`
 // (2·m·n·k per GEMM, 8·m·n·k for complex; tera-ops for int8), `median_ms`, and for each non-
 // baseline row `vs_cublas` = baseline median / this median, the baseline being the cuBLAS(Lt) row
@@ -31,6 +35,7 @@
 // a seed fixed per type and shape, generated on the device. Outputs are poisoned (0xFF bytes: NaN,
 // or -1 for int32) before each route's first run, so a route that skips entries cannot pass.
 #include "bench_common.cuh"
+#include "gpu_sensors.hpp"
 
 #include <spillway/core.hpp>
 #include <spillway/gemm.cuh>
@@ -733,11 +738,127 @@ void register_rows() {
   for (const index_t s : square) add_row<dtype::f32>(route::naive16, s, s, s);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Alternated pairs (--alternations=N): spillway's automatic path and the type's cuBLAS(Lt) route,
+// timed turn about N times (ABBA order, so a drift of the clocks weighs on both alike), each turn
+// the median of its iterations after one warm-up launch; then the medians of both, the median and
+// the spread of the per-pair ratios, and the SM clock, board power and temperature read after each
+// pair (NVML, where the driver has it). Both outputs are checked first, as the rows check theirs.
+
+struct pair_stats {
+  double median, lo, hi;
+};
+
+pair_stats stats_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {spillway::median(v), v.front(), v.back()};
+}
+
+template <dtype D>
+void alternate(index_t m, index_t n, index_t k, int pairs, const spillway::bench::gpu_sensors& sensors) {
+  using tr = traits<D>;
+  using T = typename tr::T;
+  using S = typename tr::S;
+  auto& op = get_operands<D>(m, n, k);
+  stream_view s = bench_stream();
+  gemm::gemm_options opt;
+  if (D == dtype::tf32) opt.math = gemm::math_mode::tf32;
+  const gemm::gemm_path path = gemm::resolve_path<T>(opt, spillway::current_device());
+  const auto av = gemm::row_major(op.a.data(), m, k);
+  const auto bv = gemm::row_major(op.b.data(), n, k).t();
+  const auto cv = gemm::row_major(op.c.data(), m, n);
+  work_fn ours = [=](stream_view st) { gemm::gemm_async(st, S(1), av, bv, S(0), cv, opt); };
+  work_fn base = make_baseline<D>(op);
+  for (work_fn* w : {&ours, &base}) {
+    op.c.fill_bytes_async(0xFF, s);
+    (*w)(s);
+    s.synchronize();
+    double worst = 0;
+    const std::string bad = check_output<D>(op, worst);
+    if (!bad.empty()) {
+      std::printf("%-5s %s: %s: %s\n", tr::name, shape_name(m, n, k).c_str(), w == &ours ? "spillway" : tr::baseline,
+                  bad.c_str());
+      return;
+    }
+  }
+  const double ops = tr::ops_per_mac * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int iters = std::clamp(static_cast<int>(60.0 / (ops / (tr::ref_rate * 1e12) * 1e3)), 3, 100);
+  const auto turn = [&](work_fn& w) { return spillway::median(spillway::time_on_stream(s, w, 1, iters)); };
+  std::vector<double> ts, tb, ratio, clock, power, temp;
+  for (int i = 0; i < pairs; ++i) {
+    double a = 0, b = 0;
+    if (i % 2 == 0) {
+      a = turn(ours);
+      b = turn(base);
+    } else {
+      b = turn(base);
+      a = turn(ours);
+    }
+    const auto r = sensors.read();
+    ts.push_back(a);
+    tb.push_back(b);
+    ratio.push_back(b / a);
+    clock.push_back(r.sm_clock_mhz);
+    power.push_back(r.power_w);
+    temp.push_back(r.temperature_c);
+  }
+  const pair_stats sa = stats_of(ts), sb = stats_of(tb), q = stats_of(ratio), c = stats_of(clock), pw = stats_of(power),
+                   tc = stats_of(temp);
+  const double rate = ops / (sa.median * 1e-3) / 1e12, base_rate = ops / (sb.median * 1e-3) / 1e12;
+  std::printf("%-5s %-15s %-9s %8.3f ms [%7.3f, %7.3f] %7.1f T | %-13s %8.3f ms [%7.3f, %7.3f] %7.1f T | ratio %.3f "
+              "[%.3f, %.3f] | SM %4.0f MHz [%4.0f, %4.0f] %3.0f W [%3.0f, %3.0f] %2.0f C\n",
+              tr::name, shape_name(m, n, k).c_str(), gemm::to_string(path), sa.median, sa.lo, sa.hi, rate, tr::baseline,
+              sb.median, sb.lo, sb.hi, base_rate, q.median, q.lo, q.hi, c.median, c.lo, c.hi, pw.median, pw.lo, pw.hi,
+              tc.median);
+  std::fflush(stdout);
+}
+
+/// --alternations=N [--alternation_size=S]: every type at S³ (default 8192), N pairs each.
+void run_alternations(int pairs, index_t size) {
+  const spillway::bench::gpu_sensors sensors(spillway::current_device());
+  std::printf("alternated pairs: %d per type, %lld^3, spillway automatic against cuBLAS(Lt); medians [min, max] of "
+              "each turn's median; ratio = cuBLAS time / spillway time per pair; NVML %s\n",
+              pairs, static_cast<long long>(size), sensors.available() ? "read after each pair" : "not available");
+  alternate<dtype::bf16>(size, size, size, pairs, sensors);
+  alternate<dtype::f16>(size, size, size, pairs, sensors);
+  alternate<dtype::s8>(size, size, size, pairs, sensors);
+  alternate<dtype::tf32>(size, size, size, pairs, sensors);
+  alternate<dtype::f32>(size, size, size, pairs, sensors);
+  alternate<dtype::f64>(size, size, size, pairs, sensors);
+  alternate<dtype::c32>(size, size, size, pairs, sensors);
+}
+
+/// Takes `--name=value` out of argv (Google Benchmark refuses flags it does not know).
+long long take_flag(int& argc, char** argv, const char* name, long long fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind(prefix, 0) == 0) {
+      const long long v = std::stoll(argv[i] + prefix.size());
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      return v;
+    }
+  }
+  return fallback;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const long long pairs = take_flag(argc, argv, "alternations", 0);
+  const long long size = take_flag(argc, argv, "alternation_size", 8192);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (pairs > 0) {
+    if (spillway::device_count() == 0) {
+      std::printf("--alternations: no GPU (%s)\n", spillway::no_gpu_reason().c_str());
+      return 1;
+    }
+    run_alternations(static_cast<int>(pairs), static_cast<index_t>(size));
+    resident().current.reset();
+    handles_slot().reset();
+    return 0;
+  }
   register_rows();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -30,6 +30,10 @@
 #   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
 #                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
 #                                              under jax.vmap, same problem) in one call
+#   scripts/gpu-check.sh gemm-alt               (GPU machine) spillway_gemm_bench --alternations: per GEMM type at
+#                                              8192³, 20 alternated pairs of spillway (automatic) and cuBLAS(Lt),
+#                                              medians, spreads, SM clock / power / temperature (NVML)
+#                                              (GEMM_ALTERNATIONS, GEMM_ALTERNATION_SIZE)
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
 #                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
@@ -404,6 +408,15 @@ run_ode_baseline() {
   while read -r line; do summary+=("$(echo "$line" | cut -c1-120)"); done < <(grep -E '^(adaptive|fixed)' "$log")
 }
 
+run_gemm_alternations() {
+  local log="$RESULTS/gemm_alternations.log"
+  if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway_gemm_bench" \
+    --alternations="${GEMM_ALTERNATIONS:-20}" --alternation_size="${GEMM_ALTERNATION_SIZE:-8192}" >"$log" 2>&1; then
+    status=1
+  fi
+  while read -r line; do summary+=("$line"); done <"$log"
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -432,13 +445,14 @@ case $mode in
   python-wheel) run_python_wheel ;;
   knn) run_knn ;;
   ode-baseline) run_ode_baseline ;;
+  gemm-alt) run_gemm_alternations ;;
   all)
     run_tests
     run_sanitizer
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|ode-baseline|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|ode-baseline|gemm-alt|all [...]" >&2
     exit 2
     ;;
 esac
