@@ -5,6 +5,7 @@
 // staging need). Bounds: see gemm_check.hpp.
 #include <spillway/gemm/detail/validate.hpp>
 #include <spillway/gemm/host_gemm.hpp>
+#include <spillway/gemm/tuning.hpp>
 
 #include <support/gpu_test.hpp>
 
@@ -302,6 +303,57 @@ TEST(GemmPlan, CanonicalFormOfEachLayout) {
         EXPECT_TRUE((std::is_same_v<std::decay_t<decltype(p.epi)>, detail::swap_frame<position_shift>>));
         EXPECT_EQ(p.epi(1.0f, 2, 3), position_shift{}(1.0f, 3, 2));
       });
+}
+
+TEST(GemmPlan, AutomaticFollowsTheMeasuredRanking) {
+  // Every type of the table, in each math mode that changes its arithmetic, has a ranking row that
+  // ends with simt; automatic returns that row's first family the device and build can run.
+  const int mma = detail::path_feature_mma, wg = detail::path_feature_wgmma;
+  for (const gemm_type_info& t : gemm_type_table) {
+    for (const bool tf32 : {false, true}) {
+      const path_ranking* row = path_ranking_of(t.code, tf32);
+      ASSERT_NE(row, nullptr) << t.short_name << (tf32 ? " (tf32)" : "");
+      ASSERT_GE(row->count, 1);
+      EXPECT_EQ(row->order[row->count - 1], gemm_path::simt) << t.short_name;
+      EXPECT_NE(std::string(row->measured), "");
+    }
+  }
+  gemm_options o;
+  struct machine {
+    int cc, features;
+  };
+  for (const machine m :
+       {machine{90, mma | wg}, machine{90, mma}, machine{86, mma}, machine{100, mma | wg}, machine{75, 0}}) {
+    const auto first_runnable = [&](auto tag, bool tf32) {
+      using T = decltype(tag);
+      gemm_options f;
+      f.math = tf32 ? math_mode::tf32 : math_mode::exact;
+      const path_ranking* row = path_ranking_of(gemm_type_info_of<T>().code, tf32);
+      for (int i = 0; i < row->count; ++i) {
+        f.path = row->order[i];
+        if (f.path == gemm_path::simt) return f.path;
+        try {
+          return detail::choose_path<T>(f, m.cc, m.features);
+        } catch (const spillway::logic_error&) {
+        }
+      }
+      return gemm_path::simt;
+    };
+    const auto check = [&](auto tag, bool tf32) {
+      using T = decltype(tag);
+      o.math = tf32 ? math_mode::tf32 : math_mode::exact;
+      EXPECT_EQ(detail::choose_path<T>(o, m.cc, m.features), first_runnable(tag, tf32))
+          << gemm_type_info_of<T>().short_name << " cc " << m.cc << " features " << m.features;
+    };
+    for (const bool tf32 : {false, true}) {
+      check(float{}, tf32);
+      check(double{}, tf32);
+      check(__half{}, tf32);
+      check(__nv_bfloat16{}, tf32);
+      check(std::int8_t{}, tf32);
+      check(cfloat{}, tf32);
+    }
+  }
 }
 
 TEST(GemmPlan, PathChoice) {

@@ -9,6 +9,7 @@
 #include <spillway/gemm/epilogue.hpp>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/gemm/options.hpp>
+#include <spillway/gemm/tuning.hpp>
 
 #include <cstdint>
 #include <string>
@@ -228,36 +229,51 @@ gemm_path choose_path(const gemm_options& opt, int cc, int features) {
     throw logic_error(std::string("gemm: path ") + to_string(opt.path) + " cannot run " + type_name +
                       " on a device of compute capability " + cc_string(cc) + ": " + why);
   };
-  switch (opt.path) {
-    case gemm_path::automatic:
-      if (tensor_type && can_wgmma) return gemm_path::wgmma;
-      if ((tensor_type || is_double) && can_mma) return gemm_path::mma_sync;
-      return gemm_path::simt;
-    case gemm_path::simt:
-      if (std::is_same_v<U, float> && opt.math == math_mode::tf32) {
-        refuse("simt computes exact FP32; math_mode::tf32 needs a tensor-core path (mma_sync or wgmma)");
+  // Why path p cannot run this type on this device and build ("" when it can).
+  const auto why_not = [&](gemm_path p) -> std::string {
+    switch (p) {
+      case gemm_path::automatic:
+        return "";
+      case gemm_path::simt:
+        if (std::is_same_v<U, float> && opt.math == math_mode::tf32) {
+          return "simt computes exact FP32; math_mode::tf32 needs a tensor-core path (mma_sync or wgmma)";
+        }
+        return "";
+      case gemm_path::mma_sync:
+        if (!tensor_type && !is_double) {
+          return std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
+                                          : "complex<float> runs on simt only";
+        }
+        if (cc < 80) return "mma_sync needs compute capability 8.0 or newer";
+        if (!can_mma)
+          return "this build carries no mma.sync code for the device (compile for sm_80 or newer)";
+        return "";
+      case gemm_path::wgmma:
+        if (!tensor_type) {
+          return is_double                  ? "wgmma has no FP64 form (double runs on mma_sync or simt)"
+                 : std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
+                                            : "complex<float> runs on simt only";
+        }
+        if (cc != 90) return "wgmma needs compute capability 9.0";
+        if (!can_wgmma) return "this build carries no wgmma code for the device (compile for sm_90a)";
+        return "";
+    }
+    return "unknown path";
+  };
+  if (opt.path == gemm_path::automatic) {
+    // The type's row of the measured ranking (gemm/tuning.hpp): its first family that runs here.
+    // simt, last in every row, runs every type (float under tf32 then computes exact FP32).
+    if (const path_ranking* row = path_ranking_of(info.code, opt.math == math_mode::tf32)) {
+      for (int i = 0; i < row->count; ++i) {
+        const gemm_path p = row->order[i];
+        if (p == gemm_path::simt || why_not(p).empty()) return p;
       }
-      return gemm_path::simt;
-    case gemm_path::mma_sync:
-      if (!tensor_type && !is_double) {
-        refuse(std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
-                                        : "complex<float> runs on simt only");
-      }
-      if (cc < 80) refuse("mma_sync needs compute capability 8.0 or newer");
-      if (!can_mma) refuse("this build carries no mma.sync code for the device (compile for sm_80 or newer)");
-      return gemm_path::mma_sync;
-    case gemm_path::wgmma:
-      if (!tensor_type) {
-        refuse(is_double                  ? "wgmma has no FP64 form (double runs on mma_sync or simt)"
-               : std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
-                                          : "complex<float> runs on simt only");
-      }
-      if (cc != 90) refuse("wgmma needs compute capability 9.0");
-      if (!can_wgmma) refuse("this build carries no wgmma code for the device (compile for sm_90a)");
-      return gemm_path::wgmma;
+    }
+    return gemm_path::simt;
   }
-  refuse("unknown path");
-  return gemm_path::simt;
+  const std::string why = why_not(opt.path);
+  if (!why.empty()) refuse(why);
+  return opt.path;
 }
 
 // ---- split-K ------------------------------------------------------------------------------------
