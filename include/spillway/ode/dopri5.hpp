@@ -215,23 +215,52 @@ SPILLWAY_HD inline float controller_pow(float a, float x) {
 #endif
 }
 
+// The step control shared by the ensemble's loop (dopri5_run) and the coupled system's decisions
+// (ode/dopri5_coupled.hpp).
+
+/// The next step's factor after an accepted step: safety · err^(−expo) · err_prev^β (err = 0, an
+/// exact step, gives fac_max), within [fac_min, fac_max] and at most 1 right after a rejection.
+SPILLWAY_HD inline float accepted_step_factor(float err, float err_prev, bool rejected_last, float safety,
+                                              float expo, float beta, float fac_min, float fac_max) {
+  const float fac =
+      err > 0.0f ? safety * controller_pow(err, -expo) * controller_pow(err_prev, beta) : fac_max;
+  return cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
+}
+
+/// The factor of the retried step after a rejection: max(fac_min, safety · err^(−expo)).
+SPILLWAY_HD inline float rejected_step_factor(float err, float safety, float expo, float fac_min) {
+  return cuda::std::fmax(fac_min, safety * controller_pow(err, -expo));
+}
+
+/// Hairer's starting step, first half: the trial step from the norms of y0 and f(t0, y0).
+template <class Real>
+SPILLWAY_HD Real hairer_trial_step(Real dny, Real dnf, Real h_max) {
+  const Real h = (dnf <= Real(1e-5) || dny <= Real(1e-5)) ? Real(1e-6) : Real(0.01) * dny / dnf;
+  return cuda::std::fmin(h, h_max);
+}
+
+/// Second half: the starting step from the trial step h, the difference quotient's norm der2 and
+/// ‖f(t0, y0)‖ (magnitude).
+template <class Real>
+SPILLWAY_HD Real hairer_starting_step(Real h, Real der2, Real dnf, Real h_max) {
+  const Real der12 = cuda::std::fmax(cuda::std::fabs(der2), dnf);
+  const Real h1 = der12 <= Real(1e-15) ? cuda::std::fmax(Real(1e-6), h * Real(1e-3))
+                                       : cuda::std::pow(Real(0.01) / der12, Real(0.2));
+  return cuda::std::fmin(cuda::std::fmin(Real(100) * h, h1), h_max);
+}
+
 /// Hairer's starting step for an order-5 method (one extra right-hand side evaluation).
 template <class Real, std::size_t D, class F>
 SPILLWAY_HD Real dopri5_first_step(const F& f, Real t, const state_t<Real, D>& y, const state_t<Real, D>& f0,
                                    Real dir, Real rtol, Real atol, Real h_max) {
   const Real dnf = scaled_rms<Real, Real, D>(f0, y, y, rtol, atol);
   const Real dny = scaled_rms<Real, Real, D>(y, y, y, rtol, atol);
-  Real h = (dnf <= Real(1e-5) || dny <= Real(1e-5)) ? Real(1e-6) : Real(0.01) * dny / dnf;
-  h = cuda::std::fmin(h, h_max);
+  const Real h = hairer_trial_step(dny, dnf, h_max);
   state_t<Real, D> y1, f1, df;
   for (std::size_t d = 0; d < D; ++d) y1[d] = y[d] + dir * h * f0[d];
   f(t + dir * h, y1, f1);
   for (std::size_t d = 0; d < D; ++d) df[d] = f1[d] - f0[d];
-  const Real der2 = scaled_rms<Real, Real, D>(df, y, y, rtol, atol) / h;
-  const Real der12 = cuda::std::fmax(cuda::std::fabs(der2), dnf);
-  const Real h1 = der12 <= Real(1e-15) ? cuda::std::fmax(Real(1e-6), h * Real(1e-3))
-                                       : cuda::std::pow(Real(0.01) / der12, Real(0.2));
-  return cuda::std::fmin(cuda::std::fmin(Real(100) * h, h1), h_max);
+  return hairer_starting_step(h, scaled_rms<Real, Real, D>(df, y, y, rtol, atol) / h, dnf, h_max);
 }
 
 /// A save callback that keeps nothing.
@@ -454,18 +483,14 @@ SPILLWAY_HD trajectory_stats dopri5_run(const F& f, Real t0, Real t1, cuda::std:
       y = y5;
       k1 = k7;
       if (last) break;
-      // safety · err^(−expo) · err_prev^β; err = 0 (an exact step) gives fac_max.
-      float fac = err > 0.0f
-                      ? safety * detail::controller_pow(err, -expo) * detail::controller_pow(err_prev, beta)
-                      : fac_max;
-      fac = cuda::std::fmin(rejected_last ? 1.0f : fac_max, cuda::std::fmax(fac_min, fac));
-      h *= static_cast<Real>(fac);
+      h *= static_cast<Real>(
+          accepted_step_factor(err, err_prev, rejected_last, safety, expo, beta, fac_min, fac_max));
       if constexpr (Bounded) h = dir * cuda::std::fmin(cuda::std::fabs(h), h_max);
       err_prev = cuda::std::fmax(err, 1e-4f);
       rejected_last = false;
     } else {
       ++r.rejected;
-      h *= static_cast<Real>(cuda::std::fmax(fac_min, safety * detail::controller_pow(err, -expo)));
+      h *= static_cast<Real>(rejected_step_factor(err, safety, expo, fac_min));
       rejected_last = true;
     }
   }

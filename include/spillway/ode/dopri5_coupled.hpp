@@ -312,19 +312,14 @@ template <class P>
 SPILLWAY_HD void first_step_trial(coupled_control<P>& c, const coupled_constants& k, double sum_y,
                                   double sum_f) {
   const double dny = cuda::std::sqrt(sum_y / k.components), dnf = cuda::std::sqrt(sum_f / k.components);
-  const double h = (dnf <= 1e-5 || dny <= 1e-5) ? 1e-6 : 0.01 * dny / dnf;
-  c.h = cuda::std::fmin(h, k.h_max);
+  c.h = hairer_trial_step(dny, dnf, k.h_max);
   c.dnf = dnf;
 }
 
 /// Second half: from Σ ((f(t0 + h_a, y0 + h_a f0) − f0)/sk)² the starting step (signed in c.h).
 template <class P>
 SPILLWAY_HD void first_step_final(coupled_control<P>& c, const coupled_constants& k, double sum_df) {
-  const double ha = c.h;
-  const double der2 = cuda::std::sqrt(sum_df / k.components) / ha;
-  const double der12 = cuda::std::fmax(cuda::std::fabs(der2), c.dnf);
-  const double h1 = der12 <= 1e-15 ? cuda::std::fmax(1e-6, ha * 1e-3) : cuda::std::pow(0.01 / der12, 0.2);
-  c.h = k.dir * cuda::std::fmin(cuda::std::fmin(100 * ha, h1), k.h_max);
+  c.h = k.dir * hairer_starting_step(c.h, cuda::std::sqrt(sum_df / k.components) / c.h, c.dnf, k.h_max);
   check_next_attempt(c, k);
 }
 
@@ -350,10 +345,8 @@ SPILLWAY_HD bool coupled_decide(coupled_control<P>& c, const coupled_constants& 
       c.status = static_cast<unsigned>(solve_status::success);
       return true;
     }
-    float fac = err > 0.0f ? k.safety * controller_pow(err, -k.expo) *
-                                 controller_pow(static_cast<float>(c.err_prev), k.beta)
-                           : k.fac_max;
-    fac = cuda::std::fmin(c.rejected_last ? 1.0f : k.fac_max, cuda::std::fmax(k.fac_min, fac));
+    const float fac = accepted_step_factor(err, static_cast<float>(c.err_prev), c.rejected_last != 0,
+                                           k.safety, k.expo, k.beta, k.fac_min, k.fac_max);
     c.h = k.dir * cuda::std::fmin(cuda::std::fabs(c.h * static_cast<double>(fac)), k.h_max);
     c.err_prev = cuda::std::fmax(static_cast<double>(err), 1e-4);
     c.rejected_last = 0;
@@ -361,7 +354,7 @@ SPILLWAY_HD bool coupled_decide(coupled_control<P>& c, const coupled_constants& 
     return true;
   }
   ++c.rejected;
-  c.h *= static_cast<double>(cuda::std::fmax(k.fac_min, k.safety * controller_pow(err, -k.expo)));
+  c.h *= static_cast<double>(rejected_step_factor(err, k.safety, k.expo, k.fac_min));
   c.rejected_last = 1;
   check_next_attempt(c, k);
   return false;
@@ -424,13 +417,13 @@ coupled_stats dopri5_integrate_coupled(const Rhs& rhs, const Coupling& coupling,
       ode::detail::make_coupled_constants(t0, t1, o, ode::detail::coarsest_epsilon<T...>(), n, sizeof...(T));
   ode::detail::coupled_control<P> c{};
   ode::detail::coupled_start(c, p0, t0);
-  const auto record = [&](std::uint64_t, double t, const P& p) {
+  const auto record = [&](double t, const P& p) {
     if (times != nullptr) times->push_back(t);
     if (params != nullptr) params->push_back(p);
   };
   if (times != nullptr) times->clear();
   if (params != nullptr) params->clear();
-  record(0, t0, p0);
+  record(t0, p0);
   if (t1 == t0 || n == 0) return ode::detail::stats_of(c);
 
   std::vector<tuple_t> state(static_cast<std::size_t>(n)), next(static_cast<std::size_t>(n));
@@ -460,7 +453,7 @@ coupled_stats dopri5_integrate_coupled(const Rhs& rhs, const Coupling& coupling,
         total = total + ode::detail::contribution_of(coupling, i, next[i], seq{});
     }
     if (ode::detail::coupled_decide(c, k, sum_err, coupling, total)) {
-      record(c.accepted, c.t, c.params);
+      record(c.t, c.params);
       state.swap(next);
     }
   }
