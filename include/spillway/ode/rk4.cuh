@@ -149,19 +149,19 @@ void rk4_integrate_coupled_async(const Rhs& rhs, const Coupling& coupling, typen
     const auto& src = parity == 0 ? y.arrays : other;
     const auto& dst = parity == 0 ? other : y.arrays;
     return args_t{rhs,
-                          coupling,
-                          t0,
-                          dt,
-                          n,
-                          cuda::std::apply([](auto*... p) { return cuda::std::tuple<const T*...>(p...); }, src),
-                          dst,
-                          ctl.data(),
-                          partials.data(),
-                          trajectory.empty() ? nullptr : trajectory.data(),
-                          static_cast<std::uint64_t>(trajectory.size()),
-                          snapshots.arrays,
-                          want_snaps ? opt.snapshot_every : 0,
-                          want_snaps ? steps / opt.snapshot_every : 0};
+                  coupling,
+                  t0,
+                  dt,
+                  n,
+                  detail::as_const_arrays(src),
+                  dst,
+                  ctl.data(),
+                  partials.data(),
+                  trajectory.empty() ? nullptr : trajectory.data(),
+                  static_cast<std::uint64_t>(trajectory.size()),
+                  snapshots.arrays,
+                  want_snaps ? opt.snapshot_every : 0,
+                  want_snaps ? steps / opt.snapshot_every : 0};
   };
   const args_t args[2] = {make_args(0), make_args(1)};
 

@@ -48,11 +48,6 @@ struct coupled_args {
   cudaGraphConditionalHandle handle;  ///< the while node that repeats the attempt kernel
 };
 
-template <class... T>
-__device__ inline cuda::std::tuple<const T*...> as_const_arrays(const cuda::std::tuple<T*...>& t) {
-  return cuda::std::apply([](T*... p) { return cuda::std::tuple<const T*...>(p...); }, t);
-}
-
 template <class... T, cuda::std::size_t... I>
 __device__ inline void store_tuple(const cuda::std::tuple<T*...>& out, std::uint64_t i,
                                    const cuda::std::tuple<T...>& v, cuda::std::index_sequence<I...>) {

@@ -101,6 +101,12 @@ __device__ inline A block_sum(A v, A* sh) {
   return sh[0];
 }
 
+/// The same arrays as pointers to const (the sweeps' input view of a state).
+template <class... T>
+SPILLWAY_HD inline cuda::std::tuple<const T*...> as_const_arrays(const cuda::std::tuple<T*...>& t) {
+  return cuda::std::apply([](T*... p) { return cuda::std::tuple<const T*...>(p...); }, t);
+}
+
 /// Visits the `n` elements of the arrays `in` grid-stride: each thread first loads `Items`
 /// elements of every array (streaming loads, all in flight), then calls f(i, values) on each.
 template <int Block, int Items, class... T, class F, cuda::std::size_t... I>
