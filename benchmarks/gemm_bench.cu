@@ -553,6 +553,16 @@ work_fn make_baseline(Ops& op) {
   }
 }
 
+// spillway's GEMM of type D under `opt` on `op`'s buffers (C = A·Bᵀ, see top).
+template <dtype D, class Ops>
+work_fn make_spillway(Ops& op, const gemm::gemm_options& opt) {
+  using S = typename traits<D>::S;
+  const auto av = gemm::row_major(op.a.data(), op.m, op.k);
+  const auto bv = gemm::row_major(op.b.data(), op.n, op.k).t();
+  const auto cv = gemm::row_major(op.c.data(), op.m, op.n);
+  return [=](stream_view st) { gemm::gemm_async(st, S(1), av, bv, S(0), cv, opt); };
+}
+
 // Baseline iteration times (ms) per (type, shape), over every repetition of the baseline row.
 std::map<std::string, std::vector<double>>& baseline_samples() {
   static std::map<std::string, std::vector<double>> m;
@@ -603,7 +613,6 @@ template <dtype D>
 void bm_row(benchmark::State& state, route r, index_t m, index_t n, index_t k) {
   using tr = traits<D>;
   using T = typename tr::T;
-  using S = typename tr::S;
   if (spillway::bench::skip_without_gpu(state)) return;
   try {
     auto& op = get_operands<D>(m, n, k);
@@ -654,10 +663,7 @@ void bm_row(benchmark::State& state, route r, index_t m, index_t n, index_t k) {
       }
       label = std::string("path=") + gemm::to_string(resolved);
       base_ms = baseline_median<D>(op);
-      const auto av = gemm::row_major(op.a.data(), m, k);
-      const auto bv = gemm::row_major(op.b.data(), n, k).t();
-      const auto cv = gemm::row_major(op.c.data(), m, n);
-      work = [=](stream_view st) { gemm::gemm_async(st, S(1), av, bv, S(0), cv, opt); };
+      work = make_spillway<D>(op, opt);
     }
 
     // First run on a poisoned C, checked against the host reference before any timing.
@@ -758,16 +764,12 @@ template <dtype D>
 void alternate(index_t m, index_t n, index_t k, int pairs, const spillway::bench::gpu_sensors& sensors) {
   using tr = traits<D>;
   using T = typename tr::T;
-  using S = typename tr::S;
   auto& op = get_operands<D>(m, n, k);
   stream_view s = bench_stream();
   gemm::gemm_options opt;
   if (D == dtype::tf32) opt.math = gemm::math_mode::tf32;
   const gemm::gemm_path path = gemm::resolve_path<T>(opt, spillway::current_device());
-  const auto av = gemm::row_major(op.a.data(), m, k);
-  const auto bv = gemm::row_major(op.b.data(), n, k).t();
-  const auto cv = gemm::row_major(op.c.data(), m, n);
-  work_fn ours = [=](stream_view st) { gemm::gemm_async(st, S(1), av, bv, S(0), cv, opt); };
+  work_fn ours = make_spillway<D>(op, opt);
   work_fn base = make_baseline<D>(op);
   for (work_fn* w : {&ours, &base}) {
     op.c.fill_bytes_async(0xFF, s);
