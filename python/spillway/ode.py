@@ -81,6 +81,14 @@ class CoupledResult(NamedTuple):
     h: float  #: the step the controller would take next (signed)
 
 
+def _span(who, t0, t1):
+    """t0 and t1 as floats: real numbers (TypeError), finite (ValueError naming both)."""
+    t0f, t1f = real(who, "t0", t0, compat=False), real(who, "t1", t1, compat=False)
+    if not (np.isfinite(t0f) and np.isfinite(t1f)):
+        raise ValueError(f"{who}: t0 and t1 must be finite, got t0={t0!r}, t1={t1!r}")
+    return t0f, t1f
+
+
 def _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta) -> dict:
     o = {k: real(who, k, v, compat=False) for k, v in (
         ("rtol", rtol), ("atol", atol), ("h0", h0), ("h_min", h_min), ("h_max", h_max), ("fixed_dt", fixed_dt),
@@ -138,9 +146,7 @@ def lorenz_dopri5(
     """
     start = time.perf_counter()
     who = "lorenz_dopri5"
-    t0f, t1f = real(who, "t0", t0, compat=False), real(who, "t1", t1, compat=False)
-    if not (np.isfinite(t0f) and np.isfinite(t1f)):
-        raise ValueError(f"{who}: t0 and t1 must be finite, got t0={t0!r}, t1={t1!r}")
+    t0f, t1f = _span(who, t0, t1)
     opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta)
     params = [real(who, k, v, compat=False) for k, v in (("sigma", sigma), ("beta", beta))]
     if np.isscalar(rho):
@@ -225,9 +231,7 @@ def mean_field_dopri5(
     """
     start = time.perf_counter()
     who = "mean_field_dopri5"
-    t0f, t1f = real(who, "t0", t0, compat=False), real(who, "t1", t1, compat=False)
-    if not (np.isfinite(t0f) and np.isfinite(t1f)):
-        raise ValueError(f"{who}: t0 and t1 must be finite, got t0={t0!r}, t1={t1!r}")
+    t0f, t1f = _span(who, t0, t1)
     opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, 0.0, safety, fac_min, fac_max, pi_beta)
     cap = integer(who, "max_records", max_records, "a positive integer", compat=False)
     if cap < 1:
