@@ -10,6 +10,10 @@
 //   bf16  cublasGemmEx, bf16 in and out, compute 32F
 //   f16   cublasGemmEx, half in and out, compute 32F
 //   s8    cublasLtMatmul, int8 -> int32, CUBLAS_COMPUTE_32I (the "TN" form int8 requires)
+//   e4m3  cublasLtMatmul, FP8 e4m3 -> bf16, CUBLAS_COMPUTE_32F, per-tensor A/B scales (device
+//         floats), CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0 (partial sums promoted to FP32: spillway's
+//         fp8_accumulation::promoted, the default)
+//   e4m3f the same with FAST_ACCUM = 1 (spillway's fp8_accumulation::fast)
 //   f32   naive16: the CUDA C++ Programming Guide's 16 x 16 shared-memory matmul
 //
 // Layout in cuBLAS's column-major terms: row-major C (m x n, ld n) is column-major Cᵀ (n x m,
@@ -43,9 +47,10 @@
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
-#include <cuda/std/complex>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda/std/complex>
 
 #include <algorithm>
 #include <cmath>
@@ -79,7 +84,7 @@ using spillway::stream_view;
 // ---------------------------------------------------------------------------------------------
 // Types
 
-enum class dtype { f32, tf32, f64, c32, bf16, f16, s8 };
+enum class dtype { f32, tf32, f64, c32, bf16, f16, s8, e4m3, e4m3f };
 
 // T: input element, TC: output element, S: α/β. `storage` names the input buffers: f32 and tf32
 // share them. `ref_rate`: the cuBLAS figure measured on the H200 (DESIGN.md), used only to size
@@ -152,6 +157,23 @@ struct traits<dtype::s8> {
   static constexpr const char* baseline = "cublaslt_s8";
   static constexpr double ops_per_mac = 2, ref_rate = 900.0;
 };
+template <>
+struct traits<dtype::e4m3> {
+  using T = __nv_fp8_e4m3;
+  using TC = __nv_bfloat16;
+  using S = float;
+  static constexpr const char* name = "e4m3";
+  static constexpr const char* storage = "e4m3";
+  static constexpr const char* baseline = "cublaslt_e4m3";
+  static constexpr double ops_per_mac = 2, ref_rate = 1300.0;
+  static constexpr bool fast = false;
+};
+template <>
+struct traits<dtype::e4m3f> : traits<dtype::e4m3> {
+  static constexpr const char* name = "e4m3f";
+  static constexpr const char* baseline = "cublaslt_e4m3_fast";
+  static constexpr bool fast = true;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Inputs on the device
@@ -180,6 +202,8 @@ __device__ T random_element(std::uint64_t h) {
     return __float2bfloat16_rn(unit_float(h));
   } else if constexpr (std::is_same_v<T, std::int8_t>) {
     return static_cast<std::int8_t>(static_cast<int>(h % 255u) - 127);
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    return __nv_fp8_e4m3(unit_float(h));  // round to nearest, saturating
   } else {
     return T(unit_float(h), unit_float(splitmix64(h ^ 0xC0FFEEull)));
   }
@@ -272,6 +296,8 @@ std::complex<double> to_host_value(T x) {
     return __bfloat162float(x);
   } else if constexpr (std::is_same_v<T, cfloat>) {
     return {x.real(), x.imag()};
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    return static_cast<double>(static_cast<float>(x));
   } else {
     return static_cast<double>(x);
   }
@@ -286,6 +312,10 @@ std::complex<double> to_host_value(T x) {
 //  bf16, f16: products of 8/11-bit mantissas are exact in float: k·u·mag, then the rounding to
 //             the output type, u_out·(|c| + k·u·mag) with u_out = 2^-8 / 2^-11.
 //  s8:        exact (int32 accumulation; |c| <= 8192·127² < 2^31).
+//  e4m3:      products of 4-bit mantissas are exact; the tensor cores add them at reduced precision
+//             (u_tc = 2^-12 per addition, a margin of 2 over the ~14 bits they keep: docs/gemm.md,
+//             "FP8"): promoted, 128-long runs at u_tc then FP32 adds, (130·u_tc + (k/128 + 2)·u)·mag;
+//             fast, the whole k at u_tc, (k + 2)·u_tc·mag; then the rounding to bf16.
 template <dtype D>
 double error_bound(index_t k, double mag, double ref_abs) {
   const double kd = static_cast<double>(k), u = std::ldexp(1.0, -24);
@@ -297,6 +327,13 @@ double error_bound(index_t k, double mag, double ref_abs) {
     case dtype::bf16: return kd * u * mag + std::ldexp(1.0, -8) * (ref_abs + kd * u * mag);
     case dtype::f16: return kd * u * mag + std::ldexp(1.0, -11) * (ref_abs + kd * u * mag);
     case dtype::s8: return 0.0;
+    case dtype::e4m3:
+    case dtype::e4m3f: {
+      const double utc = std::ldexp(1.0, -12);
+      const double acc =
+          D == dtype::e4m3f ? (kd + 2.0) * utc * mag : (130.0 * utc + (kd / 128.0 + 2.0) * u) * mag;
+      return acc + std::ldexp(1.0, -8) * (ref_abs + acc);
+    }
   }
   return 0.0;
 }
@@ -461,44 +498,80 @@ blas_handles& handles() {
   return *h;
 }
 
-// cuBLASLt int8 -> int32 in the TN form: column-major A' = B_nk's buffer (k x n, ld k) with op T,
-// B' = A's buffer (k x m, ld k) with op N, C' = Cᵀ (n x m, ld n).
-struct cublaslt_s8 {
+// A cuBLASLt matmul in the TN form every narrow type requires: column-major A' = B_nk's buffer
+// (k x n, ld k) with op T, B' = A's buffer (k x m, ld k) with op N, C' = Cᵀ (n x m, ld n).
+//   int8 -> int32: compute 32I, scale type 32I.
+//   FP8 e4m3 -> bf16: compute 32F, scale type 32F, the A and B scales as device floats (1.0:
+//   spillway folds its scales into alpha) 16 bytes apart (cublasLtMatmul refuses, with
+//   CUBLAS_STATUS_NOT_SUPPORTED, a scale pointer that is not 16-byte aligned: H200, cuBLAS 13,
+//   2026-11-29), CUBLASLT_MATMUL_DESC_FAST_ACCUM as asked.
+struct cublaslt_tn {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::unique_ptr<spillway::device_buffer<float>> scales;
 
-  cublaslt_s8(index_t m, index_t n, index_t k) {
+  struct fp8_setup {
+    bool fast = false;
+  };
+
+  cublaslt_tn(index_t m, index_t n, index_t k, cublasComputeType_t compute, cudaDataType_t scale,
+              cudaDataType_t ab, cudaDataType_t c, const fp8_setup* fp8 = nullptr) {
     blas_handles& h = handles();
-    GEMM_BENCH_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+    GEMM_BENCH_CUBLAS(cublasLtMatmulDescCreate(&op, compute, scale));
     const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
     GEMM_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
     GEMM_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
+    if (fp8 != nullptr) {
+      scales = std::make_unique<spillway::device_buffer<float>>(8, bench_stream());
+      const float ones[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+      SPILLWAY_CUDA_TRY(cudaMemcpy(scales->data(), ones, sizeof ones, cudaMemcpyHostToDevice));
+      const std::int8_t fast_accum = fp8->fast ? 1 : 0;
+      GEMM_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                                       sizeof fast_accum));
+      const float* sa = scales->data();
+      const float* sb = scales->data() + 4;
+      GEMM_BENCH_CUBLAS(
+          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+      GEMM_BENCH_CUBLAS(
+          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    }
     const auto u = [](index_t x) { return static_cast<std::uint64_t>(x); };
-    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, u(k), u(n), k));
-    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, u(k), u(m), k));
-    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, u(n), u(m), n));
+    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, ab, u(k), u(n), k));
+    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, ab, u(k), u(m), k));
+    GEMM_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, c, u(n), u(m), n));
     cublasLtMatmulPreference_t pref = nullptr;
     GEMM_BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     std::size_t ws = blas_handles::lt_workspace_bytes;
-    const cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    const cublasStatus_t st =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st2 =
-        st == CUBLAS_STATUS_SUCCESS ? cublasLtMatmulAlgoGetHeuristic(h.lt, op, la, lb, lc, lc, pref, 1, &result, &found) : st;
+        st == CUBLAS_STATUS_SUCCESS
+            ? cublasLtMatmulAlgoGetHeuristic(h.lt, op, la, lb, lc, lc, pref, 1, &result, &found)
+            : st;
     cublasLtMatmulPreferenceDestroy(pref);
     GEMM_BENCH_CUBLAS(st2);
-    if (found == 0) throw std::runtime_error("cuBLASLt offers no int8 algorithm for " + shape_name(m, n, k));
+    if (found == 0) throw std::runtime_error("cuBLASLt offers no algorithm for " + shape_name(m, n, k));
     algo = result.algo;
   }
-  ~cublaslt_s8() {
+  ~cublaslt_tn() {
     if (lc) cublasLtMatrixLayoutDestroy(lc);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (op) cublasLtMatmulDescDestroy(op);
   }
-  cublaslt_s8(const cublaslt_s8&) = delete;
-  cublaslt_s8& operator=(const cublaslt_s8&) = delete;
+  cublaslt_tn(const cublaslt_tn&) = delete;
+  cublaslt_tn& operator=(const cublaslt_tn&) = delete;
+
+  /// The matmul on `s`: C = alpha·op(B_nk)·A (alpha, beta of the scale type).
+  template <class S>
+  void run(stream_view s, S alpha, S beta, const void* a, const void* b, void* c) const {
+    blas_handles& hs = handles();
+    GEMM_BENCH_CUBLAS(cublasLtMatmul(hs.lt, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo,
+                                     hs.lt_workspace.data(), blas_handles::lt_workspace_bytes, s.value()));
+  }
 };
 
 using work_fn = std::function<void(stream_view)>;
@@ -541,16 +614,24 @@ work_fn make_baseline(Ops& op) {
       GEMM_BENCH_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, B, t, k, A, t, k, &beta, C, t, n,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
+  } else if constexpr (D == dtype::e4m3 || D == dtype::e4m3f) {
+    const cublaslt_tn::fp8_setup fp8{traits<D>::fast};
+    auto lt = std::make_shared<cublaslt_tn>(op.m, op.n, op.k, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3,
+                                            CUDA_R_16BF, &fp8);
+    return [lt, A, B, C](stream_view s) { lt->run(s, 1.0f, 0.0f, A, B, C); };
   } else {
     static_assert(D == dtype::s8);
-    auto lt = std::make_shared<cublaslt_s8>(op.m, op.n, op.k);
-    blas_handles& hs = handles();
-    return [lt, &hs, A, B, C](stream_view s) {
-      const std::int32_t alpha = 1, beta = 0;
-      GEMM_BENCH_CUBLAS(cublasLtMatmul(hs.lt, lt->op, &alpha, B, lt->la, A, lt->lb, &beta, C, lt->lc, C, lt->lc, &lt->algo,
-                                       hs.lt_workspace.data(), blas_handles::lt_workspace_bytes, s.value()));
-    };
+    auto lt = std::make_shared<cublaslt_tn>(op.m, op.n, op.k, CUBLAS_COMPUTE_32I, CUDA_R_32I, CUDA_R_8I,
+                                            CUDA_R_32I);
+    return [lt, A, B, C](stream_view s) { lt->run(s, std::int32_t{1}, std::int32_t{0}, A, B, C); };
   }
+}
+
+// The options a type's rows run spillway with: TF32 math, FP8's accumulation mode.
+template <dtype D>
+void set_type_options(gemm::gemm_options& opt) {
+  if (D == dtype::tf32) opt.math = gemm::math_mode::tf32;
+  if (D == dtype::e4m3f) opt.fp8_accumulate = gemm::fp8_accumulation::fast;
 }
 
 // spillway's GEMM of type D under `opt` on `op`'s buffers (C = A·Bᵀ, see top).
@@ -647,7 +728,7 @@ void bm_row(benchmark::State& state, route r, index_t m, index_t n, index_t k) {
     } else {
       gemm::gemm_options opt;
       opt.path = to_path(r);
-      if (D == dtype::tf32) opt.math = gemm::math_mode::tf32;
+      set_type_options<D>(opt);
       gemm::gemm_path resolved;
       try {
         resolved = gemm::resolve_path<T>(opt, spillway::current_device());
@@ -662,7 +743,11 @@ void bm_row(benchmark::State& state, route r, index_t m, index_t n, index_t k) {
         return;
       }
       label = std::string("path=") + gemm::to_string(resolved);
-      base_ms = baseline_median<D>(op);
+      try {
+        base_ms = baseline_median<D>(op);
+      } catch (const std::exception& e) {  // spillway's row still runs: no vs_cublas
+        label += std::string(", baseline failed: ") + e.what();
+      }
       work = make_spillway<D>(op, opt);
     }
 
@@ -685,7 +770,7 @@ void bm_row(benchmark::State& state, route r, index_t m, index_t n, index_t k) {
     if (r == route::baseline) {
       auto& v = baseline_samples()[std::string(tr::name) + " " + shape_name(m, n, k)];
       v.insert(v.end(), ms.begin(), ms.end());
-    } else {
+    } else if (base_ms > 0) {
       state.counters["vs_cublas"] = base_ms / med;
     }
     char chk[64];
@@ -726,6 +811,8 @@ void register_rows() {
     for (const route r : tensor_routes) add_row<dtype::bf16>(r, s, s, s);
     for (const route r : tensor_routes) add_row<dtype::f16>(r, s, s, s);
     for (const route r : tensor_routes) add_row<dtype::s8>(r, s, s, s);
+    for (const route r : {route::baseline, route::automatic}) add_row<dtype::e4m3>(r, s, s, s);
+    for (const route r : {route::baseline, route::automatic}) add_row<dtype::e4m3f>(r, s, s, s);
     add_row<dtype::f64>(route::baseline, s, s, s);
     add_row<dtype::f64>(route::automatic, s, s, s);
     add_row<dtype::f64>(route::mma_sync, s, s, s);
@@ -767,7 +854,7 @@ void alternate(index_t m, index_t n, index_t k, int pairs, const spillway::bench
   auto& op = get_operands<D>(m, n, k);
   stream_view s = bench_stream();
   gemm::gemm_options opt;
-  if (D == dtype::tf32) opt.math = gemm::math_mode::tf32;
+  set_type_options<D>(opt);
   const gemm::gemm_path path = gemm::resolve_path<T>(opt, spillway::current_device());
   work_fn ours = make_spillway<D>(op, opt);
   work_fn base = make_baseline<D>(op);
@@ -815,27 +902,37 @@ void alternate(index_t m, index_t n, index_t k, int pairs, const spillway::bench
   std::fflush(stdout);
 }
 
-/// --alternations=N [--alternation_size=S]: every type at S³ (default 8192), N pairs each.
-void run_alternations(int pairs, index_t size) {
+/// --alternations=N [--alternation_size=S] [--alternation_types=a,b]: the listed types (default all)
+/// at S³ (default 8192), N pairs each.
+void run_alternations(int pairs, index_t size, const std::string& types) {
   const spillway::bench::gpu_sensors sensors(spillway::current_device());
   std::printf("alternated pairs: %d per type, %lld^3, spillway automatic against cuBLAS(Lt); medians [min, max] of "
               "each turn's median; ratio = cuBLAS time / spillway time per pair; NVML %s\n",
               pairs, static_cast<long long>(size), sensors.available() ? "read after each pair" : "not available");
-  alternate<dtype::bf16>(size, size, size, pairs, sensors);
-  alternate<dtype::f16>(size, size, size, pairs, sensors);
-  alternate<dtype::s8>(size, size, size, pairs, sensors);
-  alternate<dtype::tf32>(size, size, size, pairs, sensors);
-  alternate<dtype::f32>(size, size, size, pairs, sensors);
-  alternate<dtype::f64>(size, size, size, pairs, sensors);
-  alternate<dtype::c32>(size, size, size, pairs, sensors);
+  const auto wanted = [&](const char* name) {
+    return types.empty() || ("," + types + ",").find(std::string(",") + name + ",") != std::string::npos;
+  };
+  const auto one = [&](auto tag) {
+    constexpr dtype D = decltype(tag)::value;
+    if (wanted(traits<D>::name)) alternate<D>(size, size, size, pairs, sensors);
+  };
+  one(std::integral_constant<dtype, dtype::bf16>{});
+  one(std::integral_constant<dtype, dtype::f16>{});
+  one(std::integral_constant<dtype, dtype::s8>{});
+  one(std::integral_constant<dtype, dtype::e4m3>{});
+  one(std::integral_constant<dtype, dtype::e4m3f>{});
+  one(std::integral_constant<dtype, dtype::tf32>{});
+  one(std::integral_constant<dtype, dtype::f32>{});
+  one(std::integral_constant<dtype, dtype::f64>{});
+  one(std::integral_constant<dtype, dtype::c32>{});
 }
 
-/// Takes `--name=value` out of argv (Google Benchmark refuses flags it does not know).
-long long take_flag(int& argc, char** argv, const char* name, long long fallback) {
+/// Takes `--name=value` (a string) out of argv; `fallback` when absent.
+std::string take_string_flag(int& argc, char** argv, const char* name, const std::string& fallback) {
   const std::string prefix = std::string("--") + name + "=";
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]).rfind(prefix, 0) == 0) {
-      const long long v = std::stoll(argv[i] + prefix.size());
+      const std::string v = argv[i] + prefix.size();
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
       return v;
@@ -844,11 +941,18 @@ long long take_flag(int& argc, char** argv, const char* name, long long fallback
   return fallback;
 }
 
+/// Takes `--name=value` (a number) out of argv (Google Benchmark refuses flags it does not know).
+long long take_flag(int& argc, char** argv, const char* name, long long fallback) {
+  const std::string v = take_string_flag(argc, argv, name, "");
+  return v.empty() ? fallback : std::stoll(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const long long pairs = take_flag(argc, argv, "alternations", 0);
   const long long size = take_flag(argc, argv, "alternation_size", 8192);
+  const std::string types = take_string_flag(argc, argv, "alternation_types", "");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (pairs > 0) {
@@ -856,7 +960,7 @@ int main(int argc, char** argv) {
       std::printf("--alternations: no GPU (%s)\n", spillway::no_gpu_reason().c_str());
       return 1;
     }
-    run_alternations(static_cast<int>(pairs), static_cast<index_t>(size));
+    run_alternations(static_cast<int>(pairs), static_cast<index_t>(size), types);
     resident().current.reset();
     handles_slot().reset();
     return 0;

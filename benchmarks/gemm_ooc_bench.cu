@@ -10,6 +10,9 @@
 //   gemm_ooc/float/out_of_core_2gpu  the same on GPUs 0 and 1 (skipped with one GPU)
 //   gemm_ooc/tf32/in_core, /out_of_core      float on the TF32 tensor cores
 //   gemm_ooc/bf16/in_core, /out_of_core      bf16 inputs, float C
+//   gemm_ooc/e4m3/in_core, /out_of_core      FP8 e4m3 inputs (promoted accumulation), float C; the
+//                                        acceptance job is --ooc_n=65536 --ooc_budget=8GiB
+//                                        --benchmark_filter='gemm_ooc/(copy_rates|e4m3)'
 //
 // The out_of_core rows run as a caller would: default options but the budget (the plan weighs its
 // choices at its own estimate of the compute time and the default copy rates).
@@ -26,8 +29,9 @@
 //                                        them for each call by ooc_options::lock's rule (counter
 //                                        registered_abc: 111 = A, B and C; K-major B: none);
 //                                        ..._pageable_staged the same with page_lock::never (staged
-//                                        through pinned buffers); bf16/out_of_core_b_row_major_pageable[_staged]
-//                                        the same with NumPy's row-major B (the rule: all three)
+//                                        through pinned buffers);
+//                                        bf16/out_of_core_b_row_major_pageable[_staged] the same with NumPy's
+//                                        row-major B (the rule: all three)
 //   gemm_ooc/copy_lines                  device->host copies of C-block shapes (2048 rows of 2048 to
 //                                        16384 floats, 2-D; and 1-D 16 MiB), 1 GiB on 4 streams,
 //                                        alone and beside bf16 GEMMs: GB/s per shape (w2048_gemm
@@ -79,6 +83,7 @@
 #include <benchmark/benchmark.h>
 #include <cublasXt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <chrono>
@@ -133,24 +138,40 @@ void fill(T* p, std::size_t count, F f) {
 
 /// The shared pinned host matrices (allocated on first use, kept for every row).
 struct host_set {
-  spillway::pinned_buffer<float> a, b, c;
+  index_t n;
+  std::size_t count;
+  spillway::pinned_buffer<float> c;
+  spillway::pinned_buffer<float> a32, b32;
   spillway::pinned_buffer<__nv_bfloat16> a16, b16;
-  explicit host_set(index_t n) {
-    const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-    std::printf("gemm_ooc: n = %ld, budget %s, seed %llu; filling %zu MiB of pinned host memory\n",
-                static_cast<long>(n), spillway::detail::format_bytes(g_budget).c_str(),
-                static_cast<unsigned long long>(kSeed), count * 16 >> 20);
-    a = spillway::pinned_buffer<float>(count);
-    b = spillway::pinned_buffer<float>(count);
+  spillway::pinned_buffer<__nv_fp8_e4m3> a8, b8;
+  explicit host_set(index_t n_) : n(n_), count(static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_)) {
+    std::printf(
+        "gemm_ooc: n = %ld, budget %s, seed %llu; %zu MiB of pinned host memory for C, the operands of "
+        "each type on first use\n",
+        static_cast<long>(n), spillway::detail::format_bytes(g_budget).c_str(),
+        static_cast<unsigned long long>(kSeed), count * 4 >> 20);
     c = spillway::pinned_buffer<float>(count);
-    fill(a.data(), count, [](std::uint64_t i) { return value_at(i, kSeed); });
-    fill(b.data(), count, [](std::uint64_t i) { return value_at(i, kSeed + 1); });
-    a16 = spillway::pinned_buffer<__nv_bfloat16>(count);
-    b16 = spillway::pinned_buffer<__nv_bfloat16>(count);
-    const float* pa = a.data();
-    const float* pb = b.data();
-    fill(a16.data(), count, [pa](std::uint64_t i) { return __float2bfloat16_rn(pa[i]); });
-    fill(b16.data(), count, [pb](std::uint64_t i) { return __float2bfloat16_rn(pb[i]); });
+  }
+  /// A and B of element type T (the same values rounded to T), filled on first use.
+  template <class T>
+  std::pair<const T*, const T*> operands() {
+    auto make = [&](auto& pa, auto& pb, auto convert) {
+      if (pa.size() == 0) {
+        pa = std::remove_reference_t<decltype(pa)>(count);
+        pb = std::remove_reference_t<decltype(pb)>(count);
+        fill(pa.data(), count, [&](std::uint64_t i) { return convert(value_at(i, kSeed)); });
+        fill(pb.data(), count, [&](std::uint64_t i) { return convert(value_at(i, kSeed + 1)); });
+      }
+      return std::pair<const T*, const T*>(pa.data(), pb.data());
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      return make(a32, b32, [](float v) { return v; });
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return make(a16, b16, [](float v) { return __float2bfloat16_rn(v); });
+    } else {
+      static_assert(std::is_same_v<T, __nv_fp8_e4m3>);
+      return make(a8, b8, [](float v) { return __nv_fp8_e4m3(v); });
+    }
   }
 };
 
@@ -189,6 +210,11 @@ template <class T>
 std::string check_sample(const T* a, const T* b, const float* c, index_t n, bool tf32, double& worst,
                          bool b_row_major = false) {
   const double eps = std::ldexp(1.0, -23), uop = tf32 ? std::ldexp(1.0, -10) : 0.0;
+  // FP8 on the tensor cores, promoted every 128 products: 128-long runs at 2^-12 per addition, FP32
+  // beyond (docs/gemm.md, "Accuracy").
+  constexpr bool fp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  const double runs = fp8 ? 130 * std::ldexp(1.0, -12) + (static_cast<double>(n) / 128 + 2) * eps
+                          : (static_cast<double>(n) + 2) * eps;
   worst = 0;
   for (int t = 0; t < 64; ++t) {
     const auto i = static_cast<index_t>((static_cast<std::uint64_t>(t) * 2654435761u + 17) %
@@ -205,7 +231,7 @@ std::string check_sample(const T* a, const T* b, const float* c, index_t n, bool
     }
     const double got = c[i * n + j];
     const double err = std::fabs(got - s);
-    const double bound = 1.25 * ((static_cast<double>(n) + 2) * eps + 2 * uop) * sabs + 16 * eps * sabs;
+    const double bound = 1.25 * (runs + 2 * uop) * sabs + 16 * eps * sabs;
     worst = std::max(worst, err / bound);
     if (!(err <= bound)) {
       char buf[160];
@@ -544,13 +570,14 @@ void bm_cublasxt(benchmark::State& state) {
     const float one = 1.0f, zero = 0.0f;
     // Column-major Cᵀ (n x n, ld n) = op_T(B's buffer: k x n, ld k) · op_N(A's buffer: k x m, ld k).
     auto run = [&] {
-      OOC_BENCH_CUBLAS(cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, h.b.data(), n, h.a.data(),
-                                     n, &zero, h.c.data(), n));
+      const auto [ha, hb] = h.operands<float>();
+      OOC_BENCH_CUBLAS(
+          cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, hb, n, ha, n, &zero, h.c.data(), n));
     };
     poison(h.c.data(), h.c.size());
     run();
     double worst = 0;
-    const std::string bad = check_sample(h.a.data(), h.b.data(), h.c.data(), g_n, false, worst);
+    const std::string bad = check_sample(ha, hb, h.c.data(), g_n, false, worst);
     if (!bad.empty()) throw std::runtime_error("cublasXt check: " + bad);
     std::vector<double> secs;
     for (auto _ : state) {
@@ -574,9 +601,9 @@ void bm_cublasxt(benchmark::State& state) {
 
 // ---- spillway in core and out of core -----------------------------------------------------------
 
-enum class kind { f32, tf32, bf16 };
+enum class kind { f32, tf32, bf16, e4m3 };
 const char* kind_name(kind k) {
-  return k == kind::f32 ? "float" : k == kind::tf32 ? "tf32" : "bf16";
+  return k == kind::f32 ? "float" : k == kind::tf32 ? "tf32" : k == kind::bf16 ? "bf16" : "e4m3";
 }
 
 g::gemm_options options_for(kind k) {
@@ -803,10 +830,16 @@ void bm_in_core(benchmark::State& state, kind kd) {
   if (spillway::bench::skip_without_gpu(state)) return;
   try {
     host_set& h = host();
-    if (kd == kind::bf16)
-      in_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data());
-    else
-      in_core<float>(state, kd, h.a.data(), h.b.data());
+    if (kd == kind::bf16) {
+      const auto [a, b] = h.operands<__nv_bfloat16>();
+      in_core<__nv_bfloat16>(state, kd, a, b);
+    } else if (kd == kind::e4m3) {
+      const auto [a, b] = h.operands<__nv_fp8_e4m3>();
+      in_core<__nv_fp8_e4m3>(state, kd, a, b);
+    } else {
+      const auto [a, b] = h.operands<float>();
+      in_core<float>(state, kd, a, b);
+    }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -817,10 +850,16 @@ void bm_out_of_core(benchmark::State& state, kind kd, int gpus, const variant& v
   try {
     host_set& h = host();
     const std::vector<int> devices = spillway::bench::first_devices(gpus);
-    if (kd == kind::bf16)
-      out_of_core<__nv_bfloat16>(state, kd, h.a16.data(), h.b16.data(), devices, v);
-    else
-      out_of_core<float>(state, kd, h.a.data(), h.b.data(), devices, v);
+    if (kd == kind::bf16) {
+      const auto [a, b] = h.operands<__nv_bfloat16>();
+      out_of_core<__nv_bfloat16>(state, kd, a, b, devices, v);
+    } else if (kd == kind::e4m3) {
+      const auto [a, b] = h.operands<__nv_fp8_e4m3>();
+      out_of_core<__nv_fp8_e4m3>(state, kd, a, b, devices, v);
+    } else {
+      const auto [a, b] = h.operands<float>();
+      out_of_core<float>(state, kd, a, b, devices, v);
+    }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -844,7 +883,7 @@ void register_rows() {
       ->Iterations(3)
       ->Unit(benchmark::kMillisecond);
   const int reps_float = 3, reps_fast = 5;
-  for (kind kd : {kind::f32, kind::tf32, kind::bf16}) {
+  for (kind kd : {kind::f32, kind::tf32, kind::bf16, kind::e4m3}) {
     const std::string base = std::string("gemm_ooc/") + kind_name(kd);
     const int reps = kd == kind::f32 ? reps_float : reps_fast;
     benchmark::RegisterBenchmark((base + "/in_core").c_str(),
@@ -857,6 +896,7 @@ void register_rows() {
         ->UseManualTime()
         ->Iterations(reps)
         ->Unit(benchmark::kMillisecond);
+    if (kd == kind::e4m3) continue;  // FP8: the default rows (the acceptance job: --ooc_n=65536)
     std::vector<variant> vs;
     auto staged = [](std::string name, std::size_t slots, std::size_t threads = 0, bool plain = false) {
       variant v;

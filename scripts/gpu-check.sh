@@ -33,7 +33,8 @@
 #   scripts/gpu-check.sh gemm-alt               (GPU machine) spillway_gemm_bench --alternations: per GEMM type at
 #                                              8192³, 20 alternated pairs of spillway (automatic) and cuBLAS(Lt),
 #                                              medians, spreads, SM clock / power / temperature (NVML)
-#                                              (GEMM_ALTERNATIONS, GEMM_ALTERNATION_SIZE)
+#                                              (GEMM_ALTERNATIONS, GEMM_ALTERNATION_SIZE, GEMM_ALTERNATION_TYPES:
+#                                              a comma list such as e4m3,e4m3f; default every type)
 #   scripts/gpu-check.sh all                    tests, sanitizer, bench (may exceed one 10-minute command)
 #   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
 #                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
@@ -411,7 +412,8 @@ run_ode_baseline() {
 run_gemm_alternations() {
   local log="$RESULTS/gemm_alternations.log"
   if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway_gemm_bench" \
-    --alternations="${GEMM_ALTERNATIONS:-20}" --alternation_size="${GEMM_ALTERNATION_SIZE:-8192}" >"$log" 2>&1; then
+    --alternations="${GEMM_ALTERNATIONS:-20}" --alternation_size="${GEMM_ALTERNATION_SIZE:-8192}" \
+    --alternation_types="${GEMM_ALTERNATION_TYPES:-}" >"$log" 2>&1; then
     status=1
   fi
   while read -r line; do summary+=("$line"); done <"$log"

@@ -137,14 +137,18 @@ def similarity(
 @overload
 def matmul(
     a: ArrayLike, b: ArrayLike, *, out: Optional[NDArray[Any]] = None, alpha: float = 1.0, beta: float = 0.0,
-    tf32: bool = False, budget: _Budget = None, devices: Optional[Sequence[int]] = None, progress: _Progress = True,
+    tf32: bool = False, scale_a: float = 1.0, scale_b: float = 1.0,
+    fp8_accumulation: Literal["promoted", "fast"] = "promoted", budget: _Budget = None,
+    devices: Optional[Sequence[int]] = None, progress: _Progress = True,
     host_fallback: Optional[bool] = None, report: Optional[Dict[str, Any]] = None, return_report: Literal[False] = False,
     stream: _Stream = None,
 ) -> Any: ...
 @overload
 def matmul(
     a: ArrayLike, b: ArrayLike, *, out: Optional[NDArray[Any]] = None, alpha: float = 1.0, beta: float = 0.0,
-    tf32: bool = False, budget: _Budget = None, devices: Optional[Sequence[int]] = None, progress: _Progress = True,
+    tf32: bool = False, scale_a: float = 1.0, scale_b: float = 1.0,
+    fp8_accumulation: Literal["promoted", "fast"] = "promoted", budget: _Budget = None,
+    devices: Optional[Sequence[int]] = None, progress: _Progress = True,
     host_fallback: Optional[bool] = None, report: Optional[Dict[str, Any]] = None, return_report: Literal[True],
     stream: _Stream = None,
 ) -> Tuple[Any, Report]: ...

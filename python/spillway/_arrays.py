@@ -28,6 +28,7 @@ from ._errors import DTypeError
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL = 0, 1, 2, 4, 6
+_DL_FP8 = {10: "float8_e4m3fn", 12: "float8_e5m2"}  # kDLFloat8_e4m3fn, kDLFloat8_e5m2
 _DL_FLAG_READ_ONLY, _DL_FLAG_IS_COPIED = 1 << 0, 1 << 1
 DLPACK_MAX_VERSION = (1, 0)  # the newest DLPack major.minor spillway reads
 
@@ -155,6 +156,8 @@ def _dtype_name(code: int, bits: int) -> str:
         return "int8"
     if bits == 8 and code == _DL_BOOL:
         return "bool"
+    if bits == 8 and code in _DL_FP8:  # DLPack 1.1's FP8 codes, as producers that know them export FP8
+        return _DL_FP8[code]
     kind = {_DL_INT: "int", _DL_UINT: "uint", _DL_FLOAT: "float", _DL_BFLOAT: "bfloat", _DL_BOOL: "bool",
             5: "complex"}.get(code, f"code{code}_")
     return f"{kind}{bits}"

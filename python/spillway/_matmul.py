@@ -22,15 +22,40 @@ RESULT_DTYPES = {
     np.dtype(np.int8): np.dtype(np.int32),
     np.dtype(np.complex64): np.dtype(np.complex64),
 }
-try:  # bf16: NumPy's ml_dtypes.bfloat16 (what CuPy 14 and JAX use)
+# FP8 dtype name -> its NumPy dtype (ml_dtypes) where ml_dtypes is importable.
+FP8_DTYPES: dict = {}
+try:  # bf16 and FP8: NumPy's ml_dtypes (what CuPy 14 and JAX use)
     import ml_dtypes as _ml_dtypes
 
     BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
     RESULT_DTYPES[BFLOAT16] = np.dtype(np.float32)
+    for _name in ("float8_e4m3fn", "float8_e5m2"):
+        FP8_DTYPES[_name] = np.dtype(getattr(_ml_dtypes, _name))
+        RESULT_DTYPES[FP8_DTYPES[_name]] = np.dtype(np.float32)
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency of the package
     BFLOAT16 = None
 
-_TYPES_TEXT = "float32, float64, float16, bf16 (ml_dtypes.bfloat16), complex64 or int8"
+_TYPES_TEXT = ("float32, float64, float16, bf16 (ml_dtypes.bfloat16), complex64, int8 or FP8 (ml_dtypes.float8_e4m3fn, "
+               "float8_e5m2; torch.float8_e4m3fn, torch.float8_e5m2 on the device)")
+_FP8_ACCUMULATION = ("promoted", "fast")
+
+
+def _fp8_arguments(fp8: str, scale_a, scale_b, fp8_accumulation: str) -> tuple:
+    """Checks matmul's FP8 arguments: (scale_a, scale_b, fast) as floats and a bool. ``fp8`` is
+    the FP8 dtype name of the inputs, "" for other inputs (then the scales must stay 1)."""
+    choice("matmul", "fp8_accumulation", fp8_accumulation, _FP8_ACCUMULATION)
+    out = []
+    for name, v in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ArgumentTypeError(f"matmul: {name} must be a real number, got {type(v).__name__}")
+        f = float(v)
+        if fp8 and (not np.isfinite(f) or f == 0.0 or not np.isfinite(np.float32(f))):
+            raise ValueError(f"matmul: {name}={v!r}; a per-tensor scale must be finite and non-zero in float32")
+        if not fp8 and f != 1.0:
+            raise ValueError(f"matmul: {name}={v!r} is for FP8 inputs (float8_e4m3fn, float8_e5m2); fold a scale of "
+                             "other inputs into alpha")
+        out.append(f)
+    return out[0], out[1], fp8_accumulation == "fast"
 
 
 def _register_mask(dtype: np.dtype) -> int:
@@ -51,6 +76,7 @@ def _host_matrix(x, name: str) -> np.ndarray:
         raise ValueError(f"matmul: {name} must be 2-D, got {a.ndim}-D with shape {a.shape}")
     if a.dtype not in RESULT_DTYPES:
         hint = " (if it holds bf16 bit patterns: .view(ml_dtypes.bfloat16))" if a.dtype == np.uint16 else \
+            " (if it holds FP8 bit patterns: .view(ml_dtypes.float8_e4m3fn))" if a.dtype == np.uint8 else \
             " (convert with .astype(...))"
         raise DTypeError(f"matmul: {name} has dtype {a.dtype}; spillway.matmul takes {_TYPES_TEXT}{hint}")
     return a
@@ -86,6 +112,9 @@ def matmul(
     alpha: float = 1.0,
     beta: float = 0.0,
     tf32: bool = False,
+    scale_a: float = 1.0,
+    scale_b: float = 1.0,
+    fp8_accumulation: str = "promoted",
     budget: Union[str, int, None] = None,
     devices: Optional[Sequence[int]] = None,
     progress=True,
@@ -107,12 +136,20 @@ def matmul(
     a, b : 2-D host arrays of one dtype, ``a.shape[1] == b.shape[0]``: float32 (exact FP32, or
         TF32 tensor cores with ``tf32=True``), float64, float16 or bf16 (``ml_dtypes.bfloat16``;
         both give float32 results, summed in float32 on the tensor cores), complex64 (results in
-        complex64; alpha and beta real) or int8 (results in int32, exact). C- or Fortran-ordered
-        (a transposed view such as ``x.T`` is read in place); other strides are refused.
+        complex64; alpha and beta real), int8 (results in int32, exact) or FP8
+        (``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``; on the device ``torch.float8_e4m3fn`` /
+        ``torch.float8_e5m2``; results in float32, products summed in float32 on Hopper's FP8 tensor
+        cores). C- or Fortran-ordered (a transposed view such as ``x.T`` is read in place); other
+        strides are refused.
     out : the result array (a new C-ordered array if None): shape (a.shape[0], b.shape[1]),
         dtype float32 / float64 / int32 as above, C- or Fortran-ordered, not overlapping a or b.
         Needed when ``beta != 0`` (C is read); with ``beta == 0`` it is never read.
     alpha, beta : the scalars.
+    scale_a, scale_b : FP8 only: per-tensor dequantization scales (cuBLASLt's convention), the
+        result is ``alpha * scale_a * scale_b * a @ b + beta * out``; 1 for other inputs.
+    fp8_accumulation : FP8 only: "promoted" (default: every 128 products of k summed on the tensor
+        cores, then added in float32 registers) or "fast" (the tensor cores' reduced-precision
+        accumulation over the whole k; faster, less accurate for long k). Host GEMMs sum in float32.
     budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
     devices : GPU ordinals (default: all visible).
     progress : True for a tqdm bar (when tqdm is installed), False for none, or ``fn(done, total)``.
@@ -147,7 +184,8 @@ def matmul(
             if v is not None:
                 raise ValueError(f"matmul: {name}= is for host arrays (out of core); device arrays are multiplied "
                                  "in core on their own device")
-        return _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report)
+        return _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report, scale_a, scale_b,
+                              fp8_accumulation)
     if stream is not None:
         raise ValueError("matmul: stream= is for device arrays; host arrays run on spillway's own streams")
     a = _host_matrix(a, "a")
@@ -162,6 +200,8 @@ def matmul(
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, (complex, np.complexfloating)) and v.imag != 0:
             raise ValueError(f"matmul: {name}={v!r}: the scalars are real (complex64 inputs too)")
+    fp8 = a.dtype.name if a.dtype.name in FP8_DTYPES else ""
+    sa, sb, fast = _fp8_arguments(fp8, scale_a, scale_b, fp8_accumulation)
     rdt = RESULT_DTYPES[a.dtype]
     shape = (a.shape[0], b.shape[1])
     if out is None:
@@ -186,12 +226,13 @@ def matmul(
         if host_fallback:
             warn_host_fallback("spillway.matmul", _core.no_gpu_reason())
     mask = _register_mask(a.dtype) if _register is None else int(_register)
-    # bf16 reaches the binding as its bit patterns (NumPy's buffer protocol knows no bfloat16).
+    # bf16 and FP8 reach the binding as their bit patterns (NumPy's buffer protocol knows neither).
     bf16 = BFLOAT16 is not None and a.dtype == BFLOAT16
-    a_in, b_in = (a.view(np.uint16), b.view(np.uint16)) if bf16 else (a, b)
+    a_in, b_in = (a.view(np.uint16), b.view(np.uint16)) if bf16 else (a.view(np.uint8), b.view(np.uint8)) if fp8 \
+        else (a, b)
     res = run_with_progress(
         lambda bar: _core._matmul(a_in, b_in, out, float(np.real(alpha)), float(np.real(beta)), bool(tf32),
-                                  budget_bytes, devs, bool(host_fallback), mask, bar, bf16),
+                                  budget_bytes, devs, bool(host_fallback), mask, bar, bf16, fp8, sa, sb, fast),
         progress, "spillway.matmul", report)
     rep = res["report"]
     if res["interrupted"] or rep["cancelled"]:
@@ -205,13 +246,30 @@ def matmul(
 
 
 _DEVICE_RESULT = {"float32": "float32", "float64": "float64", "float16": "float32", "bfloat16": "float32",
-                  "int8": "int32", "complex64": "complex64"}
+                  "int8": "int32", "complex64": "complex64", "float8_e4m3fn": "float32", "float8_e5m2": "float32"}
 
 
-def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report):
+def _fp8_device_view(x):
+    """A PyTorch FP8 tensor as (its uint8 view, its dtype name), which DLPack may not export; any
+    other array as (itself, None)."""
+    name = str(getattr(x, "dtype", ""))
+    if _arrays.framework_of(x) == "torch" and name in ("torch.float8_e4m3fn", "torch.float8_e5m2"):
+        import torch
+
+        return x.view(torch.uint8), name[len("torch."):]
+    return x, None
+
+
+def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report, scale_a=1.0, scale_b=1.0,
+                   fp8_accumulation="promoted"):
     """matmul of device arrays: in core on their device, enqueued on the stream, not waited for."""
+    (a, fa), (b, fb) = _fp8_device_view(a), _fp8_device_view(b)
     da = _arrays.device_array(a, stream)
     db = _arrays.device_array(b, da.stream if stream is None else stream)
+    if fa is not None:
+        da.dtype = fa
+    if fb is not None:
+        db.dtype = fb
     for name, d in (("a", da), ("b", db)):
         if len(d.shape) != 2:
             raise ValueError(f"matmul: {name} must be 2-D, got shape {d.shape}")
@@ -230,6 +288,8 @@ def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report):
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, (complex, np.complexfloating)) and v.imag != 0:
             raise ValueError(f"matmul: {name}={v!r}: the scalars are real (complex64 inputs too)")
+    fp8 = da.dtype if da.dtype.startswith("float8") else ""
+    sa, sb, fast = _fp8_arguments(fp8, scale_a, scale_b, fp8_accumulation)
     shape = (da.shape[0], db.shape[1])
     rdt = _DEVICE_RESULT[da.dtype]
     if out is None:
@@ -246,5 +306,6 @@ def _matmul_device(a, b, out, alpha, beta, tf32, stream, report, return_report):
     strides = [*da.strides, *db.strides, *dc.strides]
     t0 = time.perf_counter()
     _core._matmul_device(da.ptr, db.ptr, dc.ptr, da.shape[0], da.shape[1], db.shape[1], strides, da.dtype,
-                         dc.dtype, float(np.real(alpha)), float(np.real(beta)), bool(tf32), da.device, da.stream)
+                         dc.dtype, float(np.real(alpha)), float(np.real(beta)), bool(tf32), da.device, da.stream, sa,
+                         sb, fast)
     return deliver(out, one_launch(t0, da.device), report, return_report)

@@ -196,9 +196,12 @@ struct host_matrix {
 
 struct matmul_request {
   /// The inputs' element type: 'f' float32 (C float32), 'd' float64 (C float64), 'h' float16
-  /// (C float32), 'B' bf16 (C float32), 'c' complex64 (C complex64), 'b' int8 (C int32).
+  /// (C float32), 'B' bf16 (C float32), 'c' complex64 (C complex64), 'b' int8 (C int32), 'e' FP8
+  /// e4m3 and 'E' FP8 e5m2 (C float32): gemm/types.hpp's codes.
   char dtype = 'f';
   bool tf32 = false;  ///< float32 on the TF32 tensor cores (else exact FP32)
+  float scale_a = 1, scale_b = 1;  ///< FP8 only: per-tensor scales (gemm_options::scale_a / scale_b)
+  bool fp8_fast = false;           ///< FP8 only: fp8_accumulation::fast (else promoted)
   double alpha = 1, beta = 0;
   std::size_t budget_bytes = 0;  ///< 0: spillway's default (80% of free memory)
   std::vector<int> devices;

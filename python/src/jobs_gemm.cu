@@ -1,6 +1,7 @@
 // python/src/jobs_gemm.cu — spillway.matmul's C++ side: the out-of-core GEMM of host matrices
-// (spillway::gemm::gemm_out_of_core) for float32, float64, float16, bf16, complex64 and int8
-// inputs, or the host GEMM in row blocks where no GPU is present.
+// (spillway::gemm::gemm_out_of_core) for every element type of the GEMM's table (float32,
+// float64, float16, bf16, complex64, int8, FP8 e4m3 / e5m2), or the host GEMM in row blocks where
+// no GPU is present.
 #include "job_support.hpp"
 #include "jobs.hpp"
 
@@ -33,6 +34,16 @@ sg::matrix_view<T> rows_of(sg::matrix_view<T> m, std::int64_t r0, std::int64_t r
   return m;
 }
 
+/// The request's options for the in-core GEMM: TF32, FP8's scales and accumulation.
+sg::gemm_options options_of(const matmul_request& r) {
+  sg::gemm_options o;
+  if (r.tf32) o.math = sg::math_mode::tf32;
+  o.scale_a = r.scale_a;
+  o.scale_b = r.scale_b;
+  if (r.fp8_fast) o.fp8_accumulate = sg::fp8_accumulation::fast;
+  return o;
+}
+
 template <class T, class TC>
 job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_matrix& hc, const matmul_request& r,
                       job_progress& p) {
@@ -40,15 +51,14 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
   const auto a = view_of<const T>(ha);
   const auto b = view_of<const T>(hb);
   const auto c = view_of<TC>(hc);
-  sg::gemm_options o;
-  if (r.tf32) o.math = sg::math_mode::tf32;
+  const sg::gemm_options o = options_of(r);
   const S alpha = static_cast<S>(r.alpha), beta = static_cast<S>(r.beta);
   job_summary s;
   const auto t0 = std::chrono::steady_clock::now();
   if (::spillway::detail::run_on_host_instead(r.host_fallback, r.devices, "spillway.matmul", "host_fallback",
                                               "the host GEMM")) {
     // Row blocks of ~2^26 multiply-adds (at least one row), so progress and Ctrl-C reach Python.
-    sg::gemm_options ho;  // the host GEMM computes exact FP32 for float
+    sg::gemm_options ho = o;  // the host GEMM computes exact FP32 for float (TF32 ignored), FP8 in FP32
     const std::int64_t work = std::max<std::int64_t>(1, b.rows * b.cols);
     const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 26) / work);
     const std::int64_t blocks = a.rows == 0 ? 0 : (a.rows + step - 1) / step;
@@ -93,8 +103,7 @@ template <class T, class TC>
 void run_typed_device(const host_matrix& ha, const host_matrix& hb, const host_matrix& hc, const matmul_request& r,
                       int device, std::uintptr_t stream) {
   using S = sg::accumulator_t<T>;
-  sg::gemm_options o;
-  if (r.tf32) o.math = sg::math_mode::tf32;
+  const sg::gemm_options o = options_of(r);
   device_guard g(device);
   // 0 is how CuPy, PyTorch and Numba name the legacy default stream (stream_view refuses null).
   const stream_view s(stream == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(stream));

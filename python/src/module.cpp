@@ -426,9 +426,10 @@ const sgm::gemm_type_info& gemm_info(char code) {
 }
 
 /// The element type code of an array for spillway.matmul ('f', 'd', 'h', 'b', 'c' complex64, 'B'
-/// bf16 — uint16 bit patterns, as spillway.matmul passes ml_dtypes.bfloat16, when `bf16`; 0 when
+/// bf16 — uint16 bit patterns, as spillway.matmul passes ml_dtypes.bfloat16, when `bf16`; the FP8
+/// rows' codes for uint8 bit patterns when `fp8` names an FP8 dtype of the table; 0 when
 /// unsupported).
-char matmul_code(const nb::dlpack::dtype& t, bool bf16) {
+char matmul_code(const nb::dlpack::dtype& t, bool bf16, const std::string& fp8 = "") {
   const auto fl = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float);
   const auto in = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int);
   const auto ui = static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt);
@@ -436,6 +437,12 @@ char matmul_code(const nb::dlpack::dtype& t, bool bf16) {
   const auto cx = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Complex);
   if (t.lanes != 1) return 0;
   if (bf16) return ((t.code == ui || t.code == bfl) && t.bits == 16) ? 'B' : 0;
+  if (!fp8.empty()) {
+    for (const sgm::gemm_type_info& row : sgm::gemm_type_table) {
+      if (row.scaled && fp8 == row.numpy) return (t.code == ui && t.bits == 8) ? row.code : 0;
+    }
+    return 0;
+  }
   if (t.code == fl && t.bits == 32) return 'f';
   if (t.code == fl && t.bits == 64) return 'd';
   if (t.code == fl && t.bits == 16) return 'h';
@@ -471,14 +478,25 @@ sp::host_matrix matrix_of(void* data, std::int64_t rows, std::int64_t cols, std:
                  ", " + std::to_string(cols) + ")): pass np.ascontiguousarray(" + name + ")");
 }
 
-/// C = α·A·B + β·C into `c` (float32 for float32 and float16 inputs, float64, int32 for int8).
+/// The FP8 arguments of spillway.matmul into a request (checked again by the GEMM itself).
+void set_fp8(sp::matmul_request& r, double scale_a, double scale_b, bool fp8_fast) {
+  r.scale_a = static_cast<float>(scale_a);
+  r.scale_b = static_cast<float>(scale_b);
+  r.fp8_fast = fp8_fast;
+}
+
+/// C = α·A·B + β·C into `c` (float32 for float32, float16, bf16 and FP8 inputs, float64, int32
+/// for int8). FP8 (`fp8` = "float8_e4m3fn" or "float8_e5m2") arrives as uint8 bit patterns.
 /// Returns {"report", "interrupted"}.
 nb::dict matmul_host(const host_array& a, const host_array& b, nb::ndarray<nb::ndim<2>, nb::device::cpu>& c,
-                     double alpha, double beta, bool tf32, std::size_t budget, const std::vector<int>& devices,
-                     bool host_fallback, unsigned register_mask, const nb::object& progress, bool bf16) {
+                     double alpha, double beta, bool tf32, std::size_t budget,
+                     const std::vector<int>& devices, bool host_fallback, unsigned register_mask,
+                     const nb::object& progress, bool bf16, const std::string& fp8, double scale_a,
+                     double scale_b, bool fp8_fast) {
   sp::matmul_request r;
-  r.dtype = matmul_code(a.dtype(), bf16);
-  if (r.dtype == 0 || matmul_code(b.dtype(), bf16) != r.dtype) {
+  r.dtype = matmul_code(a.dtype(), bf16, fp8);
+  set_fp8(r, scale_a, scale_b, fp8_fast);
+  if (r.dtype == 0 || matmul_code(b.dtype(), bf16, fp8) != r.dtype) {
     throw dtype_error("matmul: a and b must both be " + sgm::gemm_numpy_types() + " (the same type)");
   }
   const std::string want = gemm_info(r.dtype).numpy_c;
@@ -528,9 +546,10 @@ char matmul_code_of(const std::string& dtype) {
 void matmul_device(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c, std::int64_t m, std::int64_t k,
                    std::int64_t n, const std::vector<std::int64_t>& strides, const std::string& dtype,
                    const std::string& out_dtype, double alpha, double beta, bool tf32, int device,
-                   std::uintptr_t stream) {
+                   std::uintptr_t stream, double scale_a, double scale_b, bool fp8_fast) {
   sp::matmul_request r;
   r.dtype = matmul_code_of(dtype);
+  set_fp8(r, scale_a, scale_b, fp8_fast);
   if (r.dtype == 0) {
     throw dtype_error("matmul: device arrays must be " + sgm::gemm_numpy_types() + ", got " + dtype);
   }
@@ -900,9 +919,11 @@ NB_MODULE(_core, m) {
       },
       "nbytes"_a, "pinned"_a, "A uint8 array of nbytes, page-locked (cudaHostAlloc) or ordinary memory.");
   m.def("_matmul", &matmul_host, "a"_a, "b"_a, "c"_a, "alpha"_a, "beta"_a, "tf32"_a, "budget"_a, "devices"_a,
-        "host_fallback"_a, "register_mask"_a, "progress"_a.none(), "bf16"_a = false);
+        "host_fallback"_a, "register_mask"_a, "progress"_a.none(), "bf16"_a = false, "fp8"_a = "",
+        "scale_a"_a = 1.0, "scale_b"_a = 1.0, "fp8_fast"_a = false);
   m.def("_matmul_device", &matmul_device, "a"_a, "b"_a, "c"_a, "m"_a, "k"_a, "n"_a, "strides"_a, "dtype"_a,
-        "out_dtype"_a, "alpha"_a, "beta"_a, "tf32"_a, "device"_a, "stream"_a);
+        "out_dtype"_a, "alpha"_a, "beta"_a, "tf32"_a, "device"_a, "stream"_a, "scale_a"_a = 1.0,
+        "scale_b"_a = 1.0, "fp8_fast"_a = false);
   m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
         "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
         "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,

@@ -18,7 +18,9 @@ from conftest import need
 import ml_dtypes
 
 BF16 = ml_dtypes.bfloat16
-SUPPORTED = [np.float32, np.float64, np.float16, np.int8, BF16, np.complex64]
+E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+FP8 = (np.dtype(E4M3), np.dtype(E5M2))
+SUPPORTED = [np.float32, np.float64, np.float16, np.int8, BF16, np.complex64, E4M3, E5M2]
 
 
 def no_gpu_env():
@@ -58,9 +60,11 @@ def check(got, a, b, alpha=1.0, beta=0.0, c0=None, tf32=False):
     want = alpha * (a64 @ b64) + (beta * c0.astype(wide) if beta != 0 else 0)
     s = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + (abs(beta) * np.abs(c0.astype(wide)) if beta != 0 else 0)
     k = a.shape[1]
-    # Inputs are exact in the accumulator (bf16 and float16 in float32); a complex multiply-add
-    # rounds its real and imaginary parts (x2, and sqrt(2) for the modulus: 4 covers both).
-    eps = 2.0**-52 if a.dtype == np.float64 else 2.0**-23
+    # Inputs are exact in the accumulator (bf16, float16 and FP8 in float32); a complex multiply-add
+    # rounds its real and imaginary parts (x2, and sqrt(2) for the modulus: 4 covers both). FP8 on
+    # the tensor cores adds at reduced precision (2^-12 per addition; docs/gemm.md, "FP8"): these
+    # tests' k stays within one promoted run of 128.
+    eps = 2.0**-52 if a.dtype == np.float64 else 2.0**-12 if a.dtype in FP8 else 2.0**-23
     u = 2.0**-10 if tf32 else 0.0
     bound = (4.0 if cplx else 1.25) * ((k + 2) * eps + 2 * u) * s + 1e-30
     err = np.abs(got.astype(wide) - want)
@@ -139,11 +143,39 @@ def test_empty_and_k_zero(rng):
         (lambda: mm(np.zeros((3, 4), np.complex64), np.zeros((4, 2), np.complex64), alpha=1j), ValueError,
          "scalars are real"),
         (lambda: mm(np.zeros((3, 4), np.complex128), np.zeros((4, 2), np.complex128)), TypeError, "complex128"),
+        (lambda: mm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32), scale_a=2.0), ValueError,
+         "scale_a=2.0 is for FP8 inputs"),
+        (lambda: mm(np.zeros((3, 4), E4M3), np.zeros((4, 2), E4M3), scale_b=0.0), ValueError,
+         "scale_b=0.0; a per-tensor scale must be finite and non-zero"),
+        (lambda: mm(np.zeros((3, 4), E4M3), np.zeros((4, 2), E4M3), scale_a=float("nan")), ValueError, "scale_a=nan"),
+        (lambda: mm(np.zeros((3, 4), E5M2), np.zeros((4, 2), E5M2), scale_a=1e39), ValueError, "float32"),
+        (lambda: mm(np.zeros((3, 4), E4M3), np.zeros((4, 2), E4M3), scale_a="2"), TypeError, "real number"),
+        (lambda: mm(np.zeros((3, 4), E4M3), np.zeros((4, 2), E4M3), fp8_accumulation="exact"), ValueError,
+         "fp8_accumulation"),
+        (lambda: mm(np.zeros((3, 4), E4M3), np.zeros((4, 2), E5M2)), TypeError, "same dtype"),
+        (lambda: mm(np.zeros((3, 4), np.uint8), np.zeros((4, 2), np.uint8)), TypeError, "float8_e4m3fn"),
     ],
 )
 def test_bad_input_is_refused_clearly(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("accumulation", ["promoted", "fast"])
+def test_fp8_scales_multiply_the_product(rng, dtype, accumulation):
+    """alpha·scale_a·scale_b·A·B + beta·C: the scales are cuBLASLt's per-tensor dequantization."""
+    a, b = operand(rng, (40, 300), dtype), operand(rng, (300, 24), dtype, "F")
+    c0 = operand(rng, (40, 24), np.float32)
+    c = c0.copy()
+    mm(a, b, out=c, alpha=0.5, beta=2.0, scale_a=0.25, scale_b=6.0, fp8_accumulation=accumulation)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = 0.75 * (a64 @ b64) + 2.0 * c0
+    # Runs of 128 at 2^-12 (promoted) or the whole k (fast) on the tensor cores; float32 on the host.
+    run = 300 if accumulation == "fast" else 128
+    s = 0.75 * (np.abs(a64) @ np.abs(b64)) + 2.0 * np.abs(c0)
+    bound = 1.25 * ((run + 2) * 2.0**-12 + 6 * 2.0**-23) * s + 1e-30
+    assert np.all(np.abs(c - want) <= bound), f"worst err/bound {np.max(np.abs(c - want) / bound):.3g}"
 
 
 def test_out_overlapping_an_operand_is_refused():
@@ -301,7 +333,7 @@ def test_matmul_of_pinned_arrays(rng):
     check(c, a, b)
 
 
-DEVICE_TYPES = ["float32", "float64", "float16", "int8", "bfloat16", "complex64"]
+DEVICE_TYPES = ["float32", "float64", "float16", "int8", "bfloat16", "complex64", "float8_e4m3fn", "float8_e5m2"]
 
 
 def _to_framework(fw, x):
@@ -313,6 +345,8 @@ def _to_framework(fw, x):
 
     if x.dtype == BF16:
         return torch.from_numpy(x.view(np.uint16).astype(np.int16)).view(torch.bfloat16).cuda()
+    if x.dtype in FP8:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).cuda().view(getattr(torch, x.dtype.name))
     return torch.from_numpy(x).cuda()
 
 
@@ -322,15 +356,18 @@ def _from_framework(fw, y):
     return y.cpu().numpy()
 
 
-@pytest.mark.parametrize("fw", ["cupy", "torch"])
-@pytest.mark.parametrize("dtype", DEVICE_TYPES)
+@pytest.mark.parametrize(
+    "fw, dtype",
+    # CuPy has no FP8 arrays: FP8 from PyTorch only.
+    [(fw, dt) for fw in ("cupy", "torch") for dt in DEVICE_TYPES if not (fw == "cupy" and dt.startswith("float8"))])
 def test_gpu_device_arrays_in_core_match_numpy(gpu, rng, fw, dtype):
     """Device arrays: spillway's in-core GEMM on their device, on the inputs' stream; the result in
     the first input's framework; poisoned out= written whole; C-order and transposed views."""
     import importlib.util
 
     need(importlib.util.find_spec(fw) is not None, f"{fw} is not installed")
-    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    dt = BF16 if dtype == "bfloat16" else np.dtype(getattr(ml_dtypes, dtype)) if dtype.startswith("float8") \
+        else np.dtype(dtype)
     a = operand(rng, (130, 70), dt)
     b = operand(rng, (70, 90), dt)
     da, db = _to_framework(fw, a), _to_framework(fw, b)

@@ -16,6 +16,9 @@
 // - the factor 1.25 covers the epilogue's Lipschitz constant (GELU's is < 1.13, the others' 1);
 // - u_out·|ref|: rounding to a narrower C (half 2^-11, bf16 2^-8, float 2^-24 for int8 sums).
 // int8 with int32 output is exact (tolerance 0).
+// FP8 on the tensor cores: products are exact, but the tensor cores add them at reduced precision;
+// (k + 2)·ε becomes (min(k, r) + 2)·u_tc + (⌈k / r⌉ + 2)·ε for runs of r products summed at u_tc
+// before the FP32 adds (use_fp8_tensor_cores: r = 128 promoted, r = k fast).
 #pragma once
 
 #include <spillway/gemm/epilogue.hpp>
@@ -188,7 +191,19 @@ struct arithmetic {
   double u_acc = 0;  ///< accumulator machine epsilon (0: exact integer arithmetic)
   double u_op = 0;   ///< operand rounding (TF32: 2^-10)
   double u_out = 0;  ///< output rounding
+  /// FP8 on the tensor cores: runs of `chunk` products summed at `u_chunk` per addition before
+  /// the FP32 adds at u_acc (chunk 0: every addition at u_acc).
+  double u_chunk = 0;
+  index_t chunk = 0;
 };
+
+/// The tensor cores' FP8 accumulation as the bound models it: 2^-12 per addition (twice the
+/// ~2^-13 of the ~14 bits they keep; docs/gemm.md, "FP8"), over runs of 128 products when promoted
+/// (fp8_accumulation::promoted) or the whole k (fast).
+inline void use_fp8_tensor_cores(arithmetic& ar, bool fast, index_t k) {
+  ar.u_chunk = std::ldexp(1.0, -12);
+  ar.chunk = fast ? std::max<index_t>(k, 1) : 128;
+}
 
 template <class T, class TC>
 arithmetic arithmetic_for(bool tf32) {
@@ -218,9 +233,13 @@ std::pair<W, double> finish_element(double alpha_re, double beta_re, const W& s,
   } else {
     out = epi(v, i, j);
   }
-  const double tol = 1.25 * (std::fabs(alpha_re) * (static_cast<double>(k) + 2) * ar.u_acc * sabs +
-                             std::fabs(alpha_re) * 2 * ar.u_op * sabs) +
-                     16 * ar.u_acc * p + ar.u_out * wabs(out);
+  const double kd = static_cast<double>(k);
+  const double sum_err = ar.chunk > 0 ? (static_cast<double>(std::min(k, ar.chunk)) + 2) * ar.u_chunk +
+                                            (std::ceil(kd / static_cast<double>(ar.chunk)) + 2) * ar.u_acc
+                                      : (kd + 2) * ar.u_acc;
+  const double tol =
+      1.25 * (std::fabs(alpha_re) * sum_err * sabs + std::fabs(alpha_re) * 2 * ar.u_op * sabs) +
+      16 * ar.u_acc * p + ar.u_out * wabs(out);
   return {out, tol};
 }
 

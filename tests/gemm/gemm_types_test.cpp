@@ -26,9 +26,14 @@ std::string name_of() {
   else if constexpr (std::is_same_v<T, __nv_bfloat16>) return "__nv_bfloat16";
   else if constexpr (std::is_same_v<T, std::int8_t>) return "int8_t";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "int32_t";
+  else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>)
+    return "__nv_fp8_e4m3";
+  else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>)
+    return "__nv_fp8_e5m2";
   else return "cuda::std::complex<float>";
 }
-using candidates = std::tuple<float, double, __half, __nv_bfloat16, std::int8_t, std::int32_t, cuda::std::complex<float>>;
+using candidates = std::tuple<float, double, __half, __nv_bfloat16, std::int8_t, std::int32_t,
+                              cuda::std::complex<float>, __nv_fp8_e4m3, __nv_fp8_e5m2>;
 
 struct doc_row {
   std::string accumulator;
@@ -120,8 +125,17 @@ TEST(GemmTypes, EachRowSaysItsTypes) {
     EXPECT_TRUE(numpy.insert(t.numpy).second) << t.numpy << " twice";
   }
   EXPECT_EQ(sg::gemm_type_info_of<__nv_bfloat16>().numpy, std::string("bfloat16"));
-  EXPECT_TRUE(sg::gemm_type_info_of<double>().dmma && !sg::gemm_type_info_of<double>().tensor_mma);
-  EXPECT_EQ(sg::gemm_numpy_types(), "float32, float64, float16, bfloat16, int8 or complex64");
+  EXPECT_TRUE(sg::gemm_type_info_of<double>().dmma && !sg::gemm_type_info_of<double>().mma_sync &&
+              !sg::gemm_type_info_of<double>().wgmma);
+  // FP8: wgmma (and simt) only, per-tensor scales, float accumulation.
+  static_assert(std::is_same_v<sg::accumulator_t<__nv_fp8_e5m2>, float>);
+  EXPECT_TRUE(sg::gemm_type_info_of<__nv_fp8_e4m3>().wgmma &&
+              !sg::gemm_type_info_of<__nv_fp8_e4m3>().mma_sync);
+  for (const sg::gemm_type_info& t : sg::gemm_type_table) {
+    EXPECT_EQ(t.scaled, t.arith == sg::element_arith::fp8) << t.name;
+  }
+  EXPECT_EQ(sg::gemm_numpy_types(),
+            "float32, float64, float16, bfloat16, int8, complex64, float8_e4m3fn or float8_e5m2");
 }
 
 TEST(GemmTypes, ACodeDispatchesToItsRow) {

@@ -14,8 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -122,6 +124,39 @@ TEST(HostGemm, EveryLayoutInt8ToFloat) {
 }
 TEST(HostGemm, EveryLayoutComplex) {
   every_layout<cfloat, cfloat>("complex");
+}
+TEST(HostGemm, EveryLayoutE4m3) {
+  every_layout<__nv_fp8_e4m3, float>("e4m3");
+}
+TEST(HostGemm, EveryLayoutE5m2ToBf16) {
+  every_layout<__nv_fp8_e5m2, __nv_bfloat16>("e5m2-bf16");
+}
+
+TEST(HostGemm, Fp8ScalesMultiplyAlpha) {
+  // C = α·scale_a·scale_b·A·B + β·C: the FP8 products and their FP32 sums of small values are exact,
+  // so the result equals the reference built from the dequantized values to FP32 rounding.
+  const auto seed = spillway::test::seed("host-fp8-scales");
+  std::mt19937_64 g(seed);
+  const index_t m = 9, n = 7, k = 33;
+  std::vector<__nv_fp8_e4m3> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  for (auto& x : a) x = random_value<__nv_fp8_e4m3>(g);
+  for (auto& x : b) x = random_value<__nv_fp8_e4m3>(g);
+  std::vector<float> c(static_cast<std::size_t>(m * n), 0.5f);
+  gemm_options o;
+  o.scale_a = 0.375f;
+  o.scale_b = 6.0f;
+  host_gemm(1.5f, row_major<const __nv_fp8_e4m3>(a.data(), m, k),
+            row_major<const __nv_fp8_e4m3>(b.data(), k, n), -2.0f, row_major(c.data(), m, n), o);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (index_t x = 0; x < k; ++x)
+        sum += static_cast<double>(static_cast<float>(a[static_cast<std::size_t>(i * k + x)])) *
+               static_cast<double>(static_cast<float>(b[static_cast<std::size_t>(x * n + j)]));
+      const double want = 1.5 * 0.375 * 6.0 * sum - 2.0 * 0.5;
+      EXPECT_NEAR(c[static_cast<std::size_t>(i * n + j)], want, 1e-5 * (1 + std::fabs(want)))
+          << "(" << i << ", " << j << ") seed " << seed;
+    }
 }
 
 TEST(HostGemm, BatchedWithBroadcastOperand) {
@@ -266,6 +301,32 @@ TEST(HostGemm, BadArgumentsNameTheValueAndLeaveCUntouched) {
   EXPECT_EQ(c, before);
 }
 
+TEST(HostGemm, ScalesAreCheckedPerType) {
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
+  std::vector<__nv_fp8_e4m3> a8(64, __nv_fp8_e4m3(1.0f)), b8(64, __nv_fp8_e4m3(1.0f));
+  const auto before = c;
+  gemm_options o;
+  o.scale_a = 2.0f;
+  expect_refusal(
+      [&] {
+        host_gemm(1.0f, row_major(a.data(), 4, 4), row_major(b.data(), 4, 4), 0.0f, row_major(c.data(), 4, 4),
+                  o);
+      },
+      {"scale_a is 2", "FP8 inputs only"});
+  for (const float bad :
+       {0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    gemm_options f;
+    f.scale_b = bad;
+    expect_refusal(
+        [&] {
+          host_gemm(1.0f, row_major<const __nv_fp8_e4m3>(a8.data(), 4, 4),
+                    row_major<const __nv_fp8_e4m3>(b8.data(), 4, 4), 0.0f, row_major(c.data(), 4, 4), f);
+        },
+        {"scale_b is", "finite and non-zero"});
+  }
+  EXPECT_EQ(c, before);
+}
+
 // ---- planning --------------------------------------------------------------------------------
 
 TEST(GemmPlan, CanonicalFormOfEachLayout) {
@@ -352,6 +413,8 @@ TEST(GemmPlan, AutomaticFollowsTheMeasuredRanking) {
       check(__nv_bfloat16{}, tf32);
       check(std::int8_t{}, tf32);
       check(cfloat{}, tf32);
+      check(__nv_fp8_e4m3{}, tf32);
+      check(__nv_fp8_e5m2{}, tf32);
     }
   }
 }
@@ -368,6 +431,9 @@ TEST(GemmPlan, PathChoice) {
   EXPECT_EQ(detail::choose_path<double>(o, 90, mma | wg), gemm_path::mma_sync);
   EXPECT_EQ(detail::choose_path<double>(o, 75, 0), gemm_path::simt);
   EXPECT_EQ(detail::choose_path<cfloat>(o, 90, mma | wg), gemm_path::simt);
+  EXPECT_EQ(detail::choose_path<__nv_fp8_e4m3>(o, 90, mma | wg), gemm_path::wgmma);
+  EXPECT_EQ(detail::choose_path<__nv_fp8_e5m2>(o, 90, mma), gemm_path::simt);  // FP8 has no mma_sync kernel
+  EXPECT_EQ(detail::choose_path<__nv_fp8_e4m3>(o, 89, mma), gemm_path::simt);
   o.math = math_mode::tf32;
   EXPECT_EQ(detail::choose_path<float>(o, 90, mma | wg), gemm_path::wgmma);
   EXPECT_EQ(detail::choose_path<float>(o, 86, mma), gemm_path::mma_sync);
@@ -389,6 +455,8 @@ TEST(GemmPlan, PathChoice) {
   refused(float{}, f, 90, mma, {"path mma_sync", "float (exact)", "math_mode::tf32"});
   refused(cfloat{}, f, 90, mma, {"path mma_sync", "complex<float>"});
   refused(std::int8_t{}, f, 75, 0, {"path mma_sync", "7.5"});
+  refused(__nv_fp8_e4m3{}, f, 90, mma | wg,
+          {"path mma_sync", "e4m3 has no mma_sync kernel", "wgmma or simt"});
   EXPECT_EQ(detail::choose_path<double>(f, 80, mma), gemm_path::mma_sync);
   f.path = gemm_path::simt;
   f.math = math_mode::tf32;

@@ -8,8 +8,9 @@
 //   g::gemm_async(s, 1.0f, a, b.t(), 0.0f, c, o, g::relu{});      // op(B) = Bᵀ, ReLU epilogue
 //
 // Types: A and B share one element type T (float, double, __half, __nv_bfloat16, int8_t,
-// cuda::std::complex<float>); α, β and the arithmetic are accumulator_t<T>; C is that type, or
-// half/bf16 for float accumulation, or float for int8 inputs.
+// cuda::std::complex<float>, __nv_fp8_e4m3, __nv_fp8_e5m2); α, β and the arithmetic are
+// accumulator_t<T>; C is that type, or half/bf16 for float accumulation, or float for int8 inputs.
+// FP8 takes per-tensor scales (gemm_options::scale_a / scale_b) and an accumulation mode.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -53,7 +54,9 @@ void enqueue_gemm(stream_view s, Acc al, matrix_view<TA> a, matrix_view<TB> b, A
     detail::launch_scale_output(c, be, opt.batch_count, epi, s, device);
     return;
   }
-  detail::with_canonical_problem(al, a, b, be, c, opt.batch_count, epi, [&](const auto& p) {
+  const Acc alpha = detail::scaled_alpha<T>(al, opt);
+  detail::with_canonical_problem(alpha, a, b, be, c, opt.batch_count, epi, [&](auto p) {
+    p.fast_accumulation = opt.fp8_accumulate == fp8_accumulation::fast;
     detail::run_problem(p, path, opt.split_k, device, s, ws);
   });
 }

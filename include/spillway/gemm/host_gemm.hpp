@@ -6,10 +6,11 @@
 //   gemm::host_gemm(1.0f, gemm::row_major(a.data(), m, k), gemm::row_major(b.data(), k, n), 0.0f,
 //                   gemm::row_major(c.data(), m, n));
 //
-// Accumulates in accumulator_t of the input type (float for float/half/bf16, int32 for int8…),
-// in exact arithmetic of that type: no TF32 emulation (gemm_options' path, math and split_k are
-// ignored). For a reference in higher precision, pass double (or cuda::std::complex<double>)
-// views: those accumulate in double. Epilogue pointers (biases) must point to host memory.
+// Accumulates in accumulator_t of the input type (float for float/half/bf16/FP8, int32 for int8…),
+// in exact arithmetic of that type: no TF32 emulation (gemm_options' path, math, split_k and
+// fp8_accumulate are ignored: FP8 sums in FP32; its scales apply). For a reference in higher
+// precision, pass double (or cuda::std::complex<double>) views: those accumulate in double. Epilogue pointers
+// (biases) must point to host memory.
 #pragma once
 
 #include <spillway/core/error.hpp>
@@ -160,7 +161,7 @@ void host_gemm(Scalar alpha, matrix_view<TA> a, matrix_view<TB> b, Scalar beta, 
     detail::host_scale_output<Acc>(c, be, opt.batch_count, epi);
     return;
   }
-  detail::with_canonical_problem(al, a, b, be, c, opt.batch_count, epi,
+  detail::with_canonical_problem(detail::scaled_alpha<TA>(al, opt), a, b, be, c, opt.batch_count, epi,
                                  [](const auto& p) { detail::host_run(p); });
 }
 

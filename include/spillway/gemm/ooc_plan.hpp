@@ -56,8 +56,8 @@ struct copy_rates {
 };
 
 /// What a product's in-core GEMM computes in (ooc_compute_estimate): `fp16` stands for half and
-/// bf16, `complex_fp32` counts complex multiply-adds.
-enum class ooc_arith { fp32, complex_fp32, fp64, tf32, fp16, int8 };
+/// bf16, `fp8` for e4m3 and e5m2, `complex_fp32` counts complex multiply-adds.
+enum class ooc_arith { fp32, complex_fp32, fp64, tf32, fp16, int8, fp8 };
 /// The rate class of an element type's arithmetic (gemm/types.hpp), FP32 through TF32 when `tf32`.
 inline ooc_arith ooc_arith_of(element_arith a, bool tf32) {
   switch (a) {
@@ -65,6 +65,8 @@ inline ooc_arith ooc_arith_of(element_arith a, bool tf32) {
     case element_arith::fp64: return ooc_arith::fp64;
     case element_arith::fp16: return ooc_arith::fp16;
     case element_arith::int8: return ooc_arith::int8;
+    case element_arith::fp8:
+      return ooc_arith::fp8;
     case element_arith::complex_fp32: return ooc_arith::complex_fp32;
   }
   return ooc_arith::fp32;
@@ -85,6 +87,8 @@ inline double ooc_macs_per_sm_clock(ooc_arith a, ooc_unit u, int cc) {
       case ooc_arith::fp16: return 1300;
       case ooc_arith::tf32: return 630;
       case ooc_arith::int8: return 2430;
+      case ooc_arith::fp8:
+        return 2430;  // FP8 and int8 share the tensor-core peak on Hopper
       default: return 0;
     }
   }

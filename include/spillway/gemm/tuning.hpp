@@ -58,6 +58,17 @@ inline constexpr path_ranking path_rankings[] = {
      {gemm_path::simt},
      1,
      "complex<float> runs on the CUDA cores only: simt 0.911x CGEMM (c902b5d)"},
+    {'e',
+     false,
+     {gemm_path::wgmma, gemm_path::simt},
+     2,
+     "FP8 e4m3 -> bf16 8192^3: wgmma 0.80x cuBLASLt promoted, 0.96x both fast (10 alternated pairs, 2026-11-29); "
+     "no FP8 mma_sync kernel"},
+    {'E',
+     false,
+     {gemm_path::wgmma, gemm_path::simt},
+     2,
+     "FP8 e5m2: the e4m3 kernel with the .e5m2 instruction (cuBLASLt has no e5m2 x e5m2 to measure against)"},
 };
 
 /// The row for a type code and math mode (tf32 matters for float only); nullptr when none.

@@ -5,9 +5,10 @@
 // the Python binding and docs/gemm.md's table (a test compares them) all read these rows.
 #pragma once
 
-#include <cuda/std/complex>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda/std/complex>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace spillway::gemm {
 
 /// The arithmetic a type runs in, for the rate estimators (float through TF32 is decided by the
 /// options' math mode, not by the type).
-enum class element_arith { fp32, fp64, fp16, int8, complex_fp32 };
+enum class element_arith { fp32, fp64, fp16, int8, fp8, complex_fp32 };
 
 /// A row's types: input T (A and B), the accumulator (α, β and the sums), and the C types it may
 /// write.
@@ -41,26 +42,32 @@ struct gemm_type_info {
   const char* numpy;      ///< NumPy dtype of A and B
   const char* numpy_c;    ///< NumPy dtype of C that spillway.matmul allocates
   element_arith arith;
-  bool tensor_mma;        ///< mma_sync and wgmma kernels (float: with math_mode::tf32 only)
+  bool mma_sync;          ///< the tensor-core mma_sync kernel (float: with math_mode::tf32 only)
+  bool wgmma;             ///< the wgmma kernel (float: with math_mode::tf32 only)
   bool dmma;              ///< the FP64 mma_sync kernel
+  bool scaled;            ///< takes per-tensor scales (gemm_options::scale_a / scale_b: FP8)
 };
 
 /// The table: one row of types and one of facts per element type, in the same order.
-using gemm_types = std::tuple<gemm_type_row<float, float, float, __half, __nv_bfloat16>,
-                              gemm_type_row<double, double, double>,
-                              gemm_type_row<__half, float, float, __half, __nv_bfloat16>,
-                              gemm_type_row<__nv_bfloat16, float, float, __half, __nv_bfloat16>,
-                              gemm_type_row<std::int8_t, std::int32_t, std::int32_t, float>,
-                              gemm_type_row<cuda::std::complex<float>, cuda::std::complex<float>,
-                                            cuda::std::complex<float>>>;
+using gemm_types =
+    std::tuple<gemm_type_row<float, float, float, __half, __nv_bfloat16>,
+               gemm_type_row<double, double, double>,
+               gemm_type_row<__half, float, float, __half, __nv_bfloat16>,
+               gemm_type_row<__nv_bfloat16, float, float, __half, __nv_bfloat16>,
+               gemm_type_row<std::int8_t, std::int32_t, std::int32_t, float>,
+               gemm_type_row<cuda::std::complex<float>, cuda::std::complex<float>, cuda::std::complex<float>>,
+               gemm_type_row<__nv_fp8_e4m3, float, float, __half, __nv_bfloat16>,
+               gemm_type_row<__nv_fp8_e5m2, float, float, __half, __nv_bfloat16>>;
 inline constexpr gemm_type_info gemm_type_table[] = {
-    {'f', "float", "float", "float32", "float32", element_arith::fp32, true, false},
-    {'d', "double", "double", "float64", "float64", element_arith::fp64, false, true},
-    {'h', "__half", "half", "float16", "float32", element_arith::fp16, true, false},
-    {'B', "__nv_bfloat16", "bf16", "bfloat16", "float32", element_arith::fp16, true, false},
-    {'b', "int8_t", "int8", "int8", "int32", element_arith::int8, true, false},
-    {'c', "cuda::std::complex<float>", "complex<float>", "complex64", "complex64", element_arith::complex_fp32, false,
-     false},
+    {'f', "float", "float", "float32", "float32", element_arith::fp32, true, true, false, false},
+    {'d', "double", "double", "float64", "float64", element_arith::fp64, false, false, true, false},
+    {'h', "__half", "half", "float16", "float32", element_arith::fp16, true, true, false, false},
+    {'B', "__nv_bfloat16", "bf16", "bfloat16", "float32", element_arith::fp16, true, true, false, false},
+    {'b', "int8_t", "int8", "int8", "int32", element_arith::int8, true, true, false, false},
+    {'c', "cuda::std::complex<float>", "complex<float>", "complex64", "complex64",
+     element_arith::complex_fp32, false, false, false, false},
+    {'e', "__nv_fp8_e4m3", "e4m3", "float8_e4m3fn", "float32", element_arith::fp8, false, true, false, true},
+    {'E', "__nv_fp8_e5m2", "e5m2", "float8_e5m2", "float32", element_arith::fp8, false, true, false, true},
 };
 inline constexpr std::size_t gemm_type_count = std::tuple_size_v<gemm_types>;
 static_assert(gemm_type_count == sizeof(gemm_type_table) / sizeof(gemm_type_table[0]),

@@ -14,6 +14,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -38,7 +39,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-/// The tensor-map element type of T (1-, 2-, 4- and 8-byte integers, half, bf16, float, double).
+/// The tensor-map element type of T (1-, 2-, 4- and 8-byte integers, FP8, half, bf16, float, double).
 template <class T>
 constexpr CUtensorMapDataType tensor_map_data_type() {
   if constexpr (std::is_same_v<T, __half>) {
@@ -49,8 +50,9 @@ constexpr CUtensorMapDataType tensor_map_data_type() {
     return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   } else if constexpr (std::is_same_v<T, double>) {
     return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
-  } else if constexpr (std::is_integral_v<T> && sizeof(T) == 1) {
-    return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // signedness does not matter to a copy
+  } else if constexpr ((std::is_integral_v<T> && sizeof(T) == 1) || std::is_same_v<T, __nv_fp8_e4m3> ||
+                       std::is_same_v<T, __nv_fp8_e5m2>) {
+    return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // neither signedness nor an FP8 format matters to a copy
   } else if constexpr (std::is_integral_v<T> && sizeof(T) == 2) {
     return CU_TENSOR_MAP_DATA_TYPE_UINT16;
   } else if constexpr (std::is_integral_v<T> && sizeof(T) == 4) {

@@ -1,8 +1,12 @@
 // spillway/tile/wgmma.cuh — warpgroup MMA (wgmma.mma_async, sm_90a only) with both operands read
 // from shared memory through matrix descriptors: the descriptor encoding for every swizzle mode,
 // the fence / commit / wait protocol, and m64nNk* wrappers templated on the input type
-// (half, bf16 -> f32 at k16; float as TF32 -> f32 at k8; int8 -> s32 at k32; bits -> s32 as
-// popc(a AND b) at k256) for N = 64, 128, 256.
+// (half, bf16 -> f32 at k16; float as TF32 -> f32 at k8; int8 -> s32 and FP8 e4m3 / e5m2 -> f32 at
+// k32; bits -> s32 as popc(a AND b) at k256) for N = 64, 128, 256.
+//
+// FP8: the tensor cores add the products of one instruction into the f32 accumulators at reduced
+// precision (about 14 mantissa bits survive the alignment, not 23), so a long k drifts; callers that
+// want FP32 accumulation promote partial sums into registers (gemm/detail/wgmma_kernel.cuh).
 //
 // Every wrapper consumes 32 bytes of K per row: with a K-major operand stored in rows of 128
 // bytes under the 128-byte swizzle, one row of the swizzle pattern feeds four instructions, the
@@ -25,6 +29,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -147,8 +152,9 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
                                          std::uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N is 64, 128 or 256");
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
-                    std::is_same_v<T, std::int8_t> || std::is_same_v<T, b1_and_popc>,
-                "wgmma_ss: half, bf16, float (TF32), int8 or b1_and_popc");
+                    std::is_same_v<T, std::int8_t> || std::is_same_v<T, __nv_fp8_e4m3> ||
+                    std::is_same_v<T, __nv_fp8_e5m2> || std::is_same_v<T, b1_and_popc>,
+                "wgmma_ss: half, bf16, float (TF32), int8, FP8 (e4m3, e5m2) or b1_and_popc");
 #ifdef SPILLWAY_TILE_HAS_WGMMA
   const std::uint32_t sc = accumulate ? 1u : 0u;
   // One instruction at the three widths: "wgmma.mma_async.sync.aligned.m64n" N SHAPE, where the
@@ -165,6 +171,10 @@ __device__ __forceinline__ void wgmma_ss(wgmma_acc_t<T> (&d)[N / 2], std::uint64
     SPILLWAY_WG_ISSUE_N("k16.f32.bf16.bf16", ", 1, 1, 0, 0", SPILLWAY_WG_F)
   } else if constexpr (std::is_same_v<T, float>) {
     SPILLWAY_WG_ISSUE_N("k8.f32.tf32.tf32", ", 1, 1", SPILLWAY_WG_F)
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    SPILLWAY_WG_ISSUE_N("k32.f32.e4m3.e4m3", ", 1, 1", SPILLWAY_WG_F)
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) {
+    SPILLWAY_WG_ISSUE_N("k32.f32.e5m2.e5m2", ", 1, 1", SPILLWAY_WG_F)
   } else if constexpr (std::is_same_v<T, b1_and_popc>) {
     SPILLWAY_WG_ISSUE_N("k256.s32.b1.b1.and.popc", "", SPILLWAY_WG_R)
   } else {

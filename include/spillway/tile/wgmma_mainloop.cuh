@@ -122,6 +122,70 @@ struct wgmma_ring {
     wgmma_fence_operands(d);
     if (prev >= 0) release(prev, lane);
   }
+
+  /// consume() with the tensor cores' sums promoted to FP32 registers once per stage (FP8: each
+  /// k-slice of RowBytes elements is summed from zero on the tensor cores, then added to d). The N
+  /// columns go in four parts of N / 4 through two sets of N / 8 scratch accumulators used in turn,
+  /// so one part's instructions are always in flight while the previous part is added (wait_group
+  /// 1) and the registers hold 3N / 4 sums instead of 2N; a stage is handed back once its last
+  /// part has been added. Part q's scratch t[i] is d[N / 8 · q + i]: the m64n(N/4) layout is the
+  /// m64nN layout's q-th quarter of columns. (Two halves through one scratch set, each waited for
+  /// before the next was issued, ran 0.79x cuBLASLt's promoted FP8: docs/gemm.md, "FP8".)
+  template <class Op, int N, int RowBytes, int ABytes>
+  __device__ __forceinline__ void consume_promoted(ring_position<S>& pos, std::int64_t num_k, int cw,
+                                                   int lane, float (&d)[N / 2]) const {
+    constexpr int steps = RowBytes / 32;
+    constexpr int parts = 4;
+    constexpr int width = N / parts;  // columns per part
+    constexpr int regs = width / 2;   // scratch accumulators per part
+    float t0[regs], t1[regs];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+    const auto issue = [&](int st, int part, float(&t)[regs]) {
+      const std::uint32_t a_addr = stage(st) + static_cast<std::uint32_t>(cw * 64 * RowBytes);
+      const std::uint32_t b_addr = stage(st) + static_cast<std::uint32_t>(ABytes + part * width * RowBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < steps; ++ks) {
+        wgmma_ss<Op, width>(t, kmajor_desc<RowBytes>(a_addr + 32u * ks),
+                            kmajor_desc<RowBytes>(b_addr + 32u * ks), ks > 0);
+      }
+      wgmma_commit();
+    };
+    const auto add = [&](int part, float(&t)[regs]) {
+      wgmma_fence_operands(t);
+#pragma unroll
+      for (int i = 0; i < regs; ++i) d[part * regs + i] += t[i];
+    };
+    if (num_k <= 0) return;
+    mbar_wait(full_bar(pos.stage), pos.phase);
+    issue(pos.stage, 0, t0);
+    for (std::int64_t kb = 0; kb < num_k; ++kb) {
+      // Parts 0..2: the next part of this stage goes in while the previous one is added.
+      issue(pos.stage, 1, t1);
+      wgmma_wait<1>();
+      add(0, t0);
+      issue(pos.stage, 2, t0);
+      wgmma_wait<1>();
+      add(1, t1);
+      issue(pos.stage, 3, t1);
+      wgmma_wait<1>();
+      add(2, t0);
+      // Part 3: the next stage's part 0 goes in first, where there is one.
+      ring_position<S> next = pos;
+      next.advance();
+      if (kb + 1 < num_k) {
+        mbar_wait(full_bar(next.stage), next.phase);
+        issue(next.stage, 0, t0);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      add(3, t1);
+      release(pos.stage, lane);
+      pos = next;
+    }
+  }
 };
 
 }  // namespace spillway::tile

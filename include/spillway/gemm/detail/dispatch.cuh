@@ -154,16 +154,17 @@ __global__ void __launch_bounds__(pass_threads)
 
 // ---- launcher choice -----------------------------------------------------------------------------
 
-template <class T>
-inline constexpr bool has_tensor_mma_v = gemm_type_info_of<T>().tensor_mma;
-
 /// One launch on the resolved path (the problem already meets that launcher's preconditions).
 template <class T, class TC, class Acc, class Epi>
 void launch_on_path(const problem<T, T, TC, Acc, Epi>& p, gemm_path path, stream_view s) {
-  if constexpr (gemm_type_info_of<T>().dmma) {
+  constexpr gemm_type_info info = gemm_type_info_of<T>();
+  if constexpr (info.dmma) {
     if (path == gemm_path::mma_sync) return launch_dmma(p, s);
-  } else if constexpr (has_tensor_mma_v<T>) {
+  }
+  if constexpr (info.wgmma) {
     if (path == gemm_path::wgmma) return launch_wgmma(p, s);
+  }
+  if constexpr (info.mma_sync) {
     if (path == gemm_path::mma_sync) return launch_mma_sync(p, s);
   }
   launch_simt(p, s);
@@ -180,7 +181,8 @@ struct lent_workspace {
 
 /// The types whose tensor-core paths take K-major operands only (the others never stage).
 template <class T>
-inline constexpr bool has_staging_paths_v = has_tensor_mma_v<T> || gemm_type_info_of<T>().dmma;
+inline constexpr bool has_staging_paths_v = gemm_type_info_of<T>().mma_sync || gemm_type_info_of<T>().wgmma
+                                            || gemm_type_info_of<T>().dmma;
 
 /// Whether `path` stages operands that are not tensor_ready (the tensor-core paths of the types
 /// that have them).
@@ -276,6 +278,7 @@ void run_problem(problem<T, T, TC, Acc, Epi> p, gemm_path path, int split_k, int
     part.stride_a = step_a;
     part.stride_b = step_b;
     part.stride_c = mn;
+    part.fast_accumulation = p.fast_accumulation;
     launch_on_path(part, path, s);
     if (plan.rem > 0) {
       part.k = plan.rem;

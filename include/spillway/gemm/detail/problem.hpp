@@ -36,6 +36,9 @@ struct problem {
   index_t batch = 1;
   index_t stride_a = 0, stride_b = 0, stride_c = 0;
   Epi epi{};
+  /// FP8 on the wgmma path: accumulate the whole k on the tensor cores (fp8_accumulation::fast)
+  /// instead of promoting every 128-wide k slice to FP32 registers. Ignored by every other kernel.
+  bool fast_accumulation = false;
 };
 
 }  // namespace spillway::gemm::detail

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace spillway::gemm::detail {
 
@@ -28,11 +29,12 @@ constexpr void static_check_types() {
   static_assert(std::is_same_v<std::remove_cv_t<TA>, std::remove_cv_t<TB>>,
                 "gemm: A and B must have the same element type");
   static_assert(is_gemm_input_v<TA>,
-                "gemm: inputs are float, double, __half, __nv_bfloat16, int8_t or cuda::std::complex<float>");
+                "gemm: inputs are float, double, __half, __nv_bfloat16, int8_t, cuda::std::complex<float>, "
+                "__nv_fp8_e4m3 or __nv_fp8_e5m2");
   static_assert(!std::is_const_v<TC>, "gemm: C is written; its view cannot be const");
   static_assert(is_gemm_output_v<std::remove_cv_t<TA>, TC>,
                 "gemm: C's element type must be the accumulator type (float/double/int32/complex<float>), or "
-                "half/bf16 for float accumulation, or float for int8 inputs");
+                "half/bf16 for float accumulation (float, half, bf16, FP8 inputs), or float for int8 inputs");
 }
 
 // ---- argument checks ----------------------------------------------------------------------------
@@ -63,6 +65,31 @@ void check_view(const matrix_view<T>& v, const char* who, const char* name) {
                    w + "'s batch stride is " + num(v.batch_stride) + "; it must be >= 0");
 }
 
+/// Whether T takes per-tensor scales (gemm_options::scale_a / scale_b): the FP8 rows of the table.
+template <class T>
+constexpr bool takes_scales() {
+  if constexpr (is_gemm_input_v<T>) {
+    return gemm_type_info_of<T>().scaled;
+  } else {
+    return false;  // the host GEMM's complex<double>
+  }
+}
+
+/// The scales are finite and non-zero for the FP8 types, exactly 1 for every other type.
+template <class T>
+void check_scales(const gemm_options& opt, const std::string& w) {
+  const std::pair<const char*, float> scales[] = {{"scale_a", opt.scale_a}, {"scale_b", opt.scale_b}};
+  for (const auto& [name, v] : scales) {
+    const std::string said = w + ": " + name + " is " + std::to_string(v);
+    if constexpr (takes_scales<T>()) {
+      const bool finite_nonzero = v == v && v != 0.0f && v - v == 0.0f;
+      SPILLWAY_EXPECTS(finite_nonzero, said + "; a per-tensor scale must be finite and non-zero");
+    } else {
+      SPILLWAY_EXPECTS(v == 1.0f, said + "; per-tensor scales are for FP8 inputs only (fold it into alpha)");
+    }
+  }
+}
+
 /// Every check of C = op(A)·op(B) + C's arguments, in the order a reader would make them.
 template <class TA, class TB, class TC>
 void check_gemm_args(const matrix_view<TA>& a, const matrix_view<TB>& b, const matrix_view<TC>& c,
@@ -72,6 +99,7 @@ void check_gemm_args(const matrix_view<TA>& a, const matrix_view<TB>& b, const m
                    w + ": batch_count is " + num(opt.batch_count) + "; it must be >= 1");
   SPILLWAY_EXPECTS(opt.split_k >= 0, w + ": split_k is " + std::to_string(opt.split_k) +
                                          "; it must be 0 (automatic), 1 (off) or the number of k slices");
+  check_scales<std::remove_cv_t<TA>>(opt, w);
   check_view(a, who, "a");
   check_view(b, who, "b");
   check_view(c, who, "c");
@@ -90,6 +118,17 @@ void check_gemm_args(const matrix_view<TA>& a, const matrix_view<TB>& b, const m
                                                " is smaller than its matrix footprint " + num(fp) + " (" +
                                                c.describe() + "): the " + num(opt.batch_count) +
                                                " outputs of the batch would overlap");
+  }
+}
+
+/// α as the kernels apply it: α·scale_a·scale_b for the types that take per-tensor scales (FP8),
+/// α itself for the others (their scales are checked to be 1).
+template <class T, class Acc>
+Acc scaled_alpha(Acc alpha, const gemm_options& opt) {
+  if constexpr (takes_scales<std::remove_cv_t<T>>()) {
+    return alpha * (opt.scale_a * opt.scale_b);
+  } else {
+    return alpha;
   }
 }
 
@@ -219,7 +258,9 @@ template <class T>
 gemm_path choose_path(const gemm_options& opt, int cc, int features) {
   using U = std::remove_cv_t<T>;
   const gemm_type_info& info = gemm_type_info_of<U>();
-  const bool tensor_type = info.tensor_mma && (!std::is_same_v<U, float> || opt.math == math_mode::tf32);
+  const bool math_ok = !std::is_same_v<U, float> || opt.math == math_mode::tf32;
+  const bool mma_type = info.mma_sync && math_ok;
+  const bool wgmma_type = info.wgmma && math_ok;
   const bool is_double = info.dmma;
   const bool can_mma = cc >= 80 && (features & path_feature_mma) != 0;
   const bool can_wgmma = cc == 90 && (features & path_feature_wgmma) != 0;
@@ -240,19 +281,20 @@ gemm_path choose_path(const gemm_options& opt, int cc, int features) {
         }
         return "";
       case gemm_path::mma_sync:
-        if (!tensor_type && !is_double) {
-          return std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
-                                          : "complex<float> runs on simt only";
+        if (!mma_type && !is_double) {
+          if (std::is_same_v<U, float>) return "exact FP32 runs on simt only (ask for math_mode::tf32)";
+          return std::string(info.short_name) +
+                 (wgmma_type ? " has no mma_sync kernel (it runs on wgmma or simt)" : " runs on simt only");
         }
         if (cc < 80) return "mma_sync needs compute capability 8.0 or newer";
         if (!can_mma)
           return "this build carries no mma.sync code for the device (compile for sm_80 or newer)";
         return "";
       case gemm_path::wgmma:
-        if (!tensor_type) {
-          return is_double                  ? "wgmma has no FP64 form (double runs on mma_sync or simt)"
-                 : std::is_same_v<U, float> ? "exact FP32 runs on simt only (ask for math_mode::tf32)"
-                                            : "complex<float> runs on simt only";
+        if (!wgmma_type) {
+          if (is_double) return "wgmma has no FP64 form (double runs on mma_sync or simt)";
+          if (std::is_same_v<U, float>) return "exact FP32 runs on simt only (ask for math_mode::tf32)";
+          return std::string(info.short_name) + " runs on simt only";
         }
         if (cc != 90) return "wgmma needs compute capability 9.0";
         if (!can_wgmma) return "this build carries no wgmma code for the device (compile for sm_90a)";

@@ -1,6 +1,6 @@
-// spillway/gemm/detail/wgmma_kernel.cuh — the Hopper GEMM (sm_90a) for half, bf16, float as TF32
-// (float accumulation) and int8 (int32 accumulation): wgmma.mma_async with both operands in
-// shared memory, fed by the tensor copy engine through a ring of stages guarded by mbarriers, one
+// spillway/gemm/detail/wgmma_kernel.cuh — the Hopper GEMM (sm_90a) for half, bf16, float as TF32,
+// FP8 e4m3 / e5m2 (float accumulation) and int8 (int32 accumulation): wgmma.mma_async with both
+// operands in shared memory, fed by the tensor copy engine through a ring of stages guarded by mbarriers, one
 // producer warp and two consumer warpgroups, persistent over the tiles.
 //
 // Block tile 128 x 256. A stage holds 128 bytes of K per row (64 half/bf16, 32 float, 128 int8):
@@ -30,6 +30,11 @@
 //
 // TF32: see tile/wgmma.cuh — the FP32 operands are truncated to TF32 by the tensor cores.
 //
+// FP8: a stage is 128 elements of k. Under fp8_accumulation::promoted (problem::fast_accumulation
+// false) each stage is summed on the tensor cores from zero, 128 columns at a time into scratch
+// registers, and added to the FP32 accumulators (tile::wgmma_ring::consume_promoted); under `fast`
+// the tensor cores accumulate the whole k as for the other types.
+//
 // Its rates against cuBLAS and its ncu profile: docs/gemm.md, "wgmma kernel".
 #pragma once
 
@@ -46,6 +51,7 @@
 #include <spillway/tile/wgmma_mainloop.cuh>
 
 #include <cuda.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,6 +60,9 @@
 #include <type_traits>
 
 namespace spillway::gemm::detail {
+
+template <class T>
+inline constexpr bool is_fp8_v = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
 
 template <class T>
 struct wgmma_config {
@@ -166,7 +175,11 @@ __device__ __forceinline__ wgmma_out_pair<TC> wgmma_finish_pair(const TC* crow, 
   return out;
 }
 
-template <class T, class TC, class S, class Epi>
+/// `Promote` (FP8 under fp8_accumulation::promoted): each stage's sums go through scratch registers
+/// into FP32 accumulators (tile::wgmma_ring::consume_promoted). A kernel of its own, so that the
+/// accumulators of the other form are never written by non-wgmma instructions (which would make
+/// ptxas serialize every wgmma of the function).
+template <class T, class TC, class S, class Epi, bool Promote = false>
 __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_c, const problem<T, T, TC, S, Epi> p,
@@ -224,7 +237,11 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
     Acc d[128];
     for (std::int64_t t = blockIdx.x; t < sch.total; t += gridDim.x) {
       const wgmma_schedule::tile tl = sch.locate(t);
-      ring.template consume<T, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
+      if constexpr (Promote) {
+        ring.template consume_promoted<T, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
+      } else {
+        ring.template consume<T, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
+      }
 
       // The producer is already filling the stages of the next tile while this one is written.
       // Rows past m (an edge tile) are skipped here.
@@ -307,9 +324,9 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
 
 /// Per device: raises the kernel's dynamic shared-memory limit (once) and returns the persistent
 /// grid's size (one block per multiprocessor).
-template <class T, class TC, class S, class Epi>
+template <class T, class TC, class S, class Epi, bool Promote>
 int wgmma_prepare(int device) {
-  tile::raise_smem_limit<wgmma_gemm_kernel<T, TC, S, Epi>>(device, wgmma_config<T>::smem_bytes);
+  tile::raise_smem_limit<wgmma_gemm_kernel<T, TC, S, Epi, Promote>>(device, wgmma_config<T>::smem_bytes);
   return tile::multiprocessor_count(device);
 }
 
@@ -320,8 +337,8 @@ void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
   static_assert(std::is_same_v<TA, TB>, "launch_wgmma: A and B have one element type");
   using T = TA;
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
-                    std::is_same_v<T, std::int8_t>,
-                "launch_wgmma: half, bf16, float (as TF32) or int8");
+                    std::is_same_v<T, std::int8_t> || is_fp8_v<T>,
+                "launch_wgmma: half, bf16, float (as TF32), int8 or FP8");
   using Cfg = wgmma_config<T>;
   if (!p.a_kmajor || !p.b_kmajor) throw logic_error("gemm wgmma: both operands must be K-major");
   const int device = current_device();
@@ -359,12 +376,20 @@ void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
                                                     p.batch > 1 ? p.stride_c : p.ldc * p.m)
                  : map_a;  // unused
 
-  const std::int64_t sms = wgmma_prepare<T, TC, S, Epi>(device);
-  const unsigned grid = grid_blocks(sch.total, 1, sms);
   const problem<T, T, TC, S, Epi> kp = p;
-  wgmma_gemm_kernel<T, TC, S, Epi>
-      <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
-  SPILLWAY_CHECK_LAUNCH();
+  const auto launch = [&](auto promote) {
+    constexpr bool Promote = decltype(promote)::value;
+    const std::int64_t sms = wgmma_prepare<T, TC, S, Epi, Promote>(device);
+    const unsigned grid = grid_blocks(sch.total, 1, sms);
+    wgmma_gemm_kernel<T, TC, S, Epi, Promote>
+        <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
+    SPILLWAY_CHECK_LAUNCH();
+  };
+  if (is_fp8_v<T> && !p.fast_accumulation) {
+    if constexpr (is_fp8_v<T>) launch(std::true_type{});
+  } else {
+    launch(std::false_type{});
+  }
 }
 
 }  // namespace spillway::gemm::detail
