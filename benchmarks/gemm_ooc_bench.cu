@@ -569,8 +569,8 @@ void bm_cublasxt(benchmark::State& state) {
     OOC_BENCH_CUBLAS(cublasXtSetBlockDim(xt, 8192));
     const float one = 1.0f, zero = 0.0f;
     // Column-major Cᵀ (n x n, ld n) = op_T(B's buffer: k x n, ld k) · op_N(A's buffer: k x m, ld k).
-    auto run = [&] {
-      const auto [ha, hb] = h.operands<float>();
+    const auto [ha, hb] = h.operands<float>();
+    auto run = [&, ha = ha, hb = hb] {
       OOC_BENCH_CUBLAS(
           cublasXtSgemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, hb, n, ha, n, &zero, h.c.data(), n));
     };
