@@ -49,7 +49,7 @@ def _fp8_arguments(fp8: str, scale_a, scale_b, fp8_accumulation: str) -> tuple:
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise ArgumentTypeError(f"matmul: {name} must be a real number, got {type(v).__name__}")
         f = float(v)
-        if fp8 and (not np.isfinite(f) or f == 0.0 or not np.isfinite(np.float32(f))):
+        if fp8 and (not np.isfinite(f) or f == 0.0 or abs(f) > float(np.finfo(np.float32).max)):
             raise ValueError(f"matmul: {name}={v!r}; a per-tensor scale must be finite and non-zero in float32")
         if not fp8 and f != 1.0:
             raise ValueError(f"matmul: {name}={v!r} is for FP8 inputs (float8_e4m3fn, float8_e5m2); fold a scale of "

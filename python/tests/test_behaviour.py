@@ -247,7 +247,8 @@ def test_the_extension_translates_by_the_same_rule():
     bm = spillway.BitMatrix(2, 3)
     with pytest.raises(spillway.DTypeError, match="not bool or an integer"):
         _core._pack_rows(bm, np.zeros((2, 3), np.float32), 0, False)
-    with pytest.raises(spillway.DTypeError, match="float32, float64, float16, bfloat16, int8 or complex64"):
+    with pytest.raises(spillway.DTypeError,
+                       match="float32, float64, float16, bfloat16, int8, complex64, float8_e4m3fn or float8_e5m2"):
         _core._matmul(np.zeros((2, 2), np.int32), np.zeros((2, 2), np.int32), np.zeros((2, 2), np.int32), 1.0, 0.0,
                       False, 0, [], True, 0, None)
     with pytest.raises(ValueError, match="not a byte size") as info:
