@@ -151,11 +151,15 @@ struct wgmma_ring {
     const auto issue = [&](int st, int part, float(&t)[regs]) {
       const std::uint32_t a_addr = stage(st) + static_cast<std::uint32_t>(cw * 64 * RowBytes);
       const std::uint32_t b_addr = stage(st) + static_cast<std::uint32_t>(ABytes + part * width * RowBytes);
+      // Each step's descriptors are the first ones + 2 (32 bytes in the 16-byte units of the start
+      // address field, which cannot carry out of its 14 bits below the 228 KiB of shared memory):
+      // one descriptor build per operand and part instead of one per instruction (the promoted
+      // loop is issue-bound; docs/gemm.md, "FP8").
+      const std::uint64_t desc_a = kmajor_desc<RowBytes>(a_addr), desc_b = kmajor_desc<RowBytes>(b_addr);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < steps; ++ks) {
-        wgmma_ss<Op, width>(t, kmajor_desc<RowBytes>(a_addr + 32u * ks),
-                            kmajor_desc<RowBytes>(b_addr + 32u * ks), ks > 0);
+        wgmma_ss<Op, width>(t, desc_a + 2u * ks, desc_b + 2u * ks, ks > 0);
       }
       wgmma_commit();
     };
