@@ -62,8 +62,8 @@ inline constexpr path_ranking path_rankings[] = {
      false,
      {gemm_path::wgmma, gemm_path::simt},
      2,
-     "FP8 e4m3 -> bf16 8192^3: wgmma 0.80x cuBLASLt promoted, 0.96x both fast (10 alternated pairs, 2026-11-29); "
-     "no FP8 mma_sync kernel"},
+     "FP8 e4m3 -> bf16 8192^3: wgmma 0.88x cuBLASLt promoted (8 alternated pairs, 1314c9e), 0.96x both fast "
+     "(10 pairs, f6a94e1); no FP8 mma_sync kernel"},
     {'E',
      false,
      {gemm_path::wgmma, gemm_path::simt},
