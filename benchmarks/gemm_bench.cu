@@ -313,9 +313,9 @@ std::complex<double> to_host_value(T x) {
 //             the output type, u_out·(|c| + k·u·mag) with u_out = 2^-8 / 2^-11.
 //  s8:        exact (int32 accumulation; |c| <= 8192·127² < 2^31).
 //  e4m3:      products of 4-bit mantissas are exact; the tensor cores add them at reduced precision
-//             (u_tc = 2^-12 per addition, a margin of 2 over the ~14 bits they keep: docs/gemm.md,
-//             "FP8"): promoted, 128-long runs at u_tc then FP32 adds, (130·u_tc + (k/128 + 2)·u)·mag;
-//             fast, the whole k at u_tc, (k + 2)·u_tc·mag; then the rounding to bf16.
+//             (modelled as u_tc = 2^-12 per addition: docs/gemm.md, "Accuracy"): promoted, 128-long runs at
+//             u_tc then FP32 adds, (130·u_tc + (k/128 + 2)·u)·mag; fast, the whole k at u_tc, (k +
+//             2)·u_tc·mag; then the rounding to bf16.
 template <dtype D>
 double error_bound(index_t k, double mag, double ref_abs) {
   const double kd = static_cast<double>(k), u = std::ldexp(1.0, -24);

@@ -197,8 +197,8 @@ struct arithmetic {
   index_t chunk = 0;
 };
 
-/// The tensor cores' FP8 accumulation as the bound models it: 2^-12 per addition (twice the
-/// ~2^-13 of the ~14 bits they keep; docs/gemm.md, "FP8"), over runs of 128 products when promoted
+/// The tensor cores' FP8 accumulation as the bound models it: 2^-12 per addition (a model that
+/// holds the measured errors with room; docs/gemm.md, "Accuracy"), over runs of 128 products when promoted
 /// (fp8_accumulation::promoted) or the whole k (fast).
 inline void use_fp8_tensor_cores(arithmetic& ar, bool fast, index_t k) {
   ar.u_chunk = std::ldexp(1.0, -12);

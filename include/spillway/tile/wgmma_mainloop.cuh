@@ -129,15 +129,17 @@ struct wgmma_ring {
   /// so one part's instructions are always in flight while the previous part is added (wait_group
   /// 1) and the registers hold 3N / 4 sums instead of 2N; a stage is handed back once its last
   /// part has been added. Part q's scratch t[i] is d[N / 8 · q + i]: the m64n(N/4) layout is the
-  /// m64nN layout's q-th quarter of columns. Measured on the H200 (FP8 8192³, against cuBLASLt's
-  /// promoted FP8, 8-10 alternated pairs): this form 0.88x with the descriptors advanced by
-  /// constants (0.73-0.80x when each instruction built its own: the loop is issue-bound); two halves through one scratch set, each
-  /// waited for before the next was issued, 0.79x; the same four parts drained at the end of every
-  /// stage (no group carried into the next stage) 0.74x. ptxas cannot follow the group carried
-  /// across the loop and injects one full wait per stage before its add (info C7517), and the two
-  /// consumer warpgroups, fed by the same stage, then finish and add in lockstep. A 128 x 128 tile with two double-buffered m64n128 scratch sets (64 + 2 x 64
-  /// registers) ran 0.80x in stage pairs and 0.65x with the group carried across the loop (both
-  /// before the descriptor change): the gap to the fast form (0.96x) is open (docs/gemm.md, "FP8").
+  /// m64nN layout's q-th quarter of columns.
+  ///
+  /// Measured on the H200 (FP8 8192³ against cuBLASLt's promoted FP8, 8-10 alternated pairs): this
+  /// form 0.88x with each part's descriptors built once and advanced by constants, 0.73-0.80x when
+  /// every instruction built its own (the loop is issue-bound). Not kept: two halves through one
+  /// scratch set, each waited for before the next was issued, 0.79x; the four parts drained at the
+  /// end of every stage (no group carried into the next) 0.74x; a 128 x 128 tile with two
+  /// double-buffered m64n128 scratch sets (64 + 2 x 64 registers) 0.80x in stage pairs and 0.65x
+  /// with a group carried across the loop (those three before the descriptor change). ptxas cannot
+  /// follow the group carried across the loop here either and injects one full wait per stage
+  /// before its add (info C7517). The gap to the fast form (0.96x) is open (docs/gemm.md, "FP8").
   template <class Op, int N, int RowBytes, int ABytes>
   __device__ __forceinline__ void consume_promoted(ring_position<S>& pos, std::int64_t num_k, int cw,
                                                    int lane, float (&d)[N / 2]) const {
