@@ -385,11 +385,10 @@ void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
         <<<grid, Cfg::threads, Cfg::smem_bytes, s.value()>>>(map_a, map_b, map_c, kp, sch);
     SPILLWAY_CHECK_LAUNCH();
   };
-  if (is_fp8_v<T> && !p.fast_accumulation) {
-    if constexpr (is_fp8_v<T>) launch(std::true_type{});
-  } else {
-    launch(std::false_type{});
+  if constexpr (is_fp8_v<T>) {
+    if (!p.fast_accumulation) return launch(std::true_type{});
   }
+  launch(std::false_type{});
 }
 
 }  // namespace spillway::gemm::detail
