@@ -46,10 +46,13 @@ struct args {
   std::int64_t max_panel_rows = 0;
   std::vector<int> devices;  // empty: the current device
   std::uint64_t seed = 42;
+  std::int64_t clusters = 0;  // > 0: random rows around that many centres
+  double spread = 1.0;        // noise around a centre, relative to the centre's per-value scale
 };
 
 void print_usage(std::FILE* f) {
-  std::fprintf(f,
+  std::fprintf(
+      f,
       "spillway-knn: every row's k nearest rows of an embedding matrix (A·Aᵀ, symmetric half only),\n"
       "out of core on the GPU under a memory budget, written as .npy and checked on sampled rows\n"
       "against the host in double. With no GPU (or --host) the host implementation runs.\n\n"
@@ -68,6 +71,11 @@ void print_usage(std::FILE* f) {
       "                         the strip path (other rows)\n"
       "  --check S              rows sampled for the host check (default 16; 0: none)\n"
       "  --seed S               random rows and the sample (default 42)\n"
+      "  --clusters C           random rows around C centres instead (each centre random normal, a\n"
+      "                         row its centre plus --spread times random normal noise, centres\n"
+      "                         drawn at random per row: members spread over the matrix); cosine\n"
+      "                         of two rows of one centre about 1 / (1 + spread^2)\n"
+      "  --spread S             the noise of --clusters (default 1.0)\n"
       "  --host                 run on the host implementation\n"
       "  --rows-memory M        pinned: the rows are page-locked before the timed call (default);\n"
       "                         pageable: the call page-locks them itself (similarity_options::lock,\n"
@@ -78,7 +86,8 @@ void print_usage(std::FILE* f) {
       "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
       "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
       "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
-      "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and PREFIX.scores.npy (float32 n x k)\n"
+      "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and PREFIX.scores.npy (float32 n x "
+      "k)\n"
       "  -h, --help             this text\n\n"
       "example:\n"
       "  spillway-knn --rows 20000 --dim 768 --bf16 --k 32 --budget 4GiB --output nn\n");
@@ -128,7 +137,21 @@ args parse(int argc, char** argv) {
     }
     else if (k == "--check") a.check = std::atoll(val().c_str());
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
-    else if (k == "--host") a.host = true;
+    else if (k == "--clusters") {
+      const std::string v = val();
+      char* stop = nullptr;
+      const long long c = std::strtoll(v.c_str(), &stop, 10);
+      if (v.empty() || *stop != '\0' || c < 1) usage(("--clusters: a count >= 1; got '" + v + "'").c_str());
+      a.clusters = c;
+    } else if (k == "--spread") {
+      const std::string v = val();
+      char* stop = nullptr;
+      const double x = std::strtod(v.c_str(), &stop);
+      if (v.empty() || *stop != '\0' || !(x >= 0) || !std::isfinite(x))
+        usage(("--spread: a finite value >= 0; got '" + v + "'").c_str());
+      a.spread = x;
+    } else if (k == "--host")
+      a.host = true;
     else if (k == "--profile") a.profile = true;
     else if (k == "--repeat") {
       const std::string v = val();
@@ -193,6 +216,14 @@ rows_t load(const args& a) {
   // for a seed whatever the thread count (10^7 x 768 values in seconds, not minutes).
   constexpr std::int64_t block_rows = 4096;
   const std::int64_t blocks = (r.n + block_rows - 1) / block_rows;
+  // --clusters: the centres first (one generator), then each row = a random centre + noise.
+  std::vector<float> centres(static_cast<std::size_t>(a.clusters * r.d));
+  {
+    std::mt19937_64 cg(a.seed ^ 0xc3a5c85c97cb3127ULL);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& x : centres) x = nd(cg);
+  }
+  const auto spread = static_cast<float>(a.spread);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic)
 #endif
@@ -202,8 +233,14 @@ rows_t load(const args& a) {
     std::mt19937_64 gen(seq);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const std::int64_t end = std::min(r.n, (blk + 1) * block_rows) * r.d;
+    const float* centre = nullptr;
     for (std::int64_t q = blk * block_rows * r.d; q < end; ++q) {
-      const float x = nd(gen);
+      if (a.clusters > 0 && q % r.d == 0) {
+        centre = centres.data() +
+                 static_cast<std::size_t>(
+                     static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(a.clusters)) * r.d);
+      }
+      const float x = a.clusters > 0 ? centre[q % r.d] + spread * nd(gen) : nd(gen);
       if (a.bf16) {
         const __nv_bfloat16 b = __float2bfloat16_rn(x);
         std::memcpy(&r.bytes[static_cast<std::size_t>(q) * 2], &b, 2);
@@ -212,8 +249,12 @@ rows_t load(const args& a) {
       }
     }
   }
-  std::printf("input: random %lld x %lld %s, seed %llu\n", static_cast<long long>(r.n), static_cast<long long>(r.d),
-              a.bf16 ? "bf16" : "float32", static_cast<unsigned long long>(a.seed));
+  std::printf("input: random %lld x %lld %s, seed %llu", static_cast<long long>(r.n),
+              static_cast<long long>(r.d), a.bf16 ? "bf16" : "float32",
+              static_cast<unsigned long long>(a.seed));
+  if (a.clusters > 0)
+    std::printf(", around %lld centres, spread %.3g", static_cast<long long>(a.clusters), a.spread);
+  std::printf("\n");
   return r;
 }
 
@@ -276,13 +317,33 @@ int run(const args& a, const rows_t& r) {
                 static_cast<double>(rep.budget_bytes) / gib);
   }
   std::printf("\n");
+  {
+    // How alike the neighbours are: the mean score over every row's list (filled places only).
+    double sum = 0;
+    std::int64_t filled = 0;
+#ifdef _OPENMP
+#pragma omp parallel for reduction(+ : sum, filled)
+#endif
+    for (std::int64_t i = 0; i < r.n; ++i)
+      for (int t = 0; t < a.k; ++t)
+        if (nn.index(i, t) >= 0) {
+          sum += static_cast<double>(nn.value(i, t));
+          ++filled;
+        }
+    std::printf("mean %s score of the listed neighbours: %.4f (%lld places filled)\n", a.metric.c_str(),
+                filled > 0 ? sum / static_cast<double>(filled) : 0.0, static_cast<long long>(filled));
+  }
   if (a.profile) {
     if (!a.host && hook.last_ran) {
-      std::printf("profile (fused top-k): rows in + seeds %.1f ms, GEMMs with the sink %.1f ms, merges %.1f ms, "
-                  "device part %.1f ms; %lld chunks, %llu rows recomputed on the CUDA cores\n",
-                  static_cast<double>(hook.seed_ms), static_cast<double>(hook.gemm_ms), static_cast<double>(hook.merge_ms),
-                  static_cast<double>(hook.device_ms), static_cast<long long>(hook.last_chunks.load()),
-                  static_cast<unsigned long long>(hook.last_recomputed_rows.load()));
+      std::printf(
+          "profile (fused top-k): rows in + seeds %.1f ms, GEMMs with the sink %.1f ms, merges %.1f ms, "
+          "device part %.1f ms; %lld chunks, %llu rows recomputed on the CUDA cores, %.1f candidates per "
+          "row passed the filter (seeds not counted)\n",
+          static_cast<double>(hook.seed_ms), static_cast<double>(hook.gemm_ms),
+          static_cast<double>(hook.merge_ms), static_cast<double>(hook.device_ms),
+          static_cast<long long>(hook.last_chunks.load()),
+          static_cast<unsigned long long>(hook.last_recomputed_rows.load()),
+          static_cast<double>(hook.last_candidates.load()) / static_cast<double>(r.n));
     } else {
       std::printf("profile: none (the job did not take the fused top-k, which needs bf16 / float16 / --tf32 rows, "
                   "a Hopper GPU and a budget that holds the rows)\n");

@@ -262,6 +262,27 @@ void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::in
   if (cap_a > 0 && cap_a <= 2) EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << name << ": tiny buckets must overflow";
   else EXPECT_EQ(hook.last_recomputed_rows.load(), 0u) << name << ": no bucket should overflow on random rows";
   check_topk(r, a, a, true, k, false, m, tf32, name);
+  if (cap_a == 0 && cap_b == 0) {
+    // With profile on, the merges count the candidates the filter passed (last_candidates): at
+    // least every listed column from outside its row's seed block, which only a merge can have
+    // brought (with overflowing buckets, recomputed pairs bypass the count: not checked there).
+    hook.profile = true;
+    const auto r2 = g::similarity_topk(a, {k}, o);
+    hook.profile = false;
+    const auto L = g::detail::fused_topk_shape(n, k, 0, 0);
+    const auto block = [&](std::int64_t i) { return std::min(i / L.S, L.blocks - 1); };
+    std::uint64_t outside = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int t = 0; t < k; ++t) {
+        const std::int64_t j = r2.index(i, t);
+        if (j >= 0 && block(j) != block(i)) ++outside;
+      }
+    EXPECT_GT(outside, 0u) << name;
+    EXPECT_GE(hook.last_candidates.load(), outside)
+        << name << ": candidates merged, against the listed columns from other blocks";
+    EXPECT_TRUE(r2.indices == r.indices && r2.values == r.values)
+        << name << ": the profiled job lists what the first did";
+  }
 }
 
 TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {

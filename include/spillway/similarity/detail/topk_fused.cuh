@@ -89,6 +89,8 @@ struct fused_topk_test_hook {
   // Written by every job (atomics: jobs may run on several threads at once; then "last" is any).
   std::atomic<std::uint64_t> last_recomputed_rows{0};  ///< overflowed buckets recomputed on the CUDA cores
   std::atomic<std::int64_t> last_chunks{0};
+  /// Bucket entries the filter passed to the merges (seeds not counted); counted with `profile` only.
+  std::atomic<std::uint64_t> last_candidates{0};
   std::atomic<bool> last_ran{false};                    ///< the last similarity_topk took the fused path
   /// With profile set, the next jobs time their phases with events (three per chunk, read after
   /// the job's one final synchronize): rows in + seeds, the chunks' GEMMs, their merges, the
@@ -299,6 +301,7 @@ struct fused_merge_args {
   std::int64_t other0 = 0, other1 = 0;
   float cosine_zero = 0.0f;
   unsigned long long* recomputed = nullptr;
+  unsigned long long* candidates = nullptr;  // + every count merged (one atomic per warp)
   int rows_per_warp = 1;  // 1..32: a warp serves this many consecutive rows in turn
 };
 
@@ -312,6 +315,7 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
   // rows_per_warp rows per step: one read of their counts, then the warp serves each row that has
   // candidates in turn.
   const int G = a.rows_per_warp;
+  unsigned long long offered = 0;  // lane 0: the counts this warp merged
   for (std::int64_t g0 = warp * G; g0 < a.rows; g0 += nwarps * G) {
     const std::int64_t mine = g0 + lane;
     const unsigned my_count = lane < G && mine < a.rows ? a.cnt[mine] : 0u;
@@ -358,9 +362,11 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
         const topk_bar ob = a.bars[gr];
         if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) a.bars[gr] = nb;
         a.cnt[lr] = 0u;
+        offered += count;
       }
     }
   }
+  if (lane == 0 && offered != 0 && a.candidates != nullptr) atomicAdd(a.candidates, offered);
 }
 
 template <bool Larger>
