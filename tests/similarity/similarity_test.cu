@@ -267,6 +267,7 @@ void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::in
     // least every listed column from outside its row's seed block, which only a merge can have
     // brought (with overflowing buckets, recomputed pairs bypass the count: not checked there).
     hook.profile = true;
+    last_done = 0;  // the progress of the second job starts again from 0
     const auto r2 = g::similarity_topk(a, {k}, o);
     hook.profile = false;
     const auto L = g::detail::fused_topk_shape(n, k, 0, 0);
