@@ -48,6 +48,7 @@ struct args {
   std::uint64_t seed = 42;
   std::int64_t clusters = 0;  // > 0: random rows around that many centres
   double spread = 1.0;        // noise around a centre, relative to the centre's per-value scale
+  bool spread_set = false;
 };
 
 void print_usage(std::FILE* f) {
@@ -86,8 +87,8 @@ void print_usage(std::FILE* f) {
       "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
       "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
       "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
-      "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and PREFIX.scores.npy (float32 n x "
-      "k)\n"
+      "  --output PREFIX        write PREFIX.indices.npy (int64 n x k) and\n"
+      "                         PREFIX.scores.npy (float32 n x k)\n"
       "  -h, --help             this text\n\n"
       "example:\n"
       "  spillway-knn --rows 20000 --dim 768 --bf16 --k 32 --budget 4GiB --output nn\n");
@@ -150,6 +151,7 @@ args parse(int argc, char** argv) {
       if (v.empty() || *stop != '\0' || !(x >= 0) || !std::isfinite(x))
         usage(("--spread: a finite value >= 0; got '" + v + "'").c_str());
       a.spread = x;
+      a.spread_set = true;
     } else if (k == "--host")
       a.host = true;
     else if (k == "--profile") a.profile = true;
@@ -171,6 +173,12 @@ args parse(int argc, char** argv) {
     } else usage(("unknown argument " + k).c_str());
   }
   if (a.input.empty() && (a.rows < 2 || a.dim < 1)) usage("give --input, or --rows (>= 2) and --dim (>= 1)");
+  if (a.clusters > 0 && !a.input.empty()) usage("--clusters makes random rows: it does not go with --input");
+  if (a.clusters > a.rows && a.input.empty())
+    usage(("--clusters: at most --rows centres (" + std::to_string(a.rows) + "); got " +
+           std::to_string(a.clusters))
+              .c_str());
+  if (a.spread_set && a.clusters == 0) usage("--spread is the noise of --clusters: give --clusters too");
   if (a.k < 1 || a.k > 64) usage("--k must be in 1..64");
   return a;
 }
