@@ -27,6 +27,10 @@
 #                                              of 3 after a warm-up; rows page-locked, pageable, staged; on
 #                                              GPUs 0,1 too where two are visible) against the PyTorch
 #                                              blocked baseline on the same rows
+#   scripts/gpu-check.sh knn-scale              (GPU machine) issue 34's scale rows with spillway-knn's own rows:
+#                                              10^6 x 768 bf16 clustered (10,000 centres) top-32 on one GPU and
+#                                              on GPUs 0,1; 10^7 x 768 on GPUs 0,1 (one cold call, ~80 s;
+#                                              KNN_SCALE_ROWS, KNN_CLUSTER_ROWS); sampled rows checked, phases
 #   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
 #                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
 #                                              under jax.vmap, same problem) in one call
@@ -394,6 +398,41 @@ run_knn() {
   (($(grep -c 'all correct' "$log") == ${#runs[@]})) || { status=1; summary+=("knn: a run's sampled rows were wrong or unchecked (see $log)"); }
 }
 
+# Issue 34's scale rows with spillway-knn's own rows (no files): 10^6 x 768 bf16 top-32 on the
+# clustered set (10,000 centres, spread 1.25) on one GPU and, where two are visible, on GPUs 0 and 1
+# (medians of 3 after a warm-up); then 10^7 x 768 random rows on GPUs 0 and 1, one cold call
+# (~80 s; KNN_SCALE_ROWS to change, 0 to skip). Every run checks sampled rows and prints its
+# phases and candidates per row (--profile). KNN_CLUSTER_ROWS sizes the clustered runs.
+run_knn_scale() {
+  local log="$RESULTS/knn_scale.log" crows=${KNN_CLUSTER_ROWS:-1000000} srows=${KNN_SCALE_ROWS:-10000000} runs=0
+  local two=0
+  (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU') >= 2)) && two=1
+  : >"$log"
+  local c=(--rows "$crows" --dim 768 --bf16 --k 32 --budget 8GiB --clusters $((crows >= 20000 ? 10000 : crows / 2)) --spread 1.25
+    --repeat 3 --check 4 --profile)
+  local sets=("one GPU")
+  ((two)) && sets+=("two GPUs")
+  for set in "${sets[@]}"; do
+    local dev=()
+    [[ $set == "two GPUs" ]] && dev=(--devices 0,1)
+    echo "== clustered, $set" >>"$log"
+    runs=$((runs + 1))
+    timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway-knn" "${c[@]}" "${dev[@]}" >>"$log" 2>&1 || status=1
+  done
+  if ((two && srows > 0)); then
+    echo "== random, $srows rows, two GPUs, one cold call" >>"$log"
+    runs=$((runs + 1))
+    timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway-knn" --rows "$srows" --dim 768 --bf16 --k 32 --devices 0,1 --check 3 \
+      --profile >>"$log" 2>&1 || status=1
+  elif ((srows > 0)); then
+    summary+=("knn-scale: the $srows-row run needs two GPUs (fewer visible): not run")
+  fi
+  while read -r line; do
+    summary+=("$(printf '%-34s %s' "spillway-knn" "$(echo "$line" | cut -c1-150)")")
+  done < <(grep -E '^(== |top-32|mean |profile)' "$log")
+  (($(grep -c 'all correct' "$log") == runs)) || { status=1; summary+=("knn-scale: a run's sampled rows were wrong or unchecked (see $log)"); }
+}
+
 run_ode_baseline() {
   local log="$RESULTS/ode_baseline.log"
   if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway_ode_bench" \
@@ -446,6 +485,7 @@ case $mode in
   python-bench) run_python bench ;;
   python-wheel) run_python_wheel ;;
   knn) run_knn ;;
+  knn-scale) run_knn_scale ;;
   ode-baseline) run_ode_baseline ;;
   gemm-alt) run_gemm_alternations ;;
   all)
@@ -454,7 +494,7 @@ case $mode in
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|ode-baseline|gemm-alt|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|knn-scale|ode-baseline|gemm-alt|all [...]" >&2
     exit 2
     ;;
 esac
