@@ -58,7 +58,6 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
   if (::spillway::detail::run_on_host_instead(r.host_fallback, r.devices, "spillway.matmul", "host_fallback",
                                               "the host GEMM")) {
     // Row blocks of ~2^26 multiply-adds (at least one row), so progress and Ctrl-C reach Python.
-    sg::gemm_options ho = o;  // the host GEMM computes exact FP32 for float (TF32 ignored), FP8 in FP32
     const std::int64_t work = std::max<std::int64_t>(1, b.rows * b.cols);
     const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 26) / work);
     const std::int64_t blocks = a.rows == 0 ? 0 : (a.rows + step - 1) / step;
@@ -73,7 +72,8 @@ job_summary run_typed(const host_matrix& ha, const host_matrix& hb, const host_m
         break;
       }
       const std::int64_t r0 = done * step, rows = std::min(step, a.rows - r0);
-      sg::host_gemm(alpha, rows_of(a, r0, rows), b, beta, rows_of(c, r0, rows), ho);
+      // The host GEMM ignores TF32 (exact FP32) and sums FP8 in FP32; FP8's scales apply.
+      sg::host_gemm(alpha, rows_of(a, r0, rows), b, beta, rows_of(c, r0, rows), o);
       s.completed[static_cast<std::size_t>(done)] = true;
       p.update(static_cast<std::size_t>(done + 1), s.tasks_total);
     }

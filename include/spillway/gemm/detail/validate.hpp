@@ -11,6 +11,7 @@
 #include <spillway/gemm/options.hpp>
 #include <spillway/gemm/tuning.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -82,8 +83,8 @@ void check_scales(const gemm_options& opt, const std::string& w) {
   for (const auto& [name, v] : scales) {
     const std::string said = w + ": " + name + " is " + std::to_string(v);
     if constexpr (takes_scales<T>()) {
-      const bool finite_nonzero = v == v && v != 0.0f && v - v == 0.0f;
-      SPILLWAY_EXPECTS(finite_nonzero, said + "; a per-tensor scale must be finite and non-zero");
+      SPILLWAY_EXPECTS(std::isfinite(v) && v != 0.0f,
+                       said + "; a per-tensor scale must be finite and non-zero");
     } else {
       SPILLWAY_EXPECTS(v == 1.0f, said + "; per-tensor scales are for FP8 inputs only (fold it into alpha)");
     }

@@ -43,6 +43,7 @@
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/detail/problem.hpp>
 #include <spillway/gemm/epilogue.hpp>
+#include <spillway/gemm/types.hpp>
 #include <spillway/tile/arch.cuh>
 #include <spillway/tile/barrier.cuh>
 #include <spillway/tile/schedule.cuh>
@@ -51,7 +52,6 @@
 #include <spillway/tile/wgmma_mainloop.cuh>
 
 #include <cuda.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,8 +61,9 @@
 
 namespace spillway::gemm::detail {
 
+/// FP8 inputs (the table's rows of FP8 arithmetic): the kernel that promotes the sums exists for them.
 template <class T>
-inline constexpr bool is_fp8_v = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+inline constexpr bool is_fp8_v = gemm_type_info_of<T>().arith == element_arith::fp8;
 
 template <class T>
 struct wgmma_config {
@@ -336,9 +337,9 @@ template <class TA, class TB, class TC, class S, class Epi>
 void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
   static_assert(std::is_same_v<TA, TB>, "launch_wgmma: A and B have one element type");
   using T = TA;
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float> ||
-                    std::is_same_v<T, std::int8_t> || is_fp8_v<T>,
-                "launch_wgmma: half, bf16, float (as TF32), int8 or FP8");
+  static_assert(
+      gemm_type_info_of<T>().wgmma,
+      "launch_wgmma: half, bf16, float (as TF32), int8 or FP8: the rows of gemm/types.hpp with wgmma");
   using Cfg = wgmma_config<T>;
   if (!p.a_kmajor || !p.b_kmajor) throw logic_error("gemm wgmma: both operands must be K-major");
   const int device = current_device();
