@@ -147,7 +147,7 @@ SANITIZER_EXCLUDE='*Large*:*Big*:*Beyond2To31*:*SixtyFourBit*:*Past2To31*:*NoGpu
 racecheck_filter() {
   case $1 in
     gram) echo 'GramSanitizeGpu.*:GramKernelsGpu.EdgeShapesEveryPathAAt:GramKernelsGpu.UpperOnlyWithPanelOffsets:GramForcedWgmmaGpu.Int32CountStoreEdgeShapes:GramForcedMmaSyncTmaGpu.EdgeShapesAAt:GramForcedMmaSyncTmaGpu.MbarrierPhasesAcrossTiles:GramForcedMmaSyncCpAsyncGpu.EdgeShapesAAt' ;;
-    gemm) echo 'WgmmaKernelGpu.BetaAndAlpha:WgmmaKernelGpu.PublicPathSmallShapes:SimtKernelGpu.BetaZeroIgnoresNanC:SimtKernelGpu.Batched:GemmMmaSyncKernelGpu.HalfEdgeShapes:GemmMmaSyncKernelGpu.Int8EdgeShapesExact:DmmaKernelGpu.EdgeShapes:DmmaKernelGpu.Batched:GemmGpu.SplitKForcedHalf' ;;
+    gemm) echo 'FragmentSinkGemm.EveryAccumulatorReachesTheSinkOnce:WgmmaKernelGpu.BetaAndAlpha:WgmmaKernelGpu.PublicPathSmallShapes:SimtKernelGpu.BetaZeroIgnoresNanC:SimtKernelGpu.Batched:GemmMmaSyncKernelGpu.HalfEdgeShapes:GemmMmaSyncKernelGpu.Int8EdgeShapesExact:DmmaKernelGpu.EdgeShapes:DmmaKernelGpu.Batched:GemmGpu.SplitKForcedHalf' ;;
     map) echo 'GufuncGpu.*:GufuncStagedGpu.*:ReduceGpu.*' ;;
     similarity) echo 'SimilarityGpu.FusedTopKExactTiesGoToTheSmallerColumns:SimilarityGpu.FusedTopKOverflowedBucketsAreRecomputed' ;;
     ode) echo 'Rk4CoupledGpu.MeanFieldComplexFloatMatchesHost:Rk4FusedGpu.GraphAndPlainLaunchesAgreeBitwise' ;;

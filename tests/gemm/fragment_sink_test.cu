@@ -1,15 +1,31 @@
-// The argument refusals of gemm::fragment_sink_gemm_async, the Hopper GEMM's public fragment-level
-// extension point (the similarity top-k's way to the wgmma kernel; its results are tested through
-// the similarity suite's fused top-k). Every refusal happens before any CUDA call, so these tests
-// run on every machine, with or without a GPU: the views point at host memory nothing may touch.
+// gemm::fragment_sink_gemm_async, the Hopper GEMM's public fragment-level extension point (the
+// similarity top-k's way to the wgmma kernel; the top-k itself is tested through the similarity
+// suite's fused top-k): its argument refusals, which happen before any CUDA call and so run on
+// every machine (the views point at host memory nothing may touch), and on the GPU every
+// accumulator of odd shapes handed to the sink exactly once, against a host double-precision
+// product of random inputs (printed seeds), for each input type.
+//
+// Bound per element, with S = sum_kk |A(i,kk) B(j,kk)| and u = 2^-24: half and bf16 products are
+// exact in FP32, the accumulation is within 2 k u S; float runs as TF32 (each operand truncated to
+// 10 mantissa bits): 2.01 * 2^-10 S more.
+#include <spillway/core/device_buffer.hpp>
+#include <spillway/core/stream.hpp>
 #include <spillway/gemm/fragment_sink.cuh>
+#include <spillway/tile/arch.cuh>
 
 #include "support/expect_throw.hpp"
+#include "support/gpu_test.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 namespace {
 
@@ -28,6 +44,27 @@ struct counting_sink {
   }
 };
 static_assert(g::is_fragment_sink_v<counting_sink>);
+
+/// A sink that writes every accumulator inside the product to out (m x n, row-major) and counts
+/// the writes per element (a second visit, or a padding element reported as real, shows).
+struct writing_sink {
+  using fragment_sink_tag = void;
+  float* out = nullptr;
+  unsigned* visits = nullptr;
+  template <class Acc>
+  __device__ void consume(const Acc (&d)[128], std::int64_t row0, std::int64_t col0, std::int64_t m,
+                          std::int64_t n, std::uint32_t) const {
+    for (int j = 0; j < 32; ++j)
+      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 2; ++e) {
+          const std::int64_t r = row0 + 8 * h, c = col0 + 8 * j + e;
+          if (r < m && c < n) {
+            out[r * n + c] = static_cast<float>(d[4 * j + 2 * h + e]);
+            atomicAdd(visits + r * n + c, 1u);
+          }
+        }
+  }
+};
 static_assert(!g::is_fragment_sink_v<int>);
 
 alignas(16) bf16 rows[64 * 48];  // 16-byte aligned; never read or written by these calls
@@ -66,6 +103,93 @@ TEST(FragmentSinkGemm, AnEmptyProductEnqueuesNothing) {
   EXPECT_NO_THROW(g::fragment_sink_gemm_async(s, good, g::row_major<const bf16>(rows, 0, 32, 40), sink));
   EXPECT_NO_THROW(g::fragment_sink_gemm_async(s, g::row_major<const bf16>(rows, 8, 0, 8),
                                               g::row_major<const bf16>(rows, 8, 0, 8), sink));
+}
+
+template <class T>
+float to_float_host(T x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return x;
+}
+template <class T>
+T from_float_host(float x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
+}
+
+/// m x k rows of A and n x k rows of B (ld padded by `pad` elements), random in [-1, 1): every
+/// accumulator against the host, every element visited once.
+template <class T>
+void check_every_accumulator(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t pad,
+                             const char* name) {
+  const std::string what =
+      std::string(name) + " " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(spillway::test::seed("fragment sink " + what));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::int64_t ld = k + pad;
+  std::vector<T> a(static_cast<std::size_t>(m * ld)), b(static_cast<std::size_t>(n * ld));
+  for (auto& x : a) x = from_float_host<T>(u(rng));
+  for (auto& x : b) x = from_float_host<T>(u(rng));
+  const auto s = spillway::stream_view::per_thread();
+  const auto da = spillway::device_buffer<T>::from_host(a, s);
+  const auto db = spillway::device_buffer<T>::from_host(b, s);
+  spillway::device_buffer<float> out(static_cast<std::size_t>(m * n), s);
+  spillway::device_buffer<unsigned> visits(static_cast<std::size_t>(m * n), s);
+  out.fill_bytes_async(0xFF, s);  // NaN poison: an element never written shows
+  visits.fill_bytes_async(0, s);
+  writing_sink sink{out.data(), visits.data()};
+  g::fragment_sink_gemm_async(s, g::row_major<const T>(da.data(), m, k, ld),
+                              g::row_major<const T>(db.data(), n, k, ld), sink);
+  const std::vector<float> got = out.to_host(s);
+  const std::vector<unsigned> seen = visits.to_host(s);
+  constexpr double uu = 1.0 / 16777216.0;
+  const double rel = std::is_same_v<T, float> ? 2.01 / 1024.0 : 0.0;
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (std::int64_t q = 0; q < k; ++q) {
+        const double p = static_cast<double>(to_float_host(a[static_cast<std::size_t>(i * ld + q)])) *
+                         static_cast<double>(to_float_host(b[static_cast<std::size_t>(j * ld + q)]));
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const std::size_t at = static_cast<std::size_t>(i * n + j);
+      const double bound = (rel + 2.0 * static_cast<double>(k) * uu) * mag + 1e-30;
+      if (seen[at] != 1u || !(std::fabs(static_cast<double>(got[at]) - ref) <= bound)) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "(" << i << ", " << j << "): visited " << seen[at] << " times, got " << got[at]
+                        << ", host " << ref << ", bound " << bound;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "elements wrong or not visited exactly once";
+}
+
+TEST(FragmentSinkGemm, EveryAccumulatorReachesTheSinkOnce) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const int dev = spillway::current_device();
+  if (!g::has_fragment_sink_gemm(dev)) {
+    if (spillway::test::gpu_required() && spillway::tile::compute_capability(dev) == 90)
+      FAIL() << "SPILLWAY_REQUIRE_GPU=1 on an sm_90 device, but no sm_90a code in this build";
+    GTEST_SKIP() << "no sm_90a code for " << spillway::tile::describe_device(dev);
+  }
+  // Shapes: one partial tile; fewer k-slices than the ring's stages; many tiles per block (each
+  // consumer warpgroup several in turn) with edges in m, n and k.
+  check_every_accumulator<__nv_bfloat16>(37, 200, 72, 8, "bf16");
+  check_every_accumulator<__nv_bfloat16>(1000, 777, 200, 0, "bf16");
+  check_every_accumulator<__nv_bfloat16>(4133, 2148, 136, 8, "bf16");
+  check_every_accumulator<__half>(4133, 2148, 136, 8, "half");
+  check_every_accumulator<float>(1000, 1300, 100, 4, "float");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 #include <spillway/core/launch.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/detail/problem.hpp>
-#include <spillway/gemm/detail/wgmma_kernel.cuh>
+#include <spillway/gemm/detail/wgmma_sink_kernel.cuh>
 #include <spillway/gemm/matrix_view.hpp>
 #include <spillway/tile/arch.cuh>
 
@@ -82,7 +82,8 @@ void fragment_sink_gemm_async(stream_view s, matrix_view<const T> a, matrix_view
   p.alpha = 1.0f;
   p.beta = 0.0f;
   p.epi = sink;
-  detail::launch_wgmma(p, s);  // refuses (logic_error) where this build has no sm_90a code for the device
+  detail::launch_wgmma_sink(p,
+                            s);  // refuses (logic_error) where this build has no sm_90a code for the device
 }
 
 }  // namespace spillway::gemm

@@ -104,6 +104,40 @@ void raise_smem_limit(int device, int bytes) {
   });
 }
 
+/// A launch configuration of `Kernel` in clusters of `cluster` blocks of `threads` threads and
+/// `smem_bytes` of dynamic shared memory on `s`, with as many clusters as can be resident on the
+/// current device (asked once per kernel and device, so the launch path stays free of occupancy
+/// queries), at most `max_clusters`: gridDim.x is set to that many clusters' blocks; the caller
+/// may lower it (whole clusters) before cudaLaunchKernelEx. `attr` holds the cluster attribute
+/// the configuration points to. The kernel's shared-memory limit must be raised first.
+template <auto Kernel>
+int resident_cluster_config(cudaLaunchConfig_t& cfg, cudaLaunchAttribute& attr, int cluster, int threads,
+                            int smem_bytes, stream_view s, int max_clusters) {
+  attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg = {};
+  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  cfg.stream = s.value();
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  const int device = current_device();
+  cfg.gridDim = dim3(static_cast<unsigned>(multiprocessor_count(device)), 1, 1);
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  int clusters = detail::cached_per_device(device, cache, mutex, [&] {
+    int c = 0;
+    SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveClusters(&c, Kernel, &cfg));
+    return c < 1 ? 1 : c;
+  });
+  clusters = clusters > max_clusters ? max_clusters : clusters;
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * cluster), 1, 1);
+  return clusters;
+}
+
 /// "compute capability X.Y" of `device`, for error messages.
 inline std::string describe_device(int device) {
   const int cc = compute_capability(device);

@@ -113,6 +113,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// Arrives on named barrier `id` without waiting (the producer side of an ordered hand-over: the
+/// barrier completes once `threads` threads have arrived or synced on it).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /// Tensor load of the box at (x, y) of a 2-D map into shared `dst`, completing `bytes` of `bar`.
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* map, int x, int y,
                                             std::uint32_t bar) {

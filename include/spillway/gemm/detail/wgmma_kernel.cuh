@@ -110,13 +110,8 @@ struct wgmma_schedule {
 };
 
 /// An epilogue that declares `using fragment_sink_tag = void;` takes the accumulators themselves
-/// instead of C: after each tile the consumer warpgroup calls, per thread,
-///   epi.consume(d, row0, col0, m, n, stage)   (const Acc (&d)[128], row0/col0/m/n std::int64_t)
-/// where d[4 j + 2 h + e] is the raw sum (no alpha, no beta: C is neither read nor written) of
-/// (row0 + 8 h, col0 + 8 j + e), j < 32, h, e < 2; rows ≥ m and columns ≥ n are padding (their sums
-/// are 0). `stage` is the shared-memory address of the thread's first of 16 private 8-byte slots,
-/// slot q at stage + 1024 q (the warpgroup's half of the output staging, which C never uses then).
-/// The similarity top-k filters scores this way without writing them (similarity/detail/topk_fused.cuh, through gemm/fragment_sink.cuh).
+/// instead of C (the contract: gemm/fragment_sink.cuh); such products run on the ping-pong kernel
+/// of wgmma_sink_kernel.cuh, never on this one.
 template <class Epi, class = void>
 struct is_fragment_sink : std::false_type {};
 template <class Epi>
@@ -249,66 +244,60 @@ __global__ void __launch_bounds__(wgmma_config<T>::threads, 1)
       const std::int64_t wg_row0 = tl.tm * Cfg::bm + cw * 64;
       const std::int64_t row0 = wg_row0 + warp_in_wg * 16 + lane / 4;
       const std::int64_t col0 = tl.tn * Cfg::bn + 2 * (lane % 4);
-      if constexpr (is_fragment_sink<Epi>::value) {
-        static_assert(2 * Cfg::piece_bytes >= 16 * 128 * 8, "16 slots of 8 bytes per consumer thread");
-        p.epi.consume(d, row0, col0, p.m, p.n,
-                      staging + static_cast<std::uint32_t>(cw * 2 * Cfg::piece_bytes + (tid % 128) * 8));
-      } else {
-        TC* const cb = p.c + tl.q * p.stride_c;
-        if (sch.c_bulk && wg_row0 + 64 <= p.m && tl.tn * Cfg::bn + Cfg::bn <= p.n) {
-          // Whole 64 x 256 block: pieces of 64 rows x 128 bytes go through shared memory to the
-          // tensor copy engine, two buffers in turn, so the warpgroup is back in the main loop
-          // while the global writes drain.
-          constexpr int piece_cols = 128 / static_cast<int>(sizeof(TC));
-          constexpr int pieces = Cfg::bn / piece_cols;
-          const std::uint32_t region = staging + static_cast<std::uint32_t>(cw * 2 * Cfg::piece_bytes);
+      TC* const cb = p.c + tl.q * p.stride_c;
+      if (sch.c_bulk && wg_row0 + 64 <= p.m && tl.tn * Cfg::bn + Cfg::bn <= p.n) {
+        // Whole 64 x 256 block: pieces of 64 rows x 128 bytes go through shared memory to the
+        // tensor copy engine, two buffers in turn, so the warpgroup is back in the main loop
+        // while the global writes drain.
+        constexpr int piece_cols = 128 / static_cast<int>(sizeof(TC));
+        constexpr int pieces = Cfg::bn / piece_cols;
+        const std::uint32_t region = staging + static_cast<std::uint32_t>(cw * 2 * Cfg::piece_bytes);
 #pragma unroll
-          for (int piece = 0; piece < pieces; ++piece) {
-            const std::uint32_t buf = region + static_cast<std::uint32_t>((piece & 1) * Cfg::piece_bytes);
-            // The store issued two pieces ago from this buffer must have read it out.
-            if (leader) tile::bulk_wait_group_read<1>();
-            tile::named_barrier_sync(1 + cw, 128);
+        for (int piece = 0; piece < pieces; ++piece) {
+          const std::uint32_t buf = region + static_cast<std::uint32_t>((piece & 1) * Cfg::piece_bytes);
+          // The store issued two pieces ago from this buffer must have read it out.
+          if (leader) tile::bulk_wait_group_read<1>();
+          tile::named_barrier_sync(1 + cw, 128);
 #pragma unroll
-            for (int jj = 0; jj < piece_cols / 8; ++jj) {
-              const int j = piece * (piece_cols / 8) + jj;
-              const int col_in_piece = 8 * jj + 2 * (lane % 4);
-              const std::int64_t col = tl.tn * Cfg::bn + piece * piece_cols + col_in_piece;
+          for (int jj = 0; jj < piece_cols / 8; ++jj) {
+            const int j = piece * (piece_cols / 8) + jj;
+            const int col_in_piece = 8 * jj + 2 * (lane % 4);
+            const std::int64_t col = tl.tn * Cfg::bn + piece * piece_cols + col_in_piece;
 #pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int r = warp_in_wg * 16 + lane / 4 + 8 * h;  // row inside the 64-row block
-                const std::int64_t row = wg_row0 + r;
-                const wgmma_out_pair<TC> out =
-                    wgmma_finish_pair<S, TC>(cb + row * p.ldc, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1],
-                                             p.alpha, p.beta, read_c, p.epi);
-                const std::uint32_t off =
-                    static_cast<std::uint32_t>(col_in_piece * static_cast<int>(sizeof(TC)));
-                const std::uint32_t addr = buf + static_cast<std::uint32_t>(r * 128) +
-                                           ((((off >> 4) ^ static_cast<std::uint32_t>(r & 7))) << 4) +
-                                           (off & 15u);
-                *reinterpret_cast<wgmma_out_pair<TC>*>(wgmma_smem_raw + (addr - raw)) = out;
-              }
-            }
-            // Generic-proxy writes become visible to the copy engine, then one thread sends the piece.
-            tile::fence_proxy_async_shared();
-            tile::named_barrier_sync(1 + cw, 128);
-            if (leader) {
-              tile::tma_store_3d(&map_c, static_cast<int>(tl.tn * Cfg::bn + piece * piece_cols),
-                                 static_cast<int>(wg_row0), static_cast<int>(tl.q), buf);
-              tile::bulk_commit_group();
+            for (int h = 0; h < 2; ++h) {
+              const int r = warp_in_wg * 16 + lane / 4 + 8 * h;  // row inside the 64-row block
+              const std::int64_t row = wg_row0 + r;
+              const wgmma_out_pair<TC> out =
+                  wgmma_finish_pair<S, TC>(cb + row * p.ldc, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1],
+                                           p.alpha, p.beta, read_c, p.epi);
+              const std::uint32_t off =
+                  static_cast<std::uint32_t>(col_in_piece * static_cast<int>(sizeof(TC)));
+              const std::uint32_t addr = buf + static_cast<std::uint32_t>(r * 128) +
+                                         ((((off >> 4) ^ static_cast<std::uint32_t>(r & 7))) << 4) +
+                                         (off & 15u);
+              *reinterpret_cast<wgmma_out_pair<TC>*>(wgmma_smem_raw + (addr - raw)) = out;
             }
           }
-          continue;
+          // Generic-proxy writes become visible to the copy engine, then one thread sends the piece.
+          tile::fence_proxy_async_shared();
+          tile::named_barrier_sync(1 + cw, 128);
+          if (leader) {
+            tile::tma_store_3d(&map_c, static_cast<int>(tl.tn * Cfg::bn + piece * piece_cols),
+                               static_cast<int>(wg_row0), static_cast<int>(tl.q), buf);
+            tile::bulk_commit_group();
+          }
         }
+        continue;
+      }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const std::int64_t row = row0 + 8 * h;
-          if (row < p.m) {
-            TC* const crow = cb + row * p.ldc;
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t row = row0 + 8 * h;
+        if (row < p.m) {
+          TC* const crow = cb + row * p.ldc;
 #pragma unroll
-            for (int j = 0; j < 32; ++j) {
-              wgmma_store_pair<S>(crow, row, col0 + 8 * j, p.n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], p.alpha,
-                                  p.beta, read_c, sch.c_pairs, p.epi);
-            }
+          for (int j = 0; j < 32; ++j) {
+            wgmma_store_pair<S>(crow, row, col0 + 8 * j, p.n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], p.alpha,
+                                p.beta, read_c, sch.c_pairs, p.epi);
           }
         }
       }
@@ -336,6 +325,7 @@ int wgmma_prepare(int device) {
 template <class TA, class TB, class TC, class S, class Epi>
 void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
   static_assert(std::is_same_v<TA, TB>, "launch_wgmma: A and B have one element type");
+  static_assert(!is_fragment_sink<Epi>::value, "launch_wgmma: fragment sinks go through launch_wgmma_sink");
   using T = TA;
   static_assert(
       gemm_type_info_of<T>().wgmma,
@@ -368,7 +358,7 @@ void launch_wgmma(const problem<TA, TB, TC, S, Epi>& p, stream_view s) {
   // C through the copy engine when a tensor map can describe it and some warpgroup block
   // (64 x 256) lies wholly inside it; the others, and every edge block, store element by element.
   constexpr auto es = static_cast<std::int64_t>(sizeof(TC));
-  sch.c_bulk = !is_fragment_sink<Epi>::value && c_addr % 16 == 0 && (p.ldc * es) % 16 == 0 &&
+  sch.c_bulk = c_addr % 16 == 0 && (p.ldc * es) % 16 == 0 &&
                (p.batch == 1 || (p.stride_c > 0 && (p.stride_c * es) % 16 == 0)) && p.m >= 64 &&
                p.n >= Cfg::bn;
   const CUtensorMap map_c =

@@ -30,7 +30,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -267,39 +266,21 @@ inline tile_schedule launch_schedule(const bit_gemm_args& args, std::int64_t bm,
 /// can be resident at once.
 template <class Epilogue, bool TmaStore>
 void launch_wgmma_kernel(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
-                         std::int64_t ld_words, const tile_schedule& sch, Epilogue epi, int sms, stream_view s) {
-  auto* kernel = &wgmma_gram_kernel<Epilogue, TmaStore>;
+                         std::int64_t ld_words, const tile_schedule& sch, Epilogue epi, stream_view s) {
   ::spillway::tile::raise_smem_limit<wgmma_gram_kernel<Epilogue, TmaStore>>(current_device(), wg_smem_bytes);
   const slot_record record(s);
   unsigned long long* const counter = record.get();
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = wg_config::cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.blockDim = dim3(wg_config::threads, 1, 1);
-  cfg.dynamicSmemBytes = wg_smem_bytes;
-  cfg.stream = s.value();
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(sms), 1, 1);
-  // Resident pairs per device, asked once per kernel and device (the launch path stays free of
-  // occupancy queries).
-  static std::atomic<int> resident_pairs[64] = {};
-  const int device = current_device();
-  int pairs = device < 64 ? resident_pairs[device].load(std::memory_order_relaxed) : 0;
-  if (pairs == 0) {
-    SPILLWAY_CUDA_TRY(cudaOccupancyMaxActiveClusters(&pairs, kernel, &cfg));
-    pairs = pairs < 1 ? 1 : (pairs > slot_record_max_pairs ? slot_record_max_pairs : pairs);
-    if (device < 64) resident_pairs[device].store(pairs, std::memory_order_relaxed);
-  }
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr;
+  const int pairs = ::spillway::tile::resident_cluster_config<wgmma_gram_kernel<Epilogue, TmaStore>>(
+      cfg, attr, wg_config::cluster, wg_config::threads, wg_smem_bytes, s, slot_record_max_pairs);
   cfg.gridDim = dim3(grid_blocks(sch.total, 1, pairs) * wg_config::cluster, 1, 1);
-  SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_c, ld_words, sch, epi, counter));
+  SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, &wgmma_gram_kernel<Epilogue, TmaStore>, map_a, map_b, map_c,
+                                       ld_words, sch, epi, counter));
 }
 
 template <class Epilogue>
-void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_view s) {
+void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, stream_view s) {
   using Cfg = wg_config;
   // The schedule walks pair row tiles (2 x 128 rows); each block of a pair takes its half.
   const tile_schedule sch = launch_schedule(args, Cfg::bm * Cfg::cluster, Cfg::bn, wgmma_band(args.b_rows));
@@ -312,11 +293,11 @@ void launch_wgmma_gram(const bit_gemm_args& args, Epilogue epi, int sms, stream_
     if (tma_store_fits(args, epi)) {
       const CUtensorMap map_c = make_count_tensor_map(epi.c, args.a_row0 + args.a_rows - epi.row0,
                                                       args.b_row0 + args.b_rows - epi.col0, epi.ldc);
-      launch_wgmma_kernel<Epilogue, true>(map_a, map_b, map_c, args.ld_words, sch, epi, sms, s);
+      launch_wgmma_kernel<Epilogue, true>(map_a, map_b, map_c, args.ld_words, sch, epi, s);
       return;
     }
   }
-  launch_wgmma_kernel<Epilogue, false>(map_a, map_b, map_a, args.ld_words, sch, epi, sms, s);
+  launch_wgmma_kernel<Epilogue, false>(map_a, map_b, map_a, args.ld_words, sch, epi, s);
 }
 
 /// Launches the TMA-fed mma.sync kernel (DirectStore: int32 counts stored from the accumulators).
@@ -386,7 +367,7 @@ void run_tile_kernel(tile_kernel k, const bit_gemm_args& args, Epilogue epi, int
   if (k == tile_kernel::popc || args.ld_words == 0) {
     launch_popc_gram(args, epi, s);
   } else if (k == tile_kernel::wgmma) {
-    launch_wgmma_gram(args, epi, sms, s);
+    launch_wgmma_gram(args, epi, s);
   } else if (k == tile_kernel::mma_sync_tma) {
     launch_mma_sync_tma_gram(args, epi, sms, s);
   } else {
