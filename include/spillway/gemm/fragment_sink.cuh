@@ -10,7 +10,9 @@
 // where d[4 j + 2 h + e] is the raw sum (no alpha, no beta) of (row0 + 8 h, col0 + 8 j + e),
 // j < 32, h, e < 2 — a row of A against a row of B; rows ≥ m and columns ≥ n are padding (their sums
 // are 0). `stage` is the shared-memory address of the thread's first of 16 private 8-byte slots,
-// slot q at stage + 1024 q. Acc is float for the element types taken here.
+// slot q at stage + 1024 q. Acc is float for the element types taken here. The two consumer
+// warpgroups call their sinks at different times (they own different tiles: wgmma_sink_kernel.cuh),
+// so a sink may synchronize its warp but never the block.
 #pragma once
 
 #include <spillway/core/device.hpp>
