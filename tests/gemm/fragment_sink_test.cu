@@ -15,6 +15,7 @@
 
 #include "support/expect_throw.hpp"
 #include "support/gpu_test.hpp"
+#include "support/narrow_values.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -105,25 +106,6 @@ TEST(FragmentSinkGemm, AnEmptyProductEnqueuesNothing) {
                                               g::row_major<const bf16>(rows, 8, 0, 8), sink));
 }
 
-template <class T>
-float to_float_host(T x) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half2float(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(x);
-  else
-    return x;
-}
-template <class T>
-T from_float_host(float x) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __float2half_rn(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(x);
-  else
-    return x;
-}
-
 /// m x k rows of A and n x k rows of B (ld padded by `pad` elements), random in [-1, 1): every
 /// accumulator against the host, every element visited once.
 template <class T>
@@ -136,8 +118,8 @@ void check_every_accumulator(std::int64_t m, std::int64_t n, std::int64_t k, std
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const std::int64_t ld = k + pad;
   std::vector<T> a(static_cast<std::size_t>(m * ld)), b(static_cast<std::size_t>(n * ld));
-  for (auto& x : a) x = from_float_host<T>(u(rng));
-  for (auto& x : b) x = from_float_host<T>(u(rng));
+  for (auto& x : a) x = spillway::test::from_double<T>(u(rng));
+  for (auto& x : b) x = spillway::test::from_double<T>(u(rng));
   const auto s = spillway::stream_view::per_thread();
   const auto da = spillway::device_buffer<T>::from_host(a, s);
   const auto db = spillway::device_buffer<T>::from_host(b, s);
@@ -157,8 +139,8 @@ void check_every_accumulator(std::int64_t m, std::int64_t n, std::int64_t k, std
     for (std::int64_t j = 0; j < n; ++j) {
       double ref = 0, mag = 0;
       for (std::int64_t q = 0; q < k; ++q) {
-        const double p = static_cast<double>(to_float_host(a[static_cast<std::size_t>(i * ld + q)])) *
-                         static_cast<double>(to_float_host(b[static_cast<std::size_t>(j * ld + q)]));
+        const double p = g::detail::widen<double>(a[static_cast<std::size_t>(i * ld + q)]) *
+                         g::detail::widen<double>(b[static_cast<std::size_t>(j * ld + q)]);
         ref += p;
         mag += std::fabs(p);
       }

@@ -84,8 +84,8 @@ void fragment_sink_gemm_async(stream_view s, matrix_view<const T> a, matrix_view
   p.alpha = 1.0f;
   p.beta = 0.0f;
   p.epi = sink;
-  detail::launch_wgmma_sink(p,
-                            s);  // refuses (logic_error) where this build has no sm_90a code for the device
+  // Refuses (logic_error) where this build has no sm_90a code for the device.
+  detail::launch_wgmma_sink(p, s);
 }
 
 }  // namespace spillway::gemm
