@@ -6,10 +6,20 @@
 //
 //   spillway-knn --input emb.npy --k 32 --metric cosine --budget 8GiB --output nn
 //   spillway-knn --rows 20000 --dim 768 --bf16 --k 32                # random rows, no files
+//
+// Built a second time as spillway-knn-mpi (where MPI is found: SPILLWAY_KNN_MPI) it runs the job
+// across MPI ranks, one GPU per rank (spillway::dist::similarity_topk): every rank reads or draws
+// the same rows, owns a block of result rows, and the .npy files are written once through MPI-IO;
+// rank 0 prints, gathers the lists and checks the sampled rows.
+//
+//   mpirun -np 2 spillway-knn-mpi --rows 1000000 --dim 768 --bf16 --k 32 --budget 8GiB --repeat 3
 #include <spillway/core/host_registration.hpp>
 #include <spillway/core/memory_budget.hpp>
 #include <spillway/io/npy.hpp>
 #include <spillway/similarity.cuh>
+#ifdef SPILLWAY_KNN_MPI
+#include <spillway/dist.hpp>
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,6 +39,17 @@
 namespace {
 
 namespace g = spillway::similarity;
+
+#ifdef SPILLWAY_KNN_MPI
+const spillway::dist::communicator* comm = nullptr;  // the job's ranks (set in main)
+int comm_size() {
+  return comm->size();
+}
+#else
+int comm_size() {
+  return 1;
+}
+#endif
 
 struct args {
   std::string input, output;
@@ -291,17 +312,33 @@ int run(const args& a, const rows_t& r) {
   // The fused top-k times its phases only when asked (events on its stream, read after the job).
   auto& hook = g::detail::fused_topk_hook();
   hook.profile = a.profile;
-  const auto call = [&] {
-    return a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
-  };
-  if (a.repeat > 1) (void)call();  // the warm-up: contexts of every device, kernels loaded, pools grown
-  std::vector<double> times;
   g::topk_result<float> nn;
+#ifdef SPILLWAY_KNN_MPI
+  // Each rank's own rows' lists; rank 0 gathers them all after the timed calls.
+  spillway::dist::similarity_job_options jo;
+  jo.local = o;
+  jo.local.report = nullptr;
+  spillway::dist::gram_report drep;
+  spillway::dist::topk_block<float> mine;
+  const auto call = [&] {
+    comm->barrier();  // every rank starts the timed call together
+    mine = spillway::dist::similarity_topk(*comm, view, {a.k}, jo, &drep);
+  };
+#else
+  const auto call = [&] {
+    nn = a.host ? g::host_similarity_topk(view, {a.k}, o.metric) : g::similarity_topk(view, {a.k}, o);
+  };
+#endif
+  if (a.repeat > 1) call();  // the warm-up: contexts of every device, kernels loaded, pools grown
+  std::vector<double> times;
   for (int t = 0; t < a.repeat; ++t) {
     const auto t0 = std::chrono::steady_clock::now();
-    nn = call();
+    call();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+#ifdef SPILLWAY_KNN_MPI
+  nn = spillway::dist::gather_topk(*comm, mine, r.n);  // rank 0: every row; the others: none
+#endif
   if (a.repeat > 1) {
     std::printf("times after a warm-up call:");
     for (const double x : times) std::printf(" %.3f", x);
@@ -312,6 +349,20 @@ int run(const args& a, const rows_t& r) {
   const double pairs = 0.5 * static_cast<double>(r.n) * static_cast<double>(r.n + 1);
   std::printf("top-%d %s of %lld rows in %.3f s%s (%.1f TFLOP/s of symmetric-half work)", a.k, a.metric.c_str(),
               static_cast<long long>(r.n), secs, a.repeat > 1 ? " (median)" : "", 2.0 * pairs * static_cast<double>(r.d) / secs / 1e12);
+#ifdef SPILLWAY_KNN_MPI
+  {
+    const auto& L = drep.local;
+    std::printf("; %d rank(s), %s, lists to their owners %s", comm->size(),
+                drep.on_gpu ? "one GPU each" : "host implementation",
+                drep.lists_on_device ? "GPU to GPU" : "through the host");
+    std::printf(
+        "\nrank 0 of the last call: setup %.3f s, its strips %.3f s (%zu), wait %.3f s, lists collected %.3f "
+        "s, "
+        "exchanged %.3f s, merged %.3f s",
+        L.setup_seconds, L.compute_seconds, drep.run.ranks.empty() ? std::size_t{0} : drep.run.ranks[0].tasks,
+        L.wait_seconds, L.collect_seconds, L.exchange_seconds, L.merge_seconds);
+  }
+#endif
   if (!a.host && !rep.job.devices.empty()) {
     std::printf("; %lld strips of %lld rows, operand %s, %zu GPU(s), rows %s%s", static_cast<long long>(rep.plan.strips),
                 static_cast<long long>(rep.plan.panel_rows), rep.plan.resident ? "resident" : "streamed",
@@ -332,7 +383,7 @@ int run(const args& a, const rows_t& r) {
 #ifdef _OPENMP
 #pragma omp parallel for reduction(+ : sum, filled)
 #endif
-    for (std::int64_t i = 0; i < r.n; ++i)
+    for (std::int64_t i = 0; i < nn.rows; ++i)
       for (int t = 0; t < a.k; ++t)
         if (nn.index(i, t) >= 0) {
           sum += static_cast<double>(nn.value(i, t));
@@ -352,6 +403,10 @@ int run(const args& a, const rows_t& r) {
           static_cast<long long>(hook.last_chunks.load()),
           static_cast<unsigned long long>(hook.last_recomputed_rows.load()),
           static_cast<double>(hook.last_candidates.load()) / static_cast<double>(r.n));
+    } else if (comm_size() > 1) {
+      std::printf(
+          "profile: the phases of each rank's job are above (the fused top-k's own events are not "
+          "gathered across ranks)\n");
     } else {
       std::printf("profile: none (the job did not take the fused top-k, which needs bf16 / float16 / --tf32 rows, "
                   "a Hopper GPU and a budget that holds the rows)\n");
@@ -359,8 +414,17 @@ int run(const args& a, const rows_t& r) {
   }
 
   if (!a.output.empty()) {
+#ifdef SPILLWAY_KNN_MPI
+    // One file each, every rank writing its rows' range through MPI-IO.
+    const std::int64_t k = a.k;
+    spillway::dist::write_npy_at_all(*comm, a.output + ".indices.npy", {r.n, k}, mine.lists.indices.data(),
+                                     mine.first_row * k, mine.lists.rows * k);
+    spillway::dist::write_npy_at_all(*comm, a.output + ".scores.npy", {r.n, k}, mine.lists.values.data(),
+                                     mine.first_row * k, mine.lists.rows * k);
+#else
     spillway::io::write_npy(a.output + ".indices.npy", nn.indices, {r.n, a.k});
     spillway::io::write_npy(a.output + ".scores.npy", nn.values, {r.n, a.k});
+#endif
     std::printf("wrote %s.indices.npy and %s.scores.npy\n", a.output.c_str(), a.output.c_str());
   }
 
@@ -372,7 +436,7 @@ int run(const args& a, const rows_t& r) {
   const bool larger = g::is_similarity(o.metric);
   std::mt19937_64 pick(a.seed ^ 0x5eedULL);
   int bad = 0;
-  const std::int64_t samples = std::min(a.check, r.n);
+  const std::int64_t samples = nn.rows == r.n ? std::min(a.check, r.n) : 0;  // (MPI: rank 0 checks)
   for (std::int64_t s = 0; s < samples; ++s) {
     const std::int64_t i = s == 0 ? 0 : static_cast<std::int64_t>(pick() % static_cast<std::uint64_t>(r.n));
     std::vector<double> host(static_cast<std::size_t>(r.n)), eps(static_cast<std::size_t>(r.n));
@@ -416,7 +480,7 @@ int run(const args& a, const rows_t& r) {
     std::printf("check: %lld sampled rows against the host in double: %s (eps %.2e on cosine)\n",
                 static_cast<long long>(samples), bad == 0 ? "all correct" : "WRONG", e_cos);
   }
-  if (r.n > 0) {
+  if (nn.rows > 0) {
     std::printf("row 0's nearest: %lld (%.4f)", static_cast<long long>(nn.index(0, 0)), static_cast<double>(nn.value(0, 0)));
     if (a.k > 1) std::printf(", %lld (%.4f)", static_cast<long long>(nn.index(0, 1)), static_cast<double>(nn.value(0, 1)));
     std::printf("\n");
@@ -427,7 +491,18 @@ int run(const args& a, const rows_t& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef SPILLWAY_KNN_MPI
+  spillway::dist::environment env(argc, argv);
+  const spillway::dist::communicator world;
+  comm = &world;
+  // Rank 0 prints; the others' output would repeat it.
+  if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
+#endif
   args a = parse(argc, argv);
+#ifdef SPILLWAY_KNN_MPI
+  if (a.host || !a.devices.empty())
+    usage("spillway-knn-mpi runs one GPU per rank: --host and --devices are not taken");
+#endif
   try {
     const rows_t r = load(a);
     if (r.n < 2) usage("need at least 2 rows");

@@ -39,7 +39,7 @@ ALLOWED = {
     # float similarity: GEMMs of rows into the pairwise sinks
     "similarity": {"core", "pipeline", "tile", "pairwise", "gemm"},
     # the optional MPI component (spillway::mpi): the jobs above split across ranks
-    "dist": {"core", "io", "pipeline", "pairwise", "gram"},
+    "dist": {"core", "io", "pipeline", "pairwise", "gram", "similarity"},
 }
 # Old public paths kept for one version after their concept moved to another module: path -> the
 # module they forward to.

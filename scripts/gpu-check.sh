@@ -43,7 +43,11 @@
 #   scripts/gpu-check.sh mpi                    (GPU machine) spillway::dist under mpirun: the GPU tests and the
 #                                              host MPI tests with -np 1, then -np 2 (one GPU per rank: skipped
 #                                              with the reason on a one-GPU machine, a failure when
-#                                              SPILLWAY_REQUIRE_GPUS>=2), and spillway-gram-mpi --check
+#                                              SPILLWAY_REQUIRE_GPUS>=2), spillway-gram-mpi --check and
+#                                              spillway-knn-mpi (the fused top-k across ranks) on sampled rows
+#   scripts/gpu-check.sh knn-mpi                (GPU machine, two GPUs) spillway-knn-mpi 10^6 x 768 bf16 top-32
+#                                              with one rank, then two, alternated KNN_MPI_ROUNDS times (default
+#                                              2), and spillway-knn in one process on one GPU and on two
 #   scripts/gpu-check.sh mpi-bench              (GPU machine) spillway-gram-mpi --bench (100,000 x 200,000,
 #                                              top-32 and triangle) with one rank, then two; the disk's
 #                                              fsync'd write rate (dd) first. MPI_BENCH_DIR: where the
@@ -312,7 +316,7 @@ run_mpi() {
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/$GPUBIN/mpi-fallback"
   fi
   for np in 1 2; do
-    for bin in spillway_dist_gpu_tests spillway_dist_tests spillway-gram-mpi; do
+    for bin in spillway_dist_gpu_tests spillway_dist_tests spillway-gram-mpi spillway-knn-mpi; do
       if [[ ! -x $GPUBIN/$bin ]]; then
         status=1
         summary+=("$(printf '%-34s missing from %s (pack the gpu preset on a machine with MPI)' "$bin" "$GPUBIN")")
@@ -320,6 +324,14 @@ run_mpi() {
       fi
       if [[ $bin != spillway_dist_tests && $np -gt $gpus ]]; then mpi_too_few "$bin -np $np" "$np" "$gpus"; continue; fi
       log="$RESULTS/${bin}_np$np.log"
+      if [[ $bin == spillway-knn-mpi ]]; then
+        # The fused top-k across ranks: 20,011 bf16 rows, sampled rows against the host in double.
+        timeout 300 "${MPIRUN[@]}" -np "$np" "$GPUBIN/$bin" --rows 20011 --dim 96 --bf16 --k 16 --check 8 >"$log" 2>&1
+        rc=$?
+        summary+=("$(printf '%-34s rc=%-3s %s' "$bin -np $np" "$rc" "$(grep -E '^check:' "$log" | tail -1)")")
+        [[ $rc -ne 0 ]] && { status=1; tail -20 "$log"; }
+        continue
+      fi
       if [[ $bin == spillway-gram-mpi ]]; then
         timeout 300 "${MPIRUN[@]}" -np "$np" "$GPUBIN/$bin" --rows 20011 --cols 4096 --sink all --k 32 --check >"$log" 2>&1
         rc=$?
@@ -458,6 +470,32 @@ run_gemm_alternations() {
   while read -r line; do summary+=("$line"); done <"$log"
 }
 
+# The fused top-k across MPI ranks at issue 34's size: -np 1 against -np 2 (one GPU each), in
+# alternation, then one process on one GPU and on two for the same rows (medians of 3 after a warm-up).
+run_knn_mpi() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  if ldd "$GPUBIN/spillway-knn-mpi" 2>/dev/null | grep -q 'libmpi_cxx.*not found'; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/$GPUBIN/mpi-fallback"
+  fi
+  local args=(--rows "${KNN_MPI_ROWS:-1000000}" --dim 768 --bf16 --k 32 --budget 8GiB --repeat 3 --check 4)
+  local gpus round np log
+  gpus=$(mpi_gpus)
+  for round in $(seq "${KNN_MPI_ROUNDS:-2}"); do
+    for np in 1 2; do
+      if [[ $np -gt $gpus ]]; then mpi_too_few "spillway-knn-mpi -np $np" "$np" "$gpus"; continue; fi
+      log="$RESULTS/knn_mpi_np${np}_r$round.log"
+      timeout 300 "${MPIRUN[@]}" -np "$np" "$GPUBIN/spillway-knn-mpi" "${args[@]}" >"$log" 2>&1 || status=1
+      summary+=("$(printf '%-34s %s; %s' "knn-mpi -np $np (round $round)" "$(grep -oE 'in [0-9.]+ s \(median\)' "$log")" "$(grep -E '^check:' "$log" | grep -oE 'all correct|WRONG')")")
+      grep -E '^rank 0 of the last call' "$log" | tail -1
+    done
+  done
+  for dev in 0 0,1; do
+    log="$RESULTS/knn_one_process_$dev.log"
+    timeout 300 "$GPUBIN/spillway-knn" "${args[@]}" --devices "$dev" >"$log" 2>&1 || status=1
+    summary+=("$(printf '%-34s %s; %s' "knn one process --devices $dev" "$(grep -oE 'in [0-9.]+ s \(median\)' "$log")" "$(grep -E '^check:' "$log" | grep -oE 'all correct|WRONG')")")
+  done
+}
+
 case $mode in
   pack)
     export PATH=/usr/local/cuda/bin:$PATH
@@ -482,6 +520,7 @@ case $mode in
   python) run_python tests ;;
   mpi) run_mpi ;;
   mpi-bench) run_mpi_bench ;;
+  knn-mpi) run_knn_mpi ;;
   python-bench) run_python bench ;;
   python-wheel) run_python_wheel ;;
   knn) run_knn ;;
@@ -494,7 +533,7 @@ case $mode in
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn|knn-scale|ode-baseline|gemm-alt|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn-mpi|knn|knn-scale|ode-baseline|gemm-alt|all [...]" >&2
     exit 2
     ;;
 esac

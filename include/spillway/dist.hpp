@@ -10,6 +10,7 @@
 //   merging an owner's per-row top-k lists                       dist/topk_lists.hpp (MPI-free)
 //   the Gram product across ranks, host implementation            dist/host_gram.hpp
 //   the same, one GPU per rank (compiled by nvcc only)            dist/gram.cuh
+//   the fused float top-k (similarity/), one GPU per rank (nvcc)  dist/similarity.cuh
 //
 // The split planner the jobs use is MPI-free: spillway/pairwise/split_plan.hpp. See docs/distributed.md.
 #pragma once
@@ -25,4 +26,5 @@
 
 #if defined(__CUDACC__)
 #include <spillway/dist/gram.cuh>
+#include <spillway/dist/similarity.cuh>
 #endif

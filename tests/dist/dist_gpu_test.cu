@@ -1,5 +1,7 @@
 // spillway::dist on the GPU, one GPU per rank: the distributed Gram through the one-process pair
-// job on each rank's GPU against the host oracle (exact), and the device form of dist::run_tasks.
+// job on each rank's GPU against the host oracle (exact), the fused float top-k across ranks
+// against the host in double (and the one-process job's k-th places), and the device form of
+// dist::run_tasks.
 // Run by scripts/gpu-check.sh mpi under mpirun -np 1 and -np 2 (the latter needs two GPUs).
 //
 // The skip decision is collective (every rank skips, or none does): a rank that skipped while the
@@ -9,20 +11,26 @@
 #include <spillway/gram.cuh>
 #include <spillway/gram/host_gram.hpp>
 #include <spillway/io/npy.hpp>
+#include <spillway/similarity.cuh>
 
+#include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
 #include "dist_support.hpp"
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sd = spillway::dist;
@@ -332,6 +340,211 @@ TEST(DistRunTasksGpu, EveryTaskOnceAndAFailureNamedOnEveryRank) {
     EXPECT_EQ(e.failed_rank(), static_cast<int>(plan.owner[bad]));
     EXPECT_EQ(e.failed_task(), bad);
     EXPECT_NE(std::string(e.what()).find("no such panel"), std::string::npos) << e.what();
+  }
+  c.barrier();
+}
+
+namespace {
+
+namespace ss = spillway::similarity;
+
+/// The same random normal rows on every rank (same seed), as bf16 or float.
+template <class T>
+std::vector<T> random_rows(std::int64_t n, std::int64_t d, std::uint64_t s) {
+  std::mt19937_64 g(s);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<T> v(static_cast<std::size_t>(n * d));
+  for (auto& x : v) {
+    if constexpr (std::is_same_v<T, float>)
+      x = nd(g);
+    else
+      x = __float2bfloat16_rn(nd(g));
+  }
+  return v;
+}
+
+/// The fused job's sizes shrunk for a test (many seed blocks, strips and chunks at a few thousand
+/// rows), put back at the end of the scope.
+struct fused_sizes_scope {
+  ss::detail::fused_topk_sizes old;
+  explicit fused_sizes_scope(const ss::detail::fused_topk_sizes& z)
+      : old(ss::detail::fused_topk_hook().sizes) {
+    ss::detail::fused_topk_hook().sizes = z;
+  }
+  ~fused_sizes_scope() { ss::detail::fused_topk_hook().sizes = old; }
+};
+
+/// This rank's rows of a dist result against rows [first_row, ..) of the one-process lists, entry
+/// for entry. Returns the mismatches.
+std::int64_t mismatches(const sd::topk_block<float>& b, const ss::topk_result<float>& ref,
+                        const std::string& what) {
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < b.lists.rows; ++i)
+    for (int t = 0; t < b.lists.k; ++t) {
+      const std::int64_t g = b.first_row + i;
+      if (b.lists.index(i, t) != ref.index(g, t) || b.lists.value(i, t) != ref.value(g, t)) {
+        if (bad++ < 5)
+          ADD_FAILURE() << what << ": row " << g << " place " << t << ": " << b.lists.index(i, t) << "/"
+                        << b.lists.value(i, t) << " vs " << ref.index(g, t) << "/" << ref.value(g, t);
+      }
+    }
+  return bad;
+}
+
+/// This rank's rows of a dist result against the host in double: each listed value within the
+/// pair's float-accumulation bound e of its exact score (e = 4(d + 8)·2^-24 on cosine, e·√(|a|²|b|²)
+/// for inner products, √(e(|a|² + |b|²)) for distances), each listed column's exact score within
+/// 2e of the exact k-th best, no column twice, not the row itself, sorted, ties to the smaller
+/// column. (Not entry for entry against the one-process job: a row whose bucket overflowed is
+/// recomputed on the CUDA cores, and which rows overflow depends on each worker's bars.) Returns
+/// the rows that break the rule.
+template <class T>
+std::int64_t wrong_rows(const sd::topk_block<float>& b, const ss::matrix_view<const T>& a, int k,
+                        ss::similarity_metric m, const std::string& what) {
+  const bool larger = ss::is_similarity(m);
+  const double e = 4.0 * static_cast<double>(a.cols + 8) * std::ldexp(1.0, -24);
+  std::vector<double> norm(static_cast<std::size_t>(a.rows));
+  for (std::int64_t j = 0; j < a.rows; ++j)
+    norm[static_cast<std::size_t>(j)] =
+        ss::host_similarity_score(a, a, j, j, ss::similarity_metric::inner_product);
+  const auto eps = [&](std::int64_t i, std::int64_t j) {
+    const double ni = norm[static_cast<std::size_t>(i)], nj = norm[static_cast<std::size_t>(j)];
+    if (m == ss::similarity_metric::cosine) return e;
+    if (m == ss::similarity_metric::inner_product) return e * std::sqrt(ni * nj) + 1e-30;
+    return std::sqrt(e * (ni + nj)) + 1e-30;
+  };
+  std::int64_t bad = 0;
+  for (std::int64_t r = 0; r < b.lists.rows; ++r) {
+    const std::int64_t i = b.first_row + r;
+    std::vector<double> host(static_cast<std::size_t>(a.rows)), others;
+    double row_eps = 0.0;
+    for (std::int64_t j = 0; j < a.rows; ++j) {
+      host[static_cast<std::size_t>(j)] = ss::host_similarity_score(a, a, i, j, m);
+      row_eps = std::max(row_eps, eps(i, j));
+      if (j != i) others.push_back(host[static_cast<std::size_t>(j)]);
+    }
+    std::nth_element(others.begin(), others.begin() + (k - 1), others.end(),
+                     [&](double x, double y) { return larger ? x > y : x < y; });
+    const double kth = others[static_cast<std::size_t>(k - 1)];
+    std::string why;
+    for (int t = 0; t < k && why.empty(); ++t) {
+      const std::int64_t j = b.lists.index(r, t);
+      const float v = b.lists.value(r, t);
+      if (j < 0 || j >= a.rows || j == i) {
+        why = "column " + std::to_string(j);
+        continue;
+      }
+      for (int u = 0; u < t; ++u)
+        if (b.lists.index(r, u) == j) why = "column " + std::to_string(j) + " twice";
+      const double h = host[static_cast<std::size_t>(j)];
+      if (std::fabs(static_cast<double>(v) - h) > eps(i, j))
+        why = "column " + std::to_string(j) + ": " + std::to_string(v) + " against " + std::to_string(h);
+      else if (larger ? h < kth - 2 * row_eps : h > kth + 2 * row_eps)
+        why = "column " + std::to_string(j) + " not in the top " + std::to_string(k);
+      else if (t > 0) {
+        const float pv = b.lists.value(r, t - 1);
+        if (larger ? pv < v : pv > v)
+          why = "not sorted at place " + std::to_string(t);
+        else if (pv == v && b.lists.index(r, t - 1) > j)
+          why = "a tie not to the smaller column at place " + std::to_string(t);
+      }
+    }
+    if (!why.empty() && bad++ < 5) ADD_FAILURE() << what << ": row " << i << ": " << why;
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST(DistSimilarityGpu, FusedTopkExactOnEachRanksRows) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const int dev = c.local_rank() % visible_gpus();
+  // 3001 rows (prime) of 96 bf16 values; strips of 128 rows, seed blocks of 256, chunks of at most
+  // 512 columns: 11 seed blocks and 24 strips dealt over the ranks.
+  const std::int64_t n = 3001, d = 96;
+  const auto rows = random_rows<__nv_bfloat16>(n, d, seed("dist similarity bf16"));
+  const auto a = ss::row_major(rows.data(), n, d);
+  ss::detail::fused_topk_sizes z;
+  z.strip_rows = 128;
+  z.seed_rows = 256;
+  z.chunk_cols = 512;
+  struct variant {
+    const char* name;
+    ss::similarity_metric m;
+    int k;
+    std::int32_t cap_a, cap_b;  // tiny buckets overflow: those rows are recomputed
+  };
+  for (const variant v : {variant{"cosine", ss::similarity_metric::cosine, 16, 0, 0},
+                          variant{"euclidean", ss::similarity_metric::euclidean, 7, 2, 1}}) {
+    z.row_capacity = v.cap_a;
+    z.col_capacity = v.cap_b;
+    fused_sizes_scope scope(z);
+    ss::similarity_options one;
+    one.metric = v.m;
+    one.devices = {dev};
+    const auto ref = ss::similarity_topk(a, {v.k}, one);
+    const int fused_here = ss::detail::fused_topk_hook().last_ran ? 1 : 0;
+    int fused_all = 0;
+    MPI_Allreduce(&fused_here, &fused_all, 1, MPI_INT, MPI_MIN, c.get());
+    if (fused_all == 0) GTEST_SKIP() << "the fused top-k needs sm_90a code for every rank's GPU (Hopper)";
+    for (const bool on_device : {true, false}) {
+      const std::string what =
+          std::string(v.name) + (on_device ? ", lists GPU to GPU" : ", lists through the host");
+      sd::similarity_job_options o;
+      o.local.metric = v.m;
+      o.device_exchange = on_device;
+      sd::gram_report rep;
+      const auto b = sd::similarity_topk(c, a, {v.k}, o, &rep);
+      EXPECT_TRUE(rep.on_gpu) << what;
+      EXPECT_EQ(rep.split.strip_rows, 128) << what;
+      EXPECT_EQ(rep.split.strips, 24) << what;
+      EXPECT_EQ(b.first_row, n * c.rank() / c.size()) << what;
+      EXPECT_EQ(b.lists.rows, n * (c.rank() + 1) / c.size() - n * c.rank() / c.size()) << what;
+      EXPECT_EQ(rep.run.tasks_completed, 24u) << what;
+      // Every rank ran strips (24 dealt cyclic over up to 3 ranks).
+      EXPECT_GT(rep.run.ranks[static_cast<std::size_t>(c.rank())].tasks, 0u) << what;
+      if (!on_device) EXPECT_FALSE(rep.lists_on_device) << what;
+      EXPECT_EQ(wrong_rows(b, a, v.k, v.m, what), 0);
+      // The k-th places agree with the one-process job's within the bound (both exact to it).
+      std::int64_t apart = 0;
+      for (std::int64_t i = 0; i < b.lists.rows; ++i) {
+        const double x = b.lists.value(i, v.k - 1), y = ref.value(b.first_row + i, v.k - 1);
+        const double tol = v.m == ss::similarity_metric::cosine ? 1e-4 : 1e-4 * std::max(1.0, std::fabs(y));
+        if (std::fabs(x - y) > tol && apart++ < 3)
+          ADD_FAILURE() << what << ": row " << b.first_row + i << "'s k-th place " << x << " against " << y;
+      }
+      EXPECT_EQ(apart, 0) << what;
+    }
+  }
+  fused_sizes_scope scope(z);
+  // Float rows without TF32: not the fused job's; every rank runs the one-process job whole and
+  // keeps its rows (the same lists).
+  {
+    const auto fr = random_rows<float>(700, 33, seed("dist similarity float"));
+    const auto fa = ss::row_major(fr.data(), 700, 33);
+    ss::similarity_options one;
+    one.devices = {dev};
+    const auto ref = ss::similarity_topk(fa, {9}, one);
+    const auto b = sd::similarity_topk(c, fa, {9}, sd::similarity_job_options{});
+    EXPECT_EQ(b.first_row, 700 * c.rank() / c.size());
+    EXPECT_EQ(mismatches(b, ref, "exact float rows"), 0);
+  }
+  // A NaN in row 1601 (block 6, which rank 6 mod ranks seeds) and an infinity in row 2900: every
+  // rank refuses the job naming row 1601, before any strip.
+  auto bad = rows;
+  bad[static_cast<std::size_t>(1601 * d + 9)] = __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN());
+  bad[static_cast<std::size_t>(2900 * d)] = __float2bfloat16_rn(std::numeric_limits<float>::infinity());
+  try {
+    (void)sd::similarity_topk(c, ss::row_major(bad.data(), n, d), {8});
+    ADD_FAILURE() << "a NaN row was not refused";
+  } catch (const spillway::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("1601"), std::string::npos) << e.what();
+  }
+  // Different shapes on the ranks: refused on every rank.
+  if (c.size() > 1) {
+    const std::int64_t m = c.rank() == 0 ? n : n - 1;
+    EXPECT_THROW((void)sd::similarity_topk(c, ss::row_major(rows.data(), m, d), {8}), spillway::logic_error);
   }
   c.barrier();
 }

@@ -146,29 +146,30 @@ inline void open_ipc_lists(const communicator& c, const gram_split& sp, int devi
   if (!x.on) x.close();
 }
 
-/// This rank's rows' final lists from the job's device lists, GPU to GPU (open_ipc_lists first;
-/// collective): the device merges its slots and puts the n x k merged lists in its export buffer
-/// (collect), every rank waits for all (a barrier); then it copies its rows of each rank whose
-/// lists meet them from that rank's buffer over the peer link (exchange), merges them with its own
-/// on its GPU and copies only its rows to the host through `host`'s pinned block (merge); last, its
-/// mappings are closed and every rank waits again, so that no buffer is rewritten while read.
-template <class V, class P, class S>
-pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_split& sp,
-                                             pairwise::detail::pair_job<V, P, S>& job, ipc_lists& x,
+/// This rank's rows' final lists from the n x k device lists of its GPU, GPU to GPU (open_ipc_lists
+/// first; collective): `lists_of()` returns them merged and ready (on `device`; e.g. a top-k sink's
+/// slots merged), and they are copied into the export buffer; every rank waits for all (a
+/// barrier); then it copies its rows of each rank whose lists meet them from that rank's buffer
+/// over the peer link (exchange), merges them with its own on its GPU and copies only its rows to
+/// the host through the pinned block of `host_of()` (a topk_host_side of this rank's rows; merge);
+/// last, its mappings are closed and every rank waits again, so that no buffer is rewritten while
+/// read.
+template <class V, class Lists, class Host>
+pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_split& sp, int device,
+                                             stream_view s, std::int64_t n, int k, bool larger,
+                                             Lists&& lists_of, Host&& host_of, ipc_lists& x,
                                              gram_phases& ph) {
   namespace pd = pairwise::detail;
   using entry = pd::topk_entry<V>;
-  const int me = c.rank(), P_ = c.size(), k = job.sink.topk.k;
-  const std::int64_t n = job.prod.rows(false), r0 = sp.first_row(me), rows = sp.rows_of(me);
+  const int me = c.rank(), P_ = c.size();
+  const std::int64_t r0 = sp.first_row(me), rows = sp.rows_of(me);
   const std::size_t per_row = static_cast<std::size_t>(k), cnt = static_cast<std::size_t>(rows) * per_row;
-  auto& dc = *job.ctx.at(0);  // one GPU per rank
-  const stream_view s = dc.setup->view();
   const auto t0 = std::chrono::steady_clock::now();
+  const entry* own = nullptr;
   agree(c, "merging its top-k lists on its GPU", [&] {
-    device_guard g(dc.device);
-    (void)job.sink.merge_slots(job);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(x.mine->ptr, job.sink.dev.at(0).state.data(),
-                                      static_cast<std::size_t>(n) * per_row * sizeof(entry),
+    device_guard g(device);
+    own = lists_of();
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(x.mine->ptr, own, static_cast<std::size_t>(n) * per_row * sizeof(entry),
                                       cudaMemcpyDeviceToDevice, s.value()));
     s.synchronize();
   });
@@ -177,16 +178,15 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   // What comes to the host: this rank's rows only (in the merge step below).
   ph.collect_bytes = static_cast<double>(cnt) * static_cast<double>(sizeof(V) + 8);
   const auto t1 = std::chrono::steady_clock::now();
-  device_guard g(dc.device);
+  device_guard g(device);
   std::vector<int> from;  // the ranks whose lists of this rank's rows are merged here
   for (int q = 0; q < P_; ++q)
     if (q != me && sp.lists_meet(q, me)) from.push_back(q);
   device_buffer<entry> gathered;
   agree(c, "copying its rows' lists from the other GPUs", [&] {
     gathered = device_buffer<entry>((1 + from.size()) * cnt, s);
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(
-        gathered.data(), reinterpret_cast<const entry*>(job.sink.dev.at(0).state.data()) + r0 * k,
-        cnt * sizeof(entry), cudaMemcpyDeviceToDevice, s.value()));
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data(), own + r0 * k, cnt * sizeof(entry),
+                                      cudaMemcpyDeviceToDevice, s.value()));
     for (std::size_t i = 0; i < from.size(); ++i) {
       const auto* src = static_cast<const entry*>(x.peer[static_cast<std::size_t>(from[i])]) + r0 * k;
       SPILLWAY_CUDA_TRY(cudaMemcpyAsync(gathered.data() + (i + 1) * cnt, src, cnt * sizeof(entry), cudaMemcpyDefault, s.value()));
@@ -200,12 +200,11 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   ph.received_bytes = static_cast<double>(from.size() * cnt * sizeof(entry));
   ph.exchange_seconds = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
-  pd::topk_host_side<V> host =
-      job.sink.host.valid() ? job.sink.host.get() : pd::topk_host_side<V>{pd::empty_topk<V>(rows, k), {}};
+  pd::topk_host_side<V> host = host_of();
   pairwise::topk_result<V>& r = host.result;
   agree(c, "merging its rows' lists on its GPU", [&] {
     if (r.rows != rows) throw logic_error("dist top-k: the result's rows do not match this rank's rows");
-    pd::merge_topk_device(gathered.data(), rows, k, static_cast<int>(1 + from.size()), cnt, job.prod.larger(), s);
+    pd::merge_topk_device(gathered.data(), rows, k, static_cast<int>(1 + from.size()), cnt, larger, s);
     device_buffer<V> dv(cnt, s);
     device_buffer<std::int32_t> di(cnt, s);
     if (cnt > 0) {
@@ -222,6 +221,29 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   SPILLWAY_MPI_TRY(MPI_Barrier(c.get()));
   ph.merge_seconds = seconds_since(t2);
   return std::move(r);
+}
+
+/// The same for a top-k pair job (pairwise's topk_sink): its slots merged on the device, its host
+/// side started while the strips ran.
+template <class V, class P, class S>
+pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_split& sp,
+                                             pairwise::detail::pair_job<V, P, S>& job, ipc_lists& x,
+                                             gram_phases& ph) {
+  namespace pd = pairwise::detail;
+  const int k = job.sink.topk.k;
+  const std::int64_t rows = sp.rows_of(c.rank());
+  auto& dc = *job.ctx.at(0);  // one GPU per rank
+  return ipc_lists_to_owners<V>(
+      c, sp, dc.device, dc.setup->view(), job.prod.rows(false), k, job.prod.larger(),
+      [&job] {
+        (void)job.sink.merge_slots(job);
+        return reinterpret_cast<const pd::topk_entry<V>*>(job.sink.dev.at(0).state.data());
+      },
+      [&job, rows, k] {
+        return job.sink.host.valid() ? job.sink.host.get()
+                                     : pd::topk_host_side<V>{pd::empty_topk<V>(rows, k), {}};
+      },
+      x, ph);
 }
 
 }  // namespace spillway::dist::detail

@@ -21,6 +21,12 @@
 // places, true lower bounds of the final ones). Every pair reaches the lists of the one worker that ran its
 // strip or seeded its block, so no list holds a pair twice; collect merges the workers' lists on
 // worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
+//
+// Across processes (dist/similarity.cuh: MPI ranks, one worker each) the same deal runs over the
+// job's global workers (across_processes): this process's worker seeds blocks b ≡ its global index
+// (mod all workers), takes every other block's rows from the host (each rank holds all rows), and
+// the caller brings the others' bars (set_bars) before the first strip; the lists are merged at
+// the rows' owners by the caller.
 #pragma once
 
 #include <spillway/core/device.hpp>
@@ -245,6 +251,26 @@ class fused_topk_sink : public pairwise::detail::sink_base {
 
   [[nodiscard]] const fused_topk_layout& layout() const noexcept { return L_; }
 
+  /// This process's workers are global workers [first, first + workers) of `all` (other processes
+  /// run the rest: dist/similarity.cuh). One worker per process: the blocks the others seeded
+  /// come from the host, their bars through set_bars.
+  void across_processes(std::size_t first, std::size_t all) {
+    if (workers_ != 1 || first >= all) {
+      throw logic_error(std::string(who_) +
+                        ": across processes the fused top-k runs one worker per process (" +
+                        std::to_string(workers_) + " here, global worker " + std::to_string(first) + " of " +
+                        std::to_string(all) + ")");
+    }
+    first_worker_ = first;
+    all_workers_ = all;
+  }
+  /// Global workers over all processes (this process's alone when not across_processes).
+  [[nodiscard]] std::size_t all_workers() const noexcept {
+    return all_workers_ > 0 ? all_workers_ : workers_;
+  }
+  /// Worker w's device state (its lists, bars, streams, the `seeded` event), after setup.
+  [[nodiscard]] fused_topk_device_state& device_state(std::size_t w) { return *dev_.at(w); }
+
   /// Nothing per slot (the strips write no scores); per device the lists, the bars, the lists'
   /// export (values and int64 columns), with several workers every worker's lists side by side
   /// for the merge, and the buckets and seed scores, each rounded as a slot buffer is.
@@ -271,8 +297,9 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   void setup(Job& job, std::size_t w, stream_view s) {
     auto& c = *job.ctx[w];
     const std::int64_t n = job.prod.rows(false);
-    const auto nw = static_cast<std::int64_t>(workers_);
-    const bool seeds = static_cast<std::int64_t>(w) < L_.blocks;
+    const auto nw = static_cast<std::int64_t>(all_workers());
+    const auto gw = static_cast<std::int64_t>(first_worker_ + w);  // the global worker
+    const bool seeds = gw < L_.blocks;
     auto& slot = pairwise::detail::per_worker(dev_, w);
     slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s, seeds);
     fused_topk_device_state& D = *slot;
@@ -290,7 +317,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     // own over its own link), each block seeded as soon as it is here; the other blocks' rows come
     // from their holders in start().
     const std::int64_t P = job.plan.panel_rows;
-    for (std::int64_t b = static_cast<std::int64_t>(w); b < L_.blocks; b += nw) {
+    for (std::int64_t b = gw; b < L_.blocks; b += nw) {
       const std::int64_t b0 = b * L_.S, b1 = fused_block_end(L_, n, b);
       D.bytes_in += pairwise::detail::ensure_panels(job, w, b0 / P, (b1 + P - 1) / P, D.us.view());
       event arrived;
@@ -315,20 +342,72 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   /// before any strip.
   template <class Job>
   void start(Job& job) {
+    take_rows(job);
+    start_host(job);
+    if (check_finite_) refuse_nonfinite(first_bad_row(job), who_, "A");
+  }
+
+  /// start()'s steps, which a job across processes runs apart (its bars and the refusal of a
+  /// non-finite row agreed between them): every worker's rows of the blocks it did not seed (with
+  /// the other local workers' bars; across processes the rows from the host, the bars from set_bars).
+  template <class Job>
+  void take_rows(Job& job) {
+    if (all_workers_ > 0) {
+      device_guard g(job.ctx[0]->device);
+      fused_topk_device_state& D = *dev_[0];
+      D.bytes_in += pairwise::detail::ensure_panels(job, 0, 0, job.plan.b_panels, D.us.view());
+      event arrived;
+      arrived.record(D.us.view());
+      D.cs.view().wait(arrived);
+      return;
+    }
+    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) take_others_blocks(job, w);
+  }
+  /// The host result allocated on another thread while the device works.
+  template <class Job>
+  void start_host(Job& job) {
     const std::int64_t n = job.prod.rows(false);
     const int k = tk_.k;
-    for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) take_others_blocks(job, w);
     host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
-    if (!check_finite_) return;
-    // Each worker scanned the rows of its seed blocks: the first bad row of all.
+  }
+  /// The first non-finite row this process's workers' seeds scanned (waits for them), or −1. With
+  /// check_finite off: −1.
+  template <class Job>
+  std::int64_t first_bad_row(Job& job) {
     std::int64_t bad = -1;
-    for (std::size_t w = 0; w < dev_.size(); ++w) {
+    for (std::size_t w = 0; w < dev_.size() && check_finite_; ++w) {
       device_guard g(job.ctx[w]->device);
       const std::vector<unsigned long long> h = dev_[w]->bad_row.to_host(dev_[w]->cs.view());
       if (h[0] != ~0ULL && (bad < 0 || static_cast<std::int64_t>(h[0]) < bad))
         bad = static_cast<std::int64_t>(h[0]);
     }
-    if (bad >= 0) refuse_nonfinite(bad, who_, "A");
+    return bad;
+  }
+  /// Across processes: worker 0's bars of rows [0, n) from `host` (n entries; what every process's
+  /// seeds gave for the blocks it seeded), on its compute stream after its seeds. Returns once
+  /// copied (the host vector may go).
+  template <class Job>
+  void set_bars(Job& job, const std::vector<topk_bar>& host) {
+    device_guard g(job.ctx[0]->device);
+    fused_topk_device_state& D = *dev_[0];
+    const std::size_t n = static_cast<std::size_t>(job.prod.rows(false));
+    if (host.size() != n)
+      throw logic_error(std::string(who_) + ": set_bars got " + std::to_string(host.size()) + " bars for " +
+                        std::to_string(n) + " rows");
+    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(D.bars.data(), host.data(), n * sizeof(topk_bar),
+                                      cudaMemcpyHostToDevice, D.cs.view().value()));
+    D.cs.view().synchronize();
+  }
+  /// Worker 0's bars of rows [0, n) to the host once its seeds are done.
+  template <class Job>
+  std::vector<topk_bar> bars_to_host(Job& job) {
+    device_guard g(job.ctx[0]->device);
+    fused_topk_device_state& D = *dev_[0];
+    std::vector<topk_bar> h(static_cast<std::size_t>(job.prod.rows(false)));
+    D.seeded.synchronize();
+    SPILLWAY_CUDA_TRY(
+        cudaMemcpy(h.data(), D.bars.data(), h.size() * sizeof(topk_bar), cudaMemcpyDeviceToHost));
+    return h;
   }
 
   /// Strip st's chunks on the device's compute stream, which the slot's stream then waits for.
@@ -407,6 +486,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   bool check_finite_ = true;
   const char* who_ = "similarity_topk";
   std::size_t workers_ = 1;
+  std::size_t first_worker_ = 0, all_workers_ = 0;  // across_processes (0: this process alone)
   std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
   std::future<pairwise::topk_result<float>> host_;
 
