@@ -101,9 +101,8 @@ inline int rank_device(const communicator& c, const similarity_job_options& o, c
   return d;
 }
 
-/// Plans this rank's fused job on `device` (its layout's widest chunk halving from 262,144 columns
-/// until the rows and lists fit the budget, as in one process); false where the fused job does not
-/// take these rows there.
+/// Plans this rank's fused job on `device` (its layout as in one process: fit_fused_layout); false
+/// where the fused job does not take these rows there.
 template <class T>
 bool plan_fused_rank(const communicator& c, const similarity::matrix_view<const T>& a,
                      const pairwise::topk_options& k, const similarity_job_options& o, int device,
@@ -122,14 +121,7 @@ bool plan_fused_rank(const communicator& c, const similarity::matrix_view<const 
                       sdt::fused_topk_sink<T>{}, who, -1, false);
   job.opt.devices = {device};
   job.opt.budget = budget;
-  for (std::int64_t w = 262144;; w /= 2) {
-    const sdt::fused_topk_layout L = sdt::fused_topk_shape(a.rows, k.k, opt.max_panel_rows, w);
-    job.sink = sdt::fused_topk_sink<T>(L, k, opt.check_finite, who, 1);
-    job.opt.max_panel_rows = L.P;
-    const auto r = pairwise::detail::plan_request_of(job, budget);
-    if (pairwise::detail::plan_for(r, L.P, true).total_bytes() <= budget.bytes()) break;
-    if (w <= 16384) return false;
-  }
+  if (!sdt::fit_fused_layout(job, k, opt.max_panel_rows, opt.check_finite, who, 1, budget)) return false;
   job.sink.across_processes(static_cast<std::size_t>(c.rank()), static_cast<std::size_t>(c.size()));
   job.plan = pairwise::make_pair_plan(pairwise::detail::plan_request_of(job, budget), who);
   job.plan.hold_strips_for(1, true);

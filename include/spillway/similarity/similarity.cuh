@@ -253,7 +253,7 @@ similarity_job<T, Sink> make_job(const matrix_view<const T>& a, const matrix_vie
 
 /// The fused top-k (detail/fused_topk_sink.cuh) when it takes these rows and fits the budget with
 /// the rows resident at its strip height; nullopt sends the caller to the strip path. The widest
-/// chunk halves from 262,144 columns (down to 16,384) until the plan fits.
+/// chunk halves from fused_widest_chunk (down to 16,384 columns) until the plan fits.
 template <class T>
 std::optional<topk_result<float>> fused_similarity_topk(const matrix_view<const T>& a, const topk_options& tk,
                                                         const similarity_options& opt, int rows_device,
@@ -266,14 +266,8 @@ std::optional<topk_result<float>> fused_similarity_topk(const matrix_view<const 
                       rows_device, false);
   job.opt.devices = jd.devices;
   job.opt.budget = jd.budget;
-  for (std::int64_t w = 262144;; w /= 2) {
-    const fused_topk_layout L = fused_topk_shape(a.rows, tk.k, opt.max_panel_rows, w);
-    job.sink = fused_topk_sink<T>(L, tk, opt.check_finite, who, jd.devices.size());
-    job.opt.max_panel_rows = L.P;
-    const auto r = ::spillway::pairwise::detail::plan_request_of(job, jd.budget);
-    if (::spillway::pairwise::detail::plan_for(r, L.P, true).total_bytes() <= jd.budget.bytes()) break;
-    if (w <= 16384) return std::nullopt;
-  }
+  if (!fit_fused_layout(job, tk, opt.max_panel_rows, opt.check_finite, who, jd.devices.size(), jd.budget))
+    return std::nullopt;
   ::spillway::pairwise::detail::run_pair_job(job);
   return job.sink.collect(job);
 }

@@ -19,8 +19,9 @@
 // its own link and seeding them into its own lists as they arrive; then every worker takes the
 // other blocks' rows from their holders (the job's panel share) and the others' bars of them (the seeds' k-th
 // places, true lower bounds of the final ones). Every pair reaches the lists of the one worker that ran its
-// strip or seeded its block, so no list holds a pair twice; collect merges the workers' lists on
-// worker 0 (topk_merge_kernel). A worker's bars rise only with its own lists.
+// strip or seeded its block, so no list holds a pair twice; collect merges the workers' lists of
+// a share of the rows on each worker (topk_merge_kernel) and each brings its share to the host
+// over its own link. A worker's bars rise only with its own lists.
 //
 // Across processes (dist/similarity.cuh: MPI ranks, one worker each) the same deal runs over the
 // job's global workers (across_processes): this process's worker seeds blocks b ≡ its global index
@@ -32,6 +33,7 @@
 #include <spillway/core/device.hpp>
 #include <spillway/core/device_buffer.hpp>
 #include <spillway/core/error.hpp>
+#include <spillway/core/memory_budget.hpp>
 #include <spillway/core/stream.hpp>
 #include <spillway/gemm/fragment_sink.cuh>
 #include <spillway/gemm/gemm.cuh>
@@ -41,6 +43,7 @@
 #include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pairwise/sinks/sink.cuh>
+#include <spillway/pairwise/sinks/topk.cuh>
 #include <spillway/pipeline/plan.hpp>
 #include <spillway/similarity/detail/kernels.cuh>
 #include <spillway/similarity/detail/topk_fused.cuh>
@@ -54,6 +57,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <future>
 #include <memory>
 #include <stdexcept>
@@ -64,8 +68,8 @@
 namespace spillway::similarity::detail {
 
 template <class T>
-inline constexpr bool fused_topk_type = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> ||
-                                        std::is_same_v<T, float>;
+inline constexpr bool fused_topk_type =
+    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>;
 
 /// The devices the fused job takes A·Aᵀ top-k of these rows on; empty when it does not. It takes
 /// bf16 / half rows, or float rows with math_mode::tf32, on the automatic or wgmma GEMM path; the
@@ -363,12 +367,11 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     }
     for (std::size_t w = 0; w < dev_.size() && dev_.size() > 1; ++w) take_others_blocks(job, w);
   }
-  /// The host result allocated on another thread while the device works.
+  /// The host result (and a pinned block per worker for the lists' way down) made on another
+  /// thread while the device works.
   template <class Job>
   void start_host(Job& job) {
-    const std::int64_t n = job.prod.rows(false);
-    const int k = tk_.k;
-    host_ = std::async(std::launch::async, [n, k] { return pairwise::detail::empty_topk<float>(n, k); });
+    host_ = pairwise::detail::start_topk_host<float>(job.prod.rows(false), tk_.k, dev_.size());
   }
   /// The first non-finite row this process's workers' seeds scanned (waits for them), or −1. With
   /// check_finite off: −1.
@@ -423,46 +426,41 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     return moved;
   }
 
-  /// The lists out: values and indices straight into the host result; the hook's counts.
+  /// The lists out, the hook's counts. Worker w brings rows [n·w/W, n·(w+1)/W) to the host: the
+  /// other workers' lists of those rows over the peer links, merged on its GPU, exported as float
+  /// and int32 and copied down through its own halves of a pinned block (copy_lists_to_host), the
+  /// workers at once over their own links.
   template <class Job>
   pairwise::topk_result<float> collect(Job& job) {
-    device_guard g(job.ctx[0]->device);
-    fused_topk_device_state& D = *dev_[0];
-    const stream_view s = D.cs.view();
-    D.marks.mark(s);
-    for (auto& x : dev_) x->cs.view().synchronize();
-    D.marks.publish();
-    pairwise::topk_result<float> r = host_.get();
-    const std::int64_t n = job.prod.rows(false);
-    const std::size_t per = static_cast<std::size_t>(n) * static_cast<std::size_t>(tk_.k);
-    device_buffer<entry> merged;
-    const entry* lists = D.state.data();
-    if (dev_.size() > 1) {
-      // Every worker's lists side by side on worker 0, merged into the first.
-      merged = device_buffer<entry>(dev_.size() * per, s);
-      for (std::size_t w = 0; w < dev_.size(); ++w) {
-        SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(merged.data() + w * per, job.ctx[0]->device,
-                                              dev_[w]->state.data(), job.ctx[w]->device, per * sizeof(entry),
-                                              s.value()));
-      }
-      pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
-        pairwise::detail::topk_merge_kernel<float, decltype(Lg)::value>
-            <<<grid_blocks(n, 8), 256, 0, s.value()>>>(merged.data(), n, tk_.k, static_cast<int>(dev_.size()),
-                                                       static_cast<std::int64_t>(per));
-      });
-      SPILLWAY_CHECK_LAUNCH();
-      lists = merged.data();
+    {
+      device_guard g(job.ctx[0]->device);
+      dev_[0]->marks.mark(dev_[0]->cs.view());
     }
-    device_buffer<float> dv(per, s);
-    device_buffer<std::int64_t> di(per, s);
-    pairwise::detail::topk_export_kernel<float>
-        <<<grid_blocks(static_cast<std::int64_t>(per), 256), 256, 0, s.value()>>>(
-            lists, static_cast<std::int64_t>(per), dv.data(), di.data());
-    SPILLWAY_CHECK_LAUNCH();
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.values.data(), dv.data(), per * sizeof(float), cudaMemcpyDeviceToHost, s.value()));
-    SPILLWAY_CUDA_TRY(cudaMemcpyAsync(r.indices.data(), di.data(), per * sizeof(std::int64_t),
-                                      cudaMemcpyDeviceToHost, s.value()));
-    s.synchronize();
+    for (auto& x : dev_) x->cs.view().synchronize();
+    dev_[0]->marks.publish();
+    pairwise::detail::topk_host_side<float> h = host_.get();
+    const std::int64_t n = job.prod.rows(false);
+    const auto nw = static_cast<std::int64_t>(dev_.size());
+    std::vector<std::future<void>> parts;
+    for (std::int64_t w = 1; w < nw; ++w) {
+      parts.push_back(std::async(std::launch::async, [this, &job, &h, w, n, nw] {
+        collect_rows(job, static_cast<std::size_t>(w), n * w / nw, n * (w + 1) / nw, h);
+      }));
+    }
+    std::exception_ptr err;
+    try {
+      collect_rows(job, 0, 0, n / nw, h);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    for (auto& f : parts) {
+      try {
+        f.get();
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    }
+    if (err) std::rethrow_exception(err);
     std::uint64_t recomputed = 0, candidates = 0;
     std::int64_t chunks = 0;
     for (std::size_t w = 0; w < dev_.size(); ++w) {
@@ -477,7 +475,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     hk.last_candidates = candidates;
     hk.last_chunks = chunks;
     hk.last_ran = true;
-    return r;
+    return std::move(h.result);
   }
 
  private:
@@ -488,7 +486,45 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   std::size_t workers_ = 1;
   std::size_t first_worker_ = 0, all_workers_ = 0;  // across_processes (0: this process alone)
   std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
-  std::future<pairwise::topk_result<float>> host_;
+  std::future<pairwise::detail::topk_host_side<float>> host_;
+
+  /// Rows [r0, r1) of the final lists into the host result, on worker w (collect).
+  template <class Job>
+  void collect_rows(Job& job, std::size_t w, std::int64_t r0, std::int64_t r1,
+                    pairwise::detail::topk_host_side<float>& h) {
+    namespace pd = pairwise::detail;
+    device_guard g(job.ctx[w]->device);
+    const stream_view s = dev_[w]->cs.view();
+    const auto k = static_cast<std::size_t>(tk_.k);
+    const std::size_t cnt = static_cast<std::size_t>(r1 - r0) * k;
+    const entry* lists = dev_[w]->state.data() + static_cast<std::size_t>(r0) * k;
+    device_buffer<entry> gathered;
+    if (dev_.size() > 1 && cnt > 0) {
+      // Every worker's lists of these rows side by side on worker w, merged into the first.
+      gathered = device_buffer<entry>(dev_.size() * cnt, s);
+      for (std::size_t v = 0; v < dev_.size(); ++v) {
+        SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(gathered.data() + v * cnt, job.ctx[w]->device,
+                                              dev_[v]->state.data() + static_cast<std::size_t>(r0) * k,
+                                              job.ctx[v]->device, cnt * sizeof(entry), s.value()));
+      }
+      pd::merge_topk_device(gathered.data(), r1 - r0, tk_.k, static_cast<int>(dev_.size()), cnt,
+                            job.prod.larger(), s);
+      lists = gathered.data();
+    }
+    device_buffer<float> dv(cnt, s);
+    device_buffer<std::int32_t> di(cnt, s);
+    if (cnt > 0) {
+      pd::topk_export_kernel<float, std::int32_t>
+          <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
+              lists, static_cast<std::int64_t>(cnt), dv.data(), di.data());
+      SPILLWAY_CHECK_LAUNCH();
+    }
+    auto* stage = static_cast<std::byte*>(h.stage.data());
+    if (stage != nullptr) stage += w * 2 * pd::topk_stage_half_bytes;
+    pd::copy_lists_to_host(dv.data(), di.data(), cnt,
+                           h.result.values.data() + static_cast<std::size_t>(r0) * k,
+                           h.result.indices.data() + static_cast<std::size_t>(r0) * k, stage, s);
+  }
 
   /// Worker w (of several) before its first strip: every row (one worker seeded, so holds, them
   /// all) — the other workers' blocks from their holders (panel_share: over NVLink where the pools
@@ -536,7 +572,8 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   /// Block [b0, b1)'s own pairs, dense, through the strip path's GEMM and selection: every row
   /// starts with the exact top-k of its block, a true lower bound of its final k-th place.
   template <class Job, class Ctx>
-  void seed_block(const Job& job, fused_topk_device_state& D, const Ctx& c, std::int64_t b0, std::int64_t b1) const {
+  void seed_block(const Job& job, fused_topk_device_state& D, const Ctx& c, std::int64_t b0,
+                  std::int64_t b1) const {
     namespace pd = ::spillway::pairwise::detail;
     const stream_view s = D.cs.view();
     const auto& p = job.prod;
@@ -581,7 +618,8 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     ma.recomputed = D.counters.data();
     // Counted only when profiling (one atomic per merge warp on one address: ~1% of a 10^6 job).
     ma.candidates = fused_topk_hook().profile ? D.counters.data() + 1 : nullptr;
-    std::int64_t c0 = fused_block_end(L_, n, std::min(r0 / L_.S, L_.blocks - 1));  // the later blocks' columns
+    std::int64_t c0 =
+        fused_block_end(L_, n, std::min(r0 / L_.S, L_.blocks - 1));  // the later blocks' columns
     std::int64_t seen = c0;
     while (c0 < n) {
       const std::int64_t w = std::min({seen, L_.W, n - c0});
@@ -614,5 +652,27 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     }
   }
 };
+
+/// The widest chunk of the fused job: 524,288 columns (at 10⁷ rows on two H200s 75.38 s against
+/// 75.60 s with 262,144: half the chunks, so half the row merges and kernel boundaries; the same at
+/// 10⁶ rows; docs/similarity.md).
+inline constexpr std::int64_t fused_widest_chunk = 524288;
+
+/// Sets `job`'s fused sink (`workers` workers in this process) to the layout of the widest chunk
+/// whose plan fits `budget` — halving from fused_widest_chunk down to 16,384 columns — and its
+/// strip height; false where none fits (the strip path's turn).
+template <class Job>
+bool fit_fused_layout(Job& job, const pairwise::topk_options& tk, std::int64_t max_panel_rows,
+                      bool check_finite, const char* who, std::size_t workers, const memory_budget& budget) {
+  using sink_t = std::decay_t<decltype(job.sink)>;
+  for (std::int64_t w = fused_widest_chunk;; w /= 2) {
+    const fused_topk_layout L = fused_topk_shape(job.prod.rows(false), tk.k, max_panel_rows, w);
+    job.sink = sink_t(L, tk, check_finite, who, workers);
+    job.opt.max_panel_rows = L.P;
+    const auto r = pairwise::detail::plan_request_of(job, budget);
+    if (pairwise::detail::plan_for(r, L.P, true).total_bytes() <= budget.bytes()) return true;
+    if (w <= 16384) return false;
+  }
+}
 
 }  // namespace spillway::similarity::detail

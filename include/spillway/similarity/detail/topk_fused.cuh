@@ -79,7 +79,7 @@ static_assert(sizeof(topk_bar) == 8, "two bars make one 16-byte load");
 struct fused_topk_sizes {
   std::int64_t strip_rows = 0;     ///< P (multiple of 128; default 2048, or max_panel_rows)
   std::int64_t seed_rows = 0;      ///< S (multiple of P; default 4 P)
-  std::int64_t chunk_cols = 0;     ///< W, the widest chunk (default 262,144)
+  std::int64_t chunk_cols = 0;     ///< W, the widest chunk (default fused_widest_chunk)
   std::int32_t row_capacity = 0;   ///< cap_a per strip row (default 32 k)
   std::int32_t col_capacity = 0;   ///< cap_b per chunk column (default 2 k)
 };
