@@ -548,3 +548,96 @@ TEST(DistSimilarityGpu, FusedTopkExactOnEachRanksRows) {
   }
   c.barrier();
 }
+
+TEST(DistSimilarityGpu, ThresholdFileEqualsOneProcess) {
+  sd::communicator c;
+  DIST_GPU_TEST_OR_SKIP(c);
+  const int dev = c.local_rank() % visible_gpus();
+  const shared_dir dir(c);
+  // 2777 rows of 96 bf16 values, cosine ≥ 0.3 (about 3 standard deviations of a random pair),
+  // strips of at most 256 rows: 11 strips over the ranks.
+  const std::int64_t n = 2777, d = 96;
+  const auto rows = random_rows<__nv_bfloat16>(n, d, seed("dist similarity threshold"));
+  const auto a = ss::row_major(rows.data(), n, d);
+  const sp::threshold_options t{0.3, false, false};
+  ss::similarity_options one;
+  one.devices = {dev};
+  one.max_panel_rows = 256;
+  const auto ref = ss::similarity_threshold(a, t, one);
+  ASSERT_GT(ref.size(), 100u);
+  sd::similarity_job_options o;
+  o.local.max_panel_rows = 256;
+  sd::gram_report rep;
+  const auto b = sd::similarity_threshold(c, a, t, o, &rep);
+  EXPECT_TRUE(rep.on_gpu);
+  EXPECT_EQ(rep.split.strip_rows, 256);
+  EXPECT_EQ(b.total, static_cast<std::int64_t>(ref.size()));
+  // This rank's entries are the one-process COO's run [offset, offset + size): the same GEMM tiles
+  // score every pair, so the values are bit-identical.
+  ASSERT_LE(b.offset + static_cast<std::int64_t>(b.entries.size()), static_cast<std::int64_t>(ref.size()));
+  std::int64_t bad = 0;
+  for (std::size_t e = 0; e < b.entries.size(); ++e) {
+    const auto q = static_cast<std::size_t>(b.offset) + e;
+    bad += b.entries.row[e] != ref.row[q] || b.entries.col[e] != ref.col[q] ||
+           b.entries.value[e] != ref.value[q];
+  }
+  EXPECT_EQ(bad, 0);
+  for (std::size_t e = 0; e < b.entries.size(); ++e) {
+    ASSERT_GE(b.entries.row[e], rep.split.first_row(c.rank()));
+    ASSERT_LT(b.entries.row[e], rep.split.last_row(c.rank()));
+  }
+  // One COO in three .npy through MPI-IO: what the one-process job returns.
+  const std::string path = dir + "/thr.npy";
+  sd::write_coo_npy(c, path, b);
+  if (c.rank() == 0) {
+    const auto fv = spillway::io::read_npy(path), fr = spillway::io::read_npy(path + ".row.npy"),
+               fc = spillway::io::read_npy(path + ".col.npy");
+    ASSERT_EQ(fv.header.shape[0], static_cast<std::int64_t>(ref.size()));
+    std::size_t fbad = 0;
+    for (std::size_t q = 0; q < ref.size(); ++q) {
+      fbad += fv.data<float>()[q] != ref.value[q] || fr.data<std::int64_t>()[q] != ref.row[q] ||
+              fc.data<std::int64_t>()[q] != ref.col[q];
+    }
+    EXPECT_EQ(fbad, 0u);
+  }
+  // both_halves is not distributed: refused on every rank.
+  EXPECT_THROW((void)sd::similarity_threshold(c, a, sp::threshold_options{0.3, true, false}), sd::rank_error);
+  c.barrier();
+}
+
+// Runs everywhere (no GPU needed): similarity_job_options::host, the host implementation on every
+// rank, against the one-process host implementation, exactly (the same code in double).
+TEST(DistSimilarityHost, HostOptionEqualsTheHostImplementation) {
+  sd::communicator c;
+  const std::int64_t n = 600, d = 40;
+  const auto rows = random_rows<float>(n, d, seed("dist similarity host"));
+  const auto a = ss::row_major(rows.data(), n, d);
+  sd::similarity_job_options h;
+  h.host = true;
+  for (const auto m : {ss::similarity_metric::cosine, ss::similarity_metric::euclidean}) {
+    h.local.metric = m;
+    const double thr = m == ss::similarity_metric::cosine ? 0.3 : 7.0;
+    const sp::threshold_options t{thr, false, false};
+    sd::gram_report rep;
+    const auto hb = sd::similarity_threshold(c, a, t, h, &rep);
+    EXPECT_FALSE(rep.on_gpu);
+    const auto all = sd::gather_coo(c, hb);
+    const auto hk = sd::similarity_topk(c, a, {8}, h);
+    EXPECT_EQ(hk.first_row, n * c.rank() / c.size());
+    const auto hl = sd::gather_topk(c, hk, n);
+    if (c.rank() == 0) {
+      const auto href = ss::host_similarity_threshold(a, t, m);
+      EXPECT_GT(href.size(), 50u);
+      EXPECT_EQ(all.row, href.row);
+      EXPECT_EQ(all.col, href.col);
+      EXPECT_EQ(all.value, href.value);
+      const auto kref = ss::host_similarity_topk(a, {8}, m);
+      EXPECT_EQ(hl.indices, kref.indices);
+      EXPECT_EQ(hl.values, kref.values);
+    }
+  }
+  // both_halves is not distributed: refused on every rank.
+  EXPECT_THROW((void)sd::similarity_threshold(c, a, sp::threshold_options{0.3, true, false}, h),
+               sd::rank_error);
+  c.barrier();
+}

@@ -13,6 +13,8 @@
 // host (lists_to_owners). Where the fused job cannot run on every rank (rows it does not take, a
 // GPU without sm_90a code, a budget that cannot hold the rows), every rank runs the one-process
 // similarity_topk whole and keeps its own rows: correct, and no faster than one rank.
+// similarity_threshold: each rank computes the strips of its own rows through the one-process
+// job's threshold sink; the entries are placed in the one-process COO order (write_coo_npy).
 //
 //   spillway::dist::environment env(argc, argv);
 //   spillway::dist::communicator comm;
@@ -62,6 +64,9 @@ struct similarity_job_options {
   bool device_exchange = true;
   /// The host exchange through a window of shared memory where every rank is on one host.
   bool shared_memory_exchange = true;
+  /// Run the host implementation (host_similarity_*, in double) on every rank even where every
+  /// rank has a GPU, as where some rank has none.
+  bool host = false;
 };
 
 namespace detail {
@@ -87,8 +92,9 @@ inline bool on_every_rank(const communicator& c, bool mine) {
   return all != 0;
 }
 
-/// This rank's GPU: o.device, else local_rank % visible GPUs; −1 with none.
+/// This rank's GPU: o.device, else local_rank % visible GPUs; −1 with none (or o.host).
 inline int rank_device(const communicator& c, const similarity_job_options& o, const char* who) {
+  if (o.host) return -1;
   int nd = 0;
   try {
     nd = device_count();
@@ -192,8 +198,8 @@ inline gram_split fused_split(const communicator& c, std::int64_t n, std::int64_
   return split_from(n, P, dealer, R, bounds, row_bytes, strip_deal::cyclic);
 }
 
-/// Where the fused job cannot run on every rank: each runs the one-process job whole (on its GPU,
-/// else the host implementation) and keeps its rows. Collective.
+/// Where the fused job cannot run on every rank: each runs the one-process job whole (on its GPU;
+/// the host implementation where it has none, or o.host) and keeps its rows. Collective.
 template <class T>
 topk_block<float> similarity_topk_whole_on_each(const communicator& c,
                                                 const similarity::matrix_view<const T>& a,
@@ -206,12 +212,16 @@ topk_block<float> similarity_topk_whole_on_each(const communicator& c,
   rep.device = device;
   const auto t0 = std::chrono::steady_clock::now();
   pairwise::topk_result<float> all = agree(c, "computing the whole job", [&] {
+    if (device < 0) {
+      similarity::detail::check_host_finite(a, static_cast<const similarity::matrix_view<const T>*>(nullptr),
+                                            o.local, "dist::similarity_topk");
+      return similarity::host_similarity_topk(a, k, o.local.metric, o.local.cosine_zero);
+    }
     similarity::similarity_options opt = o.local;
-    opt.devices.clear();
-    if (device >= 0)
-      opt.devices = {device};
-    else
-      opt.host_fallback = true;
+    opt.devices = {device};
+    opt.report = nullptr;
+    opt.trace = nullptr;
+    opt.progress = nullptr;
     return similarity::similarity_topk(a, k, opt);
   });
   rep.local.compute_seconds = seconds_since(t0);
@@ -348,6 +358,148 @@ topk_block<float> similarity_topk(const communicator& c, similarity::matrix_view
   }
   detail::finish_report(c, rep, t_start);
   if (report != nullptr) *report = std::move(rep);
+  return b;
+}
+
+namespace detail {
+
+/// This rank's share of a threshold job on its GPU: the pair job with the threshold sink, planned
+/// with the same strip height on every rank (the smallest the budgets give), run over the strips of
+/// the rows this rank owns (contiguous, split by pairs). Collective.
+template <class T>
+coo_block<float> similarity_threshold_on_gpu(const communicator& c, const similarity::matrix_view<const T>& a,
+                                             const pairwise::threshold_options& t,
+                                             const similarity_job_options& o, int device, gram_report& rep,
+                                             std::chrono::steady_clock::time_point t_start) {
+  namespace sdt = similarity::detail;
+  namespace pd = pairwise::detail;
+  constexpr const char* who = "dist::similarity_threshold";
+  using job_t = sdt::similarity_job<T, pd::threshold_sink<float>>;
+  job_t job;
+  memory_budget budget{1};
+  const auto plan = [&](std::int64_t max_rows) {
+    job.opt.max_panel_rows = max_rows;
+    job.plan = pairwise::make_pair_plan(pd::plan_request_of(job, budget), who);
+    job.plan.hold_strips_for(1, true);
+  };
+  std::int64_t p = agree(c, "planning its GPU's share", [&] {
+    similarity::similarity_options opt = o.local;
+    opt.devices = {device};
+    opt.report = nullptr;
+    opt.trace = nullptr;
+    opt.progress = nullptr;
+    budget = memory_budget::or_default(o.local.budget, std::vector<int>{device});
+    job =
+        sdt::make_job(a, static_cast<const similarity::matrix_view<const T>*>(nullptr), opt,
+                      pd::threshold_sink<float>(t), who, -1);  // refuses a non-finite row (every rank alike)
+    job.opt.devices = {device};
+    job.opt.budget = budget;
+    plan(o.local.max_panel_rows);
+    return job.plan.panel_rows;
+  });
+  std::int64_t pmin = 0;
+  SPILLWAY_MPI_TRY(MPI_Allreduce(&p, &pmin, 1, MPI_INT64_T, MPI_MIN, c.get()));
+  agree(c, "setting up its GPU", [&] {
+    if (pmin != p) {
+      plan(pmin);  // a smaller strip fits any budget a larger one fits
+      if (job.plan.panel_rows != pmin) {
+        throw logic_error(std::string(who) + ": this rank's budget plans strips of " +
+                          std::to_string(job.plan.panel_rows) + " rows, not the common " +
+                          std::to_string(pmin));
+      }
+    }
+    pd::setup_devices(job, job.opt.devices);
+    job.sink.start(job);
+  });
+  rep.split = make_gram_split(a.rows, pmin, static_cast<std::size_t>(c.size()), job.prod.row_bytes());
+  rep.on_gpu = true;
+  rep.device = device;
+  const auto& part = rep.split.plan.parts[static_cast<std::size_t>(c.rank())];
+  std::vector<std::size_t> mine;  // the scheduler's tasks whose strips are this rank's
+  for (std::size_t q = 0; q < static_cast<std::size_t>(job.plan.strips); ++q) {
+    const auto st = static_cast<std::size_t>(job.plan.strip_of_task(q, true));
+    if (st >= part.first && st < part.last) mine.push_back(q);
+  }
+  rep.local.setup_seconds = seconds_since(t_start);
+  task_job_options to;
+  to.devices = job.opt.devices;
+  to.slots_per_device = job.plan.slots;
+  to.device_buffer_bytes = job.plan.slot_buffers;
+  to.budget = budget;
+  to.reserved_bytes = job.plan.shared_bytes;
+  to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
+  rep.run = run_tasks(
+      c, mine, static_cast<std::size_t>(job.plan.strips), to,
+      [&job](std::size_t q, task_slot& slot, stream_view s) { pd::enqueue_strip(job, q, slot, s); },
+      [&job](std::size_t q, task_slot& slot) { pd::complete_strip(job, q, slot); }, o.run);
+  note_run(c, rep);
+  coo_block<float> b;
+  if (!rep.run.cancelled) b.entries = job.sink.collect_strips(job, part.first, part.last);
+  return b;
+}
+
+}  // namespace detail
+
+/// Pairs (i, j), i < j (i = j too with include_diagonal), of A·Aᵀ passing a threshold (≥ for
+/// similarities, ≤ for Euclidean distance) across the ranks of `c`, one GPU per rank: every rank
+/// passes the same rows (host memory); each computes the strips of the rows it owns (contiguous
+/// blocks, split by pairs) through the one-process job's threshold sink (compacted on the device)
+/// and gets its rows' entries, sorted by row then column, with their place in the one-process COO
+/// (write_coo_npy writes the three .npy through MPI-IO; gather_coo brings them to rank 0). Where
+/// some rank has no GPU (or o.host), every rank runs the host implementation whole and keeps its
+/// rows. both_halves is not distributed (a logic_error on every rank). Collective.
+template <class T>
+coo_block<float> similarity_threshold(const communicator& c, similarity::matrix_view<T> a_,
+                                      const pairwise::threshold_options& t,
+                                      const similarity_job_options& o = {}, gram_report* report = nullptr) {
+  namespace sdt = similarity::detail;
+  using U = std::remove_cv_t<T>;
+  constexpr const char* who = "dist::similarity_threshold";
+  const auto t_start = std::chrono::steady_clock::now();
+  const sdt::const_rows<T> a = a_;
+  agree(c, "checking its rows", [&] {
+    sdt::check_rows(a, who, "a");
+    if (t.both_halves) {
+      throw logic_error(std::string(who) +
+                        ": both_halves is not distributed yet (a row's lower half is computed by "
+                        "other ranks); mirror the upper-triangle COO instead");
+    }
+    if (sdt::device_of(a.data) >= 0) {
+      throw logic_error(std::string(who) +
+                        ": the rows are in device memory; pass them in host memory on every rank");
+    }
+  });
+  detail::check_same_on_ranks(c, a.rows, "the number of rows", who);
+  detail::check_same_on_ranks(c, a.cols, "the number of columns", who);
+  gram_report rep;
+  coo_block<float> b;
+  if (a.rows == 0) {
+    detail::place_coo_and_finish(c, b, rep, std::chrono::steady_clock::now(), t_start, report);
+    return b;
+  }
+  const sdt::rows_lock lock(a, static_cast<const sdt::const_rows<T>*>(nullptr), o.local);
+  const int device = agree(c, "finding its GPU", [&] { return detail::rank_device(c, o, who); });
+  if (detail::on_every_rank(c, device >= 0)) {
+    b = detail::similarity_threshold_on_gpu<U>(c, a, t, o, device, rep, t_start);
+  } else {
+    // The host implementation whole on every rank; each keeps its own rows' entries.
+    rep.split = make_gram_split(a.rows, std::max<std::int64_t>(1, a.rows / c.size()),
+                                static_cast<std::size_t>(c.size()));
+    const std::int64_t r0 = rep.split.first_row(c.rank()), r1 = rep.split.last_row(c.rank());
+    const auto t0 = std::chrono::steady_clock::now();
+    pairwise::coo_result<float> all = agree(c, "computing the whole job on the host", [&] {
+      sdt::check_host_finite(a, static_cast<const sdt::const_rows<T>*>(nullptr), o.local, who);
+      return similarity::host_similarity_threshold(a, t, o.local.metric, o.local.cosine_zero);
+    });
+    rep.local.compute_seconds = detail::seconds_since(t0);
+    for (std::size_t e = 0; e < all.size(); ++e) {
+      if (all.row[e] < r0 || all.row[e] >= r1) continue;
+      b.entries.row.push_back(all.row[e]);
+      b.entries.col.push_back(all.col[e]);
+      b.entries.value.push_back(all.value[e]);
+    }
+  }
+  detail::place_coo_and_finish(c, b, rep, std::chrono::steady_clock::now(), t_start, report);
   return b;
 }
 
