@@ -370,7 +370,8 @@ template <class T>
 coo_block<float> similarity_threshold_on_gpu(const communicator& c, const similarity::matrix_view<const T>& a,
                                              const pairwise::threshold_options& t,
                                              const similarity_job_options& o, int device, gram_report& rep,
-                                             std::chrono::steady_clock::time_point t_start) {
+                                             std::chrono::steady_clock::time_point t_start,
+                                             std::chrono::steady_clock::time_point& t_collect) {
   namespace sdt = similarity::detail;
   namespace pd = pairwise::detail;
   constexpr const char* who = "dist::similarity_threshold";
@@ -434,6 +435,7 @@ coo_block<float> similarity_threshold_on_gpu(const communicator& c, const simila
       [&job](std::size_t q, task_slot& slot) { pd::complete_strip(job, q, slot); }, o.run);
   note_run(c, rep);
   coo_block<float> b;
+  t_collect = std::chrono::steady_clock::now();
   if (!rep.run.cancelled) b.entries = job.sink.collect_strips(job, part.first, part.last);
   return b;
 }
@@ -479,8 +481,9 @@ coo_block<float> similarity_threshold(const communicator& c, similarity::matrix_
   }
   const sdt::rows_lock lock(a, static_cast<const sdt::const_rows<T>*>(nullptr), o.local);
   const int device = agree(c, "finding its GPU", [&] { return detail::rank_device(c, o, who); });
+  auto t_collect = std::chrono::steady_clock::now();  // (the host form has no collect)
   if (detail::on_every_rank(c, device >= 0)) {
-    b = detail::similarity_threshold_on_gpu<U>(c, a, t, o, device, rep, t_start);
+    b = detail::similarity_threshold_on_gpu<U>(c, a, t, o, device, rep, t_start, t_collect);
   } else {
     // The host implementation whole on every rank; each keeps its own rows' entries.
     rep.split = make_gram_split(a.rows, std::max<std::int64_t>(1, a.rows / c.size()),
@@ -498,8 +501,9 @@ coo_block<float> similarity_threshold(const communicator& c, similarity::matrix_
       b.entries.col.push_back(all.col[e]);
       b.entries.value.push_back(all.value[e]);
     }
+    t_collect = std::chrono::steady_clock::now();
   }
-  detail::place_coo_and_finish(c, b, rep, std::chrono::steady_clock::now(), t_start, report);
+  detail::place_coo_and_finish(c, b, rep, t_collect, t_start, report);
   return b;
 }
 
