@@ -73,6 +73,13 @@ struct args {
 };
 
 void print_usage(std::FILE* f) {
+#ifdef SPILLWAY_KNN_MPI
+  std::fprintf(f,
+               "spillway-knn-mpi: spillway-knn across MPI ranks, one GPU per rank (mpirun -np N spillway-knn-mpi\n"
+               "[options]; spillway::dist::similarity_topk): every rank reads or draws the same rows and owns a\n"
+               "block of result rows; the .npy files are written once through MPI-IO; rank 0 prints, gathers the\n"
+               "lists and checks the sampled rows. --host and --devices are not taken. The options:\n\n");
+#endif
   std::fprintf(
       f,
       "spillway-knn: every row's k nearest rows of an embedding matrix (A·Aᵀ, symmetric half only),\n"
