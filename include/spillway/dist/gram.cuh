@@ -24,6 +24,7 @@
 #include <spillway/dist/device_exchange.cuh>
 #include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/host_gram.hpp>
+#include <spillway/dist/pair_tasks.cuh>
 #include <spillway/dist/run_tasks.hpp>
 #include <spillway/gram/out_of_core.cuh>
 #include <spillway/pairwise/pair_job.cuh>
@@ -195,19 +196,7 @@ void run_rank_job(const communicator& c, rank_gram_job<V, Sink>& rj, const gram_
                   gram_report& rep, std::chrono::steady_clock::time_point t_start) {
   auto& job = rj.job;
   rep.local.setup_seconds = seconds_since(t_start);
-  task_job_options to;
-  to.devices = job.opt.devices;
-  to.slots_per_device = job.plan.slots;
-  to.device_buffer_bytes = job.plan.slot_buffers;
-  to.budget = rj.budget;
-  to.reserved_bytes = job.plan.shared_bytes;  // allocated by setup_devices (and the sink's setup)
-  to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
-  rep.run = run_tasks(
-      c, rj.mine, static_cast<std::size_t>(rj.split.strips), to,
-      [&job](std::size_t t, task_slot& slot, stream_view s) {
-        pairwise::detail::enqueue_strip(job, t, slot, s);
-      },
-      [&job](std::size_t t, task_slot& slot) { pairwise::detail::complete_strip(job, t, slot); }, o.run);
+  rep.run = run_pair_tasks(c, job, rj.mine, static_cast<std::size_t>(rj.split.strips), rj.budget, o.run);
   note_run(c, rep);
 }
 

@@ -30,6 +30,7 @@
 #include <spillway/dist/device_exchange.cuh>
 #include <spillway/dist/gram_split.hpp>
 #include <spillway/dist/host_gram.hpp>
+#include <spillway/dist/pair_tasks.cuh>
 #include <spillway/dist/run_tasks.hpp>
 #include <spillway/dist/topk_lists.hpp>
 #include <spillway/pairwise/pair_job.cuh>
@@ -165,12 +166,11 @@ inline std::vector<similarity::detail::topk_bar> exchange_bars(
       displs[static_cast<std::size_t>(q)] =
           displs[static_cast<std::size_t>(q) - 1] + counts[static_cast<std::size_t>(q) - 1];
   }
-  std::vector<bar> all(static_cast<std::size_t>(n));
   std::vector<bar> got(static_cast<std::size_t>(n));
   SPILLWAY_MPI_TRY(MPI_Allgatherv(packed.data(), static_cast<int>(packed.size() * sizeof(bar)), MPI_BYTE,
                                   got.data(), counts.data(), displs.data(), MPI_BYTE, c.get()));
   // Unseeded rows (none: the blocks cover every row) keep this rank's own value.
-  all = mine;
+  std::vector<bar> all = mine;
   for (int q = 0; q < R; ++q) {
     std::size_t at = static_cast<std::size_t>(displs[static_cast<std::size_t>(q)]) / sizeof(bar);
     blocks_of(q, [&](std::int64_t b0, std::int64_t b1) {
@@ -256,20 +256,9 @@ void run_fused_rank(const communicator& c, fused_rank_job<T>& job, const memory_
                     const similarity_job_options& o, gram_report& rep,
                     std::chrono::steady_clock::time_point t_start) {
   rep.local.setup_seconds = seconds_since(t_start);
-  task_job_options to;
-  to.devices = job.opt.devices;
-  to.slots_per_device = job.plan.slots;
-  to.device_buffer_bytes = job.plan.slot_buffers;
-  to.budget = budget;
-  to.reserved_bytes = job.plan.shared_bytes;  // allocated by setup_devices and the sink's setup
-  to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
   const auto& mine = rep.split.plan.parts[static_cast<std::size_t>(c.rank())].tasks;
-  rep.run = run_tasks(
-      c, std::vector<std::size_t>(mine.begin(), mine.end()), static_cast<std::size_t>(rep.split.strips), to,
-      [&job](std::size_t t, task_slot& slot, stream_view s) {
-        pairwise::detail::enqueue_strip(job, t, slot, s);
-      },
-      [&job](std::size_t t, task_slot& slot) { pairwise::detail::complete_strip(job, t, slot); }, o.run);
+  rep.run = run_pair_tasks(c, job, std::vector<std::size_t>(mine.begin(), mine.end()),
+                           static_cast<std::size_t>(rep.split.strips), budget, o.run);
   note_run(c, rep);
 }
 
@@ -422,17 +411,7 @@ coo_block<float> similarity_threshold_on_gpu(const communicator& c, const simila
     if (st >= part.first && st < part.last) mine.push_back(q);
   }
   rep.local.setup_seconds = seconds_since(t_start);
-  task_job_options to;
-  to.devices = job.opt.devices;
-  to.slots_per_device = job.plan.slots;
-  to.device_buffer_bytes = job.plan.slot_buffers;
-  to.budget = budget;
-  to.reserved_bytes = job.plan.shared_bytes;
-  to.pinned_buffer_bytes = job.sink.pinned_buffers(job.plan);
-  rep.run = run_tasks(
-      c, mine, static_cast<std::size_t>(job.plan.strips), to,
-      [&job](std::size_t q, task_slot& slot, stream_view s) { pd::enqueue_strip(job, q, slot, s); },
-      [&job](std::size_t q, task_slot& slot) { pd::complete_strip(job, q, slot); }, o.run);
+  rep.run = run_pair_tasks(c, job, mine, static_cast<std::size_t>(job.plan.strips), budget, o.run);
   note_run(c, rep);
   coo_block<float> b;
   t_collect = std::chrono::steady_clock::now();
