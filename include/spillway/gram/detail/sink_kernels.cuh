@@ -176,18 +176,39 @@ struct threshold_epilogue : scored_epilogue<::spillway::pairwise::detail::append
   using base = scored_epilogue<::spillway::pairwise::detail::append_writer<V>>;
   using base::pop_a, base::pop_b, base::sc, base::w;
   bool screen;
+  static constexpr bool wgmma_row_prefetch = true;
+  /// A lane's two rows (i_base + lane / 4 and 8 further): popcount and the least passing count.
+  struct rows_t {
+    std::int32_t na[2];
+    int need[2];
+  };
+  __device__ __forceinline__ rows_t rows(std::int64_t i_base, std::int64_t i_end, int lane) const {
+    rows_t r{};
+    const bool np = needs_popcounts(sc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t i = i_base + (lane >> 2) + 8 * h;
+      r.na[h] = np && i < i_end ? pop_a[i] : 0;
+      r.need[h] = threshold_need(sc, w.threshold, r.na[h], screen);
+    }
+    return r;
+  }
   // operator() (every kernel but wgmma's fragment hook): the scored epilogue's, element by element.
   __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
                                            std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
                                            int lane) const {
+    fragment(d, i_base, j_base, i_end, j_end, lane, rows(i_base, i_end, lane));
+  }
+  __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
+                                           std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
+                                           int lane, const rows_t& r) const {
     const int g = lane >> 2, tig = lane & 3;
-    const bool np = needs_popcounts(sc);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const std::int64_t i = i_base + g + 8 * h;
       if (i >= i_end) continue;
-      const std::int32_t na = np ? pop_a[i] : 0;
-      const int need = threshold_need(sc, w.threshold, na, screen);
+      const std::int32_t na = r.na[h];
+      const int need = r.need[h];
       int top = INT_MIN;
 #pragma unroll
       for (int n = 0; n < 32; ++n) top = max(top, max(d[4 * n + 2 * h], d[4 * n + 2 * h + 1]));

@@ -25,7 +25,17 @@
 // empty barrier). Block 0's producer claims the pair's tiles and publishes each slot through a
 // two-entry ring in global memory next to the counter. (Claiming one tile ahead, so that the atomic's round
 // trip overlaps the current tile, measured no faster: a block holding a claim it cannot start yet
-// undoes the balancing of the last tiles; docs/gram_kernels.md, "wgmma kernel".)
+// undoes the balancing of the last tiles; docs/gram_kernels.md, "wgmma kernel". At K = 2,048 it
+// was slower too: 1.544 against 1.514 s of products in the ChEMBL-size fingerprint search.)
+//
+// Short products (K = 2,048 bits: two k-slices a tile) are bound by what happens between two
+// tiles' MMAs, not by the MMAs. A consumer reads the next tile's ring entry (the tile itself, no
+// slot to locate) as soon as it has issued this tile's last MMA and hands it back after the
+// epilogue, so the entry's load from L2 runs under the epilogue; and a threshold epilogue's row
+// popcounts and bounds load before the k-loop (wgmma_row_prefetch); and the two consumer
+// warpgroups run half a tile apart (warpgroup 1 waits for warpgroup 0's first tile once), so one's
+// epilogue overlaps the other's MMAs. Products of the fingerprint search (one H200): 1.515 s
+// before, 1.385 s with the early entry and the prefetch, 1.349 s staggered too (docs/gram.md).
 //
 // Epilogue. For a `store_counts<std::int32_t>` whose output a tensor map can describe (TmaStore),
 // each consumer warpgroup writes its 64 x 256 accumulators in eight 64 x 32 pieces into a
@@ -136,16 +146,41 @@ struct wgmma_fragment_epilogue : std::false_type {};
 template <class E>
 struct wgmma_fragment_epilogue<E, std::void_t<decltype(E::wgmma_fragment)>> : std::bool_constant<E::wgmma_fragment> {};
 
+/// An epilogue that also declares `static constexpr bool wgmma_row_prefetch = true` reads what it
+/// needs of its rows (popcounts, bounds) before the tile's k-loop, where the loads' latency hides
+/// behind the tensor cores: `rows_t epi.rows(i_base, i_end, lane)` before, and
+/// `epi.fragment(d, ..., lane, rows)` after.
+template <class E, class = void>
+struct wgmma_row_prefetch_epilogue : std::false_type {};
+template <class E>
+struct wgmma_row_prefetch_epilogue<E, std::void_t<decltype(E::wgmma_row_prefetch)>>
+    : std::bool_constant<E::wgmma_row_prefetch> {};
+struct no_row_prefetch {};
+
+/// What a wgmma_row_prefetch epilogue reads of a consumer warp's rows of row tile ti (panel-local),
+/// before the tile's k-loop.
+template <class Epilogue>
+__device__ __forceinline__ auto wg_rows(const Epilogue& epi, const tile_schedule& s, std::int64_t ti, int cw,
+                                        int warp_in_wg, int lane) {
+  if constexpr (wgmma_row_prefetch_epilogue<Epilogue>::value) {
+    return epi.rows(s.a_row0 + ti * wg_config::bm + cw * 64 + warp_in_wg * 16, s.a_row0 + s.a_rows, lane);
+  } else {
+    return no_row_prefetch{};
+  }
+}
+
 /// One consumer warpgroup's epilogue of tile (ti, tj) (this block's row tile, panel-local):
 /// hands its 64 x 256 counts `d` to `epi` through the fragment hook, the bulk tensor stores
 /// (TmaStore) or the per-element staging in `region`, its share of the block's staging (`raw`: the
-/// shared-memory window's address, `smem` its generic pointer).
-template <class Epilogue, bool TmaStore>
+/// shared-memory window's address, `smem` its generic pointer). `rows`: what epi.rows() read
+/// before the k-loop (wgmma_row_prefetch epilogues; no_row_prefetch otherwise).
+template <class Epilogue, bool TmaStore, class Rows>
 __device__ __forceinline__ void wg_write_tile(const std::int32_t (&d)[128], const tile_schedule& s,
                                               const Epilogue& epi, const CUtensorMap* map_c, std::int64_t ti,
                                               std::int64_t tj, int cw, int warp_in_wg, int lane, bool leader,
                                               std::uint64_t pol_c, std::uint32_t region, unsigned char* smem,
-                                              std::uint32_t raw) {
+                                              std::uint32_t raw, const Rows& rows) {
+  (void)rows;  // wgmma_row_prefetch epilogues only
   namespace t = ::spillway::tile;
   using Cfg = wg_config;
   (void)map_c, (void)leader, (void)pol_c;  // TmaStore only
@@ -162,8 +197,13 @@ __device__ __forceinline__ void wg_write_tile(const std::int32_t (&d)[128], cons
   const int tig = lane % 4;
   const std::int64_t row_base = ti * Cfg::bm + cw * 64 + warp_in_wg * 16;  // panel-local
   if constexpr (wgmma_fragment_epilogue<Epilogue>::value) {
-    epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows,
-                 lane);
+    if constexpr (wgmma_row_prefetch_epilogue<Epilogue>::value) {
+      epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows,
+                   lane, rows);
+    } else {
+      epi.fragment(d, s.a_row0 + row_base, s.b_row0 + tj * wg_bn, s.a_row0 + s.a_rows, s.b_row0 + s.b_rows,
+                   lane);
+    }
     return;
   }
   if constexpr (TmaStore) {
@@ -267,9 +307,10 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
   using ring_t = t::wgmma_ring<S, Cfg::stage_bytes, CL>;
   const ring_t ring{smem0, bars};
   // The tile ring: entry e (in global memory after the counter, two per pair) holds the pair's
-  // next slot; tile_full[e] completes (in both blocks) once block 0's producer has written it,
-  // tile_empty[e] (block 0's) once every reader has it. In shared memory, written remotely, the
-  // entries were correct but opaque to compute-sanitizer's racecheck (cluster-scope mbarriers).
+  // next tile (its row tile << 32 | its column tile; -1 once none is left); tile_full[e] completes (in both
+  // blocks) once block 0's producer has written it, tile_empty[e] (block 0's) once every reader has it. In
+  // shared memory, written remotely, the entries were correct but opaque to compute-sanitizer's racecheck
+  // (cluster-scope mbarriers).
   const std::uint32_t tile_bars0 = bars + static_cast<std::uint32_t>(2 * S) * 8u;
   auto tile_full = [&](int e) { return tile_bars0 + static_cast<std::uint32_t>(e) * 8u; };
   auto tile_empty = [&](int e) { return tile_bars0 + static_cast<std::uint32_t>(2 + e) * 8u; };
@@ -305,25 +346,28 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
       std::int64_t tt = static_cast<std::int64_t>(blockIdx.x) / CL;
       for (bool first = true;; first = false) {
         std::int64_t ti = 0, tj = 0;
+        long long e = -1;
         if (rank == 0) {
           // Claim slots until one holds a tile (or none is left), then publish it to both blocks.
           auto claim = [&] { return pairs + static_cast<std::int64_t>(atomicAdd(slot_counter, 1ull)); };
           if (!first) tt = claim();
           while (tt < s.total && !cursor.locate(s, tt, ti, tj)) tt = claim();
+          if (tt < s.total) e = static_cast<long long>((ti << 32) | tj);
           t::mbar_wait_cluster(tile_empty(te), tphase ^ 1u);
-          entries[te] = tt;
+          entries[te] = e;
           for (int c = 0; c < CL; ++c) t::mbar_arrive_release_cluster(tile_full(te), static_cast<std::uint32_t>(c));
         } else {
           t::mbar_wait_cluster(tile_full(te), tphase);
-          tt = entries[te];
+          e = entries[te];
           t::mbar_arrive_release_cluster(tile_empty(te), 0);
-          if (tt < s.total) (void)cursor.locate(s, tt, ti, tj);
+          ti = e >> 32;
+          tj = e & 0xFFFFFFFFll;
         }
         if (++te == 2) {
           te = 0;
           tphase ^= 1u;
         }
-        if (tt >= s.total) break;
+        if (e < 0) break;
         const int ya = static_cast<int>((ti * CL + rank) * Cfg::bm);
         const int yb = static_cast<int>(tj * Cfg::bn + rank * (Cfg::bn / CL));
         // The whole stage lands on full_bar: A from this block's load, a B half from each block's.
@@ -346,28 +390,41 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
     // panels' k-slices out of the L2.
     [[maybe_unused]] const std::uint64_t pol_c = t::l2_policy_evict_first();
     const std::uint32_t region = staging0 + static_cast<std::uint32_t>(cw * wg_region_bytes);
-    tile_cursor cursor;
     t::ring_position<S> pos;
     int te = 0;
     std::uint32_t tphase = 0;
     std::int32_t d[128];
-    for (;;) {
-      std::int64_t ti = 0, tj = 0;
+    // A ring entry is read once published and handed back after the epilogue (see the top).
+    const auto entry = [&] {
       t::mbar_wait_cluster(tile_full(te), tphase);
-      const std::int64_t tt = entries[te];
+      return entries[te];
+    };
+    const auto hand_back = [&] {
       __syncwarp();
       if (lane == 0) t::mbar_arrive_release_cluster(tile_empty(te), 0);
       if (++te == 2) {
         te = 0;
         tphase ^= 1u;
       }
-      if (tt >= s.total) break;
-      (void)cursor.locate(s, tt, ti, tj);
-      ti = ti * CL + rank;  // this block's row tile
+    };
+    long long e = entry();
+    hand_back();
+    bool first_tile = true;
+    while (e >= 0) {
+      const std::int64_t ti = (e >> 32) * CL + rank;  // this block's row tile
+      const std::int64_t tj = e & 0xFFFFFFFFll;
+      const auto rows = wg_rows(epi, s, ti, cw, warp_in_wg, lane);  // loads while the tile runs
       // A stage is free once every consumer warp of both blocks has read it (the ring's release).
+      // Staggered once (see the top): a lead of up to two stages fits the ring.
+      if (first_tile && cw == 1) t::named_barrier_sync(3, 256);
       ring.template consume<t::b1_and_popc, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
+      if (first_tile && cw == 0) t::named_barrier_arrive(3, 256);
+      first_tile = false;
+      const long long next = entry();
       wg_write_tile<Epilogue, TmaStore>(d, s, epi, &map_c, ti, tj, cw, warp_in_wg, lane, leader, pol_c,
-                                        region, wg_smem_raw, raw);
+                                        region, wg_smem_raw, raw, rows);
+      hand_back();
+      e = next;
     }
     if constexpr (TmaStore) {
       // Shared memory must stay alive until the copy engine has read it; the writes themselves
