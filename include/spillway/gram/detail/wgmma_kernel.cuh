@@ -32,10 +32,13 @@
 // tiles' MMAs, not by the MMAs. A consumer reads the next tile's ring entry (the tile itself, no
 // slot to locate) as soon as it has issued this tile's last MMA and hands it back after the
 // epilogue, so the entry's load from L2 runs under the epilogue; and a threshold epilogue's row
-// popcounts and bounds load before the k-loop (wgmma_row_prefetch); and the two consumer
-// warpgroups run half a tile apart (warpgroup 1 waits for warpgroup 0's first tile once), so one's
-// epilogue overlaps the other's MMAs. Products of the fingerprint search (one H200): 1.515 s
-// before, 1.385 s with the early entry and the prefetch, 1.349 s staggered too (docs/gram.md).
+// popcounts and bounds load before the k-loop (wgmma_row_prefetch); and where a tile's k-slices
+// fit the ring (K <= 4,096 bits) the two consumer warpgroups run half a tile apart (warpgroup 1
+// waits for warpgroup 0's first tile once), so one's epilogue overlaps the other's MMAs. (Past the
+// ring that first wait deadlocks: warpgroup 0 needs stages that only both warpgroups hand back —
+// found by FaultGramGpu.EveryCopyAndLaunchOfAStripStreamed at K = 40,000.) Products of the fingerprint search
+// (one H200): 1.515 s before, 1.385 s with the early entry and the prefetch, 1.349 s staggered too
+// (docs/gram.md).
 //
 // Epilogue. For a `store_counts<std::int32_t>` whose output a tensor map can describe (TmaStore),
 // each consumer warpgroup writes its 64 x 256 accumulators in eight 64 x 32 pieces into a
@@ -409,13 +412,12 @@ __global__ void __launch_bounds__(wg_config::threads, 1)
     };
     long long e = entry();
     hand_back();
-    bool first_tile = true;
+    bool first_tile = num_k <= S;  // staggered only where a tile fits the ring (see the top)
     while (e >= 0) {
       const std::int64_t ti = (e >> 32) * CL + rank;  // this block's row tile
       const std::int64_t tj = e & 0xFFFFFFFFll;
       const auto rows = wg_rows(epi, s, ti, cw, warp_in_wg, lane);  // loads while the tile runs
       // A stage is free once every consumer warp of both blocks has read it (the ring's release).
-      // Staggered once (see the top): a lead of up to two stages fits the ring.
       if (first_tile && cw == 1) t::named_barrier_sync(3, 256);
       ring.template consume<t::b1_and_popc, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, cw, lane, d);
       if (first_tile && cw == 0) t::named_barrier_arrive(3, 256);
