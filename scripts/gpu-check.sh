@@ -54,8 +54,10 @@
 #                                              fsync'd write rate (dd) first. MPI_BENCH_DIR: where the
 #                                              triangle goes (default /tmp/spillway_mpi_bench, ~20 GB)
 #
-# Each mode fits one 10-minute device command for the default module set; pass modules or benchmark
-# names to split further. Every binary runs under `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s,
+# Each mode fits one 10-minute device command for the default module set, except `tests` on a
+# several-GPU machine (2026-11-30, nvidia-h200-x2: it ran past 590 s with one hung gram test): there
+# run `tests gram`, `tests gemm`, `tests core io pipeline map`, `tests pairwise similarity ode` as
+# separate commands. Pass modules or benchmark names to split further. Every binary runs under `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s,
 # SANITIZER_TIMEOUT 240 s, BENCH_TIMEOUT 400 s), so a hang fails instead of eating the command.
 # Environment: SPILLWAY_COMMIT (the commit the header names, where the machine's .git copy lags the
 # working tree it was sent; default $GPUBIN/COMMIT, then git), GPUBIN (default gpubin), SANITIZER_FILTER (gtest filter for the
