@@ -57,8 +57,9 @@
 # Each mode fits one 10-minute device command for the default module set, except `tests` on a
 # several-GPU machine (2026-11-30, nvidia-h200-x2: it ran past 590 s with one hung gram test): there
 # run `tests gram`, `tests gemm`, `tests core io pipeline map`, `tests pairwise similarity ode` as
-# separate commands. Pass modules or benchmark names to split further. Every binary runs under `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s,
-# SANITIZER_TIMEOUT 240 s, BENCH_TIMEOUT 400 s), so a hang fails instead of eating the command.
+# separate commands. Pass modules or benchmark names to split further. Every binary runs under
+# `timeout` (TEST_TIMEOUT 300 s, V2_TIMEOUT 120 s, SANITIZER_TIMEOUT 240 s, BENCH_TIMEOUT 400 s), so
+# a hang fails instead of eating the command.
 # Environment: SPILLWAY_COMMIT (the commit the header names, where the machine's .git copy lags the
 # working tree it was sent; default $GPUBIN/COMMIT, then git), GPUBIN (default gpubin), SANITIZER_FILTER (gtest filter for the
 # sanitizer runs, default excludes tests tagged Large), BENCH_REPS (default 5), BENCH_FILTER.

@@ -194,11 +194,7 @@ struct threshold_epilogue : scored_epilogue<::spillway::pairwise::detail::append
     return r;
   }
   // operator() (every kernel but wgmma's fragment hook): the scored epilogue's, element by element.
-  __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
-                                           std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
-                                           int lane) const {
-    fragment(d, i_base, j_base, i_end, j_end, lane, rows(i_base, i_end, lane));
-  }
+  // The wgmma kernel hands `fragment` what `rows` read before the tile's k-loop.
   __device__ __forceinline__ void fragment(const std::int32_t (&d)[128], std::int64_t i_base,
                                            std::int64_t j_base, std::int64_t i_end, std::int64_t j_end,
                                            int lane, const rows_t& r) const {
