@@ -184,6 +184,32 @@ coo_result<V> threshold_job(const bit_matrix_view& a, const bit_matrix_view* b, 
                                                   : host_gram_threshold<V>(a, t, opt.epilogue, opt.scores);
                             });
 }
+/// gram_threshold_csr over A·Aᵀ (b null) or A·Bᵀ.
+template <class V>
+csr_result<V> threshold_csr_job(const bit_matrix_view& a, const bit_matrix_view* b,
+                                const threshold_options& t, const gram_options& opt) {
+  const char* who = "gram_threshold_csr";
+  check_sparse_inputs<V>(a, b, opt, who);
+  const std::int64_t cols = b != nullptr ? b->rows : a.rows;
+  if (no_pairs(a, b)) {
+    csr_result<V> c;
+    c.rows = a.rows;
+    c.cols = cols;
+    c.indptr.assign(static_cast<std::size_t>(a.rows) + 1, 0);
+    return c;
+  }
+  if (on_host(opt, who, "host_gram_threshold")) {
+    return ::spillway::pairwise::to_csr(b != nullptr
+                                            ? host_gram_threshold<V>(a, *b, t, opt.epilogue, opt.scores)
+                                            : host_gram_threshold<V>(a, t, opt.epilogue, opt.scores),
+                                        a.rows, cols);
+  }
+  ::spillway::pairwise::detail::threshold_sink<V> sink(t);
+  sink.csr = true;
+  auto job = make_job<V>(a, b, opt, std::move(sink));
+  run_gram_job(job);
+  return job.sink.collect_csr(job);
+}
 /// gram_neighbour_counts over A·Aᵀ (b null) or A·Bᵀ: every count 0 where B has no rows.
 template <class V>
 std::vector<std::int64_t> neighbour_counts_job(const bit_matrix_view& a, const bit_matrix_view* b,
@@ -303,6 +329,21 @@ template <class V>
 coo_result<V> gram_threshold(const bit_matrix_view& a, const bit_matrix_view& b, const threshold_options& t,
                              const gram_options& opt = {}) {
   return detail::threshold_job<V>(a, &b, t, opt);
+}
+
+/// gram_threshold's entries as CSR (SciPy's csr layout: indptr, then each row's columns ascending
+/// and their values), assembled directly: no row vector is made.
+template <class V>
+csr_result<V> gram_threshold_csr(const bit_matrix_view& a, const threshold_options& t,
+                                 const gram_options& opt = {}) {
+  return detail::threshold_csr_job<V>(a, nullptr, t, opt);
+}
+
+/// gram_threshold's entries of A·Bᵀ as CSR over rows(A) x rows(B).
+template <class V>
+csr_result<V> gram_threshold_csr(const bit_matrix_view& a, const bit_matrix_view& b,
+                                 const threshold_options& t, const gram_options& opt = {}) {
+  return detail::threshold_csr_job<V>(a, &b, t, opt);
 }
 
 /// Per-row neighbour counts of A·Aᵀ: for each row i, how many rows j (j ≠ i unless

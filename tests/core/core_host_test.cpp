@@ -1,9 +1,13 @@
 // Host-only tests of the core API: everything here runs (and must pass) on a machine with no GPU,
 // and under ASan/UBSan.
 #include <spillway/core.hpp>
+#include <spillway/core/large_vector.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -133,3 +137,47 @@ TEST(CoreBuffers, EmptyBuffersNeedNoGpu) {
 }
 
 }  // namespace
+
+// detail::size_large sizes a vector for a large result: n value-initialized elements whatever it
+// held before (more or fewer, within its capacity or past it), its storage advised as huge pages
+// where that is offered (only how fast it faults in changes).
+TEST(CoreLargeVector, SizesToZerosWhateverItHeld) {
+  std::vector<std::int64_t> v(10, 7);
+  spillway::detail::size_large(v, 3);
+  EXPECT_EQ(v, std::vector<std::int64_t>(3, 0));
+  v.assign(5, 9);
+  spillway::detail::size_large(v, 5);  // within the capacity: overwritten
+  EXPECT_EQ(v, std::vector<std::int64_t>(5, 0));
+  const std::size_t big = (std::size_t{8} << 20) + 3;  // 64 MiB + 24 bytes: past 2 MiB pages, unaligned end
+  std::vector<float> f(4, 1.5f);
+  spillway::detail::size_large(f, big);
+  ASSERT_EQ(f.size(), big);
+  EXPECT_EQ(std::count(f.begin(), f.end(), 0.0f), static_cast<std::ptrdiff_t>(big));
+  f[big - 1] = 2.0f;  // every element writable
+  spillway::detail::size_large(f, 0);
+  EXPECT_TRUE(f.empty());
+  spillway::detail::advise_huge_pages(nullptr, big);  // nothing to advise: no effect
+#if defined(__linux__)
+  EXPECT_GT(spillway::detail::host_memory_bytes(), 1e8);  // what the sizing ahead compares with
+#endif
+}
+
+// detail::release_unused gives back the pages past a vector's size: what it holds stays, and the
+// vector can still grow into its capacity (the released elements come back as zeros).
+TEST(CoreLargeVector, ReleaseUnusedKeepsTheElementsAndTheCapacity) {
+  const std::size_t cap = std::size_t{4} << 20;  // 32 MiB of int64
+  std::vector<std::int64_t> v;
+  spillway::detail::size_large(v, cap);
+  for (std::size_t x = 0; x < cap; ++x) v[x] = static_cast<std::int64_t>(x) * 3 + 1;
+  const std::size_t keep = 1000003;
+  v.resize(keep);
+  spillway::detail::release_unused(v);
+  ASSERT_EQ(v.size(), keep);
+  EXPECT_EQ(v.capacity(), cap);
+  for (std::size_t x = 0; x < keep; ++x) ASSERT_EQ(v[x], static_cast<std::int64_t>(x) * 3 + 1) << x;
+  v.resize(cap);  // value-initialized past the old size
+  for (std::size_t x = keep; x < cap; ++x) ASSERT_EQ(v[x], 0) << x;
+  std::vector<std::int64_t> empty;
+  spillway::detail::release_unused(empty);  // nothing to give back
+  EXPECT_TRUE(empty.empty());
+}

@@ -388,6 +388,73 @@ TEST(GramThresholdGpu, UpperAndBothHalvesMatchHost) {
   EXPECT_EQ(got.value, want.value);
 }
 
+// gram_threshold_csr is gram_threshold's result as CSR (indptr over every row, columns ascending),
+// and both keep the host's pairs whether the vectors sized ahead under the products hold the result
+// or not: the strips' kept entries extrapolated from the first 60% of the work. Rows ordered by
+// density (sparse first, dense last) make the extrapolation fall short (the vectors are dropped and
+// sized again); random rows and the reverse order let them hold it.
+TEST(GramThresholdGpu, CsrAndSizedAheadEqualTheHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const auto seed = test::seed("gram-threshold-csr");
+  const std::int64_t n = 1500, cols = 512;
+  std::mt19937_64 g(seed);
+  for (int order = 0; order < 3; ++order) {
+    // order 0: density rising with the row, 1: falling, 2: random rows of one density.
+    std::vector<std::uint8_t> v(static_cast<std::size_t>(n * cols));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double f = static_cast<double>(i) / static_cast<double>(n - 1);
+      const double p = order == 0 ? 0.05 + 0.5 * f : order == 1 ? 0.55 - 0.5 * f : 0.3;
+      std::bernoulli_distribution bit(p);
+      for (std::int64_t c = 0; c < cols; ++c) v[static_cast<std::size_t>(i * cols + c)] = bit(g) ? 1 : 0;
+    }
+    const bit_matrix a = pack_bits(v, n, cols);
+    for (bool both : {false, true}) {
+      threshold_options t;
+      t.threshold = 0.25;
+      t.both_halves = both;
+      gram_options o;
+      o.epilogue = metric::jaccard;
+      o.max_panel_rows = 128;
+      const std::string what = "order " + std::to_string(order) + (both ? ", both halves" : ", upper");
+      const auto want = host_gram_threshold<float>(a.view(), t, metric::jaccard);
+      ASSERT_GT(want.size(), 1000u) << what;
+      const auto got = gram_threshold<float>(a.view(), t, o);
+      EXPECT_EQ(got.row, want.row) << what;
+      EXPECT_EQ(got.col, want.col) << what;
+      EXPECT_EQ(got.value, want.value) << what;
+      const auto c = gram_threshold_csr<float>(a.view(), t, o);
+      const auto wc = to_csr(host_gram_threshold<float>(a.view(), t, metric::jaccard), n, n);
+      EXPECT_EQ(c.rows, n) << what;
+      EXPECT_EQ(c.cols, n) << what;
+      EXPECT_EQ(c.indptr, wc.indptr) << what;
+      EXPECT_EQ(c.col, wc.col) << what;
+      EXPECT_EQ(c.value, wc.value) << what;
+    }
+  }
+  // A·Bᵀ: rows(A) x rows(B); B without rows: every row empty.
+  const bit_matrix a = pack_bits(random_bits(300, cols, 0.4, seed + 1), 300, cols);
+  const bit_matrix b = pack_bits(random_bits(211, cols, 0.4, seed + 2), 211, cols);
+  threshold_options t;
+  t.threshold = 0.3;
+  gram_options o;
+  o.epilogue = metric::jaccard;
+  o.max_panel_rows = 64;
+  const auto c = gram_threshold_csr<float>(a.view(), b.view(), t, o);
+  const auto wc = to_csr(host_gram_threshold<float>(a.view(), b.view(), t, metric::jaccard), 300, 211);
+  ASSERT_GT(wc.size(), 100u);
+  EXPECT_EQ(c.rows, 300);
+  EXPECT_EQ(c.cols, 211);
+  EXPECT_EQ(c.indptr, wc.indptr);
+  EXPECT_EQ(c.col, wc.col);
+  EXPECT_EQ(c.value, wc.value);
+  const bit_matrix none = pack_bits(std::vector<std::uint8_t>{}, 0, cols);
+  const auto e = gram_threshold_csr<float>(a.view(), none.view(), t, o);
+  EXPECT_EQ(e.rows, 300);
+  EXPECT_EQ(e.cols, 0);
+  EXPECT_EQ(e.indptr, std::vector<std::int64_t>(301, 0));
+  EXPECT_TRUE(e.col.empty() && e.value.empty());
+}
+
 // The threshold is decided in the tile epilogue (pairwise::append_writer behind a screen on the
 // row's popcount): on clustered fingerprints (~50 of 2,048 bits, clusters of 30 whose members keep
 // a centroid bit with probability 0.9, plus zero rows and duplicates) every kernel path and metric

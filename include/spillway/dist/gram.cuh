@@ -308,7 +308,9 @@ coo_block<V> gram_threshold(const communicator& c, const gram::bit_matrix_view& 
   gram_report rep;
   detail::check_threshold_job<V>(c, a, t, o, "dist::gram_threshold");
   detail::rank_gram_job<V, pairwise::detail::threshold_sink<V>> rj;
-  detail::plan_rank_job<V>(c, a, o, gram_sink::threshold, 0, pairwise::detail::threshold_sink<V>(t), rj, rep);
+  pairwise::detail::threshold_sink<V> sink(t);
+  sink.size_ahead = false;  // a rank collects its strips' part (collect_strips), not the whole result
+  detail::plan_rank_job<V>(c, a, o, gram_sink::threshold, 0, std::move(sink), rj, rep);
   detail::run_rank_job(c, rj, o, rep, t_start);
   const auto t_collect = std::chrono::steady_clock::now();
   coo_block<V> b;

@@ -22,9 +22,11 @@ namespace spillway::gram {
 // ---- sink options and results: the pairwise layer's (shared with float similarity) ---------------
 
 using ::spillway::pairwise::coo_result;
+using ::spillway::pairwise::csr_result;
 using ::spillway::pairwise::max_top_k;
 using ::spillway::pairwise::neighbour_count_options;
 using ::spillway::pairwise::threshold_options;
+using ::spillway::pairwise::to_csr;
 using ::spillway::pairwise::topk_options;
 using ::spillway::pairwise::topk_result;
 

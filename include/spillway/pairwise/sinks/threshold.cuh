@@ -2,12 +2,14 @@
 // counted, scanned and compacted on the device (only those cross the link); the per-row offsets
 // come back through the slot's pinned staging, and once the strip's work has finished the kept
 // columns and values are copied out (complete, on the worker thread: enqueue never waits).
-// collect assembles the COO sorted by row, then column.
+// collect assembles the COO sorted by row, then column. A job whose threshold is decided in the
+// producer's epilogue sizes the COO's vectors ahead, under the products (sized_ahead).
 #pragma once
 
 #include <spillway/core/device.hpp>
 #include <spillway/core/error.hpp>
 #include <spillway/core/fault_hook.hpp>
+#include <spillway/core/large_vector.hpp>
 #include <spillway/core/launch.hpp>
 #include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/sinks.hpp>
@@ -16,9 +18,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <future>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -44,10 +49,103 @@ template <class P>
 struct decides_threshold<P, std::void_t<decltype(P::decides_threshold)>>
     : std::bool_constant<P::decides_threshold> {};
 
+/// Runs f(q) for q in [0, 3) on three threads (OpenMP sections); an exception from any is rethrown
+/// afterwards (one must not leave an OpenMP section).
+template <class F>
+void on_three_threads(F&& f) {
+  std::exception_ptr failed[3];
+  const auto guarded = [&](int q) {
+    try {
+      f(q);
+    } catch (...) {
+      failed[q] = std::current_exception();
+    }
+  };
+#pragma omp parallel sections num_threads(3)
+  {
+#pragma omp section
+    guarded(0);
+#pragma omp section
+    guarded(1);
+#pragma omp section
+    guarded(2);
+  }
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+}
+
+/// A COO's three vectors sized ahead, while the products run. Sizing writes (and first touches)
+/// every page: for the ChEMBL-size fingerprint search's 30 M entries (600 MB) that took 0.12-0.15 s
+/// after the products, with the three vectors on threads of their own. Once 60% of the pairs are
+/// done, the entries kept so far extrapolate the result (+10%), and a thread of its own sizes the
+/// vectors to that; collect takes them if they are large enough (shrinking a vector of trivial
+/// elements is free) and drops them otherwise. Not attempted when the estimate is over a quarter
+/// of the host's memory.
+template <class V>
+struct sized_ahead {
+  std::int64_t work_total = 0;  // pairs of the job's strips (rows x columns)
+  bool both = false;            // the COO holds both halves
+  bool rows = true;             // a row vector too (COO; not for CSR)
+  std::atomic<std::int64_t> work_done{0}, kept{0};
+  std::atomic<bool> started{false};
+  std::future<void> ready;  // the sizing thread
+  bool ok = false;          // set by that thread
+  std::size_t size = 0;
+  std::vector<std::int64_t> row, col;
+  std::vector<V> value;
+
+  sized_ahead() = default;
+  sized_ahead(const sized_ahead&) = delete;
+  sized_ahead& operator=(const sized_ahead&) = delete;
+  ~sized_ahead() {
+    if (ready.valid()) ready.wait();  // the vectors outlive their sizing thread
+  }
+  /// A strip of `work` pairs kept `entries`: past 60% of the work, start the sizing thread (once).
+  void note(std::int64_t work, std::int64_t entries) {
+    const std::int64_t done = work_done.fetch_add(work) + work;
+    const std::int64_t k = kept.fetch_add(entries) + entries;
+    if (10 * done < 6 * work_total || started.exchange(true)) return;
+    const double per_pair = static_cast<double>(k) / static_cast<double>(done);
+    const double est = per_pair * static_cast<double>(work_total) * (both ? 2.0 : 1.0) * 1.1 + 4096.0;
+    const double bytes = est * static_cast<double>(16 + sizeof(V));
+    if (bytes > 0.25 * ::spillway::detail::host_memory_bytes()) return;
+    const auto n = static_cast<std::size_t>(est);
+    try {
+      ready = std::async(std::launch::async, [this, n] {
+        try {
+          on_three_threads([&](int q) {
+            if (q == 0 && rows) ::spillway::detail::size_large(row, n);
+            if (q == 1) ::spillway::detail::size_large(col, n);
+            if (q == 2) ::spillway::detail::size_large(value, n);
+          });
+          size = n;
+          ok = true;
+        } catch (...) {
+          ok = false;  // collect sizes its own
+        }
+      });
+    } catch (...) {
+      // No thread to size them on: collect sizes its own.
+    }
+  }
+  /// Whether the vectors are sized to at least `all` (waits for the sizing thread).
+  bool holds(std::size_t all) {
+    if (!ready.valid()) return false;
+    ready.wait();
+    return ok && size >= all;
+  }
+};
+
 template <class V>
 struct threshold_sink : sink_base {
   threshold_options thr{};
   std::vector<strip_sparse<V>> strips;  // by strip index
+  /// Size the COO ahead while the products run (collect; the distributed job collects parts and
+  /// turns this off).
+  bool size_ahead = true;
+  /// The caller collects CSR (collect_csr): no row vector is sized ahead.
+  bool csr = false;
+  std::shared_ptr<sized_ahead<V>> ahead;
 
   threshold_sink() = default;
   explicit threshold_sink(const threshold_options& o) : thr(o) {}
@@ -60,6 +158,18 @@ struct threshold_sink : sink_base {
   template <class Job>
   void start(Job& job) {
     strips.assign(static_cast<std::size_t>(job.plan.strips), strip_sparse<V>{});
+    ahead.reset();
+    if constexpr (fused<Job>) {
+      if (!size_ahead) return;
+      ahead = std::make_shared<sized_ahead<V>>();
+      const std::int64_t n = job.prod.rows(false), nb = job.symmetric ? n : job.prod.rows(true);
+      for (std::int64_t I = 0; I < job.plan.strips; ++I) {
+        const std::int64_t r0 = I * job.plan.panel_rows, rows = std::min(job.plan.panel_rows, n - r0);
+        ahead->work_total += rows * (job.symmetric ? n - r0 : nb);
+      }
+      ahead->both = job.symmetric && thr.both_halves;
+      ahead->rows = !csr;
+    }
   }
   /// The strip's row offsets (P + 1 int64) come back through pinned staging.
   [[nodiscard]] std::vector<std::size_t> pinned_buffers(const pair_plan& p) const {
@@ -159,13 +269,14 @@ struct threshold_sink : sink_base {
     }
     const compact_area a = area_of(job.plan, slot, st.rows, st.cols);
     fetch(slot, total, out, reinterpret_cast<const std::int32_t*>(slot.device<V>(0)), a.cols, a.vals);
+    if (ahead) ahead->note(st.rows * st.cols, static_cast<std::int64_t>(total));
     return 8 + total * (8u + sizeof(V));
   }
   /// The entries of strips [first, last) (each pair once, as kept: no mirrored half), sorted by
   /// row, then column: a rank's share of the distributed job.
   template <class Job>
   coo_result<V> collect_strips(Job& job, std::size_t first, std::size_t last) {
-    if constexpr (fused<Job>) return collect_appended(job, first, last, false);
+    if constexpr (fused<Job>) return collect_appended(job, first, last, false, nullptr);
     coo_result<V> r;
     const std::int64_t P_ = job.plan.panel_rows;
     std::size_t total = 0;
@@ -185,15 +296,38 @@ struct threshold_sink : sink_base {
     }
     return r;
   }
+  /// A short row's m entries (distinct columns) sorted by column in place, values alongside.
+  static void sort_short_row(std::int64_t* col, V* value, std::size_t m) {
+    for (std::size_t x = 1; x < m; ++x) {
+      const std::int64_t c = col[x];
+      const V v = value[x];
+      std::size_t y = x;
+      for (; y > 0 && col[y - 1] > c; --y) {
+        col[y] = col[y - 1];
+        value[y] = value[y - 1];
+      }
+      col[y] = c;
+      value[y] = v;
+    }
+  }
   /// The appended entries of strips [first, last) as the COO sorted by row, then column (both halves: each
   /// pair (i, j), i ≠ j, also as (j, i)), in parallel: rows counted, placed, then each row's
-  /// entries sorted by column.
+  /// entries sorted by column. Into the vectors sized `ahead` where they hold the result.
   template <class Job>
-  coo_result<V> collect_appended(Job& job, std::size_t first, std::size_t last, bool both) {
+  coo_result<V> collect_appended(Job& job, std::size_t first, std::size_t last, bool both,
+                                 sized_ahead<V>* pre) {
+    std::vector<std::int64_t> start;
+    return assemble(job, first, last, both, pre, true, start);
+  }
+  /// collect_appended's work; `with_rows` false leaves the row vector empty (CSR: `start`, the
+  /// rows' first entries and the end, is its indptr).
+  template <class Job>
+  coo_result<V> assemble(Job& job, std::size_t first, std::size_t last, bool both, sized_ahead<V>* pre,
+                         bool with_rows, std::vector<std::int64_t>& start) {
     const std::int64_t P_ = job.plan.panel_rows;
     const std::int64_t n = job.prod.rows(false);
     const auto f0 = static_cast<std::int64_t>(first), ns = static_cast<std::int64_t>(last);
-    std::vector<std::int64_t> start(static_cast<std::size_t>(n) + 1, 0);
+    start.assign(static_cast<std::size_t>(n) + 1, 0);
 #pragma omp parallel for schedule(dynamic, 4)
     for (std::int64_t I = f0; I < ns; ++I) {
       const strip_sparse<V>& s = strips[static_cast<std::size_t>(I)];
@@ -210,32 +344,29 @@ struct threshold_sink : sink_base {
     for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) start[q + 1] += start[q];
     const auto all = static_cast<std::size_t>(start[static_cast<std::size_t>(n)]);
     coo_result<V> r;
-    std::vector<std::int64_t> fill;
-    // Sizing a vector writes (and first touches) all of it on one thread: the three one after
-    // another took ~0.3 s of a ChEMBL-size fingerprint search (30 M entries, 600 MB); each sizes on
-    // a thread of its own. An allocation that fails is rethrown here (an exception must not leave
-    // an OpenMP section).
-    std::exception_ptr failed[4];
-    const auto sized = [&failed](int q, auto&& f) {
-      try {
-        f();
-      } catch (...) {
-        failed[q] = std::current_exception();
+    if (pre != nullptr && pre->holds(all) && (pre->rows || !with_rows)) {
+      r.row = std::move(pre->row);
+      r.col = std::move(pre->col);
+      r.value = std::move(pre->value);
+      r.row.resize(with_rows ? all : 0);
+      r.col.resize(all);
+      r.value.resize(all);
+      ::spillway::detail::release_unused(r.row);
+      ::spillway::detail::release_unused(r.col);
+      ::spillway::detail::release_unused(r.value);
+    } else {
+      if (pre != nullptr) {
+        pre->row = {};
+        pre->col = {};
+        pre->value = {};
       }
-    };
-#pragma omp parallel sections num_threads(4)
-    {
-#pragma omp section
-      sized(0, [&] { r.row.resize(all); });
-#pragma omp section
-      sized(1, [&] { r.col.resize(all); });
-#pragma omp section
-      sized(2, [&] { r.value.resize(all); });
-#pragma omp section
-      sized(3, [&] { fill.assign(start.begin(), start.end() - 1); });
+      on_three_threads([&](int q) {
+        if (q == 0) ::spillway::detail::size_large(r.row, with_rows ? all : 0);
+        if (q == 1) ::spillway::detail::size_large(r.col, all);
+        if (q == 2) ::spillway::detail::size_large(r.value, all);
+      });
     }
-    for (const std::exception_ptr& e : failed)
-      if (e) std::rethrow_exception(e);
+    std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
 #pragma omp parallel for schedule(dynamic, 4)
     for (std::int64_t I = f0; I < ns; ++I) {
       const strip_sparse<V>& s = strips[static_cast<std::size_t>(I)];
@@ -254,6 +385,9 @@ struct threshold_sink : sink_base {
         }
       }
     }
+    // Each row's entries by column: insertion sort in place for short rows (no allocation), a
+    // sort of (column, value) pairs for long ones; an allocation that fails is rethrown here.
+    std::exception_ptr failed;
 #pragma omp parallel
     {
       std::vector<std::pair<std::int64_t, V>> row;
@@ -261,12 +395,20 @@ struct threshold_sink : sink_base {
       for (std::int64_t q = 0; q < n; ++q) {
         const auto b = static_cast<std::size_t>(start[static_cast<std::size_t>(q)]);
         const auto e = static_cast<std::size_t>(start[static_cast<std::size_t>(q) + 1]);
-        for (std::size_t x = b; x < e; ++x) r.row[x] = q;
-        bool sorted = true;
-        for (std::size_t x = b + 1; x < e && sorted; ++x) sorted = r.col[x - 1] < r.col[x];
-        if (sorted) continue;
-        row.clear();
-        for (std::size_t x = b; x < e; ++x) row.emplace_back(r.col[x], r.value[x]);
+        if (with_rows)
+          for (std::size_t x = b; x < e; ++x) r.row[x] = q;
+        if (e - b <= 32) {
+          sort_short_row(r.col.data() + b, r.value.data() + b, e - b);
+          continue;
+        }
+        try {
+          row.clear();
+          for (std::size_t x = b; x < e; ++x) row.emplace_back(r.col[x], r.value[x]);
+        } catch (...) {
+#pragma omp critical(spillway_threshold_collect)
+          if (!failed) failed = std::current_exception();
+          continue;
+        }
         std::sort(row.begin(), row.end(), [](const auto& u, const auto& w) { return u.first < w.first; });
         for (std::size_t x = b; x < e; ++x) {
           r.col[x] = row[x - b].first;
@@ -274,14 +416,33 @@ struct threshold_sink : sink_base {
         }
       }
     }
+    if (failed) std::rethrow_exception(failed);
     return r;
+  }
+  /// The result as CSR over the job's rows x columns (`csr` set before the job: nothing is sized
+  /// for a row vector); a job that does not append assembles its COO and converts it.
+  template <class Job>
+  csr_result<V> collect_csr(Job& job) {
+    const std::int64_t n = job.prod.rows(false), cols = job.symmetric ? n : job.prod.rows(true);
+    if constexpr (fused<Job>) {
+      csr_result<V> c;
+      c.rows = n;
+      c.cols = cols;
+      coo_result<V> r =
+          assemble(job, 0, strips.size(), job.symmetric && thr.both_halves, ahead.get(), false, c.indptr);
+      c.col = std::move(r.col);
+      c.value = std::move(r.value);
+      return c;
+    } else {
+      return to_csr(collect(job), n, cols);
+    }
   }
   /// The COO sorted by row, then column (A·Aᵀ with both_halves: row i's mirrored entries j < i
   /// first, then its own, each ascending).
   template <class Job>
   coo_result<V> collect(Job& job) {
     if constexpr (fused<Job>)
-      return collect_appended(job, 0, strips.size(), job.symmetric && thr.both_halves);
+      return collect_appended(job, 0, strips.size(), job.symmetric && thr.both_halves, ahead.get());
     if (!(job.symmetric && thr.both_halves)) return collect_strips(job, 0, strips.size());
     coo_result<V> r;
     const std::int64_t P_ = job.plan.panel_rows;
