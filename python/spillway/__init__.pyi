@@ -94,8 +94,10 @@ def gram(
     report: Optional[Dict[str, Any]] = None,
     return_report: bool = False,
     max_panel_rows: int = 0,
+    format: Literal["coo", "csr"] = "coo",
 ) -> Any:
-    """full/triangle/condensed: an array; topk: (values, indices); threshold: scipy.sparse.coo_array;
+    """full/triangle/condensed: an array; topk: (values, indices); threshold: scipy.sparse.coo_array
+    (csr_array with format="csr");
     with return_report=True: (that, Report). NumPy for host input, the input's framework for device
     input."""
 
@@ -131,8 +133,10 @@ def similarity(
     report: Optional[Dict[str, Any]] = None,
     return_report: bool = False,
     max_panel_rows: int = 0,
+    format: Literal["coo", "csr"] = "coo",
 ) -> Any:
-    """As gram: an array, (values, indices), a scipy.sparse.coo_array, or (that, Report)."""
+    """As gram: an array, (values, indices), a scipy.sparse.coo_array (csr_array with
+    format="csr"), or (that, Report)."""
 
 @overload
 def matmul(

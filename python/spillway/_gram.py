@@ -225,6 +225,7 @@ def gram(
     report: Optional[dict] = None,
     return_report: bool = False,
     max_panel_rows: int = 0,
+    format: str = "coo",
     _host_block_rows: int = 0,
 ):
     """The Gram matrix A·Aᵀ (or A·Bᵀ) of 0/1 data, on the b1 tensor cores, out of core.
@@ -242,6 +243,8 @@ def gram(
         index; -1 pads a short row) or "threshold" (``scipy.sparse.coo_array`` of the entries
         >= threshold, <= for Hamming; upper triangle unless ``both_halves``).
     k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
+    format : sink="threshold": "coo" (``scipy.sparse.coo_array``, the default) or "csr"
+        (``scipy.sparse.csr_array``, assembled as CSR by the job: no row array is made).
     budget : device memory per GPU ("8GiB", bytes, or None — the default, as every call's — for
         80% of the least free memory over the GPUs used): A and C are streamed in row strips to
         stay inside it.
@@ -271,7 +274,7 @@ def gram(
     choice("gram", "metric", metric, METRICS)
     choice("gram", "sink", sink, SINKS)
     _check_sink_args("gram", sink, k, threshold, b is not None)
-    coo_array = _scipy_coo("gram") if sink == "threshold" else None
+    sparse = _sparse_format("gram", sink, format)
     budget_bytes = _budget_bytes(budget)
     devs = [] if devices is None else [int(d) for d in devices]
 
@@ -303,16 +306,16 @@ def gram(
         lambda bar: _core._gram(a_bits, b_bits, metric, sink, int(k or 0), float(threshold or 0.0),
                                 bool(include_diagonal), bool(both_halves), budget_bytes, devs, bool(host_fallback),
                                 int(max_panel_rows), int(_host_block_rows), float(jaccard_empty),
-                                float(cosine_zero), bar),
+                                float(cosine_zero), bar, sparse is not None and format == "csr"),
         progress, f"spillway.gram {sink}", report)
-    out = _pairwise_out(res, sink, a_bits.rows, a_bits.rows if b_bits is None else b_bits.rows, da, coo_array,
+    out = _pairwise_out(res, sink, a_bits.rows, a_bits.rows if b_bits is None else b_bits.rows, da, sparse,
                         "spillway.gram", "tasks")
     return deliver(out, res["report"], None, return_report)
 
 
-def _pairwise_out(res, sink: str, n: int, m: int, da, coo_array, who: str, unit: str):
+def _pairwise_out(res, sink: str, n: int, m: int, da, sparse, who: str, unit: str):
     """A pairwise job's result from the binding's dict: (values, indices) for top-k, a SciPy COO
-    array for threshold, the values for dense sinks; the top-k lists of device input (``da``) as
+    or CSR array (``sparse``, the class) for threshold, the values for dense sinks; the top-k lists of device input (``da``) as
     arrays of its framework. Raises Cancelled, carrying the partial result, when the
     job was cancelled."""
     rep = res["report"]
@@ -321,7 +324,10 @@ def _pairwise_out(res, sink: str, n: int, m: int, da, coo_array, who: str, unit:
         if da is not None:
             out = (_arrays.from_numpy_like(da, out[0]), _arrays.from_numpy_like(da, out[1]))
     elif sink == "threshold":
-        out = coo_array((res["values"], (res["rows"], res["cols"])), shape=(n, m))
+        if "indptr" in res:
+            out = sparse((res["values"], res["cols"], res["indptr"]), shape=(n, m))
+        else:
+            out = sparse((res["values"], (res["rows"], res["cols"])), shape=(n, m))
     else:
         out = res["values"]
     if res["interrupted"] or rep["cancelled"]:
@@ -334,13 +340,20 @@ def _pairwise_out(res, sink: str, n: int, m: int, da, coo_array, who: str, unit:
     return out
 
 
-def _scipy_coo(who: str = "gram"):
+def _sparse_format(who: str, sink: str, format):
+    """The SciPy array class a threshold sink returns for ``format`` ("coo" or "csr"), None for the
+    other sinks (which take only the default "coo")."""
+    choice(who, "format", format, ("coo", "csr"))
+    if sink != "threshold":
+        if format != "coo":
+            raise ValueError(f"{who}: format is for sink='threshold'; got format={format!r} with sink={sink!r}")
+        return None
     try:
-        from scipy.sparse import coo_array
+        from scipy.sparse import coo_array, csr_array
     except ImportError as e:  # SciPy is optional: only the threshold sink needs it
-        raise ImportError(f"{who}: sink='threshold' returns a scipy.sparse.coo_array; install SciPy "
+        raise ImportError(f"{who}: sink='threshold' returns a scipy.sparse.{format}_array; install SciPy "
                           "(pip install scipy) or use sink='topk' / 'full'") from e
-    return coo_array
+    return csr_array if format == "csr" else coo_array
 
 
 def _gram_device_dense(a, b, metric, sink, stream, nonzero_as_one, jaccard_empty, cosine_zero):

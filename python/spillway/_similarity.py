@@ -9,7 +9,7 @@ import numpy as np
 from . import _arrays, _core
 from ._checks import choice, same_place
 from ._errors import DTypeError, warn_host_fallback
-from ._gram import SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld, _scipy_coo
+from ._gram import SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld, _sparse_format
 from ._progress import run_with_progress
 from ._report import deliver
 
@@ -88,6 +88,7 @@ def similarity(
     report: Optional[dict] = None,
     return_report: bool = False,
     max_panel_rows: int = 0,
+    format: str = "coo",
     _host_block_rows: int = 0,
     _register: bool = True,
 ):
@@ -112,6 +113,8 @@ def similarity(
         itself excluded unless ``include_diagonal``) or "threshold" (``scipy.sparse.coo_array`` of
         the pairs >= threshold, <= for Euclidean; upper triangle unless ``both_halves``).
     k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
+    format : sink="threshold": "coo" (``scipy.sparse.coo_array``, the default) or "csr"
+        (``scipy.sparse.csr_array``).
     budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
     devices : GPU ordinals (default: all visible; device input runs on its own GPU). The top-k of
         bf16 / float16 / TF32 rows on Hopper (the fused job) runs on the GPUs named, each with
@@ -141,7 +144,7 @@ def similarity(
     choice("similarity", "metric", metric, METRICS)
     choice("similarity", "sink", sink, SINKS)
     _check_sink_args("similarity", sink, k, threshold, b is not None)
-    coo_array = _scipy_coo("similarity") if sink == "threshold" else None
+    sparse = _sparse_format("similarity", sink, format)
     budget_bytes = _budget_bytes(budget, "similarity")
     devs = [] if devices is None else [int(d) for d in devices]
 
@@ -187,9 +190,9 @@ def similarity(
                                       float(threshold or 0.0), bool(include_diagonal), bool(both_halves),
                                       float(cosine_zero), bool(tf32), bool(check_finite), budget_bytes, devs,
                                       bool(host_fallback), int(max_panel_rows), int(_host_block_rows), bool(_register),
-                                      device, strm, bar),
+                                      device, strm, bar, sparse is not None and format == "csr"),
         progress, f"spillway.similarity {sink}", report)
     if sink not in ("topk", "threshold") and da is not None:  # dense results of device input, on its GPU
         res["values"] = _arrays.from_numpy_like(da, res["values"])
-    out = _pairwise_out(res, sink, n, n if b is None else b_rows, da, coo_array, "spillway.similarity", "strips")
+    out = _pairwise_out(res, sink, n, n if b is None else b_rows, da, sparse, "spillway.similarity", "strips")
     return deliver(out, res["report"], None, return_report)

@@ -65,6 +65,15 @@ gram_result run_gram_on_gpu(const gram::bit_matrix_view& a, const gram::bit_matr
       gram::threshold_options t{r.threshold, r.both_halves, r.include_diagonal};
       gram::gram_report gr;
       o.report = &gr;
+      if (r.csr) {  // assembled as CSR: no row vector
+        auto c = b ? gram::gram_threshold_csr<V>(a, *b, t, o) : gram::gram_threshold_csr<V>(a, t, o);
+        rep = gr.job;
+        out.values = own_vector(std::move(c.value));
+        out.rows = own_vector(std::move(c.indptr));
+        out.cols = own_vector(std::move(c.col));
+        out.indptr = true;
+        break;
+      }
       auto c = b ? gram::gram_threshold<V>(a, *b, t, o) : gram::gram_threshold<V>(a, t, o);
       rep = gr.job;
       out.values = own_vector(std::move(c.value));

@@ -69,6 +69,7 @@ struct gram_request {
   bool host_fallback = false;    ///< with no GPU: run the host implementation in row blocks
   std::int64_t max_panel_rows = 0;
   std::int64_t host_block_rows = 0;  ///< 0: automatic
+  bool csr = false;                  ///< threshold: CSR straight from the GPU job (gram_threshold_csr)
 };
 
 struct gram_result {
@@ -76,6 +77,7 @@ struct gram_result {
   owned_buffer values;   ///< dense: the layout's elements; top-k: rows x k; threshold: nnz
   owned_buffer indices;  ///< top-k: rows x k int64
   owned_buffer rows, cols;  ///< threshold: int64 each
+  bool indptr = false;      ///< threshold: `rows` is the CSR's indptr (rows + 1), not each entry's row
 };
 
 /// A·Aᵀ (b null) or A·Bᵀ of host bit matrices, on the GPUs (out of core) or, with no GPU and

@@ -314,10 +314,31 @@ sp::gram_request make_request(const std::string& metric, const std::string& sink
   return r;
 }
 
-/// A pairwise job's result as {"values", ["indices" | "rows", "cols"], "report", "interrupted"}:
-/// dense layouts, top-k lists (n x k) or threshold COO; values float32 or int32.
-nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std::size_t n, std::size_t m, int k,
-                     bool interrupted) {
+/// A threshold result's COO rows (sorted, as every threshold result is) as the CSR's indptr over n rows.
+sp::owned_buffer indptr_of_rows(const sp::owned_buffer& rows, std::size_t n) {
+  std::vector<std::int64_t> indptr(n + 1, 0);
+  const auto* r = static_cast<const std::int64_t*>(rows.data);
+  for (std::size_t e = 0; e < rows.count; ++e) {
+    if (r[e] < 0 || static_cast<std::size_t>(r[e]) >= n || (e > 0 && r[e] < r[e - 1])) {
+      throw sp_logic("threshold result: entry " + std::to_string(e) + " of row " + std::to_string(r[e]) +
+                     " is outside the " + std::to_string(n) + " rows or out of order");
+    }
+    ++indptr[static_cast<std::size_t>(r[e]) + 1];
+  }
+  for (std::size_t q = 0; q < n; ++q) indptr[q + 1] += indptr[q];
+  auto h = std::make_shared<std::vector<std::int64_t>>(std::move(indptr));
+  sp::owned_buffer b;
+  b.data = h->data();
+  b.count = h->size();
+  b.holder = std::move(h);
+  return b;
+}
+
+/// A pairwise job's result as {"values", ["indices" | "rows" | "indptr", "cols"], "report",
+/// "interrupted"}: dense layouts, top-k lists (n x k) or the threshold entries as COO (rows) or,
+/// with `csr`, CSR (indptr); values float32 or int32.
+nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std::size_t n, std::size_t m,
+                     int k, bool interrupted, bool csr = false) {
   const auto v1 = [&](sp::owned_buffer b) {
     return float_values ? numpy_1d<float>(std::move(b)) : numpy_1d<std::int32_t>(std::move(b));
   };
@@ -337,7 +358,12 @@ nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std
     }
     case sp::sink::threshold:
       d["values"] = v1(std::move(res.values));
-      d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
+      if (csr) {
+        if (!res.indptr) res.rows = indptr_of_rows(res.rows, n);
+        d["indptr"] = numpy_1d<std::int64_t>(std::move(res.rows));
+      } else {
+        d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
+      }
       d["cols"] = numpy_1d<std::int64_t>(std::move(res.cols));
       break;
   }
@@ -348,12 +374,14 @@ nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std
 
 /// The host-input Gram job (see result_dict).
 nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric,
-                         const std::string& sink, int k, double threshold, bool include_diagonal, bool both_halves,
-                         std::size_t budget, const std::vector<int>& devices, bool host_fallback,
-                         std::int64_t max_panel_rows, std::int64_t host_block_rows, float jaccard_empty,
-                         float cosine_zero, const nb::object& progress) {
-  const sp::gram_request r = make_request(metric, sink, k, threshold, include_diagonal, both_halves, budget, devices,
-                                          host_fallback, max_panel_rows, host_block_rows, jaccard_empty, cosine_zero);
+                         const std::string& sink, int k, double threshold, bool include_diagonal,
+                         bool both_halves, std::size_t budget, const std::vector<int>& devices,
+                         bool host_fallback, std::int64_t max_panel_rows, std::int64_t host_block_rows,
+                         float jaccard_empty, float cosine_zero, const nb::object& progress, bool csr) {
+  sp::gram_request r =
+      make_request(metric, sink, k, threshold, include_diagonal, both_halves, budget, devices, host_fallback,
+                   max_panel_rows, host_block_rows, jaccard_empty, cosine_zero);
+  r.csr = csr && r.kind == sp::sink::threshold;
   if (b != nullptr && (r.kind == sp::sink::triangle || r.kind == sp::sink::condensed)) {
     throw sp_logic("gram: sink '" + sink + "' is a layout of the symmetric A·Aᵀ; with b given use 'full', 'topk' or 'threshold'");
   }
@@ -363,7 +391,7 @@ nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const
   sp::gram_result res;
   const bool interrupted = run_polled([&] { res = sp::run_gram(av, b ? &bv : nullptr, r, p); }, p, progress);
   return result_dict(r.kind, r.float_values, res, static_cast<std::size_t>(a.rows()),
-                     static_cast<std::size_t>(b ? b->rows() : a.rows()), r.k, interrupted);
+                     static_cast<std::size_t>(b ? b->rows() : a.rows()), r.k, interrupted, r.csr);
 }
 
 // ---- similarity ----------------------------------------------------------------------------------
@@ -377,13 +405,14 @@ char similarity_metric_code(const std::string& s) {
 
 /// A·Aᵀ (b == 0) or A·Bᵀ similarities of row-major rows at the given addresses (host memory, or
 /// `device`'s memory with device >= 0; the Python side keeps the arrays alive and checks shapes).
-nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::uintptr_t b,
-                        std::int64_t b_rows, std::int64_t b_ld, const std::string& dtype, const std::string& metric,
-                        const std::string& sink, int k, double threshold, bool include_diagonal, bool both_halves,
-                        float cosine_zero, bool tf32, bool check_finite, std::size_t budget,
-                        const std::vector<int>& devices, bool host_fallback, std::int64_t max_panel_rows,
-                        std::int64_t host_block_rows, bool register_host, int device, std::uintptr_t stream,
-                        const nb::object& progress) {
+nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                        std::uintptr_t b, std::int64_t b_rows, std::int64_t b_ld, const std::string& dtype,
+                        const std::string& metric, const std::string& sink, int k, double threshold,
+                        bool include_diagonal, bool both_halves, float cosine_zero, bool tf32,
+                        bool check_finite, std::size_t budget, const std::vector<int>& devices,
+                        bool host_fallback, std::int64_t max_panel_rows, std::int64_t host_block_rows,
+                        bool register_host, int device, std::uintptr_t stream, const nb::object& progress,
+                        bool csr) {
   sp::similarity_request r;
   if (dtype != "f" && dtype != "h" && dtype != "b") throw dtype_error("similarity: element type code must be f, h or b");
   r.dtype = dtype[0];
@@ -411,8 +440,9 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
   sp::gram_result res;
   const bool interrupted = run_polled(
       [&] { res = sp::run_similarity(ma, b != 0 ? &mb : nullptr, r, p, device, stream); }, p, progress);
-  return result_dict(r.kind, true, res, static_cast<std::size_t>(rows), static_cast<std::size_t>(b != 0 ? b_rows : rows),
-                     r.k, interrupted);
+  return result_dict(r.kind, true, res, static_cast<std::size_t>(rows),
+                     static_cast<std::size_t>(b != 0 ? b_rows : rows), r.k, interrupted,
+                     csr && r.kind == sp::sink::threshold);
 }
 
 // ---- matmul --------------------------------------------------------------------------------------
@@ -924,10 +954,11 @@ NB_MODULE(_core, m) {
   m.def("_matmul_device", &matmul_device, "a"_a, "b"_a, "c"_a, "m"_a, "k"_a, "n"_a, "strides"_a, "dtype"_a,
         "out_dtype"_a, "alpha"_a, "beta"_a, "tf32"_a, "device"_a, "stream"_a, "scale_a"_a = 1.0,
         "scale_b"_a = 1.0, "fp8_fast"_a = false);
-  m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a, "dtype"_a,
-        "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a, "cosine_zero"_a, "tf32"_a,
-        "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a,
-        "register_host"_a, "device"_a, "stream"_a, "progress"_a.none());
+  m.def("_similarity", &similarity_job, "a"_a, "rows"_a, "cols"_a, "ld"_a, "b"_a, "b_rows"_a, "b_ld"_a,
+        "dtype"_a, "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a,
+        "cosine_zero"_a, "tf32"_a, "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a,
+        "max_panel_rows"_a, "host_block_rows"_a, "register_host"_a, "device"_a, "stream"_a,
+        "progress"_a.none(), "csr"_a = false);
   m.def(
       "_bench_cpp_similarity_topk",
       [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, const std::string& dtype, int k,
@@ -963,16 +994,18 @@ NB_MODULE(_core, m) {
 
   m.def(
       "_gram",
-      [](const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric, const std::string& sink, int k,
-         double threshold, bool include_diagonal, bool both_halves, std::size_t budget, const std::vector<int>& devices,
-         bool host_fallback, std::int64_t max_panel_rows, std::int64_t host_block_rows, float jaccard_empty,
-         float cosine_zero, const nb::object& progress) {
-        return gram_host_input(a, b, metric, sink, k, threshold, include_diagonal, both_halves, budget, devices,
-                               host_fallback, max_panel_rows, host_block_rows, jaccard_empty, cosine_zero, progress);
+      [](const sg::bit_matrix& a, const sg::bit_matrix* b, const std::string& metric, const std::string& sink,
+         int k, double threshold, bool include_diagonal, bool both_halves, std::size_t budget,
+         const std::vector<int>& devices, bool host_fallback, std::int64_t max_panel_rows,
+         std::int64_t host_block_rows, float jaccard_empty, float cosine_zero, const nb::object& progress,
+         bool csr) {
+        return gram_host_input(a, b, metric, sink, k, threshold, include_diagonal, both_halves, budget,
+                               devices, host_fallback, max_panel_rows, host_block_rows, jaccard_empty,
+                               cosine_zero, progress, csr);
       },
       "a"_a, "b"_a.none(), "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a,
       "budget"_a, "devices"_a, "host_fallback"_a, "max_panel_rows"_a, "host_block_rows"_a, "jaccard_empty"_a,
-      "cosine_zero"_a, "progress"_a.none());
+      "cosine_zero"_a, "progress"_a.none(), "csr"_a = false);
 
   m.def(
       "_gram_device",

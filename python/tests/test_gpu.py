@@ -68,6 +68,12 @@ def test_topk_and_threshold_on_gpu(gpu, rng, metric):
     np.testing.assert_array_equal(m.row, r)
     np.testing.assert_array_equal(m.col, c)
     np.testing.assert_array_equal(m.data, v)
+    # As CSR straight from the job (gram_threshold_csr): the same entries.
+    s = g(a, metric=metric, sink="threshold", threshold=t, both_halves=True, max_panel_rows=64, format="csr")
+    assert s.format == "csr" and s.shape == (500, 500)
+    np.testing.assert_array_equal(s.indptr, np.searchsorted(r, np.arange(501)))
+    np.testing.assert_array_equal(s.indices, c)
+    np.testing.assert_array_equal(s.data, v)
 
 
 def test_a_times_b_on_gpu(gpu, rng):

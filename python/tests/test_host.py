@@ -305,6 +305,32 @@ def test_threshold(rng, metric, t, both_halves, include_diagonal):
     np.testing.assert_array_equal(m.data, v)
 
 
+@pytest.mark.parametrize("both_halves", [False, True])
+def test_threshold_as_csr(rng, both_halves):
+    # format="csr": the same entries as the COO, as SciPy's CSR (indptr over every row, columns
+    # ascending); A·Bᵀ over rows(A) x rows(B).
+    from scipy.sparse import csr_array
+
+    a = random01(rng, 70, 90)
+    coo = quiet_gram(a, metric="jaccard", sink="threshold", threshold=0.25, both_halves=both_halves,
+                     _host_block_rows=9)
+    m = quiet_gram(a, metric="jaccard", sink="threshold", threshold=0.25, both_halves=both_halves,
+                   format="csr", _host_block_rows=9)
+    assert isinstance(m, csr_array) and m.shape == (70, 70) and m.has_sorted_indices
+    want = coo.tocsr()
+    np.testing.assert_array_equal(m.indptr, want.indptr)
+    np.testing.assert_array_equal(m.indices, want.indices)
+    np.testing.assert_array_equal(m.data, want.data)
+    assert m.nnz > 50
+    b = random01(rng, 12, 90)
+    mb = quiet_gram(a, b, sink="threshold", threshold=20, format="csr")
+    r, c, v = reference_threshold(reference(a, b, "counts"), 20, True, False, False, False)
+    assert isinstance(mb, csr_array) and mb.shape == (70, 12) and mb.nnz == len(r) > 0
+    np.testing.assert_array_equal(mb.tocoo().row, r)
+    np.testing.assert_array_equal(mb.indices, c)
+    np.testing.assert_array_equal(mb.data, v)
+
+
 def test_threshold_of_a_times_b(rng):
     a = random01(rng, 33, 64)
     b = random01(rng, 12, 64)
@@ -352,6 +378,8 @@ def test_report_is_filled(rng):
         (dict(k=3), "k is for sink='topk'"),
         (dict(sink="threshold"), "needs threshold"),
         (dict(threshold=0.5), "threshold is for sink='threshold'"),
+        (dict(sink="threshold", threshold=1, format="csc"), "format must be one of 'coo', 'csr'; got 'csc'"),
+        (dict(sink="topk", k=2, format="csr"), "format is for sink='threshold'"),
         (dict(budget="eight gigs"), "is not a byte size"),
         (dict(budget=0), "positive byte count"),
         (dict(stream=5), "stream= orders device input"),

@@ -215,6 +215,18 @@ def test_threshold_against_float64(rng, metric, both_halves):
         assert keep == {(y, x) for x, y in keep}
 
 
+def test_threshold_as_csr(rng):
+    # format="csr": the entries of the COO, as SciPy's CSR (host and GPU alike).
+    a = rows(rng, 150, 24, "float32")
+    coo = sim(a, sink="threshold", threshold=0.3, both_halves=True, max_panel_rows=32)
+    m = sim(a, sink="threshold", threshold=0.3, both_halves=True, max_panel_rows=32, format="csr")
+    assert m.format == "csr" and m.shape == (150, 150) and m.has_sorted_indices and m.nnz > 100
+    want = coo.tocsr()
+    np.testing.assert_array_equal(m.indptr, want.indptr)
+    np.testing.assert_array_equal(m.indices, want.indices)
+    np.testing.assert_array_equal(m.data, want.data)
+
+
 # ---- refusals -----------------------------------------------------------------------------------
 
 
@@ -244,6 +256,8 @@ def test_nan_and_infinite_rows_are_refused_by_row(rng):
         (dict(k=3), ValueError, "k is for sink='topk'"),
         (dict(sink="threshold"), ValueError, "needs threshold"),
         (dict(sink="threshold", threshold=float("nan")), ValueError, "finite"),
+        (dict(sink="threshold", threshold=0.5, format="dense"), ValueError, "format must be one of"),
+        (dict(sink="full", format="csr"), ValueError, "format is for sink='threshold'"),
         (dict(tf32=True, _dtype="float16"), ValueError, "tf32=True is for float32"),
         (dict(budget=-1), ValueError, "positive byte count"),
         (dict(stream=0), ValueError, "stream= orders device input"),
