@@ -323,8 +323,8 @@ def test_threshold_as_csr(rng, both_halves):
     np.testing.assert_array_equal(m.data, want.data)
     assert m.nnz > 50
     b = random01(rng, 12, 90)
-    mb = quiet_gram(a, b, sink="threshold", threshold=20, format="csr")
-    r, c, v = reference_threshold(reference(a, b, "counts"), 20, True, False, False, False)
+    mb = quiet_gram(a, b, sink="threshold", threshold=12, format="csr")
+    r, c, v = reference_threshold(reference(a, b, "counts"), 12, True, False, False, False)
     assert isinstance(mb, csr_array) and mb.shape == (70, 12) and mb.nnz == len(r) > 0
     np.testing.assert_array_equal(mb.tocoo().row, r)
     np.testing.assert_array_equal(mb.indices, c)
