@@ -32,6 +32,9 @@
 #                                              on GPUs 0,1; 10^7 x 768 on GPUs 0,1 (the median of KNN_SCALE_REPEAT
 #                                              = 3 calls after a warm-up, ~5.5 min; 1: one cold call with phases;
 #                                              KNN_SCALE_ROWS, KNN_CLUSTER_ROWS); sampled rows checked, phases
+#   scripts/gpu-check.sh fingerprints           (GPU machine) issue 34's ChEMBL-size search: spillway-gram --fingerprints
+#                                              1940000 (FP_ROWS), Tanimoto >= 0.7, both halves, as CSR (--csr, the .npz
+#                                              read back by SciPy) and as COO, medians of 3 after a warm-up
 #   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
 #                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
 #                                              under jax.vmap, same problem) in one call
@@ -385,6 +388,26 @@ run_mpi_bench() {
 # Issue 11's all-pairs row: 10^6 x 768 bf16 rows, top-32 cosine, 8 GiB budget, spillway-knn three
 # times (and once each with pageable and staged rows) against the PyTorch blocked baseline (benchmarks/knn_torch_baseline.py) in the same call,
 # on the same rows (the script writes them; KNN_ROWS to shrink, KNN_FILE for where).
+run_fingerprints() {
+  # Issue 34's ChEMBL-size search: Tanimoto >= 0.7 over FP_ROWS (1.94 M) clustered 2,048-bit
+  # fingerprints, both halves, as CSR in host memory (gram_threshold_csr), then as COO; medians of 3
+  # after a warm-up; sampled rows against the host; the .npz read back by SciPy where it is there.
+  local rows=${FP_ROWS:-1940000} log f=/tmp/spillway_fp.npz form
+  for form in csr coo; do
+    log="$RESULTS/fingerprints_$form.log"
+    local extra=()
+    [[ $form == csr ]] && extra=(--csr "$f")
+    timeout "${BENCH_TIMEOUT:-400}" "$GPUBIN/spillway-gram" --fingerprints "$rows" --epilogue jaccard --sink threshold \
+      --threshold 0.7 --both-halves --repeat 3 --profile --samples 2000 "${extra[@]}" >"$log" 2>&1 || status=1
+    grep -q '^check: sampled entries match' "$log" || { status=1; tail -5 "$log"; }
+    summary+=("$(printf '%-34s %s' "fingerprints $form" "$(tr '\r' '\n' <"$log" | grep -E 'computed' | sed 's/ (1.*//') | $(tr '\r' '\n' <"$log" | grep -E '^threshold' | sed 's/ (mean.*//')")")
+  done
+  if python3 -c "import scipy.sparse" 2>/dev/null; then
+    summary+=("$(printf '%-34s %s' "fingerprints .npz (SciPy)" "$(python3 -c "import scipy.sparse as sp; m = sp.load_npz('$f'); print(m.shape, m.nnz, 'symmetric', (m != m.T).nnz == 0, 'sorted', m.has_sorted_indices)")")")
+  fi
+  rm -f "$f"
+}
+
 run_knn() {
   local rows=${KNN_ROWS:-1000000} f=${KNN_FILE:-/tmp/spillway_knn_emb.npy} log="$RESULTS/knn.log" r
   if ! python3 benchmarks/knn_torch_baseline.py --rows "$rows" --dim 768 --k 32 --out "$f" >"$log" 2>&1; then
@@ -532,6 +555,7 @@ case $mode in
   python-bench) run_python bench ;;
   python-wheel) run_python_wheel ;;
   knn) run_knn ;;
+  fingerprints) run_fingerprints ;;
   knn-scale) run_knn_scale ;;
   ode-baseline) run_ode_baseline ;;
   gemm-alt) run_gemm_alternations ;;
@@ -541,7 +565,7 @@ case $mode in
     run_bench
     ;;
   *)
-    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn-mpi|knn|knn-scale|ode-baseline|gemm-alt|all [...]" >&2
+    echo "usage: $0 pack|tests|sanitizer|bench|python|python-bench|python-wheel|mpi|mpi-bench|knn-mpi|knn|knn-scale|fingerprints|ode-baseline|gemm-alt|all [...]" >&2
     exit 2
     ;;
 esac
