@@ -29,6 +29,7 @@ namespace {
 
 struct args {
   std::string input, raw, output, csr, packed;  // packed: "" (0/1 bytes), "big" or "little"
+  std::string save_input;                       // --fingerprints: the rows as np.packbits writes them
   std::int64_t rows = 2000, cols = 5000;
   bool cols_given = false;
   std::int64_t fingerprints = 0;  // > 0: that many random clustered fingerprints
@@ -61,6 +62,9 @@ void print_usage(std::FILE* f) {
       "                         set, clusters of 40 around a centroid, so that cluster mates score\n"
       "                         Tanimoto ~0.7 (seeded by --seed; the threshold sink reports the mean\n"
       "                         neighbours per row)\n"
+      "  --save-input F.npy     --fingerprints: also write them, packed 8 bits a byte (np.packbits order),\n"
+      "                         as a rows x bytes uint8 .npy (N a multiple of 40: the first N rows of a\n"
+      "                         larger set of the same seed)\n"
       "  --nonzero-as-one       any nonzero byte counts as 1 (default: values other than 0/1 are an error)\n"
       "  --packed ORDER         --input holds rows packed 8 bits a byte, as np.packbits(a, axis=1,\n"
       "                         bitorder=ORDER) writes them (big | little; fingerprints); --cols C: the\n"
@@ -126,6 +130,7 @@ args parse(int argc, char** argv) {
       a.packed = val();
       if (a.packed != "big" && a.packed != "little") usage(("--packed: big or little, got '" + a.packed + "'").c_str());
     } else if (k == "--csr") a.csr = val();
+    else if (k == "--save-input") a.save_input = val();
     else if (k == "--fingerprints") a.fingerprints = std::atoll(val().c_str());
     else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--density") a.density = std::atof(val().c_str());
@@ -154,6 +159,7 @@ args parse(int argc, char** argv) {
     usage("--csr and --output: give one (the CSR or the COO's .npy files)");
   if (!a.packed.empty() && a.input.empty()) usage("--packed describes --input: give --input PACKED.npy");
   if (a.fingerprints < 0) usage("--fingerprints must be >= 1");
+  if (!a.save_input.empty() && a.fingerprints == 0) usage("--save-input writes generated fingerprints: give --fingerprints N");
   if (a.repeat < 1) usage("--repeat must be >= 1");
   if (a.fingerprints > 0) {
     if (!a.input.empty() || !a.raw.empty()) usage("--fingerprints is an input of its own: drop --input / --raw");
@@ -211,6 +217,7 @@ sg::bit_matrix load(args& a) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::uint8_t> fp = fingerprints(a.rows, a.cols, a.seed);
     sg::bit_matrix m = sg::from_packed_bytes(fp.data(), a.rows, a.cols, sg::bit_order::big);
+    if (!a.save_input.empty()) spillway::io::write_npy(a.save_input, fp.data(), {a.rows, (a.cols + 7) / 8});
     std::printf("input: %ld random clustered fingerprints of %ld bits, seed %llu, made in %.3f s\n", a.rows, a.cols,
                 static_cast<unsigned long long>(a.seed),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -34,7 +34,8 @@
 #                                              KNN_SCALE_ROWS, KNN_CLUSTER_ROWS); sampled rows checked, phases
 #   scripts/gpu-check.sh fingerprints           (GPU machine) issue 34's ChEMBL-size search: spillway-gram --fingerprints
 #                                              1940000 (FP_ROWS), Tanimoto >= 0.7, both halves, as CSR (--csr, the .npz
-#                                              read back by SciPy) and as COO, medians of 3 after a warm-up
+#                                              read back by SciPy) and as COO, medians of 3 after a warm-up; the
+#                                              first 20,000 rows (FP_SUBSET) against NumPy's integer test
 #   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
 #                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
 #                                              under jax.vmap, same problem) in one call
@@ -404,6 +405,19 @@ run_fingerprints() {
   done
   if python3 -c "import scipy.sparse" 2>/dev/null; then
     summary+=("$(printf '%-34s %s' "fingerprints .npz (SciPy)" "$(python3 -c "import scipy.sparse as sp; m = sp.load_npz('$f'); print(m.shape, m.nnz, 'symmetric', (m != m.T).nnz == 0, 'sorted', m.has_sorted_indices)")")")
+    # The first FP_SUBSET (20,000) rows of the same set (the generator seeds each 40-row cluster on
+    # its own) on the GPU, against NumPy's exact integer test over every pair.
+    local sub=${FP_SUBSET:-20000} p=/tmp/spillway_fp_subset
+    log="$RESULTS/fingerprints_numpy.log"
+    if timeout 300 "$GPUBIN/spillway-gram" --fingerprints "$sub" --epilogue jaccard --sink threshold --threshold 0.7 \
+      --both-halves --save-input "$p.npy" --csr "$p.npz" >"$log" 2>&1 &&
+      timeout 300 python3 tests/examples/gram_threshold_csr.py check-packed "$p" 2048 >>"$log" 2>&1; then
+      summary+=("$(printf '%-34s %s' "fingerprints $sub rows (NumPy)" "$(tail -1 "$log" | cut -c1-110)")")
+    else
+      status=1
+      summary+=("$(printf '%-34s %s' "fingerprints $sub rows (NumPy)" "FAILED: $(tail -1 "$log" | cut -c1-100)")")
+    fi
+    rm -f "$p.npy" "$p.npz"
   fi
   rm -f "$f"
 }

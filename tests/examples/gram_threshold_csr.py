@@ -5,6 +5,10 @@
                                        Tanimoto 0.7 (14 of 20 bits)
   gram_threshold_csr.py check PREFIX   PREFIX.npz (spillway-gram --csr) against NumPy's exact
                                        integer test 10*c >= 7*(a + b - c), both halves, no diagonal
+  gram_threshold_csr.py check-packed PREFIX COLS
+                                       the same test for PREFIX.npy of packed rows (spillway-gram
+                                       --fingerprints N --save-input PREFIX.npy --csr PREFIX.npz), in
+                                       row blocks (counts by float32 products: exact up to 2^24 bits)
 """
 import sys
 
@@ -57,5 +61,40 @@ def check(prefix):
           "equal to NumPy's integer test")
 
 
+def check_packed(prefix, cols):
+    import scipy.sparse as sp
+
+    packed = np.load(prefix + ".npy")
+    a = np.unpackbits(packed, axis=1, count=int(cols)).astype(np.float32)
+    n = a.shape[0]
+    pc = a.sum(axis=1).astype(np.int64)
+    m = sp.load_npz(prefix + ".npz").tocsr()
+    assert m.shape == (n, n), (m.shape, n)
+    assert m.dtype == np.float32, m.dtype
+    total = exact = 0
+    for r0 in range(0, n, 1000):
+        r1 = min(n, r0 + 1000)
+        c = (a[r0:r1] @ a.T).astype(np.int64)  # float32 sums of 0/1 products: exact
+        u = pc[r0:r1, None] + pc[None, :] - c
+        keep = (10 * c >= 7 * u) & (u > 0)
+        keep[np.arange(r1 - r0), np.arange(r0, r1)] = False
+        rows, cols_ = np.nonzero(keep)
+        want_ptr = np.searchsorted(rows, np.arange(r1 - r0 + 1))
+        got_ptr = m.indptr[r0 : r1 + 1] - m.indptr[r0]
+        assert np.array_equal(got_ptr, want_ptr), f"rows {r0}..{r1}: neighbour counts differ"
+        lo, hi = m.indptr[r0], m.indptr[r1]
+        assert np.array_equal(m.indices[lo:hi], cols_), f"rows {r0}..{r1}: columns differ"
+        want = (c[rows, cols_] / u[rows, cols_]).astype(np.float32)
+        assert np.array_equal(m.data[lo:hi], want), f"rows {r0}..{r1}: scores differ"
+        total += len(rows)
+        exact += int((10 * c[rows, cols_] == 7 * u[rows, cols_]).sum())
+    assert total == m.nnz, (total, m.nnz)
+    print(f"{n} rows of {cols} bits: {total} pairs with Tanimoto >= 0.7 (both halves; {total / n:.1f} a row), "
+          f"{exact} at exactly 0.7: equal to NumPy's integer test")
+
+
 if __name__ == "__main__":
-    {"make": make, "check": check}[sys.argv[1]](sys.argv[2])
+    if sys.argv[1] == "check-packed":
+        check_packed(sys.argv[2], int(sys.argv[3]))
+    else:
+        {"make": make, "check": check}[sys.argv[1]](sys.argv[2])
