@@ -207,9 +207,10 @@ run_bench() {
     local b
     b=$(basename "$bin")
     if [[ -n $names && " $names " != *" ${b#spillway_} "* && " $names " != *" $b "* ]]; then continue; fi
-    # gram_bench and stream_bench take medians inside (fixed iterations / their own repetitions).
+    # gram_bench, stream_bench and similarity_bench take medians inside (fixed iterations / their
+    # own repetitions; similarity_bench's 10^6-row jobs take ~40 s a run).
     local r=$reps
-    case $b in spillway_gram_bench | spillway_stream_bench) r=1 ;; esac
+    case $b in spillway_gram_bench | spillway_stream_bench | spillway_similarity_bench) r=1 ;; esac
     local args=(--benchmark_repetitions="$r" --benchmark_report_aggregates_only=true
       --benchmark_out="$RESULTS/$b.json" --benchmark_out_format=json)
     [[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")

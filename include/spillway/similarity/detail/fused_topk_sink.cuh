@@ -139,6 +139,21 @@ inline std::int64_t fused_block_end(const fused_topk_layout& L, std::int64_t n, 
   return b == L.blocks - 1 ? n : (b + 1) * L.S;
 }
 
+/// The chunks of the strip whose first row is r0: the columns of the blocks after its own, in
+/// chunks whose width is the number of columns the strip's rows have seen (doubling from their
+/// block's end), capped at W; f(c0, w) for each, in order.
+template <class F>
+void for_each_fused_chunk(const fused_topk_layout& L, std::int64_t n, std::int64_t r0, F&& f) {
+  std::int64_t c0 = fused_block_end(L, n, std::min(r0 / L.S, L.blocks - 1));
+  std::int64_t seen = c0;
+  while (c0 < n) {
+    const std::int64_t w = std::min({seen, L.W, n - c0});
+    f(c0, w);
+    seen += w;
+    c0 += w;
+  }
+}
+
 /// Profile events of a fused job (fused_topk_hook().profile): start, seeds done, then per chunk
 /// GEMM start, GEMM end, merges end, then the end.
 struct fused_topk_marks {
@@ -618,11 +633,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     ma.recomputed = D.counters.data();
     // Counted only when profiling (one atomic per merge warp on one address: ~1% of a 10^6 job).
     ma.candidates = fused_topk_hook().profile ? D.counters.data() + 1 : nullptr;
-    std::int64_t c0 =
-        fused_block_end(L_, n, std::min(r0 / L_.S, L_.blocks - 1));  // the later blocks' columns
-    std::int64_t seen = c0;
-    while (c0 < n) {
-      const std::int64_t w = std::min({seen, L_.W, n - c0});
+    for_each_fused_chunk(L_, n, r0, [&](std::int64_t c0, std::int64_t w) {
       fused_topk_filter f;
       f.metric = p.m;
       f.cosine_zero = p.cosine_zero;
@@ -646,10 +657,8 @@ class fused_topk_sink : public pairwise::detail::sink_base {
       fused_topk_merge(ma, p.m, rn, r0, D.cnt_a.data(), D.buck_a.data(), L_.cap_a, c0, c0 + w, s);
       fused_topk_merge(ma, p.m, w, c0, D.cnt_b.data(), D.buck_b.data(), L_.cap_b, r0, r0 + rn, s);
       D.marks.mark(s);
-      seen += w;
-      c0 += w;
       ++D.chunks;
-    }
+    });
   }
 };
 
