@@ -162,10 +162,10 @@ struct threshold_sink : sink_base {
     if constexpr (fused<Job>) {
       if (!size_ahead) return;
       ahead = std::make_shared<sized_ahead<V>>();
-      const std::int64_t n = job.prod.rows(false), nb = job.symmetric ? n : job.prod.rows(true);
-      for (std::int64_t I = 0; I < job.plan.strips; ++I) {
-        const std::int64_t r0 = I * job.plan.panel_rows, rows = std::min(job.plan.panel_rows, n - r0);
-        ahead->work_total += rows * (job.symmetric ? n - r0 : nb);
+      // span_of_task (pair_job.cuh, found through the job's namespace) owns the strip arithmetic.
+      for (std::size_t t = 0; t < static_cast<std::size_t>(job.plan.strips); ++t) {
+        const strip_span st = span_of_task(job, t);
+        ahead->work_total += st.rows * st.cols;
       }
       ahead->both = job.symmetric && thr.both_halves;
       ahead->rows = !csr;
