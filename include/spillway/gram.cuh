@@ -107,16 +107,25 @@ job_report run_for_report(const bit_matrix_view& a, const bit_matrix_view* b, co
   run_gram_job(job);
   return job.report;
 }
+/// run_and_collect's default collect step: what the finished job's sink collects.
+struct sink_collect {
+  template <class Job>
+  auto operator()(Job& job) const {
+    return job.sink.collect(job);
+  }
+};
 /// The course of a sparse entry point `who` once its inputs are checked and not empty: `host()`
-/// (host_function) where on_host says so, else a job delivering to `sink` and what the sink collects.
-template <class V, class Sink, class Host>
+/// (host_function) where on_host says so, else a job delivering to `sink` and `collect(job)` once
+/// it has run (by default what the sink collects).
+template <class V, class Sink, class Host, class Collect = sink_collect>
 std::invoke_result_t<Host&> run_and_collect(const bit_matrix_view& a, const bit_matrix_view* b,
                                             const gram_options& opt, const char* who,
-                                            const char* host_function, Sink sink, Host&& host) {
+                                            const char* host_function, Sink sink, Host&& host,
+                                            Collect collect = {}) {
   if (on_host(opt, who, host_function)) return host();
   auto job = make_job<V>(a, b, opt, std::move(sink));
   run_gram_job(job);
-  return job.sink.collect(job);
+  return collect(job);
 }
 /// The checks of a top-k, threshold or neighbour-count entry point: V, then check_job_inputs.
 template <class V>
@@ -198,17 +207,17 @@ csr_result<V> threshold_csr_job(const bit_matrix_view& a, const bit_matrix_view*
     c.indptr.assign(static_cast<std::size_t>(a.rows) + 1, 0);
     return c;
   }
-  if (on_host(opt, who, "host_gram_threshold")) {
-    return ::spillway::pairwise::to_csr(b != nullptr
-                                            ? host_gram_threshold<V>(a, *b, t, opt.epilogue, opt.scores)
-                                            : host_gram_threshold<V>(a, t, opt.epilogue, opt.scores),
-                                        a.rows, cols);
-  }
   ::spillway::pairwise::detail::threshold_sink<V> sink(t);
   sink.csr = true;
-  auto job = make_job<V>(a, b, opt, std::move(sink));
-  run_gram_job(job);
-  return job.sink.collect_csr(job);
+  return run_and_collect<V>(
+      a, b, opt, who, "host_gram_threshold", std::move(sink),
+      [&] {
+        return ::spillway::pairwise::to_csr(b != nullptr
+                                                ? host_gram_threshold<V>(a, *b, t, opt.epilogue, opt.scores)
+                                                : host_gram_threshold<V>(a, t, opt.epilogue, opt.scores),
+                                            a.rows, cols);
+      },
+      [](auto& job) { return job.sink.collect_csr(job); });
 }
 /// gram_neighbour_counts over A·Aᵀ (b null) or A·Bᵀ: every count 0 where B has no rows.
 template <class V>

@@ -941,6 +941,8 @@ TEST(GramNoGpu, EveryFormRunsItsHostFunctionWhenAllowed) {
   refuses("host_gram_topk", [&] { (void)gram_topk<std::int32_t>(a.view(), b.view(), k, o); });
   refuses("host_gram_threshold", [&] { (void)gram_threshold<std::int32_t>(a.view(), t, o); });
   refuses("host_gram_threshold", [&] { (void)gram_threshold<std::int32_t>(a.view(), b.view(), t, o); });
+  refuses("host_gram_threshold", [&] { (void)gram_threshold_csr<std::int32_t>(a.view(), t, o); });
+  refuses("host_gram_threshold", [&] { (void)gram_threshold_csr<std::int32_t>(a.view(), b.view(), t, o); });
   refuses("host_gram_neighbour_counts", [&] { (void)gram_neighbour_counts<std::int32_t>(a.view(), nc, o); });
   refuses("host_gram_neighbour_counts",
           [&] { (void)gram_neighbour_counts<std::int32_t>(a.view(), b.view(), nc, o); });
@@ -958,6 +960,9 @@ TEST(GramNoGpu, EveryFormRunsItsHostFunctionWhenAllowed) {
   EXPECT_EQ(no_b.indices, std::vector<std::int64_t>(static_cast<std::size_t>(n * k.k), -1));
   EXPECT_EQ(gram_threshold<std::int32_t>(z.view(), t, o).size(), 0u);
   EXPECT_EQ(gram_threshold<std::int32_t>(a.view(), z.view(), t, o).size(), 0u);
+  EXPECT_EQ(gram_threshold_csr<std::int32_t>(z.view(), t, o).indptr, std::vector<std::int64_t>(1, 0));
+  EXPECT_EQ(gram_threshold_csr<std::int32_t>(a.view(), z.view(), t, o).indptr,
+            std::vector<std::int64_t>(static_cast<std::size_t>(n) + 1, 0));
   EXPECT_TRUE(gram_neighbour_counts<std::int32_t>(z.view(), nc, o).empty());
   EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), z.view(), nc, o),
             std::vector<std::int64_t>(static_cast<std::size_t>(n), 0));
@@ -979,6 +984,18 @@ TEST(GramNoGpu, EveryFormRunsItsHostFunctionWhenAllowed) {
   same_coo(gram_threshold<std::int32_t>(a.view(), t, o), host_gram_threshold<std::int32_t>(a.view(), t));
   same_coo(gram_threshold<std::int32_t>(a.view(), b.view(), t, o),
            host_gram_threshold<std::int32_t>(a.view(), b.view(), t));
+  const auto same_csr = [](const csr_result<std::int32_t>& x, const csr_result<std::int32_t>& y) {
+    EXPECT_GT(y.size(), 0u);
+    EXPECT_EQ(x.rows, y.rows);
+    EXPECT_EQ(x.cols, y.cols);
+    EXPECT_EQ(x.indptr, y.indptr);
+    EXPECT_EQ(x.col, y.col);
+    EXPECT_EQ(x.value, y.value);
+  };
+  same_csr(gram_threshold_csr<std::int32_t>(a.view(), t, o),
+           to_csr(host_gram_threshold<std::int32_t>(a.view(), t), n, n));
+  same_csr(gram_threshold_csr<std::int32_t>(a.view(), b.view(), t, o),
+           to_csr(host_gram_threshold<std::int32_t>(a.view(), b.view(), t), n, m));
   EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), nc, o),
             host_gram_neighbour_counts<std::int32_t>(a.view(), nc));
   EXPECT_EQ(gram_neighbour_counts<std::int32_t>(a.view(), b.view(), nc, o),
