@@ -93,12 +93,32 @@ struct host_shape {
   bool include_diagonal = false;
   bool both_halves = false;
   std::int64_t block_rows = 0;  ///< 0: automatic
+  bool csr = false;             ///< threshold: the entries as CSR (pairwise::to_csr)
 };
 
 inline pairwise::triangle_layout layout_of(sink k) {
   return k == sink::full ? pairwise::triangle_layout::full
                          : (k == sink::triangle ? pairwise::triangle_layout::upper_packed
                                                 : pairwise::triangle_layout::condensed);
+}
+
+/// A threshold job's CSR handed over: `rows` holds the indptr (gram_result::indptr).
+template <class V>
+void hand_over(gram_result& out, pairwise::csr_result<V>&& c) {
+  out.values = own_vector(std::move(c.value));
+  out.rows = own_vector(std::move(c.indptr));
+  out.cols = own_vector(std::move(c.col));
+  out.indptr = true;
+}
+/// A threshold job's entries handed over as COO, or with `csr` as CSR over rows x cols
+/// (pairwise::to_csr).
+template <class V>
+void hand_over(gram_result& out, pairwise::coo_result<V>&& c, bool csr, std::int64_t rows,
+               std::int64_t cols) {
+  if (csr) return hand_over(out, pairwise::to_csr(std::move(c), rows, cols));
+  out.values = own_vector(std::move(c.value));
+  out.rows = own_vector(std::move(c.row));
+  out.cols = own_vector(std::move(c.col));
 }
 
 /// The host path of a pairwise job: the library's host pair job over `ops` (A·Aᵀ where b is
@@ -124,9 +144,7 @@ gram_result run_host_pair_job(Ops ops, const typename Ops::view& a, const typena
     case sink::threshold: {
       auto c =
           job.threshold(pairwise::threshold_options{r.threshold, r.both_halves, r.include_diagonal}, &rep);
-      out.values = own_vector(std::move(c.value));
-      out.rows = own_vector(std::move(c.row));
-      out.cols = own_vector(std::move(c.col));
+      hand_over(out, std::move(c), r.csr, a.rows, b != nullptr ? b->rows : a.rows);
       break;
     }
     default: {

@@ -31,7 +31,8 @@ using detail::layout_of;
 template <class V>
 gram_result run_gram_on_host(const gram::bit_matrix_view& a, const gram::bit_matrix_view* b, const gram_request& r,
                              job_progress& p) {
-  const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
+  const detail::host_shape shape{
+      r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows, r.csr};
   return detail::run_host_pair_job<V>(gram::host_ops<V>{r.metric, r.scores}, a, b, shape, p, "spillway.gram");
 }
 
@@ -68,17 +69,12 @@ gram_result run_gram_on_gpu(const gram::bit_matrix_view& a, const gram::bit_matr
       if (r.csr) {  // assembled as CSR: no row vector
         auto c = b ? gram::gram_threshold_csr<V>(a, *b, t, o) : gram::gram_threshold_csr<V>(a, t, o);
         rep = gr.job;
-        out.values = own_vector(std::move(c.value));
-        out.rows = own_vector(std::move(c.indptr));
-        out.cols = own_vector(std::move(c.col));
-        out.indptr = true;
+        detail::hand_over(out, std::move(c));
         break;
       }
       auto c = b ? gram::gram_threshold<V>(a, *b, t, o) : gram::gram_threshold<V>(a, t, o);
       rep = gr.job;
-      out.values = own_vector(std::move(c.value));
-      out.rows = own_vector(std::move(c.row));
-      out.cols = own_vector(std::move(c.col));
+      detail::hand_over(out, std::move(c), false, a.rows, b ? b->rows : a.rows);
       break;
     }
     default: {

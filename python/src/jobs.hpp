@@ -69,7 +69,9 @@ struct gram_request {
   bool host_fallback = false;    ///< with no GPU: run the host implementation in row blocks
   std::int64_t max_panel_rows = 0;
   std::int64_t host_block_rows = 0;  ///< 0: automatic
-  bool csr = false;                  ///< threshold: CSR straight from the GPU job (gram_threshold_csr)
+  /// threshold: the entries as CSR (on the GPU straight from gram_threshold_csr; on the host
+  /// pairwise::to_csr of the COO)
+  bool csr = false;
 };
 
 struct gram_result {
@@ -255,6 +257,7 @@ struct similarity_request {
   /// Host rows not page-locked: page-lock them (cudaHostRegister) for the job where the GPU runs
   /// it, so their copies run by DMA; false copies them from pageable memory.
   bool register_host = true;
+  bool csr = false;  ///< threshold: the entries as CSR (pairwise::to_csr of the COO)
 };
 
 /// Similarities of A·Aᵀ (b null) or A·Bᵀ, values float32: spillway::similarity::similarity_* on the GPUs

@@ -103,9 +103,7 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
     case sink::threshold: {
       const pw::threshold_options t{r.threshold, r.both_halves, r.include_diagonal};
       auto c = rb ? sg::similarity_threshold(a, b, t, o) : sg::similarity_threshold(a, t, o);
-      out.values = own_vector(std::move(c.value));
-      out.rows = own_vector(std::move(c.row));
-      out.cols = own_vector(std::move(c.col));
+      detail::hand_over(out, std::move(c), r.csr, a.rows, rb ? b.rows : a.rows);
       break;
     }
     default: {
@@ -135,7 +133,8 @@ gram_result run_typed(const rows_matrix& ra, const rows_matrix* rb, const simila
       sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(a), who, "A");
       if (rb != nullptr) sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(b), who, "B");
     }
-    const detail::host_shape shape{r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows};
+    const detail::host_shape shape{
+        r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows, r.csr};
     const similarity_host_ops<T> ops{metric_of(r.metric), r.cosine_zero};
     return detail::run_host_pair_job<float>(ops, a, rb ? &b : nullptr, shape, p, who);
   }

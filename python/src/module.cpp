@@ -314,31 +314,11 @@ sp::gram_request make_request(const std::string& metric, const std::string& sink
   return r;
 }
 
-/// A threshold result's COO rows (sorted, as every threshold result is) as the CSR's indptr over n rows.
-sp::owned_buffer indptr_of_rows(const sp::owned_buffer& rows, std::size_t n) {
-  std::vector<std::int64_t> indptr(n + 1, 0);
-  const auto* r = static_cast<const std::int64_t*>(rows.data);
-  for (std::size_t e = 0; e < rows.count; ++e) {
-    if (r[e] < 0 || static_cast<std::size_t>(r[e]) >= n || (e > 0 && r[e] < r[e - 1])) {
-      throw sp_logic("threshold result: entry " + std::to_string(e) + " of row " + std::to_string(r[e]) +
-                     " is outside the " + std::to_string(n) + " rows or out of order");
-    }
-    ++indptr[static_cast<std::size_t>(r[e]) + 1];
-  }
-  for (std::size_t q = 0; q < n; ++q) indptr[q + 1] += indptr[q];
-  auto h = std::make_shared<std::vector<std::int64_t>>(std::move(indptr));
-  sp::owned_buffer b;
-  b.data = h->data();
-  b.count = h->size();
-  b.holder = std::move(h);
-  return b;
-}
-
 /// A pairwise job's result as {"values", ["indices" | "rows" | "indptr", "cols"], "report",
 /// "interrupted"}: dense layouts, top-k lists (n x k) or the threshold entries as COO (rows) or,
-/// with `csr`, CSR (indptr); values float32 or int32.
+/// where the job handed over CSR (gram_result::indptr), CSR (indptr); values float32 or int32.
 nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std::size_t n, std::size_t m,
-                     int k, bool interrupted, bool csr = false) {
+                     int k, bool interrupted) {
   const auto v1 = [&](sp::owned_buffer b) {
     return float_values ? numpy_1d<float>(std::move(b)) : numpy_1d<std::int32_t>(std::move(b));
   };
@@ -358,12 +338,7 @@ nb::dict result_dict(sp::sink kind, bool float_values, sp::gram_result& res, std
     }
     case sp::sink::threshold:
       d["values"] = v1(std::move(res.values));
-      if (csr) {
-        if (!res.indptr) res.rows = indptr_of_rows(res.rows, n);
-        d["indptr"] = numpy_1d<std::int64_t>(std::move(res.rows));
-      } else {
-        d["rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
-      }
+      d[res.indptr ? "indptr" : "rows"] = numpy_1d<std::int64_t>(std::move(res.rows));
       d["cols"] = numpy_1d<std::int64_t>(std::move(res.cols));
       break;
   }
@@ -391,7 +366,7 @@ nb::dict gram_host_input(const sg::bit_matrix& a, const sg::bit_matrix* b, const
   sp::gram_result res;
   const bool interrupted = run_polled([&] { res = sp::run_gram(av, b ? &bv : nullptr, r, p); }, p, progress);
   return result_dict(r.kind, r.float_values, res, static_cast<std::size_t>(a.rows()),
-                     static_cast<std::size_t>(b ? b->rows() : a.rows()), r.k, interrupted, r.csr);
+                     static_cast<std::size_t>(b ? b->rows() : a.rows()), r.k, interrupted);
 }
 
 // ---- similarity ----------------------------------------------------------------------------------
@@ -431,6 +406,7 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
   r.max_panel_rows = max_panel_rows;
   r.host_block_rows = host_block_rows;
   r.register_host = register_host;
+  r.csr = csr && r.kind == sp::sink::threshold;
   if (b != 0 && (r.kind == sp::sink::triangle || r.kind == sp::sink::condensed)) {
     throw sp_logic("similarity: sink '" + sink + "' is a layout of the symmetric A·Aᵀ; with b given use 'full', 'topk' or 'threshold'");
   }
@@ -441,8 +417,7 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
   const bool interrupted = run_polled(
       [&] { res = sp::run_similarity(ma, b != 0 ? &mb : nullptr, r, p, device, stream); }, p, progress);
   return result_dict(r.kind, true, res, static_cast<std::size_t>(rows),
-                     static_cast<std::size_t>(b != 0 ? b_rows : rows), r.k, interrupted,
-                     csr && r.kind == sp::sink::threshold);
+                     static_cast<std::size_t>(b != 0 ? b_rows : rows), r.k, interrupted);
 }
 
 // ---- matmul --------------------------------------------------------------------------------------
