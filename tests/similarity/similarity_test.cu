@@ -286,6 +286,49 @@ void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::in
   }
 }
 
+// The fused job's schedule (no device): seed blocks take the pairs inside them, and each strip's
+// chunks (for_each_fused_chunk, which the job and benchmarks/similarity_bench.cu both use) take the
+// strip's rows against every column of the later blocks, contiguously, no chunk wider than W or
+// than the columns its rows have seen. Together every pair of the symmetric half exactly once.
+TEST(SimilarityHost, FusedScheduleCoversEveryPairOnce) {
+  struct shape {
+    std::int64_t n, strip, seed, chunk;
+  };
+  for (const shape c :
+       {shape{2333, 128, 256, 512}, shape{1000000, 0, 0, 0}, shape{20000, 2048, 8192, 4096},
+        shape{8192 + 4095, 0, 0, 0}, shape{8192 + 4096, 0, 0, 0}, shape{300, 128, 128, 256}}) {
+    g::detail::fused_topk_sizes z;
+    z.strip_rows = c.strip;
+    z.seed_rows = c.seed;
+    z.chunk_cols = c.chunk;
+    fused_sizes_scope scope(z);
+    const auto L = g::detail::fused_topk_shape(c.n, 32, 0, g::detail::fused_widest_chunk);
+    const std::string at = "n " + std::to_string(c.n) + ", P " + std::to_string(L.P) + ", S " +
+                           std::to_string(L.S) + ", W " + std::to_string(L.W);
+    std::int64_t pairs = 0;
+    for (std::int64_t b = 0; b < L.blocks; ++b) {
+      const std::int64_t bn = g::detail::fused_block_end(L, c.n, b) - b * L.S;
+      pairs += bn * (bn - 1) / 2;
+    }
+    for (std::int64_t r0 = 0; r0 < c.n; r0 += L.P) {
+      const std::int64_t rn = std::min(L.P, c.n - r0);
+      const std::int64_t first = g::detail::fused_block_end(L, c.n, std::min(r0 / L.S, L.blocks - 1));
+      ASSERT_LE(r0 + rn, first) << at << ": strip " << r0 << " reaches past its block";
+      std::int64_t next = first;
+      g::detail::for_each_fused_chunk(L, c.n, r0, [&](std::int64_t c0, std::int64_t w) {
+        EXPECT_EQ(c0, next) << at << ", strip " << r0 << ": chunks must be contiguous";
+        EXPECT_GE(w, 1) << at;
+        EXPECT_LE(w, L.W) << at;
+        EXPECT_LE(w, c0) << at << ": a chunk no wider than the columns its rows have seen";
+        next = c0 + w;
+        pairs += rn * w;
+      });
+      EXPECT_EQ(next, c.n) << at << ", strip " << r0 << ": the chunks end at the last column";
+    }
+    EXPECT_EQ(pairs, c.n * (c.n - 1) / 2) << at;
+  }
+}
+
 TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
