@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -349,14 +351,16 @@ TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
     similarity_metric m;
     int k;
     std::int32_t cap_a, cap_b;
+    std::int64_t exchange_every;  // 1: a bar exchange sent at every strip; 0: the default schedule
   };
   // Two workers on one GPU everywhere, {0, 1} where two GPUs are visible: the seed blocks are
-  // dealt round robin (9 blocks of 256 rows here), so both workers seed, scan and swap bars.
+  // dealt round robin (9 blocks of 256 rows here), so both workers seed, scan and swap bars, and
+  // send each other their lists (at every strip in the first variant).
   for (const auto& devices : test::two_worker_lists()) {
     SCOPED_TRACE(test::list_name(devices));
     for (const variant v :
-         {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0},
-          variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1}}) {
+         {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0, 1},
+          variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1, 0}}) {
       const std::int64_t n = 2333, d = 100;
       auto rows = random_rows<__nv_bfloat16>(n, d, test::seed(v.name));
       const auto a = view(rows, n, d);
@@ -366,6 +370,7 @@ TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
       z.chunk_cols = 512;
       z.row_capacity = v.cap_a;
       z.col_capacity = v.cap_b;
+      z.exchange_every = v.exchange_every;
       fused_sizes_scope scope(z);
       g::similarity_options o;
       o.metric = v.m;
@@ -381,6 +386,8 @@ TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
       EXPECT_TRUE(rep.job.complete()) << v.name;
       if (v.cap_a > 0)
         EXPECT_GT(hook.last_recomputed_rows.load(), 0u) << v.name << ": tiny buckets must overflow";
+      if (v.exchange_every == 1)
+        EXPECT_GT(hook.last_exchanges.load(), 0) << v.name << ": a send at every strip, none read";
       check_topk(r, a, a, true, v.k, false, v.m, false, v.name);
       // An infinity in a block worker 1 seeds (block 3: rows 768..1023) and a NaN in a later block
       // worker 0 seeds (block 6): the first is named, whichever worker scanned it (the same shape
@@ -422,40 +429,121 @@ TEST(SimilarityGpu, FusedTopKExactTiesGoToTheSmallerColumns) {
   for (std::int64_t i = 0; i < n; i += 3)
     for (std::int64_t c = 0; c < d; ++c) rows[static_cast<std::size_t>(i * d + c)] = __float2bfloat16_rn(v[static_cast<std::size_t>(c)]);
   const auto a = view(rows, n, d);
-  g::detail::fused_topk_sizes z;
-  z.strip_rows = 128;
-  z.seed_rows = 256;
-  z.chunk_cols = 384;
-  fused_sizes_scope scope(z);
-  const int k = 12;
-  const auto r = g::similarity_topk(a, {k});
-  ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
-  for (std::int64_t i = 0; i < n; i += 3) {
-    std::int64_t want = 0;
-    for (int t = 0; t < k; ++t, want += 3) {
-      if (want == i) want += 3;
-      ASSERT_EQ(r.index(i, t), want) << "row " << i << " place " << t << " (seed " << seed << ")";
-      ASSERT_EQ(r.value(i, t), r.value(i, 0)) << "row " << i << ": one exact score";
+  // One worker, then two exchanging their lists at every strip (a bar from the union of two lists
+  // must keep the tie rule: a column below the bar's column at the bar's score still enters).
+  std::vector<std::vector<int>> lists{{}};
+  for (const auto& l : test::two_worker_lists()) lists.push_back(l);
+  for (const auto& devices : lists) {
+    SCOPED_TRACE(test::list_name(devices));
+    g::detail::fused_topk_sizes z;
+    z.strip_rows = 128;
+    z.seed_rows = 256;
+    z.chunk_cols = 384;
+    z.exchange_every = 1;
+    fused_sizes_scope scope(z);
+    const int k = 12;
+    g::similarity_options o;
+    o.devices = devices;
+    const auto r = g::similarity_topk(a, {k}, o);
+    ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
+    if (devices.size() == 2) EXPECT_GT(g::detail::fused_topk_hook().last_exchanges.load(), 0);
+    for (std::int64_t i = 0; i < n; i += 3) {
+      std::int64_t want = 0;
+      for (int t = 0; t < k; ++t, want += 3) {
+        if (want == i) want += 3;
+        ASSERT_EQ(r.index(i, t), want) << "row " << i << " place " << t << " (seed " << seed << ")";
+        ASSERT_EQ(r.value(i, t), r.value(i, 0)) << "row " << i << ": one exact score";
+      }
+      ASSERT_NEAR(r.value(i, 0), 1.0, eps_cos(d, false));
     }
-    ASSERT_NEAR(r.value(i, 0), 1.0, eps_cos(d, false));
-  }
-  check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, "ties");
+    check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, "ties");
 
-  // A nonzero cosine_zero: row 2 (all zero) scores exactly 0.75 with every row, above any random
-  // pair, so it is the first neighbour of every row without a duplicate (the multiples of 3 have
-  // each other at 1, rows 4 and 5 each other), and its own list is the smallest columns.
-  g::similarity_options oz;
-  oz.cosine_zero = 0.75f;
-  const auto rz = g::similarity_topk(a, {k}, oz);
-  ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (i == 2 || i == 4 || i == 5 || i % 3 == 0) continue;
-    ASSERT_EQ(rz.index(i, 0), 2) << "row " << i;
-    ASSERT_EQ(rz.value(i, 0), 0.75f) << "row " << i;
+    // A nonzero cosine_zero: row 2 (all zero) scores exactly 0.75 with every row, above any random
+    // pair, so it is the first neighbour of every row without a duplicate (the multiples of 3 have
+    // each other at 1, rows 4 and 5 each other), and its own list is the smallest columns.
+    g::similarity_options oz = o;
+    oz.cosine_zero = 0.75f;
+    const auto rz = g::similarity_topk(a, {k}, oz);
+    ASSERT_TRUE(g::detail::fused_topk_hook().last_ran);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (i == 2 || i == 4 || i == 5 || i % 3 == 0) continue;
+      ASSERT_EQ(rz.index(i, 0), 2) << "row " << i;
+      ASSERT_EQ(rz.value(i, 0), 0.75f) << "row " << i;
+    }
+    for (int t = 0; t < k; ++t) {
+      ASSERT_EQ(rz.index(2, t), t < 2 ? t : t + 1) << "the zero row's list: ties to the smaller column";
+      ASSERT_EQ(rz.value(2, t), 0.75f);
+    }
   }
-  for (int t = 0; t < k; ++t) {
-    ASSERT_EQ(rz.index(2, t), t < 2 ? t : t + 1) << "the zero row's list: ties to the smaller column";
-    ASSERT_EQ(rz.value(2, t), 0.75f);
+}
+
+/// fused_union_bars_kernel against the host: per row two disjoint lists sorted best first (scores
+/// from a few values, so ties across the lists are common; some lists part empty), bars raised to
+/// the k-th place of their union and never lowered.
+template <bool Larger>
+void check_union_bars(int k, std::uint64_t seed) {
+  using entry = spillway::pairwise::detail::topk_entry<float>;
+  using bar = g::detail::topk_bar;
+  const std::int64_t n = 3001;
+  std::mt19937_64 gen(seed);
+  const float worst = Larger ? -FLT_MAX : FLT_MAX;
+  const auto better = [](const entry& x, const entry& y) {
+    return (Larger ? x.v > y.v : x.v < y.v) || (x.v == y.v && x.c < y.c);
+  };
+  std::vector<entry> own(static_cast<std::size_t>(n * k)), other(own.size());
+  std::vector<bar> bars(static_cast<std::size_t>(n)), want(bars.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    // 2k distinct columns dealt to the two lists, each keeping a random number of them.
+    std::vector<entry> pool;
+    for (int q = 0; q < 2 * k; ++q)
+      pool.push_back({static_cast<float>(gen() % 7) * 0.25f, static_cast<std::int32_t>(q * 3 + gen() % 3)});
+    std::vector<entry> a, b;
+    for (const entry& e : pool) ((gen() & 1u) ? a : b).push_back(e);
+    const auto fill = [&](std::vector<entry>& l, entry* dst) {
+      if (gen() % 4 == 0 && !l.empty()) l.resize(gen() % l.size());  // a list not yet full
+      std::sort(l.begin(), l.end(), better);
+      if (l.size() > static_cast<std::size_t>(k)) l.resize(static_cast<std::size_t>(k));
+      for (int t = 0; t < k; ++t)
+        dst[t] = t < static_cast<int>(l.size()) ? l[static_cast<std::size_t>(t)] : entry{worst, INT_MAX};
+    };
+    fill(a, own.data() + i * k);
+    fill(b, other.data() + i * k);
+    std::vector<entry> u(own.begin() + i * k, own.begin() + (i + 1) * k);
+    u.insert(u.end(), other.begin() + i * k, other.begin() + (i + 1) * k);
+    std::sort(u.begin(), u.end(), better);
+    const bar nb{Larger ? u[static_cast<std::size_t>(k - 1)].v : -u[static_cast<std::size_t>(k - 1)].v,
+                 u[static_cast<std::size_t>(k - 1)].c};
+    // The old bar: below, at or above the union's place.
+    const int how = static_cast<int>(gen() % 3);
+    const bar ob = how == 0   ? bar{nb.key - 1.0f, 0}
+                   : how == 1 ? bar{nb.key, nb.col < INT_MAX ? nb.col + 1 : INT_MAX}
+                              : bar{nb.key + 0.5f, 7};
+    bars[static_cast<std::size_t>(i)] = ob;
+    want[static_cast<std::size_t>(i)] = (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) ? nb : ob;
+  }
+  stream s;
+  auto d_own = device_buffer<entry>::from_host(own, s.view());
+  auto d_other = device_buffer<entry>::from_host(other, s.view());
+  auto d_bars = device_buffer<bar>::from_host(bars, s.view());
+  g::detail::fused_union_bars_kernel<Larger>
+      <<<7, 128, 0, s.view().value()>>>(d_own.data(), d_other.data(), n, k, d_bars.data());
+  SPILLWAY_CHECK_LAUNCH();
+  const auto got = d_bars.to_host(s.view());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bar& x = got[static_cast<std::size_t>(i)];
+    const bar& y = want[static_cast<std::size_t>(i)];
+    ASSERT_TRUE(x.key == y.key && x.col == y.col)
+        << "row " << i << " k " << k << " larger " << Larger << ": got (" << x.key << ", " << x.col
+        << ") want (" << y.key << ", " << y.col << ") (seed " << seed << ")";
+  }
+}
+
+TEST(SimilarityGpu, FusedUnionBarsAreTheUnionsKthPlace) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  const std::uint64_t seed = test::seed("SimilarityGpu.FusedUnionBars");
+  for (const int k : {1, 2, 7, 32, 64}) {
+    check_union_bars<true>(k, seed + static_cast<std::uint64_t>(k));
+    check_union_bars<false>(k, seed + 100 + static_cast<std::uint64_t>(k));
   }
 }
 

@@ -55,11 +55,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -111,6 +113,7 @@ struct fused_topk_layout {
   std::int64_t blocks = 0;  // seed blocks: S rows each, the last up to 1.5 S
   std::int64_t widest = 0;  // rows of the largest seed block
   std::int32_t cap_a = 0, cap_b = 0;
+  std::int64_t exchange_every = 0;  // several workers: a send every this many strips (0: the default)
 };
 
 /// `widest_chunk`: W before the test hook's sizes (which take precedence).
@@ -130,6 +133,7 @@ inline fused_topk_layout fused_topk_shape(std::int64_t n, int k, std::int64_t ma
   L.cap_b = z.col_capacity > 0 ? z.col_capacity : 2 * k;
   const std::int64_t W = z.chunk_cols > 0 ? z.chunk_cols : widest_chunk;
   L.W = std::max<std::int64_t>(256, std::min(W, n));
+  L.exchange_every = std::max<std::int64_t>(0, z.exchange_every);
   return L;
 }
 
@@ -181,6 +185,13 @@ struct fused_topk_marks {
     }
     hk.device_ms = ms(0, marks.size() - 1);
   }
+  /// First mark to last (milliseconds), after the stream finished; 0 without two marks.
+  [[nodiscard]] float span_ms() const {
+    if (!on || marks.size() < 2) return 0.0f;
+    float v = 0;
+    SPILLWAY_CUDA_TRY(cudaEventElapsedTime(&v, marks.front().value(), marks.back().value()));
+    return v;
+  }
 };
 
 /// One device's state of a fused job: per-row lists and bars, the buckets of a strip's rows (a)
@@ -200,6 +211,15 @@ struct fused_topk_device_state {
   event seeded;              // this worker's seed blocks are done and their bars set
   std::size_t bytes_in = 0;  // the rows' upload, counted with the device's first strip
   std::int64_t chunks = 0;
+  // The bar exchange (several workers in one process; fused_topk_sink::exchange_bars): `snap` holds
+  // this worker's lists as of its last send, `recv` the previous worker's last send to it; `sent`
+  // marks the end of the copy into the next worker's recv (upload stream), `recv_free` the end of
+  // the last read of recv (compute stream). mail_full (under mail): recv holds a send not yet read.
+  device_buffer<entry> snap, recv;
+  event snapped, sent, recv_free;
+  std::mutex mail;
+  bool mail_full = false;
+  std::int64_t strips = 0, exchanges = 0;  // strips begun; sends read (this worker's thread only)
   struct drain {
     const stream& a;
     const stream& b;
@@ -210,9 +230,10 @@ struct fused_topk_device_state {
   } drain_on_exit{us, cs};
 
   /// Allocated on `s` (the job's setup stream; both streams wait for it before any use).
-  /// `seeds`: this worker seeds blocks (the others need no seed scores).
+  /// `seeds`: this worker seeds blocks (the others need no seed scores); `exchange`: it takes part
+  /// in a bar exchange (snap and recv allocated).
   fused_topk_device_state(int dev, const fused_topk_layout& L, std::int64_t n, int k, stream_view s,
-                          bool seeds)
+                          bool seeds, bool exchange)
       : cs(dev),
         us(dev),
         state(static_cast<std::size_t>(n) * static_cast<std::size_t>(k), s),
@@ -223,7 +244,32 @@ struct fused_topk_device_state {
         buck_b(static_cast<std::size_t>(L.W) * static_cast<std::size_t>(L.cap_b), s),
         scratch(seeds ? static_cast<std::size_t>(L.widest * L.widest) : 0u, s),
         counters(2, s),
-        bad_row(1, s) {}
+        bad_row(1, s),
+        snap(exchange ? static_cast<std::size_t>(n) * static_cast<std::size_t>(k) : 0u, s),
+        recv(exchange ? static_cast<std::size_t>(n) * static_cast<std::size_t>(k) : 0u, s) {}
+};
+
+/// The workers' device states. Every stream of every worker is drained before any state is freed:
+/// a worker's upload stream writes into the next worker's recv (the bar exchange).
+struct fused_topk_workers : std::vector<std::unique_ptr<fused_topk_device_state>> {
+  using base = std::vector<std::unique_ptr<fused_topk_device_state>>;
+  fused_topk_workers() = default;
+  fused_topk_workers(const fused_topk_workers&) = delete;
+  fused_topk_workers& operator=(const fused_topk_workers&) = delete;
+  fused_topk_workers(fused_topk_workers&&) noexcept = default;
+  fused_topk_workers& operator=(fused_topk_workers&& o) noexcept {
+    drain();
+    base::operator=(std::move(o));
+    return *this;
+  }
+  ~fused_topk_workers() { drain(); }
+  void drain() noexcept {
+    for (auto& d : *this) {
+      if (!d) continue;
+      (void)cudaStreamSynchronize(d->us.view().value());
+      (void)cudaStreamSynchronize(d->cs.view().value());
+    }
+  }
 };
 
 /// Merges the buckets of local rows [0, rows) = global row0 + r into their lists (recomputing the
@@ -287,6 +333,8 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   [[nodiscard]] std::size_t all_workers() const noexcept {
     return all_workers_ > 0 ? all_workers_ : workers_;
   }
+  /// Several workers in this process exchange their lists for their bars (exchange_bars).
+  [[nodiscard]] bool exchanges_bars() const noexcept { return workers_ > 1 && all_workers_ == 0; }
   /// Worker w's device state (its lists, bars, streams, the `seeded` event), after setup.
   [[nodiscard]] fused_topk_device_state& device_state(std::size_t w) { return *dev_.at(w); }
 
@@ -300,6 +348,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     const auto k = static_cast<std::size_t>(tk_.k);
     f.bytes_per_row = k * sizeof(entry) + sizeof(topk_bar) + k * (sizeof(float) + sizeof(std::int64_t));
     if (workers_ > 1) f.bytes_per_row += workers_ * k * sizeof(entry);
+    if (exchanges_bars()) f.bytes_per_row += 2 * k * sizeof(entry);  // the bar exchange's snap and recv
     const auto r = [](std::size_t b) { return ::spillway::detail::slot_device_bytes({b}); };
     const auto P = static_cast<std::size_t>(L_.P), W = static_cast<std::size_t>(L_.W);
     f.bytes_fixed = r(P * 4) + r(P * static_cast<std::size_t>(L_.cap_a) * sizeof(entry)) + r(W * 4) +
@@ -320,7 +369,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     const auto gw = static_cast<std::int64_t>(first_worker_ + w);  // the global worker
     const bool seeds = gw < L_.blocks;
     auto& slot = pairwise::detail::per_worker(dev_, w);
-    slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s, seeds);
+    slot = std::make_unique<fused_topk_device_state>(c.device, L_, n, tk_.k, s, seeds, exchanges_bars());
     fused_topk_device_state& D = *slot;
     D.marks.on = fused_topk_hook().profile;
     event allocated;
@@ -432,6 +481,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   template <class Job, class Compute>
   std::size_t enqueue(Job& job, const pairwise::strip_span& st, task_slot& slot, stream_view s, Compute&&) {
     fused_topk_device_state& D = *dev_[slot.worker()];
+    exchange_bars(job, slot.worker());
     run_strip(job, D, *job.ctx[slot.worker()], st);
     event done;
     done.record(D.cs.view());
@@ -447,12 +497,8 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   /// workers at once over their own links.
   template <class Job>
   pairwise::topk_result<float> collect(Job& job) {
-    {
-      device_guard g(job.ctx[0]->device);
-      dev_[0]->marks.mark(dev_[0]->cs.view());
-    }
-    for (auto& x : dev_) x->cs.view().synchronize();
-    dev_[0]->marks.publish();
+    wait_for_workers(job);
+    const auto collect_start = std::chrono::steady_clock::now();
     pairwise::detail::topk_host_side<float> h = host_.get();
     const std::int64_t n = job.prod.rows(false);
     const auto nw = static_cast<std::int64_t>(dev_.size());
@@ -477,18 +523,24 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     }
     if (err) std::rethrow_exception(err);
     std::uint64_t recomputed = 0, candidates = 0;
-    std::int64_t chunks = 0;
+    std::int64_t chunks = 0, exchanges = 0;
     for (std::size_t w = 0; w < dev_.size(); ++w) {
       device_guard gw(job.ctx[w]->device);
       const auto c = dev_[w]->counters.to_host(dev_[w]->cs.view());
       recomputed += c[0];
       candidates += c[1];
       chunks += dev_[w]->chunks;
+      exchanges += dev_[w]->exchanges;
     }
     auto& hk = fused_topk_hook();
+    if (hk.profile) {
+      hk.collect_ms =
+          std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - collect_start).count();
+    }
     hk.last_recomputed_rows = recomputed;
     hk.last_candidates = candidates;
     hk.last_chunks = chunks;
+    hk.last_exchanges = exchanges;
     hk.last_ran = true;
     return std::move(h.result);
   }
@@ -500,8 +552,86 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   const char* who_ = "similarity_topk";
   std::size_t workers_ = 1;
   std::size_t first_worker_ = 0, all_workers_ = 0;  // across_processes (0: this process alone)
-  std::vector<std::unique_ptr<fused_topk_device_state>> dev_;
+  fused_topk_workers dev_;
   std::future<pairwise::detail::topk_host_side<float>> host_;
+
+  /// Several workers in one process keep lists of their own, and a worker's bars rise only with
+  /// its own: each would filter with about half of what the job has seen. So each worker sends its
+  /// lists to the next (w + 1 mod workers) now and then, and the receiver raises its bars to the
+  /// k-th place of the union of its lists and the copy (fused_union_bars_kernel: the two hold
+  /// disjoint pairs, so that place is a true lower bound). Nothing waits across workers on the
+  /// host or in a compute stream: the sender snapshots its lists in its compute stream's order (a
+  /// device copy), its upload stream copies the snapshot into the receiver's recv once the
+  /// receiver has read the last one, and the receiver, at the start of one of its strips, reads a
+  /// send whose copy has finished; a send finding the last one unread is skipped. Called by worker
+  /// w's thread before each of its strips.
+  template <class Job>
+  void exchange_bars(Job& job, std::size_t w) {
+    if (!exchanges_bars()) return;
+    fused_topk_device_state& D = *dev_[w];
+    const std::size_t nw = dev_.size();
+    const stream_view cs = D.cs.view();
+    const std::int64_t n = job.prod.rows(false);
+    const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(tk_.k) * sizeof(entry);
+    const std::int64_t c = ++D.strips;
+    {
+      std::lock_guard<std::mutex> l(D.mail);
+      if (D.mail_full) {
+        const cudaError_t e = cudaEventQuery(dev_[(w + nw - 1) % nw]->sent.value());
+        if (e != cudaErrorNotReady) {
+          SPILLWAY_CUDA_TRY(e);
+          pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
+            fused_union_bars_kernel<decltype(Lg)::value><<<grid_blocks(n, 256), 256, 0, cs.value()>>>(
+                D.state.data(), D.recv.data(), n, tk_.k, D.bars.data());
+          });
+          SPILLWAY_CHECK_LAUNCH();
+          D.recv_free.record(cs);
+          D.mail_full = false;
+          ++D.exchanges;
+        }
+      }
+    }
+    const std::int64_t every =
+        L_.exchange_every > 0
+            ? L_.exchange_every
+            : std::max<std::int64_t>(16, (n + L_.P - 1) / L_.P / (16 * static_cast<std::int64_t>(nw)));
+    const bool send =
+        L_.exchange_every > 0 ? c % every == 0 : (c >= 2 && (c & (c - 1)) == 0) || c % every == 0;
+    if (!send) return;
+    fused_topk_device_state& R = *dev_[(w + 1) % nw];
+    std::lock_guard<std::mutex> l(R.mail);
+    if (R.mail_full) return;
+    cs.wait(D.sent);  // the last send's copy has read snap
+    SPILLWAY_CUDA_TRY(
+        cudaMemcpyAsync(D.snap.data(), D.state.data(), bytes, cudaMemcpyDeviceToDevice, cs.value()));
+    D.snapped.record(cs);
+    D.us.view().wait(D.snapped);
+    D.us.view().wait(R.recv_free);  // the receiver has read the last send
+    SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(R.recv.data(), job.ctx[(w + 1) % nw]->device, D.snap.data(),
+                                          job.ctx[w]->device, bytes, D.us.view().value()));
+    D.sent.record(D.us.view());
+    R.mail_full = true;
+  }
+
+  /// Every worker's streams finished. Profiling: each worker's end marked and its device time
+  /// (first mark to end) in the hook.
+  template <class Job>
+  void wait_for_workers(Job& job) {
+    const bool profile = fused_topk_hook().profile;
+    for (std::size_t w = 0; w < dev_.size() && profile; ++w) {
+      device_guard g(job.ctx[w]->device);
+      dev_[w]->marks.mark(dev_[w]->cs.view());
+    }
+    for (auto& x : dev_) {
+      x->us.view().synchronize();  // the bar exchange's last copies
+      x->cs.view().synchronize();
+    }
+    if (!profile) return;
+    dev_[0]->marks.publish();
+    auto& hk = fused_topk_hook();
+    hk.worker_ms.assign(dev_.size(), 0.0f);
+    for (std::size_t w = 0; w < dev_.size(); ++w) hk.worker_ms[w] = dev_[w]->marks.span_ms();
+  }
 
   /// Rows [r0, r1) of the final lists into the host result, on worker w (collect).
   template <class Job>

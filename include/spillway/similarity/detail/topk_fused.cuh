@@ -82,6 +82,10 @@ struct fused_topk_sizes {
   std::int64_t chunk_cols = 0;     ///< W, the widest chunk (default fused_widest_chunk)
   std::int32_t row_capacity = 0;   ///< cap_a per strip row (default 32 k)
   std::int32_t col_capacity = 0;   ///< cap_b per chunk column (default 2 k)
+  /// Several workers: a worker sends its lists to the next one every this many of its strips
+  /// (default: at its strips 2, 4, 8, … and every max(16, strips / (16 · workers)); see
+  /// fused_topk_sink's bar exchange).
+  std::int64_t exchange_every = 0;
 };
 /// Test hook (detail): sizes for the next fused jobs of this process, and what the last one did.
 struct fused_topk_test_hook {
@@ -91,12 +95,18 @@ struct fused_topk_test_hook {
   std::atomic<std::int64_t> last_chunks{0};
   /// Bucket entries the filter passed to the merges (seeds not counted); counted with `profile` only.
   std::atomic<std::uint64_t> last_candidates{0};
+  /// Bar exchanges between the workers of one process (a worker's bars raised from another's lists).
+  std::atomic<std::int64_t> last_exchanges{0};
   std::atomic<bool> last_ran{false};                    ///< the last similarity_topk took the fused path
   /// With profile set, the next jobs time their phases with events (three per chunk, read after
   /// the job's one final synchronize): rows in + seeds, the chunks' GEMMs, their merges, the
   /// whole device part (milliseconds). `spillway-knn --profile` prints them.
   bool profile = false;
   float seed_ms = 0, gemm_ms = 0, merge_ms = 0, device_ms = 0;
+  /// With profile: each worker's device time (its setup to its last strip) and the collect after
+  /// them (the workers' lists merged and brought to the host), milliseconds.
+  std::vector<float> worker_ms;
+  float collect_ms = 0;
 };
 inline fused_topk_test_hook& fused_topk_hook() {
   static fused_topk_test_hook h;
@@ -376,6 +386,47 @@ __global__ void fused_bars_kernel(const pairwise::detail::topk_entry<float>* __r
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const pairwise::detail::topk_entry<float> e = state[i * k + k - 1];
     bars[i] = topk_bar{Larger ? e.v : -e.v, e.c};
+  }
+}
+
+/// Raises each row's bar to the k-th place of the union of two of its lists that hold disjoint
+/// pairs — a worker's own and another worker's copy (fused_topk_sink's bar exchange: each pair
+/// reaches the lists of one worker only) — both sorted best first, ties by the smaller column. k
+/// distinct pairs reach that place, so it is a true lower bound of the row's final k-th place. One
+/// thread per row finds how many of the k best come from `own` by bisection (⌈log2(k + 1)⌉ steps).
+template <bool Larger>
+__global__ void fused_union_bars_kernel(const pairwise::detail::topk_entry<float>* __restrict__ own,
+                                        const pairwise::detail::topk_entry<float>* __restrict__ other,
+                                        std::int64_t n, int k, topk_bar* __restrict__ bars) {
+  using entry = pairwise::detail::topk_entry<float>;
+  const auto better = [](const entry& x, const entry& y) {
+    return pairwise::detail::topk_better_dev<float, Larger>(x.v, x.c, y.v, y.c);
+  };
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const entry* a = own + i * k;
+    const entry* b = other + i * k;
+    // The k best take t from a and k − t from b: the least t whose a[t] does not beat b[k − t − 1].
+    int lo = 0, hi = k;
+    while (lo < hi) {
+      const int t = (lo + hi) / 2;
+      if (better(a[t], b[k - t - 1]))
+        lo = t + 1;
+      else
+        hi = t;
+    }
+    entry kth;
+    if (lo == 0)
+      kth = b[k - 1];
+    else if (lo == k)
+      kth = a[k - 1];
+    else {
+      const entry x = a[lo - 1], y = b[k - lo - 1];
+      kth = better(x, y) ? y : x;
+    }
+    const topk_bar nb{Larger ? kth.v : -kth.v, kth.c};
+    const topk_bar ob = bars[i];
+    if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) bars[i] = nb;
   }
 }
 
