@@ -413,12 +413,11 @@ int run(const args& a, const rows_t& r) {
       if (hook.worker_ms.size() > 1) {
         std::printf("profile (per GPU): device part");
         for (const float x : hook.worker_ms) std::printf(" %.1f", static_cast<double>(x));
-        std::printf(" ms; %lld bar exchanges", static_cast<long long>(hook.last_exchanges.load()));
+        std::printf(" ms; %lld bar exchanges; ", static_cast<long long>(hook.last_exchanges.load()));
       } else {
-        std::printf("profile:");
+        std::printf("profile: ");
       }
-      std::printf("; lists merged and brought to the host in %.1f ms\n",
-                  static_cast<double>(hook.collect_ms));
+      std::printf("lists merged and brought to the host in %.1f ms\n", static_cast<double>(hook.collect_ms));
     } else if (comm_size() > 1) {
       std::printf(
           "profile: the phases of each rank's job are above (the fused top-k's own events are not "
