@@ -331,6 +331,37 @@ TEST(SimilarityHost, FusedScheduleCoversEveryPairOnce) {
   }
 }
 
+TEST(SimilarityHost, BarExchangeSchedule) {
+  // The default: a worker sends at its strips 2, 4, 8, … and every max(16, strips / (16 · workers)).
+  const auto L6 = g::detail::fused_topk_shape(1000000, 32, 0, g::detail::fused_widest_chunk);
+  ASSERT_EQ(L6.P, 2048);
+  const auto sends = [](const g::detail::fused_topk_layout& L, std::int64_t n, std::size_t w,
+                        std::int64_t strips) {
+    std::vector<std::int64_t> at;
+    for (std::int64_t c = 1; c <= strips; ++c)
+      if (g::detail::fused_exchange_due(c, L, n, w)) at.push_back(c);
+    return at;
+  };
+  // 10^6 rows on two workers: 489 strips, 245 a worker; every 16 (489 / 32 = 15 → 16).
+  std::vector<std::int64_t> want{2, 4, 8};
+  for (std::int64_t c = 16; c <= 245; c += 16) want.push_back(c);
+  EXPECT_EQ(sends(L6, 1000000, 2, 245), want);
+  // 10^7 rows: 4,883 strips, every 4,883 / 32 = 152 (and the powers of two).
+  const auto L7 = g::detail::fused_topk_shape(10000000, 32, 0, g::detail::fused_widest_chunk);
+  const auto s7 = sends(L7, 10000000, 2, 2442);
+  EXPECT_EQ(std::count_if(s7.begin(), s7.end(), [](std::int64_t c) { return c % 152 == 0; }), 2442 / 152);
+  EXPECT_TRUE(std::find(s7.begin(), s7.end(), 1024) != s7.end());
+  EXPECT_TRUE(std::find(s7.begin(), s7.end(), 160) == s7.end());
+  // One worker never sends; the tests' knob: every strip.
+  EXPECT_TRUE(sends(L6, 1000000, 1, 489).empty());
+  g::detail::fused_topk_sizes z;
+  z.exchange_every = 1;
+  fused_sizes_scope scope(z);
+  const auto L1 = g::detail::fused_topk_shape(1000000, 32, 0, g::detail::fused_widest_chunk);
+  EXPECT_EQ(sends(L1, 1000000, 2, 30).size(), 30u);
+  EXPECT_FALSE(g::detail::fused_exchange_due(0, L1, 1000000, 2));
+}
+
 TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";

@@ -137,6 +137,19 @@ inline fused_topk_layout fused_topk_shape(std::int64_t n, int k, std::int64_t ma
   return L;
 }
 
+/// Whether a worker of `workers` (several in one process) sends its lists to the next at its c-th
+/// strip (c from 1; fused_topk_sink::exchange_bars): every L.exchange_every strips where the layout
+/// sets it (tests), else at its strips 2, 4, 8, … — the bars rise fastest early — and every
+/// max(16, strips / (16 · workers)).
+inline bool fused_exchange_due(std::int64_t c, const fused_topk_layout& L, std::int64_t n,
+                               std::size_t workers) {
+  if (c < 1 || workers < 2) return false;
+  if (L.exchange_every > 0) return c % L.exchange_every == 0;
+  const std::int64_t strips = (n + L.P - 1) / L.P;
+  const std::int64_t every = std::max<std::int64_t>(16, strips / (16 * static_cast<std::int64_t>(workers)));
+  return (c >= 2 && (c & (c - 1)) == 0) || c % every == 0;
+}
+
 /// The seed blocks: blocks of S rows; a remainder under S/2 joins the last block (a small block's
 /// rows would start with poor bars and flood their buckets in the first strip). End of block b.
 inline std::int64_t fused_block_end(const fused_topk_layout& L, std::int64_t n, std::int64_t b) {
@@ -591,13 +604,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
         }
       }
     }
-    const std::int64_t every =
-        L_.exchange_every > 0
-            ? L_.exchange_every
-            : std::max<std::int64_t>(16, (n + L_.P - 1) / L_.P / (16 * static_cast<std::int64_t>(nw)));
-    const bool send =
-        L_.exchange_every > 0 ? c % every == 0 : (c >= 2 && (c & (c - 1)) == 0) || c % every == 0;
-    if (!send) return;
+    if (!fused_exchange_due(c, L_, n, nw)) return;
     fused_topk_device_state& R = *dev_[(w + 1) % nw];
     std::lock_guard<std::mutex> l(R.mail);
     if (R.mail_full) return;
