@@ -582,7 +582,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
   void exchange_bars(Job& job, std::size_t w) {
     if (!exchanges_bars()) return;
     fused_topk_device_state& D = *dev_[w];
-    const std::size_t nw = dev_.size();
+    const std::size_t nw = dev_.size(), prev = (w + nw - 1) % nw, next = (w + 1) % nw;
     const stream_view cs = D.cs.view();
     const std::int64_t n = job.prod.rows(false);
     const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(tk_.k) * sizeof(entry);
@@ -590,7 +590,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     {
       std::lock_guard<std::mutex> l(D.mail);
       if (D.mail_full) {
-        const cudaError_t e = cudaEventQuery(dev_[(w + nw - 1) % nw]->sent.value());
+        const cudaError_t e = cudaEventQuery(dev_[prev]->sent.value());
         if (e != cudaErrorNotReady) {
           SPILLWAY_CUDA_TRY(e);
           pairwise::detail::with_larger(job.prod.larger(), [&](auto Lg) {
@@ -605,7 +605,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
       }
     }
     if (!fused_exchange_due(c, L_, n, nw)) return;
-    fused_topk_device_state& R = *dev_[(w + 1) % nw];
+    fused_topk_device_state& R = *dev_[next];
     std::lock_guard<std::mutex> l(R.mail);
     if (R.mail_full) return;
     cs.wait(D.sent);  // the last send's copy has read snap
@@ -614,7 +614,7 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     D.snapped.record(cs);
     D.us.view().wait(D.snapped);
     D.us.view().wait(R.recv_free);  // the receiver has read the last send
-    SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(R.recv.data(), job.ctx[(w + 1) % nw]->device, D.snap.data(),
+    SPILLWAY_CUDA_TRY(cudaMemcpyPeerAsync(R.recv.data(), job.ctx[next]->device, D.snap.data(),
                                           job.ctx[w]->device, bytes, D.us.view().value()));
     D.sent.record(D.us.view());
     R.mail_full = true;

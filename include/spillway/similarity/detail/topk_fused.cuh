@@ -315,6 +315,18 @@ struct fused_merge_args {
   int rows_per_warp = 1;  // 1..32: a warp serves this many consecutive rows in turn
 };
 
+/// A list place (value v, column c) as a bar: key v for similarities, −v for distances.
+template <bool Larger>
+__device__ __forceinline__ topk_bar fused_bar_of(float v, std::int32_t c) {
+  return topk_bar{Larger ? v : -v, c};
+}
+/// Bars only rise: b becomes nb where nb is the better place (a larger key; at equal keys the
+/// smaller column, as the lists sort).
+__device__ __forceinline__ void fused_raise_bar(topk_bar& b, topk_bar nb) {
+  const topk_bar ob = b;
+  if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) b = nb;
+}
+
 template <class T, similarity_metric M>
 __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
   constexpr bool larger = M != similarity_metric::euclidean;
@@ -368,9 +380,7 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
         // The bar only rises. On one device the list's k-th place never falls, so this is the
         // list's bar; a device that shares a job starts with empty lists under the seeds' bars
         // (fused_topk_sink.cuh) and keeps them until its own list passes them.
-        const topk_bar nb{larger ? t.wv : -t.wv, t.wc};
-        const topk_bar ob = a.bars[gr];
-        if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) a.bars[gr] = nb;
+        fused_raise_bar(a.bars[gr], fused_bar_of<larger>(t.wv, t.wc));
         a.cnt[lr] = 0u;
         offered += count;
       }
@@ -385,7 +395,7 @@ __global__ void fused_bars_kernel(const pairwise::detail::topk_entry<float>* __r
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const pairwise::detail::topk_entry<float> e = state[i * k + k - 1];
-    bars[i] = topk_bar{Larger ? e.v : -e.v, e.c};
+    bars[i] = fused_bar_of<Larger>(e.v, e.c);
   }
 }
 
@@ -424,9 +434,7 @@ __global__ void fused_union_bars_kernel(const pairwise::detail::topk_entry<float
       const entry x = a[lo - 1], y = b[k - lo - 1];
       kth = better(x, y) ? y : x;
     }
-    const topk_bar nb{Larger ? kth.v : -kth.v, kth.c};
-    const topk_bar ob = bars[i];
-    if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) bars[i] = nb;
+    fused_raise_bar(bars[i], fused_bar_of<Larger>(kth.v, kth.c));
   }
 }
 
