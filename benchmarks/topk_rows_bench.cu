@@ -140,8 +140,11 @@ struct strip_fixture {
   }
   void pass() {
     // The lists of rows row0.. start at `lists` (state indexed by global row).
-    pd::topk_rows_kernel<int, true><<<spillway::grid_blocks(strip_rows, 8), 256, 0, st.value()>>>(
-        s, strip_rows, w, row0, row0, true, lists - row0 * k, k, m);
+    pd::with_topk_blocks(k, [&](auto B) {
+      pd::topk_rows_kernel<int, true, decltype(B)::value>
+          <<<spillway::grid_blocks(strip_rows, 8), 256, 0, st.value()>>>(s, strip_rows, w, row0, row0, true,
+                                                                         lists - row0 * k, k, m);
+    });
     pd::topk_append_kernel<int><<<spillway::grid_blocks(strip_rows * m.hit_words, 256), 256, 0, st.value()>>>(
         s, strip_rows, w, row0, m);
   }

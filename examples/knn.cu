@@ -70,6 +70,7 @@ struct args {
   std::int64_t clusters = 0;  // > 0: random rows around that many centres
   double spread = 1.0;        // noise around a centre, relative to the centre's per-value scale
   bool spread_set = false;
+  int binary = 0;  // > 0: the binary-quantized mode too, with this many candidates a row
 };
 
 void print_usage(std::FILE* f) {
@@ -90,7 +91,7 @@ void print_usage(std::FILE* f) {
       "                         ('<u2', with --bf16)\n"
       "  --bf16                 the uint16 input holds bf16 bit patterns (and random rows are bf16)\n"
       "  --rows N --dim D       no --input: N random normal rows of D values (float32, or bf16 with --bf16)\n"
-      "  --k K                  neighbours per row, 1..64 (default 32); the row itself is excluded\n"
+      "  --k K                  neighbours per row, 1..128 (default 32); the row itself is excluded\n"
       "  --metric M             cosine | ip | euclidean (default cosine; a zero row scores 0 under cosine)\n"
       "  --budget SIZE          device memory per GPU, e.g. 4GiB, 512MiB (default 80%% of free memory)\n"
       "  --tf32                 float32 rows on the TF32 tensor cores (default exact FP32)\n"
@@ -112,6 +113,9 @@ void print_usage(std::FILE* f) {
       "  --repeat R             R timed calls after one untimed warm-up call on the same rows (device\n"
       "                         contexts, kernels and pools in place); prints each time and the median\n"
       "                         (default 1: one cold call, no warm-up)\n"
+      "  --binary C             also the binary-quantized mode (similarity_topk_binary: C sign-bit\n"
+      "                         candidates a row, C >= k, rescored exactly; cosine, one GPU), timed the\n"
+      "                         same way, with its recall@k against the exact lists\n"
       "  --profile              print the fused top-k's phases (rows in + seeds, GEMMs with the sink,\n"
       "                         merges, whole device part; CUDA events around each chunk's GEMM and\n"
       "                         merges, recorded only with --profile), its chunks and recomputed rows\n"
@@ -183,22 +187,28 @@ args parse(int argc, char** argv) {
     } else if (k == "--host")
       a.host = true;
     else if (k == "--profile") a.profile = true;
-    else if (k == "--repeat") {
+    else if (k == "--binary") {
+      const std::string v = val();
+      char* stop = nullptr;
+      const long c = std::strtol(v.c_str(), &stop, 10);
+      if (v.empty() || *stop != '\0' || c < 1 || c > spillway::pairwise::max_top_k)
+        usage(("--binary: a candidate count in 1..128; got '" + v + "'").c_str());
+      a.binary = static_cast<int>(c);
+    } else if (k == "--repeat") {
       const std::string v = val();
       char* stop = nullptr;
       const long r = std::strtol(v.c_str(), &stop, 10);
       if (v.empty() || *stop != '\0' || r < 1 || r > 1000) usage(("--repeat: a count in 1..1000; got '" + v + "'").c_str());
       a.repeat = static_cast<int>(r);
-    }
-    else if (k == "--rows-memory") {
+    } else if (k == "--rows-memory") {
       a.rows_memory = val();
       if (a.rows_memory != "pinned" && a.rows_memory != "pageable" && a.rows_memory != "staged")
         usage(("--rows-memory: pinned, pageable or staged, got '" + a.rows_memory + "'").c_str());
-    }
-    else if (k == "--help" || k == "-h") {
+    } else if (k == "--help" || k == "-h") {
       print_usage(stdout);
       std::exit(0);
-    } else usage(("unknown argument " + k).c_str());
+    } else
+      usage(("unknown argument " + k).c_str());
   }
   if (a.input.empty() && (a.rows < 2 || a.dim < 1)) usage("give --input, or --rows (>= 2) and --dim (>= 1)");
   if (a.clusters > 0 && !a.input.empty()) usage("--clusters makes random rows: it does not go with --input");
@@ -207,7 +217,12 @@ args parse(int argc, char** argv) {
            std::to_string(a.clusters))
               .c_str());
   if (a.spread_set && a.clusters == 0) usage("--spread is the noise of --clusters: give --clusters too");
-  if (a.k < 1 || a.k > 64) usage("--k must be in 1..64");
+  if (a.k < 1 || a.k > spillway::pairwise::max_top_k) usage("--k must be in 1..128");
+  if (a.binary > 0 && a.binary < a.k) usage("--binary: at least --k candidates a row");
+  if (a.binary > 0 && (a.host || a.metric != "cosine")) usage("--binary: cosine on the GPU only");
+#ifdef SPILLWAY_KNN_MPI
+  if (a.binary > 0) usage("--binary: spillway-knn only (one GPU), not across ranks");
+#endif
   return a;
 }
 
@@ -427,6 +442,56 @@ int run(const args& a, const rows_t& r) {
                   "a Hopper GPU and a budget that holds the rows)\n");
     }
   }
+
+#ifndef SPILLWAY_KNN_MPI
+  if (a.binary > 0) {
+    // The approximate mode on the same rows, timed the same way, and its recall@k against the
+    // exact lists above (every row): the share of the exact lists' columns it lists too.
+    g::similarity_options bo;
+    if (a.budget > 0) bo.budget = spillway::memory_budget(a.budget);
+    bo.devices = a.devices;
+    g::topk_result<float> bn;
+    const auto bcall = [&] { bn = g::similarity_topk_binary(view, {a.k}, bo, a.binary); };
+    if (a.repeat > 1) bcall();
+    std::vector<double> bt;
+    for (int t = 0; t < a.repeat; ++t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      bcall();
+      bt.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(bt.begin(), bt.end());
+    std::int64_t found = 0, listed = 0;
+#ifdef _OPENMP
+#pragma omp parallel for reduction(+ : found, listed)
+#endif
+    for (std::int64_t i = 0; i < r.n; ++i) {
+      for (int t = 0; t < a.k; ++t) {
+        const std::int64_t j = nn.index(i, t);
+        if (j < 0) continue;
+        ++listed;
+        for (int q = 0; q < a.k; ++q) found += bn.index(i, q) == j ? 1 : 0;
+      }
+    }
+    const double bs = bt[bt.size() / 2];
+    std::printf(
+        "binary-quantized top-%d (%d sign-bit candidates a row, rescored exactly) in %.3f s%s: %.2fx the "
+        "exact job; recall@%d against it %.4f\n",
+        a.k, a.binary, bs, a.repeat > 1 ? " (median)" : "", secs / bs, a.k,
+        listed > 0 ? static_cast<double>(found) / static_cast<double>(listed) : 0.0);
+    if (a.profile) {
+      std::printf(
+          "profile (binary, last call): sign words %.1f ms, with the seeds %.1f ms, 1-bit GEMMs with the "
+          "sink %.1f ms, merges %.1f ms, rescoring %.1f ms, device part %.1f ms; %lld chunks, %llu rows "
+          "recomputed, %.1f candidates per row passed the filter (seeds not counted)\n",
+          static_cast<double>(hook.signs_ms), static_cast<double>(hook.seed_ms),
+          static_cast<double>(hook.gemm_ms), static_cast<double>(hook.merge_ms),
+          static_cast<double>(hook.rescore_ms), static_cast<double>(hook.device_ms),
+          static_cast<long long>(hook.last_chunks.load()),
+          static_cast<unsigned long long>(hook.last_recomputed_rows.load()),
+          static_cast<double>(hook.last_candidates.load()) / static_cast<double>(r.n));
+    }
+  }
+#endif
 
   if (!a.output.empty()) {
 #ifdef SPILLWAY_KNN_MPI

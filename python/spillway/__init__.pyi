@@ -134,9 +134,11 @@ def similarity(
     return_report: bool = False,
     max_panel_rows: int = 0,
     format: Literal["coo", "csr"] = "coo",
+    binary: Optional[int] = None,
 ) -> Any:
     """As gram: an array, (values, indices), a scipy.sparse.coo_array (csr_array with
-    format="csr"), or (that, Report)."""
+    format="csr"), or (that, Report). binary=C: sink="topk" from C sign-bit candidates a row
+    (approximate; scores exact)."""
 
 @overload
 def matmul(

@@ -17,7 +17,7 @@ from ._report import deliver, one_launch
 
 METRICS = ("counts", "jaccard", "cosine", "hamming")
 SINKS = ("full", "triangle", "condensed", "topk", "threshold")
-MAX_TOP_K = 64
+MAX_TOP_K = 128  # spillway::pairwise::max_top_k
 
 # Rows are packed in blocks of about this many input bytes: an mmap'd file is read once, in
 # order, and each block's pages are released after packing (see _release_pages).
@@ -242,7 +242,7 @@ def gram(
         indices)``, rows x k; largest similarity or smallest Hamming first, ties by the smaller
         index; -1 pads a short row) or "threshold" (``scipy.sparse.coo_array`` of the entries
         >= threshold, <= for Hamming; upper triangle unless ``both_halves``).
-    k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
+    k : top-k list length, 1..128 (sink="topk").  threshold : the cut (sink="threshold").
     format : sink="threshold": "coo" (``scipy.sparse.coo_array``, the default) or "csr"
         (``scipy.sparse.csr_array``, assembled as CSR by the job: no row array is made).
     budget : device memory per GPU ("8GiB", bytes, or None — the default, as every call's — for

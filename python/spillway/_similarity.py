@@ -7,9 +7,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import _arrays, _core
-from ._checks import choice, same_place
+from ._checks import choice, integer, same_place
 from ._errors import DTypeError, warn_host_fallback
-from ._gram import SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld, _sparse_format
+from ._gram import (MAX_TOP_K, SINKS, _budget_bytes, _check_sink_args, _device_rows, _gpu, _pairwise_out, _row_ld,
+                    _sparse_format)
 from ._progress import run_with_progress
 from ._report import deliver
 
@@ -60,6 +61,23 @@ def _host_rows(x, bf16: bool, what: str):
     return a, code, ld
 
 
+def _check_binary(binary, sink, k, metric, has_b, include_diagonal, devices):
+    """The binary mode's arguments (ValueError for values, TypeError for a non-integer)."""
+    if binary is None:
+        return
+    c = integer("similarity", "binary", binary, "an integer in [k, 128]", compat=False)
+    if sink != "topk" or has_b:
+        raise ValueError("similarity: binary= is a mode of sink='topk' of A·Aᵀ (no b)")
+    if metric != "cosine":
+        raise ValueError(f"similarity: binary= ranks by the sign bits' angle: metric must be 'cosine', got {metric!r}")
+    if include_diagonal:
+        raise ValueError("similarity: binary= excludes the diagonal (include_diagonal=True is not taken)")
+    if devices is not None and len(list(devices)) > 1:
+        raise ValueError(f"similarity: binary= runs on one GPU; devices={list(devices)}")
+    if not int(k) <= c <= MAX_TOP_K:
+        raise ValueError(f"similarity: binary must be an integer in [k = {int(k)}, {MAX_TOP_K}]; got {binary!r}")
+
+
 def _device_similarity_rows(x, stream, bf16: bool, what: str):
     d = _device_rows(x, stream, "similarity", what)
     ld = _row_ld(d) if d.shape[0] > 1 else max(d.shape[1], 1)
@@ -89,6 +107,7 @@ def similarity(
     return_report: bool = False,
     max_panel_rows: int = 0,
     format: str = "coo",
+    binary: Optional[int] = None,
     _host_block_rows: int = 0,
     _register: bool = True,
 ):
@@ -112,7 +131,12 @@ def similarity(
         indices)``, n x k, closest first, ties by the smaller index, -1 pads a short row; the row
         itself excluded unless ``include_diagonal``) or "threshold" (``scipy.sparse.coo_array`` of
         the pairs >= threshold, <= for Euclidean; upper triangle unless ``both_halves``).
-    k : top-k list length, 1..64 (sink="topk").  threshold : the cut (sink="threshold").
+    k : top-k list length, 1..128 (sink="topk").  threshold : the cut (sink="threshold").
+    binary : sink="topk" of A·Aᵀ under cosine only: an **approximate** top-k from binary-quantized
+        candidates — each row's ``binary`` (k..128) nearest rows by the Hamming distance of the
+        rows' sign bits, rescored exactly, the best k kept. Every score is exact; a true neighbour
+        outside its row's candidates is missed (recall: docs/similarity.md). One GPU (Hopper), all
+        rows resident on it; no host implementation, no progress reports.
     format : sink="threshold": "coo" (``scipy.sparse.coo_array``, the default) or "csr"
         (``scipy.sparse.csr_array``).
     budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
@@ -144,6 +168,7 @@ def similarity(
     choice("similarity", "metric", metric, METRICS)
     choice("similarity", "sink", sink, SINKS)
     _check_sink_args("similarity", sink, k, threshold, b is not None)
+    _check_binary(binary, sink, k, metric, b is not None, include_diagonal, devices)
     sparse = _sparse_format("similarity", sink, format)
     budget_bytes = _budget_bytes(budget, "similarity")
     devs = [] if devices is None else [int(d) for d in devices]
@@ -181,6 +206,9 @@ def similarity(
     if tf32 and code != "f":
         raise ValueError("similarity: tf32=True is for float32 rows (bf16 and float16 always run on tensor cores)")
 
+    if binary is not None and not a_dev and not devs and not _gpu():
+        raise RuntimeError(f"similarity: binary= needs a GPU (the binary mode has no host implementation): "
+                           f"{_core.no_gpu_reason()}")
     if host_fallback is None:
         host_fallback = not a_dev and not devs and not _gpu()
         if host_fallback:
@@ -190,7 +218,8 @@ def similarity(
                                       float(threshold or 0.0), bool(include_diagonal), bool(both_halves),
                                       float(cosine_zero), bool(tf32), bool(check_finite), budget_bytes, devs,
                                       bool(host_fallback), int(max_panel_rows), int(_host_block_rows), bool(_register),
-                                      device, strm, bar, sparse is not None and format == "csr"),
+                                      device, strm, bar, sparse is not None and format == "csr",
+                                      int(binary or 0)),
         progress, f"spillway.similarity {sink}", report)
     if sink not in ("topk", "threshold") and da is not None:  # dense results of device input, on its GPU
         res["values"] = _arrays.from_numpy_like(da, res["values"])

@@ -258,6 +258,9 @@ struct similarity_request {
   /// it, so their copies run by DMA; false copies them from pageable memory.
   bool register_host = true;
   bool csr = false;  ///< threshold: the entries as CSR (pairwise::to_csr of the COO)
+  /// topk of A·Aᵀ: > 0 runs the binary-quantized approximate mode with this many sign-bit candidates a
+  /// row (similarity_topk_binary; one GPU, cosine)
+  int binary_candidates = 0;
 };
 
 /// Similarities of A·Aᵀ (b null) or A·Bᵀ, values float32: spillway::similarity::similarity_* on the GPUs

@@ -95,7 +95,9 @@ gram_result on_gpu(const rows_matrix& ra, const rows_matrix* rb, const similarit
   switch (r.kind) {
     case sink::topk: {
       const pw::topk_options k{r.k, r.include_diagonal};
-      auto t = rb ? sg::similarity_topk(a, b, k, o) : sg::similarity_topk(a, k, o);
+      auto t = r.binary_candidates > 0 ? sg::similarity_topk_binary(a, k, o, r.binary_candidates)
+               : rb                    ? sg::similarity_topk(a, b, k, o)
+                                       : sg::similarity_topk(a, k, o);
       out.values = own_vector(std::move(t.values));
       out.indices = own_vector(std::move(t.indices));
       break;

@@ -387,7 +387,7 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
                         bool check_finite, std::size_t budget, const std::vector<int>& devices,
                         bool host_fallback, std::int64_t max_panel_rows, std::int64_t host_block_rows,
                         bool register_host, int device, std::uintptr_t stream, const nb::object& progress,
-                        bool csr) {
+                        bool csr, int binary) {
   sp::similarity_request r;
   if (dtype != "f" && dtype != "h" && dtype != "b") throw dtype_error("similarity: element type code must be f, h or b");
   r.dtype = dtype[0];
@@ -407,6 +407,7 @@ nb::dict similarity_job(std::uintptr_t a, std::int64_t rows, std::int64_t cols, 
   r.host_block_rows = host_block_rows;
   r.register_host = register_host;
   r.csr = csr && r.kind == sp::sink::threshold;
+  r.binary_candidates = r.kind == sp::sink::topk && b == 0 ? binary : 0;
   if (b != 0 && (r.kind == sp::sink::triangle || r.kind == sp::sink::condensed)) {
     throw sp_logic("similarity: sink '" + sink + "' is a layout of the symmetric A·Aᵀ; with b given use 'full', 'topk' or 'threshold'");
   }
@@ -933,7 +934,7 @@ NB_MODULE(_core, m) {
         "dtype"_a, "metric"_a, "sink"_a, "k"_a, "threshold"_a, "include_diagonal"_a, "both_halves"_a,
         "cosine_zero"_a, "tf32"_a, "check_finite"_a, "budget"_a, "devices"_a, "host_fallback"_a,
         "max_panel_rows"_a, "host_block_rows"_a, "register_host"_a, "device"_a, "stream"_a,
-        "progress"_a.none(), "csr"_a = false);
+        "progress"_a.none(), "csr"_a = false, "binary"_a = 0);
   m.def(
       "_bench_cpp_similarity_topk",
       [](std::uintptr_t a, std::int64_t rows, std::int64_t cols, std::int64_t ld, const std::string& dtype, int k,

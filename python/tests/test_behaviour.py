@@ -61,7 +61,7 @@ CASES = [
     ("gram-sink-value", lambda: gram(E01, sink="dense"), ValueError, None, "sink must be one of"),
     ("gram-k-kind", lambda: gram(E01, sink="topk", k="3"), TypeError, ValueError, "k must be an integer"),
     ("gram-k-bool", lambda: gram(E01, sink="topk", k=True), TypeError, ValueError, "k must be an integer"),
-    ("gram-k-value", lambda: gram(E01, sink="topk", k=65), ValueError, None, r"k must be an integer in \[1, 64\]"),
+    ("gram-k-value", lambda: gram(E01, sink="topk", k=129), ValueError, None, r"k must be an integer in \[1, 128\]"),
     ("gram-threshold-kind", lambda: gram(E01, sink="threshold", threshold="0.5"), TypeError, ValueError,
      "threshold must be a real number"),
     ("gram-threshold-value", lambda: gram(E01, sink="threshold", threshold=float("inf")), ValueError, None, "finite"),

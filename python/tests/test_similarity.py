@@ -251,7 +251,7 @@ def test_nan_and_infinite_rows_are_refused_by_row(rng):
         (dict(metric="jaccard"), ValueError, "metric must be one of"),
         (dict(sink="dense"), ValueError, "sink must be one of"),
         (dict(sink="topk"), ValueError, "needs k"),
-        (dict(sink="topk", k=65), ValueError, r"k must be an integer in \[1, 64\]"),
+        (dict(sink="topk", k=129), ValueError, r"k must be an integer in \[1, 128\]"),
         (dict(sink="topk", k=True), ValueError, "k must be an integer"),
         (dict(k=3), ValueError, "k is for sink='topk'"),
         (dict(sink="threshold"), ValueError, "needs threshold"),
@@ -261,6 +261,13 @@ def test_nan_and_infinite_rows_are_refused_by_row(rng):
         (dict(tf32=True, _dtype="float16"), ValueError, "tf32=True is for float32"),
         (dict(budget=-1), ValueError, "positive byte count"),
         (dict(stream=0), ValueError, "stream= orders device input"),
+        (dict(sink="full", binary=64), ValueError, "binary= is a mode of sink='topk'"),
+        (dict(sink="topk", k=8, binary=64, metric="ip"), ValueError, "metric must be 'cosine'"),
+        (dict(sink="topk", k=8, binary=4), ValueError, r"binary must be an integer in \[k = 8, 128\]; got 4"),
+        (dict(sink="topk", k=8, binary=129), ValueError, r"got 129"),
+        (dict(sink="topk", k=8, binary=64.0), TypeError, "binary must be an integer"),
+        (dict(sink="topk", k=8, binary=64, include_diagonal=True), ValueError, "excludes the diagonal"),
+        (dict(sink="topk", k=8, binary=64, devices=[0, 1]), ValueError, "runs on one GPU"),
     ],
 )
 def test_bad_arguments_are_refused(rng, kw, exc, msg):
@@ -422,4 +429,34 @@ def test_topk_on_two_gpus_equals_one(gpu, rng):
         kth = np.sort(sc)[-16]
         assert np.all(np.abs(v2[r] - sc[i2[r]]) <= e), f"row {r}: listed values"
         assert np.all(sc[i2[r]] >= kth - 2 * e), f"row {r}: a listed column is not in the top 16"
+
+
+
+def test_binary_mode_lists_exact_scores_of_sign_bit_candidates(gpu, rng):
+    # The approximate mode: every listed column one of the row's 64 nearest by the Hamming distance
+    # of the sign bits (ties to the smaller column), its score the exact cosine, and the list the
+    # best 8 of those candidates; on clustered rows it finds most of the exact top-8.
+    n, d, k, c = 3000, 96, 8, 64
+    centres = rng.standard_normal((30, d)).astype(np.float32)
+    a = (centres[rng.integers(0, 30, n)] + rng.standard_normal((n, d)).astype(np.float32)).astype(np.float32)
+    v, i = sim(a, sink="topk", k=k, binary=c)
+    ve, ie = sim(a, sink="topk", k=k)
+    a64 = a.astype(np.float64)
+    nrm = np.sqrt((a64 * a64).sum(1))
+    bits = a > 0
+    e = 4.0 * (d + 8) * 2.0**-24
+    for r in rng.choice(n, 64, replace=False):
+        ham = (bits != bits[r]).sum(1).astype(np.int64)
+        ham[r] = 10 * d
+        cand = np.lexsort((np.arange(n), ham))[:c]
+        sc = a64[cand] @ a64[r] / (nrm[cand] * nrm[r])
+        kth = np.sort(sc)[-k]
+        assert set(i[r].tolist()) <= set(cand.tolist()), f"row {r}: a listed column is not a candidate"
+        assert len(set(i[r].tolist())) == k and r not in i[r]
+        exact = a64[i[r]] @ a64[r] / (nrm[i[r]] * nrm[r])
+        assert np.all(np.abs(v[r] - exact) <= e), f"row {r}: listed values"
+        assert np.all(exact >= kth - 2 * e), f"row {r}: not the best {k} candidates"
+        assert np.all(np.diff(v[r]) <= 0)
+    recall = np.mean([len(set(i[r]) & set(ie[r])) / k for r in range(n)])
+    assert recall > 0.8, f"recall@{k} {recall:.3f} against the exact job"
 

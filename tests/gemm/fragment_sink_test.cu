@@ -157,6 +157,55 @@ void check_every_accumulator(std::int64_t m, std::int64_t n, std::int64_t k, std
   EXPECT_EQ(bad, 0) << "elements wrong or not visited exactly once";
 }
 
+/// m x n counts of rows of `words` 32-bit words (random bits, the last word's bits past `bits`
+/// zero, as the contract asks; pitch padded by `pad` words): every count exact, visited once.
+void check_every_bit_count(std::int64_t m, std::int64_t n, std::int64_t bits, std::int64_t pad) {
+  const std::string what =
+      "bits " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(bits);
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(spillway::test::seed("fragment sink " + what));
+  const std::int64_t words = (bits + 31) / 32, ld = words + pad;
+  const auto fill = [&](std::int64_t rows) {
+    std::vector<std::uint32_t> v(static_cast<std::size_t>(rows * ld), 0xDEADBEEFu);  // padding: never read
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t w = 0; w < words; ++w) {
+        std::uint32_t x = static_cast<std::uint32_t>(rng());
+        if (32 * w + 32 > bits) x &= (1u << (bits - 32 * w)) - 1u;
+        v[static_cast<std::size_t>(r * ld + w)] = x;
+      }
+    return v;
+  };
+  const auto a = fill(m), b = fill(n);
+  const auto s = spillway::stream_view::per_thread();
+  const auto da = spillway::device_buffer<std::uint32_t>::from_host(a, s);
+  const auto db = spillway::device_buffer<std::uint32_t>::from_host(b, s);
+  spillway::device_buffer<float> out(static_cast<std::size_t>(m * n), s);
+  spillway::device_buffer<unsigned> visits(static_cast<std::size_t>(m * n), s);
+  out.fill_bytes_async(0xFF, s);
+  visits.fill_bytes_async(0, s);
+  writing_sink sink{out.data(), visits.data()};
+  g::fragment_sink_bit_gemm_async(s, g::row_major<const std::uint32_t>(da.data(), m, words, ld),
+                                  g::row_major<const std::uint32_t>(db.data(), n, words, ld), sink);
+  const std::vector<float> got = out.to_host(s);
+  const std::vector<unsigned> seen = visits.to_host(s);
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      int ref = 0;
+      for (std::int64_t w = 0; w < words; ++w)
+        ref += __builtin_popcount(a[static_cast<std::size_t>(i * ld + w)] &
+                                  b[static_cast<std::size_t>(j * ld + w)]);
+      const std::size_t at = static_cast<std::size_t>(i * n + j);
+      if (seen[at] != 1u || got[at] != static_cast<float>(ref)) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "(" << i << ", " << j << "): visited " << seen[at] << " times, got " << got[at]
+                        << ", host " << ref;
+        }
+      }
+    }
+  EXPECT_EQ(bad, 0) << "counts wrong or not visited exactly once";
+}
+
 TEST(FragmentSinkGemm, EveryAccumulatorReachesTheSinkOnce) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const int dev = spillway::current_device();
@@ -172,6 +221,29 @@ TEST(FragmentSinkGemm, EveryAccumulatorReachesTheSinkOnce) {
   check_every_accumulator<__nv_bfloat16>(4133, 2148, 136, 8, "bf16");
   check_every_accumulator<__half>(4133, 2148, 136, 8, "half");
   check_every_accumulator<float>(1000, 1300, 100, 4, "float");
+  // Rows of bits: 768 bits (one stage holds 1,024), 100 bits (a partial word), 3,000 bits (three
+  // stages, a partial last one), many tiles with edges.
+  check_every_bit_count(37, 200, 768, 4);
+  check_every_bit_count(1000, 777, 100, 0);
+  check_every_bit_count(4133, 2148, 3000, 2);
+}
+
+TEST(FragmentSinkGemm, BitRowsRefuseBadViews) {
+  const spillway::stream_view s = spillway::stream_view::per_thread();
+  const counting_sink sink;
+  alignas(16) static std::uint32_t w[64 * 8];
+  ASSERT_NO_FATAL_FAILURE(expect_throw_naming(
+      [&] {
+        g::fragment_sink_bit_gemm_async(s, g::row_major<const std::uint32_t>(w, 8, 24, 26),
+                                        g::row_major<const std::uint32_t>(w, 8, 24, 24), sink);
+      },
+      {"fragment_sink_bit_gemm_async: a: the base and ld must be 16-byte aligned", "ld 26"}));
+  ASSERT_NO_FATAL_FAILURE(expect_throw_naming(
+      [&] {
+        g::fragment_sink_bit_gemm_async(s, g::row_major<const std::uint32_t>(w, 8, 24, 24),
+                                        g::row_major<const std::uint32_t>(w, 8, 20, 24), sink);
+      },
+      {"fragment_sink_bit_gemm_async: a has 24 columns but b has 20"}));
 }
 
 }  // namespace

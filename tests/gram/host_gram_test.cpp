@@ -262,7 +262,7 @@ TEST(HostGram, TopKEveryMetricTiesAndDiagonal) {
   check_topk<float>(metric::cosine, true, 1, 19, 3, s + 4);
   const bit_matrix a = pack_bits(random_bits(4, 4, 0.5, s), 4, 4);
   topk_options o;
-  o.k = 65;
+  o.k = 129;
   EXPECT_THROW((void)host_gram_topk<std::int32_t>(a.view(), o), spillway::logic_error);
   o.k = 0;
   EXPECT_THROW((void)host_gram_topk<std::int32_t>(a.view(), o), spillway::logic_error);

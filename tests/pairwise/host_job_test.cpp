@@ -363,8 +363,11 @@ TEST(HostPairJob, RefusesBadArgumentsNamingTheCaller) {
   EXPECT_EQ(message_of([&] { rect.dense(out.data(), pw::triangle_layout::full); }),
             "who: a triangle layout is for A·Aᵀ (no B)");
   EXPECT_EQ(message_of([&] { sym.dense(out.data(), 6); }), "who: the A·Bᵀ form needs B");
-  EXPECT_EQ(message_of([&] { sym.topk(pw::topk_options{0, false}); }), "who: k must be in [1, 64], got 0");
-  EXPECT_EQ(message_of([&] { rect.topk(pw::topk_options{65, false}); }), "who: k must be in [1, 64], got 65");
+  EXPECT_EQ(message_of([&] { sym.topk(pw::topk_options{0, false}); }), "who: k must be in [1, 128], got 0");
+  EXPECT_EQ(message_of([&] {
+              rect.topk(pw::topk_options{129, false});
+            }),
+            "who: k must be in [1, 128], got 129");
 }
 
 }  // namespace

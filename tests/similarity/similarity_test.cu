@@ -14,6 +14,8 @@
 
 #include <support/gpu_test.hpp>
 
+#include "fused_sizes_scope.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -178,7 +180,7 @@ void topk_bf16_half_case(const char* name) {
   o.max_panel_rows = 128;  // 8 strips: rows and mirrored columns of every strip merged on the device
   g::pair_report rep;
   o.report = &rep;
-  for (int k : {1, 16, 64}) {
+  for (int k : {1, 16, 64, 128}) {
     const auto r = g::similarity_topk(a, {k}, o);
     EXPECT_GE(rep.plan.strips, 8);
     check_topk(r, a, a, true, k, false, similarity_metric::cosine, false, name);
@@ -213,13 +215,7 @@ TEST(SimilarityGpu, TopKCosineHalf) {
 
 // ---- the fused top-k (bf16 / half / TF32 rows on sm_90a: scores filtered in the GEMM) ----------
 
-/// Sets the fused job's sizes for one test and restores the defaults after it.
-struct fused_sizes_scope {
-  explicit fused_sizes_scope(const g::detail::fused_topk_sizes& z) { g::detail::fused_topk_hook().sizes = z; }
-  ~fused_sizes_scope() { g::detail::fused_topk_hook().sizes = {}; }
-  fused_sizes_scope(const fused_sizes_scope&) = delete;
-  fused_sizes_scope& operator=(const fused_sizes_scope&) = delete;
-};
+using spillway::test::fused_sizes_scope;
 
 bool device_has_wgmma() {
   return (spillway::tile::build_features(spillway::current_device()) & spillway::tile::feature_wgmma) != 0;
@@ -233,13 +229,7 @@ void fused_case(const char* name, similarity_metric m, bool tf32, int k, std::in
   const std::int64_t n = 2333, d = 100;
   const auto rows = random_rows<T>(n, d, test::seed(name));
   const auto a = view(rows, n, d);
-  g::detail::fused_topk_sizes z;
-  z.strip_rows = 128;
-  z.seed_rows = 256;
-  z.chunk_cols = 512;
-  z.row_capacity = cap_a;
-  z.col_capacity = cap_b;
-  fused_sizes_scope scope(z);
+  fused_sizes_scope scope(test::small_fused_sizes(cap_a, cap_b));
   g::similarity_options o;
   o.metric = m;
   if (tf32) o.gemm.math = g::math_mode::tf32;
@@ -369,6 +359,11 @@ TEST(SimilarityGpu, FusedTopKEveryMetricAgainstTheHost) {
   fused_case<__half>("SimilarityGpu.Fused.half.ip", similarity_metric::inner_product, false, 10, 0, 0);
   fused_case<__nv_bfloat16>("SimilarityGpu.Fused.bf16.euclidean", similarity_metric::euclidean, false, 64, 0, 0);
   fused_case<float>("SimilarityGpu.Fused.tf32.cosine", similarity_metric::cosine, true, 16, 0, 0);
+  // Lists of more than 64 places (three and four per lane of a warp).
+  fused_case<__nv_bfloat16>("SimilarityGpu.Fused.bf16.cosine.k128", similarity_metric::cosine, false, 128, 0,
+                            0);
+  fused_case<__half>("SimilarityGpu.Fused.half.euclidean.k100", similarity_metric::euclidean, false, 100, 0,
+                     0);
 }
 
 // Two workers on one device (devices {d, d}): each keeps lists of its own under worker 0's seeded
@@ -391,7 +386,8 @@ TEST(SimilarityGpu, FusedTopKTwoWorkersMergeTheirLists) {
     SCOPED_TRACE(test::list_name(devices));
     for (const variant v :
          {variant{"SimilarityGpu.FusedTwoWorkers.cosine", similarity_metric::cosine, 16, 0, 0, 1},
-          variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1, 0}}) {
+          variant{"SimilarityGpu.FusedTwoWorkers.euclidean", similarity_metric::euclidean, 7, 2, 1, 0},
+          variant{"SimilarityGpu.FusedTwoWorkers.cosine.k128", similarity_metric::cosine, 128, 0, 0, 1}}) {
       const std::int64_t n = 2333, d = 100;
       auto rows = random_rows<__nv_bfloat16>(n, d, test::seed(v.name));
       const auto a = view(rows, n, d);
@@ -442,6 +438,8 @@ TEST(SimilarityGpu, FusedTopKOverflowedBucketsAreRecomputed) {
   if (!device_has_wgmma()) GTEST_SKIP() << "the fused top-k needs sm_90a code for this device (Hopper)";
   fused_case<__nv_bfloat16>("SimilarityGpu.FusedOverflow.cosine", similarity_metric::cosine, false, 16, 2, 1);
   fused_case<__half>("SimilarityGpu.FusedOverflow.euclidean", similarity_metric::euclidean, false, 5, 1, 2);
+  fused_case<__nv_bfloat16>("SimilarityGpu.FusedOverflow.cosine.k128", similarity_metric::cosine, false, 128,
+                            2, 1);
 }
 
 TEST(SimilarityGpu, FusedTopKExactTiesGoToTheSmallerColumns) {
@@ -572,7 +570,7 @@ void check_union_bars(int k, std::uint64_t seed) {
 TEST(SimilarityGpu, FusedUnionBarsAreTheUnionsKthPlace) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   const std::uint64_t seed = test::seed("SimilarityGpu.FusedUnionBars");
-  for (const int k : {1, 2, 7, 32, 64}) {
+  for (const int k : {1, 2, 7, 32, 64, 100, 128}) {
     check_union_bars<true>(k, seed + static_cast<std::uint64_t>(k));
     check_union_bars<false>(k, seed + 100 + static_cast<std::uint64_t>(k));
   }

@@ -264,7 +264,7 @@ void run_fused_rank(const communicator& c, fused_rank_job<T>& job, const memory_
 
 }  // namespace detail
 
-/// Per-row top-k of A·Aᵀ (the similarity of `o.local.metric`; k ≤ 64, the diagonal excluded unless
+/// Per-row top-k of A·Aᵀ (the similarity of `o.local.metric`; k ≤ 128, the diagonal excluded unless
 /// include_diagonal) across the ranks of `c`, one GPU per rank: every rank passes the same rows
 /// (host memory) and gets its own rows' final lists (rank r: rows [n·r/R, n·(r+1)/R)). Collective;
 /// a failure on any rank throws the same rank_error on every rank.

@@ -4,7 +4,7 @@
 //              rows plus the mirrored column strip, dense rectangle rows, a dense score strip. A
 //              tile kernel's epilogue calls them directly (Gram); a GEMM that can write only a
 //              dense block hands its block to scatter_strip_kernel instead (float similarity).
-//   top-k      per-row sorted lists of up to 64 entries kept by a warp, merged strip by strip on
+//   top-k      per-row sorted lists of up to 128 entries kept by a warp, merged strip by strip on
 //              the device, one list per slot (concurrent strips never race).
 //   threshold  count, scan and compact a strip's passing entries on the device.
 //   checksum   every score reduced to a sum on the device: a job's bare compute, nothing kept.
@@ -196,77 +196,131 @@ __device__ __forceinline__ topk_key<V> topk_key_of(V v) {
   return Larger ? u : ~u;
 }
 
-/// A warp's sorted list of up to 64 entries: lane l holds places l and l + 32. A candidate that
-/// beats the k-th place is inserted by counting the places that beat it (two ballots) and
-/// shifting the rest down one place with shuffles; the lists stay sorted best first, ties by
-/// the smaller column.
-template <class V, bool Larger>
+/// A warp's sorted list of up to 32·MaxBlocks entries: lane l holds places l, l + 32, … of which
+/// the first `blocks` (k rounded up to 32, 64 or 128, over 32) are in use; places from k to
+/// 32·blocks hold entries worse than the k-th (never stored). A candidate that beats the k-th place
+/// is inserted by counting the places that beat it (a ballot per block) and shifting the rest down
+/// one place with shuffles; the lists stay sorted best first, ties by the smaller column. Kernels
+/// take MaxBlocks as a parameter (topk_blocks_for(k): 1 up to k = 32, 2 up to 64, 4 up to
+/// max_top_k = 128), so a list never carries more places than its k needs (measured on the 10^6
+/// job: four places cost the top-32's merges 70% more time, two with run-time block counts 13%,
+/// and the top-64 10.7% on four).
+template <class V, bool Larger, int MaxBlocks>
 struct warp_topk {
-  V v0, v1, wv;
-  std::int32_t c0, c1, wc;
+  static_assert(MaxBlocks == 1 || MaxBlocks == 2 || MaxBlocks == 4, "lists of 32, 64 or 128 places");
+  static constexpr int max_blocks = MaxBlocks;
+  V v[max_blocks], wv;
+  std::int32_t c[max_blocks], wc;
   int k;
+  int blocks;
   int lane;
 
   __device__ void load(const topk_entry<V>* st, int k_) {
     k = k_;
+    blocks = MaxBlocks == 1 || k <= 32 ? 1 : (MaxBlocks == 2 || k <= 64 ? 2 : 4);
     lane = static_cast<int>(threadIdx.x & 31u);
     const V worst = topk_worst_value<V, Larger>();
-    v0 = lane < k ? st[lane].v : worst;
-    c0 = lane < k ? st[lane].c : INT_MAX;
-    v1 = lane + 32 < k ? st[lane + 32].v : worst;
-    c1 = lane + 32 < k ? st[lane + 32].c : INT_MAX;
+#pragma unroll
+    for (int b = 0; b < max_blocks; ++b) {
+      const int p = 32 * b + lane;
+      v[b] = p < k ? st[p].v : worst;
+      c[b] = p < k ? st[p].c : INT_MAX;
+    }
     refresh();
   }
   __device__ void store(topk_entry<V>* st) const {
-    if (lane < k) st[lane] = topk_entry<V>{v0, c0};
-    if (lane + 32 < k) st[lane + 32] = topk_entry<V>{v1, c1};
+#pragma unroll
+    for (int b = 0; b < max_blocks; ++b) {
+      if (32 * b + lane < k) st[32 * b + lane] = topk_entry<V>{v[b], c[b]};
+    }
   }
   __device__ void refresh() {
     const int s = k - 1;
-    const V a = s < 32 ? v0 : v1;
-    const std::int32_t b = s < 32 ? c0 : c1;
+    V a = v[0];
+    std::int32_t x = c[0];
+#pragma unroll
+    for (int b = 1; b < max_blocks; ++b) {
+      if ((s >> 5) == b) {
+        a = v[b];
+        x = c[b];
+      }
+    }
     wv = __shfl_sync(0xFFFFFFFFu, a, s & 31);
-    wc = __shfl_sync(0xFFFFFFFFu, b, s & 31);
+    wc = __shfl_sync(0xFFFFFFFFu, x, s & 31);
   }
   /// Every lane offers (v, c) when `valid`; all 32 lanes must call.
-  __device__ void offer(bool valid, V v, std::int32_t c) {
-    unsigned m = __ballot_sync(0xFFFFFFFFu, valid && topk_better_dev<V, Larger>(v, c, wv, wc));
+  __device__ void offer(bool valid, V ov, std::int32_t oc) {
+    unsigned m = __ballot_sync(0xFFFFFFFFu, valid && topk_better_dev<V, Larger>(ov, oc, wv, wc));
     while (m != 0u) {
       const int src = __ffs(static_cast<int>(m)) - 1;
       m &= m - 1u;
-      const V bv = __shfl_sync(0xFFFFFFFFu, v, src);
-      const std::int32_t bc = __shfl_sync(0xFFFFFFFFu, c, src);
+      const V bv = __shfl_sync(0xFFFFFFFFu, ov, src);
+      const std::int32_t bc = __shfl_sync(0xFFFFFFFFu, oc, src);
       if (!topk_better_dev<V, Larger>(bv, bc, wv, wc)) continue;  // the bar rose meanwhile
-      const int pos = __popc(__ballot_sync(0xFFFFFFFFu, topk_better_dev<V, Larger>(v0, c0, bv, bc))) +
-                      __popc(__ballot_sync(0xFFFFFFFFu, topk_better_dev<V, Larger>(v1, c1, bv, bc)));
-      const V u0 = __shfl_up_sync(0xFFFFFFFFu, v0, 1);
-      const std::int32_t uc0 = __shfl_up_sync(0xFFFFFFFFu, c0, 1);
-      V u1 = __shfl_up_sync(0xFFFFFFFFu, v1, 1);
-      std::int32_t uc1 = __shfl_up_sync(0xFFFFFFFFu, c1, 1);
-      const V t = __shfl_sync(0xFFFFFFFFu, v0, 31);
-      const std::int32_t tc = __shfl_sync(0xFFFFFFFFu, c0, 31);
-      if (lane == 0) {
-        u1 = t;
-        uc1 = tc;
+      int pos = 0;
+#pragma unroll
+      for (int b = 0; b < max_blocks; ++b) {
+        if (b < blocks)
+          pos += __popc(__ballot_sync(0xFFFFFFFFu, topk_better_dev<V, Larger>(v[b], c[b], bv, bc)));
       }
-      if (lane > pos) {
-        v0 = u0;
-        c0 = uc0;
-      } else if (lane == pos) {
-        v0 = bv;
-        c0 = bc;
-      }
-      if (lane + 32 > pos) {
-        v1 = u1;
-        c1 = uc1;
-      } else if (lane + 32 == pos) {
-        v1 = bv;
-        c1 = bc;
+      // Blocks before pos's block keep their places; from it on each shifts down one place, its
+      // lane 0 taking the previous block's lane 31 (read before that block moved).
+      const int first = pos >> 5;
+      V carry = bv;
+      std::int32_t carry_c = bc;
+#pragma unroll
+      for (int b = 0; b < max_blocks; ++b) {
+        if (b >= blocks) break;
+        if (b < first) continue;
+        V u = __shfl_up_sync(0xFFFFFFFFu, v[b], 1);
+        std::int32_t uc = __shfl_up_sync(0xFFFFFFFFu, c[b], 1);
+        if (b + 1 < blocks) {
+          const V next = __shfl_sync(0xFFFFFFFFu, v[b], 31);
+          const std::int32_t next_c = __shfl_sync(0xFFFFFFFFu, c[b], 31);
+          if (lane == 0 && b > first) {
+            u = carry;
+            uc = carry_c;
+          }
+          carry = next;
+          carry_c = next_c;
+        } else if (lane == 0 && b > first) {
+          u = carry;
+          uc = carry_c;
+        }
+        const int p = 32 * b + lane;
+        if (p > pos) {
+          v[b] = u;
+          c[b] = uc;
+        } else if (p == pos) {
+          v[b] = bv;
+          c[b] = bc;
+        }
       }
       refresh();
     }
   }
 };
+
+/// The list form (warp_topk's MaxBlocks) of k places: 1 up to 32, 2 up to 64, else 4.
+inline constexpr int topk_blocks_for(int k) {
+  return k <= 32 ? 1 : (k <= 64 ? 2 : 4);
+}
+
+/// Calls f(std::integral_constant<int, B>{}) with B = topk_blocks_for(k): a kernel launch per list form.
+template <class F>
+void with_topk_blocks(int k, F&& f) {
+  switch (topk_blocks_for(k)) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    default:
+      f(std::integral_constant<int, 4>{});
+      break;
+  }
+}
 
 template <class V, bool Larger>
 __global__ void topk_init_kernel(topk_entry<V>* st, std::int64_t n) {
@@ -305,8 +359,9 @@ struct topk_mirror {
 
 /// Raises row `row`'s bar to the list's k-th place, here and in the peers' bars. Every raise goes
 /// to every bar, so where this bar already stood at least as high the peers' do (or will) too.
-template <class V, bool Larger>
-__device__ __forceinline__ void topk_raise_bar(const topk_mirror<V>& m, std::int64_t row, const warp_topk<V, Larger>& t) {
+template <class V, bool Larger, int B>
+__device__ __forceinline__ void topk_raise_bar(const topk_mirror<V>& m, std::int64_t row,
+                                               const warp_topk<V, Larger, B>& t) {
   if (m.bar == nullptr || t.lane != 0 || t.wc == INT_MAX) return;
   const topk_key<V> key = topk_key_of<V, Larger>(t.wv);
   if (atomicMax(m.bar + row, key) >= key) return;
@@ -342,36 +397,47 @@ __device__ __forceinline__ void topk_sort32(V& v, std::int32_t& c, int lane, boo
 }
 
 /// Merges 32 entries (one per lane, any order; (worst, INT_MAX) fills empty lanes) into a warp's
-/// list: the candidates are sorted worst first, the better of list place p and candidate p then
-/// forms a bitonic sequence holding the best of both, which a bitonic merge sorts (places 32..63
-/// for k > 32: the 64-place form of the same merge). ~25 shuffle steps for 32 candidates, where
-/// offering them one by one costs ~12 shuffles per insert.
-template <class V, bool Larger>
-__device__ __forceinline__ void topk_merge32(warp_topk<V, Larger>& t, V qv, std::int32_t qc) {
+/// list: the candidates are sorted worst first, and the better of the list's last block's place p
+/// and candidate p, after the blocks before it (sorted best first), forms a bitonic sequence of the
+/// list's 32·blocks places holding the best of both, which a bitonic merge sorts: the steps
+/// across blocks compare registers of one lane, those inside a block shuffle. ~25 shuffle steps
+/// for 32 candidates into 32 places (30 into 64, 40 into 128), where offering them one by one costs
+/// ~12 shuffles per insert.
+template <class V, bool Larger, int B>
+__device__ __forceinline__ void topk_merge32(warp_topk<V, Larger, B>& t, V qv, std::int32_t qc) {
+  constexpr int mb = B;
   topk_sort32<V, Larger>(qv, qc, t.lane, false);
-  if (t.k <= 32) {
-    if (topk_better_dev<V, Larger>(qv, qc, t.v0, t.c0)) {
-      t.v0 = qv;
-      t.c0 = qc;
+  const auto keep_better = [](V& av, std::int32_t& ac, V& bv, std::int32_t& bc) {  // a gets the better
+    if (topk_better_dev<V, Larger>(bv, bc, av, ac)) {
+      const V sv = av;
+      const std::int32_t sc = ac;
+      av = bv;
+      ac = bc;
+      bv = sv;
+      bc = sc;
     }
-  } else {
-    if (topk_better_dev<V, Larger>(qv, qc, t.v1, t.c1)) {
-      t.v1 = qv;
-      t.c1 = qc;
+  };
+#pragma unroll
+  for (int b = 0; b < mb; ++b) {
+    if (b == t.blocks - 1) keep_better(t.v[b], t.c[b], qv, qc);
+  }
+  // Half-cleaners across blocks (distance 2 blocks, then 1), then inside each block.
+  if constexpr (B == 4) {
+    if (t.blocks == 4) {
+      keep_better(t.v[0], t.c[0], t.v[2], t.c[2]);
+      keep_better(t.v[1], t.c[1], t.v[3], t.c[3]);
+      keep_better(t.v[2], t.c[2], t.v[3], t.c[3]);
     }
-    if (topk_better_dev<V, Larger>(t.v1, t.c1, t.v0, t.c0)) {
-      const V sv = t.v0;
-      const std::int32_t sc = t.c0;
-      t.v0 = t.v1;
-      t.c0 = t.c1;
-      t.v1 = sv;
-      t.c1 = sc;
-    }
+  }
+  if constexpr (B >= 2) {
+    if (t.blocks >= 2) keep_better(t.v[0], t.c[0], t.v[1], t.c[1]);
   }
 #pragma unroll
   for (int j = 16; j > 0; j >>= 1) {
-    topk_exchange<V, Larger>(t.v0, t.c0, j, (t.lane & j) == 0);
-    if (t.k > 32) topk_exchange<V, Larger>(t.v1, t.c1, j, (t.lane & j) == 0);
+#pragma unroll
+    for (int b = 0; b < mb; ++b) {
+      if (b < t.blocks) topk_exchange<V, Larger>(t.v[b], t.c[b], j, (t.lane & j) == 0);
+    }
   }
   t.refresh();
 }
@@ -397,10 +463,11 @@ __device__ __forceinline__ void topk_merge32(warp_topk<V, Larger>& t, V qv, std:
 /// the store), they set the kernel's time, which is its slowest warp's; marked, they cost their
 /// bits, and the appends spread over every thread of the next kernel (measured against appends
 /// one by one by the row's warp: docs/gram.md, "topk_rows_kernel").
-template <class V, bool Larger>
-__global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
-                                                        std::int64_t row0, std::int64_t col0, bool skip_diagonal,
-                                                        topk_entry<V>* __restrict__ state, int k, topk_mirror<V> m = {}) {
+template <class V, bool Larger, int B>
+__global__ void __launch_bounds__(256)
+    topk_rows_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t row0,
+                     std::int64_t col0, bool skip_diagonal, topk_entry<V>* __restrict__ state, int k,
+                     topk_mirror<V> m = {}) {
   using K = topk_key<V>;
   constexpr int warps_per_block = 8;  // launched with 256 threads
   __shared__ topk_entry<V> row_queue_all[warps_per_block][64];
@@ -424,7 +491,7 @@ __global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s,
     }
   };
   for (std::int64_t r = warp; r < rows; r += nwarps) {
-    warp_topk<V, Larger> t;
+    warp_topk<V, Larger, B> t;
     topk_entry<V>* st = state + (row0 + r) * k;
     t.load(st, k);
     int row_n = 0;  // queued entries (warp-uniform)
@@ -437,7 +504,7 @@ __global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s,
         __syncwarp();
         const topk_entry<V> e = row_queue[row_n - 32 + lane];
         __syncwarp();
-        topk_merge32<V, Larger>(t, e.v, e.c);
+        topk_merge32(t, e.v, e.c);
         row_n -= 32;
       }
     };
@@ -447,7 +514,7 @@ __global__ void __launch_bounds__(256) topk_rows_kernel(const V* __restrict__ s,
       const bool in = lane < row_n;
       const topk_entry<V> e = in ? row_queue[lane] : topk_entry<V>{worst, INT_MAX};
       __syncwarp();
-      topk_merge32<V, Larger>(t, e.v, in ? e.c : INT_MAX);
+      topk_merge32(t, e.v, in ? e.c : INT_MAX);
       row_n = 0;
     };
     unsigned* const hits = mirror ? m.hits + r * m.hit_words : nullptr;  // this row's hit masks
@@ -613,11 +680,11 @@ __global__ void topk_append_kernel(const V* __restrict__ s, std::int64_t rows, s
 /// so is every group where the plan left no candidate area (`m.count` null): a block of 32 warps
 /// stages 128 x 32 tiles through shared memory so the column reads stay coalesced. The groups
 /// read in full are counted in `full_groups`.
-template <class V, bool Larger>
-__global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w,
-                                                         std::int64_t i0, std::int64_t x_begin,
-                                                         topk_entry<V>* __restrict__ state, int k, topk_mirror<V> m,
-                                                         unsigned long long* __restrict__ full_groups) {
+template <class V, bool Larger, int B>
+__global__ void __launch_bounds__(1024)
+    topk_cols_kernel(const V* __restrict__ s, std::int64_t rows, std::int64_t w, std::int64_t i0,
+                     std::int64_t x_begin, topk_entry<V>* __restrict__ state, int k, topk_mirror<V> m,
+                     unsigned long long* __restrict__ full_groups) {
   __shared__ V tile[128][33];
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int wid = static_cast<int>(threadIdx.x >> 5);
@@ -630,7 +697,7 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
     // No candidate area (m.count null, the same for the whole grid): every group in full.
     const bool full = m.count == nullptr || __syncthreads_or(nc > m.cap) != 0;
     if (!full && nc == 0) continue;  // nothing for this column (the whole warp)
-    warp_topk<V, Larger> t;
+    warp_topk<V, Larger, B> t;
     topk_entry<V>* st = state + (i0 + (col_ok ? my_x : 0)) * k;
     if (col_ok) t.load(st, k);
     else t.load(state, k);  // a valid list to keep the warp uniform; never stored
@@ -669,14 +736,14 @@ __global__ void __launch_bounds__(1024) topk_cols_kernel(const V* __restrict__ s
 
 /// Merges the per-slot lists of each row (slots lists of n x k, `stride` entries apart) into the
 /// first one. One warp per row.
-template <class V, bool Larger>
+template <class V, bool Larger, int B>
 __global__ void topk_merge_kernel(topk_entry<V>* __restrict__ state, std::int64_t n, int k, int slots,
                                   std::int64_t stride) {
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const std::int64_t nwarps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x & 31u);
   for (std::int64_t r = warp; r < n; r += nwarps) {
-    warp_topk<V, Larger> t;
+    warp_topk<V, Larger, B> t;
     t.load(state + r * k, k);
     for (int q = 1; q < slots; ++q) {
       const topk_entry<V>* o = state + q * stride + r * k;

@@ -19,12 +19,12 @@
 namespace spillway::pairwise {
 
 /// Largest k the top-k sink accepts.
-inline constexpr int max_top_k = 64;
+inline constexpr int max_top_k = 128;
 
 /// Per-row top-k: the k "most alike" columns of each row — the largest similarities, or the
 /// smallest distances — ties broken by the smaller column index.
 struct topk_options {
-  int k = 8;                      ///< 1 ≤ k ≤ 64
+  int k = 8;                      ///< 1 ≤ k ≤ max_top_k (128)
   bool include_diagonal = false;  ///< A·Aᵀ only: whether row i may list itself
 };
 

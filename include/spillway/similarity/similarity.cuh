@@ -1,7 +1,7 @@
 // spillway/similarity/similarity.cuh — all-pairs similarity of float, bf16 and half rows: A·Aᵀ (the
 // symmetric half only) and A·Bᵀ with inner-product, cosine or Euclidean-distance scores, into the
 // pairwise sinks that bit Gram uses too — dense (full, packed upper triangle, SciPy condensed;
-// A·Bᵀ rectangles), per-row top-k (k ≤ 64, ties to the smaller column, the diagonal excluded by
+// A·Bᵀ rectangles), per-row top-k (k ≤ 128, ties to the smaller column, the diagonal excluded by
 // default), threshold → COO, and strip-by-strip callbacks on the host or the device. See
 // docs/similarity.md.
 //
@@ -35,15 +35,18 @@
 #include <spillway/pairwise/sinks/neighbour_counts.cuh>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
+#include <spillway/similarity/detail/binary_topk.cuh>
 #include <spillway/similarity/detail/fused_topk_sink.cuh>
 #include <spillway/similarity/detail/kernels.cuh>
 #include <spillway/similarity/detail/topk_fused.cuh>
 #include <spillway/similarity/host_similarity.hpp>
+#include <spillway/tile/arch.cuh>
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -380,7 +383,7 @@ job_report similarity_dense(matrix_view<T> a_, matrix_view<T> b_, float* out, st
   });
 }
 
-/// Per-row top-k of A·Aᵀ (k ≤ 64; the k largest similarities or smallest distances, ties to the
+/// Per-row top-k of A·Aᵀ (k ≤ 128; the k largest similarities or smallest distances, ties to the
 /// smaller column; the diagonal excluded unless topk_options::include_diagonal), merged across
 /// strips on the device; only the lists reach the host.
 template <class T>
@@ -404,6 +407,112 @@ topk_result<float> similarity_topk(matrix_view<T> a_, const topk_options& k, con
     ::spillway::pairwise::detail::run_pair_job(job);
     return job.sink.collect(job);
   });
+}
+
+/// Approximate per-row top-k of A·Aᵀ under cosine from binary-quantized candidates (issue 34's
+/// approximate mode; similarity/detail/binary_topk.cuh): each row's `candidates` nearest rows by
+/// the Hamming distance of the rows' sign bits (x > 0), rescored exactly, the best k kept (ties to
+/// the smaller column; the diagonal excluded). Every score returned is an exact cosine in float,
+/// but a true neighbour outside its row's candidates is missed: recall@32 of clustered embeddings
+/// against similarity_topk is in docs/similarity.md. Rows of bf16, half or float in host or device
+/// memory; one GPU with sm_90a code (Hopper: opt.devices empty, the current device, or one entry),
+/// every row resident on it (opt.budget bounds the job's memory beside the rows). 1 ≤ k ≤
+/// candidates ≤ max_top_k (128). Throws logic_error for another metric, include_diagonal,
+/// non-finite rows (with check_finite: the first such row named) and a k or candidate count out of
+/// range, no_gpu_error without a GPU.
+template <class T>
+topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options& k,
+                                          const similarity_options& opt = {}, int candidates = 128) {
+  const detail::const_rows<T> a = a_;
+  constexpr const char* who = "similarity_topk_binary";
+  detail::check_rows(a, who, "a");
+  ::spillway::pairwise::detail::check_topk(k, who);
+  if (k.include_diagonal)
+    throw logic_error(std::string(who) + ": include_diagonal is not taken (a row is its own best candidate)");
+  if (candidates < k.k || candidates > ::spillway::pairwise::max_top_k) {
+    throw logic_error(std::string(who) + ": candidates must be in [k = " + std::to_string(k.k) + ", " +
+                      std::to_string(::spillway::pairwise::max_top_k) + "], got " +
+                      std::to_string(candidates));
+  }
+  if (opt.metric != similarity_metric::cosine) {
+    throw logic_error(std::string(who) + ": sign bits rank by angle: the metric must be cosine, got " +
+                      std::string(to_string(opt.metric)));
+  }
+  if (opt.devices.size() > 1) {
+    throw logic_error(std::string(who) + ": runs on one GPU, got " + std::to_string(opt.devices.size()) +
+                      " devices");
+  }
+  if (device_count() == 0) {
+    throw no_gpu_error(cudaErrorNoDevice,
+                       std::string(who) + ": no GPU is visible (the binary mode has no host implementation)");
+  }
+  const int dev = opt.devices.empty() ? current_device() : opt.devices[0];
+  if (dev < 0 || dev >= device_count())
+    throw logic_error(std::string(who) + ": no device " + std::to_string(dev));
+  if ((tile::build_features(dev) & tile::feature_wgmma) == 0) {
+    throw logic_error(std::string(who) +
+                      ": needs sm_90a code for the device (Hopper); this build has none for " +
+                      tile::describe_device(dev));
+  }
+  if (a.rows == 0) return ::spillway::pairwise::detail::empty_topk<float>(0, k.k);
+  device_guard g(dev);
+  stream st(dev);
+  const stream_view s = st.view();
+  const std::int64_t n = a.rows, d = a.cols;
+  // The rows on the device: in place where they are already there, else one copy (pitch padded to
+  // 16 bytes for the rescoring's loads).
+  const int rows_device = detail::device_of(a.data);
+  if (rows_device >= 0 && rows_device != dev) {
+    throw logic_error(std::string(who) + ": the rows are in device " + std::to_string(rows_device) +
+                      "'s memory, the job runs on device " + std::to_string(dev));
+  }
+  using V = std::remove_const_t<T>;
+  device_buffer<V> copy;
+  const V* x = a.data;
+  std::int64_t ld = a.ld;
+  if (rows_device < 0) {
+    ld = (d * static_cast<std::int64_t>(sizeof(V)) + 15) / 16 * 16 / static_cast<std::int64_t>(sizeof(V));
+    copy = device_buffer<V>(static_cast<std::size_t>(n * ld), s);
+    SPILLWAY_CUDA_TRY(cudaMemcpy2DAsync(copy.data(), static_cast<std::size_t>(ld) * sizeof(V), a.data,
+                                        static_cast<std::size_t>(a.ld) * sizeof(V),
+                                        static_cast<std::size_t>(d) * sizeof(V), static_cast<std::size_t>(n),
+                                        cudaMemcpyDefault, s.value()));
+    x = copy.data();
+  }
+  if (opt.check_finite) {  // on s: after the copy
+    device_buffer<unsigned long long> flag(1, s);
+    flag.fill_bytes_async(0xFF, s);
+    detail::first_nonfinite_row_kernel<V>
+        <<<grid_blocks(n * d, 256), 256, 0, s.value()>>>(x, n, d, ld, flag.data(), std::int64_t{0});
+    SPILLWAY_CHECK_LAUNCH();
+    const unsigned long long bad = flag.to_host(s)[0];
+    if (bad != ~0ULL)
+      throw logic_error(std::string(who) + ": row " + std::to_string(bad) + " holds a NaN or an infinity");
+  }
+  std::size_t budget = 0;
+  if (opt.budget) {
+    budget = static_cast<std::size_t>(opt.budget->bytes());
+  } else {
+    std::size_t free_b = 0, total_b = 0;
+    SPILLWAY_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    budget = free_b / 10 * 8;
+  }
+  using entry = ::spillway::pairwise::detail::topk_entry<float>;
+  device_buffer<entry> lists(static_cast<std::size_t>(n * k.k), s);
+  const std::size_t lists_bytes = lists.size() * sizeof(entry);
+  budget = budget > lists_bytes ? budget - lists_bytes : 0;
+  (void)detail::binary_topk_device(s, x, n, d, ld, k.k, candidates, opt.cosine_zero, budget, lists.data(),
+                                   who);
+  const std::vector<entry> h = lists.to_host(s);
+  topk_result<float> r{n, k.k, {}, {}};
+  r.values.resize(h.size());
+  r.indices.resize(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const bool empty = h[i].c == INT_MAX;
+    r.values[i] = empty ? 0.0f : h[i].v;
+    r.indices[i] = empty ? -1 : h[i].c;
+  }
+  return r;
 }
 
 /// Per-row top-k of A·Bᵀ: for each row of A, the k closest rows of B.

@@ -62,7 +62,9 @@ struct wgmma_sink_config {
   static_assert(smem_bytes <= 232448, "within the 227 KiB a block may opt into on sm_90");
 };
 
-template <class T, class Sink>
+/// T: the rows' storage type (the tensor maps' element; std::uint32_t words for bits); Op: the
+/// input type of tile::wgmma_ss (T itself, or tile::b1_and_popc: popc(a AND b) into int32).
+template <class T, class Sink, class Op = T>
 __global__ void __launch_bounds__(wgmma_sink_config<T>::threads, 1)
     wgmma_sink_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const problem<T, T, float, float, Sink> p, const wgmma_schedule sch) {
@@ -119,11 +121,11 @@ __global__ void __launch_bounds__(wgmma_sink_config<T>::threads, 1)
     const int my_turn = 1 + cw, their_turn = 2 - cw;
     tile::ring_position<Cfg::stages> pos;
     if (cw == 1) step_over(pos);
-    tile::wgmma_acc_t<T> d[128];
+    tile::wgmma_acc_t<Op> d[128];
     for (std::int64_t t = pair + cw * stride; t < sch.total; t += 2 * stride) {
       const wgmma_schedule::tile tl = sch.locate(t);
       if (t >= 2 * stride || cw == 1) tile::named_barrier_sync(my_turn, 256);
-      ring.template consume<T, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, 0, lane, d);
+      ring.template consume<Op, 256, Cfg::row_bytes, Cfg::a_bytes>(pos, num_k, 0, lane, d);
       if (t + stride < sch.total) tile::named_barrier_arrive(their_turn, 256);
       step_over(pos);  // the other warpgroup's tile
       const std::int64_t row0 = tl.tm * 2 * Cfg::bm + rank * Cfg::bm + warp_in_wg * 16 + lane / 4;
@@ -140,8 +142,8 @@ __global__ void __launch_bounds__(wgmma_sink_config<T>::threads, 1)
 }
 
 /// Enqueues p (a fragment sink's product: batch 1, both operands K-major, 16-byte aligned bases and
-/// pitches; m, n, k >= 1) on `s` (current device).
-template <class T, class Sink>
+/// pitches; m, n, k >= 1, k in elements of T: words for bits) on `s` (current device).
+template <class T, class Sink, class Op = T>
 void launch_wgmma_sink(const problem<T, T, float, float, Sink>& p, stream_view s) {
   using Cfg = wgmma_sink_config<T>;
   const int device = current_device();
@@ -158,13 +160,13 @@ void launch_wgmma_sink(const problem<T, T, float, float, Sink>& p, stream_view s
       p.a, p.m, p.k, p.lda, Cfg::bm, Cfg::bk, tile::swizzle::b128, "gemm wgmma: A", 1, p.lda * p.m);
   const CUtensorMap map_b = tile::make_matrix_tensor_map<T>(
       p.b, p.n, p.k, p.ldb, Cfg::bn / 2, Cfg::bk, tile::swizzle::b128, "gemm wgmma: B", 1, p.ldb * p.n);
-  tile::raise_smem_limit<wgmma_sink_kernel<T, Sink>>(device, Cfg::smem_bytes);
+  tile::raise_smem_limit<wgmma_sink_kernel<T, Sink, Op>>(device, Cfg::smem_bytes);
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr;
-  const int resident = tile::resident_cluster_config<wgmma_sink_kernel<T, Sink>>(
+  const int resident = tile::resident_cluster_config<wgmma_sink_kernel<T, Sink, Op>>(
       cfg, attr, Cfg::cluster, Cfg::threads, Cfg::smem_bytes, s, 1 << 20);
   cfg.gridDim = dim3(grid_blocks(sch.total, 1, resident) * Cfg::cluster, 1, 1);
-  SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, &wgmma_sink_kernel<T, Sink>, map_a, map_b, p, sch));
+  SPILLWAY_CUDA_TRY(cudaLaunchKernelEx(&cfg, &wgmma_sink_kernel<T, Sink, Op>, map_a, map_b, p, sch));
   SPILLWAY_CHECK_LAUNCH();
 }
 

@@ -133,8 +133,11 @@ void merge_topk_device(topk_entry<V>* st, std::int64_t rows, int k, int lists, s
                        bool larger, stream_view s) {
   if (lists < 2 || rows == 0) return;
   with_larger(larger, [&](auto L) {
-    topk_merge_kernel<V, decltype(L)::value>
-        <<<grid_blocks(rows, 8), 256, 0, s.value()>>>(st, rows, k, lists, static_cast<std::int64_t>(stride));
+    with_topk_blocks(k, [&](auto B) {
+      topk_merge_kernel<V, decltype(L)::value, decltype(B)::value>
+          <<<grid_blocks(rows, 8), 256, 0, s.value()>>>(st, rows, k, lists,
+                                                        static_cast<std::int64_t>(stride));
+    });
   });
   SPILLWAY_CUDA_TRY(cudaGetLastError());
 }
@@ -247,22 +250,25 @@ struct topk_sink : sink_base {
     // kernel offers them, reading in full only the column groups whose bars are too low to filter.
     const topk_mirror<V> m = mirror_of(job, slot, sym, PI, W, s);
     with_larger(job.prod.larger(), [&](auto L) {
-      constexpr bool larger = decltype(L)::value;
-      topk_rows_kernel<V, larger>
-          <<<grid_blocks(PI, 8), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, lists, topk.k, m);
-      SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-      if (sym && W > PI) {
-        if (m.hits != nullptr) {
-          topk_append_kernel<V>
-              <<<grid_blocks(PI * m.hit_words, 256), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
+      with_topk_blocks(topk.k, [&](auto B) {
+        constexpr bool larger = decltype(L)::value;
+        constexpr int blocks = decltype(B)::value;
+        topk_rows_kernel<V, larger, blocks>
+            <<<grid_blocks(PI, 8), 256, 0, s.value()>>>(sc_buf, PI, W, I0, col0, skip_diag, lists, topk.k, m);
+        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+        if (sym && W > PI) {
+          if (m.hits != nullptr) {
+            topk_append_kernel<V>
+                <<<grid_blocks(PI * m.hit_words, 256), 256, 0, s.value()>>>(sc_buf, PI, W, I0, m);
+            SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
+          }
+          const std::int64_t groups = (W - PI + 31) / 32;
+          topk_cols_kernel<V, larger, blocks>
+              <<<static_cast<unsigned>(std::min<std::int64_t>(groups, 528)), 1024, 0, s.value()>>>(
+                  sc_buf, PI, W, I0, PI, lists, topk.k, m, dev[slot.worker()].full.data());
           SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
         }
-        const std::int64_t groups = (W - PI + 31) / 32;
-        topk_cols_kernel<V, larger>
-            <<<static_cast<unsigned>(std::min<std::int64_t>(groups, 528)), 1024, 0, s.value()>>>(
-                sc_buf, PI, W, I0, PI, lists, topk.k, m, dev[slot.worker()].full.data());
-        SPILLWAY_CUDA_TRY(SPILLWAY_FAULT_CALL(cudaGetLastError()));
-      }
+      });
     });
     return 0;
   }

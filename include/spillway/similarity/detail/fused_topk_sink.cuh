@@ -299,17 +299,28 @@ void fused_topk_merge(fused_merge_args<T> m, similarity_metric metric, std::int6
   m.other0 = other0;
   m.other1 = other1;
   const unsigned grid = grid_blocks((m.rows + m.rows_per_warp - 1) / m.rows_per_warp, 8);
-  switch (metric) {
-    case similarity_metric::cosine:
-      fused_merge_kernel<T, similarity_metric::cosine><<<grid, 256, 0, s.value()>>>(m);
-      break;
-    case similarity_metric::inner_product:
-      fused_merge_kernel<T, similarity_metric::inner_product><<<grid, 256, 0, s.value()>>>(m);
-      break;
-    default:
-      fused_merge_kernel<T, similarity_metric::euclidean><<<grid, 256, 0, s.value()>>>(m);
-      break;
-  }
+  pairwise::detail::with_topk_blocks(m.k, [&](auto B) {
+    constexpr int b = decltype(B)::value;
+    if constexpr (std::is_same_v<T, std::uint32_t>) {  // rows of bits (binary_topk.cuh): one metric
+      if (metric != fused_hamming) throw logic_error("fused_topk_merge: rows of bits take fused_hamming");
+      fused_merge_kernel<T, static_cast<int>(fused_hamming), b><<<grid, 256, 0, s.value()>>>(m);
+    } else {
+      switch (metric) {
+        case similarity_metric::cosine:
+          fused_merge_kernel<T, static_cast<int>(similarity_metric::cosine), b>
+              <<<grid, 256, 0, s.value()>>>(m);
+          break;
+        case similarity_metric::inner_product:
+          fused_merge_kernel<T, static_cast<int>(similarity_metric::inner_product), b>
+              <<<grid, 256, 0, s.value()>>>(m);
+          break;
+        default:
+          fused_merge_kernel<T, static_cast<int>(similarity_metric::euclidean), b>
+              <<<grid, 256, 0, s.value()>>>(m);
+          break;
+      }
+    }
+  });
   SPILLWAY_CHECK_LAUNCH();
 }
 
@@ -741,8 +752,11 @@ class fused_topk_sink : public pairwise::detail::sink_base {
     const similarity_epilogue epi{p.m, aux + b0, aux + b0, p.cosine_zero};
     ::spillway::gemm::gemm_async(s, 1.0f, A, A.t(), 0.0f, row_major(D.scratch.data(), bn, bn, bn), p.go, epi);
     pd::with_larger(p.larger(), [&](auto Lg) {
-      pd::topk_rows_kernel<float, decltype(Lg)::value><<<grid_blocks(bn, 8), 256, 0, s.value()>>>(
-          D.scratch.data(), bn, bn, b0, b0, !tk_.include_diagonal, D.state.data(), tk_.k);
+      pd::with_topk_blocks(tk_.k, [&](auto B) {
+        pd::topk_rows_kernel<float, decltype(Lg)::value, decltype(B)::value>
+            <<<grid_blocks(bn, 8), 256, 0, s.value()>>>(D.scratch.data(), bn, bn, b0, b0,
+                                                        !tk_.include_diagonal, D.state.data(), tk_.k);
+      });
     });
     SPILLWAY_CHECK_LAUNCH();
   }

@@ -103,6 +103,9 @@ struct fused_topk_test_hook {
   /// whole device part (milliseconds). `spillway-knn --profile` prints them.
   bool profile = false;
   float seed_ms = 0, gemm_ms = 0, merge_ms = 0, device_ms = 0;
+  /// The binary mode (binary_topk.cuh) with profile: its sign words and per-row values, and its
+  /// rescoring (its seeds, GEMMs, merges and whole device part in the fields above).
+  float signs_ms = 0, rescore_ms = 0;
   /// With profile: each worker's device time (its setup to its last strip) and the collect after
   /// them (the workers' lists merged and brought to the host), milliseconds.
   std::vector<float> worker_ms;
@@ -113,9 +116,32 @@ inline fused_topk_test_hook& fused_topk_hook() {
   return h;
 }
 
+/// The filter's and merges' own metric for rows of bits (binary_topk.cuh: sign bits): acc =
+/// popc(a AND b), the rows' values their popcounts, the score 2·acc − |a| − |b| = −Hamming(a, b),
+/// exact in float; larger is better. Not a similarity_metric of the API (no job takes it).
+inline constexpr auto fused_hamming = static_cast<similarity_metric>(0x48);
+
 template <similarity_metric M>
 __device__ __forceinline__ float fused_score(float acc, float ia, float ib, float cosine_zero) {
-  return similarity_score(M, acc, ia, ib, cosine_zero);  // M is a constant: the branches fold away
+  if constexpr (M == fused_hamming)
+    return 2.0f * acc - ia - ib;
+  else
+    return similarity_score(M, acc, ia, ib, cosine_zero);  // M is a constant: the branches fold away
+}
+
+/// A recomputed pair's inner product over d elements of two rows: float fused multiply-adds, or
+/// for words of bits the count of common bits.
+template <class T>
+__device__ __forceinline__ float fused_dot(const T* x, const T* y, std::int64_t d) {
+  if constexpr (std::is_same_v<T, std::uint32_t>) {
+    int c = 0;
+    for (std::int64_t q = 0; q < d; ++q) c += __popc(x[q] & y[q]);
+    return static_cast<float>(c);
+  } else {
+    float acc = 0.0f;
+    for (std::int64_t q = 0; q < d; ++q) acc = fmaf(to_float(x[q]), to_float(y[q]), acc);
+    return acc;
+  }
 }
 
 __device__ __forceinline__ void fused_append(unsigned* cnt, pairwise::detail::topk_entry<float>* buck, std::int32_t cap,
@@ -126,6 +152,7 @@ __device__ __forceinline__ void fused_append(unsigned* cnt, pairwise::detail::to
 
 /// The Hopper GEMM's fragment sink (see gemm/fragment_sink.cuh): A's rows are a strip's, B's rows a
 /// chunk's columns; every index here is local to them except the columns written to buckets.
+/// Float accumulators are scored by `metric`; int32 ones (rows of bits) by fused_hamming.
 struct fused_topk_filter {
   using fragment_sink_tag = void;
   similarity_metric metric = similarity_metric::cosine;
@@ -174,6 +201,8 @@ struct fused_topk_filter {
       else return acc * ia * ib;
     } else if constexpr (M == similarity_metric::inner_product) {
       return acc * ia * ib;  // ia, ib: 1, or NaN for padding
+    } else if constexpr (M == fused_hamming) {
+      return 2.0f * acc - ia - ib;  // popcounts, or NaN for padding
     } else {
       return fused_score<M>(acc, ia, ib, cosine_zero);
     }
@@ -282,13 +311,23 @@ struct fused_topk_filter {
                           std::uint32_t stage) const {
     // Strips and chunks are far below 2^31 rows and columns: 32-bit positions from here.
     const auto r = static_cast<int>(row0), c = static_cast<int>(col0), mm = static_cast<int>(m), nn = static_cast<int>(n);
-    switch (metric) {
-      case similarity_metric::cosine:
-        if (cosine_zero == 0.0f) run<similarity_metric::cosine, false>(d, r, c, mm, nn, stage);
-        else run<similarity_metric::cosine, true>(d, r, c, mm, nn, stage);
-        break;
-      case similarity_metric::inner_product: run<similarity_metric::inner_product, false>(d, r, c, mm, nn, stage); break;
-      default: run<similarity_metric::euclidean, false>(d, r, c, mm, nn, stage); break;
+    if constexpr (std::is_same_v<Acc, std::int32_t>) {
+      run<fused_hamming, false>(d, r, c, mm, nn, stage);  // counts of bits: the one metric they take
+    } else {
+      switch (metric) {
+        case similarity_metric::cosine:
+          if (cosine_zero == 0.0f)
+            run<similarity_metric::cosine, false>(d, r, c, mm, nn, stage);
+          else
+            run<similarity_metric::cosine, true>(d, r, c, mm, nn, stage);
+          break;
+        case similarity_metric::inner_product:
+          run<similarity_metric::inner_product, false>(d, r, c, mm, nn, stage);
+          break;
+        default:
+          run<similarity_metric::euclidean, false>(d, r, c, mm, nn, stage);
+          break;
+      }
     }
   }
 };
@@ -327,8 +366,11 @@ __device__ __forceinline__ void fused_raise_bar(topk_bar& b, topk_bar nb) {
   if (nb.key > ob.key || (nb.key == ob.key && nb.col < ob.col)) b = nb;
 }
 
-template <class T, similarity_metric M>
+/// Metric: a similarity_metric, or fused_hamming (not an enumerator, so the kernel takes it as an
+/// int: a template argument of a kernel must be one for the host stub's sake).
+template <class T, int Metric, int B>
 __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
+  constexpr auto M = static_cast<similarity_metric>(Metric);
   constexpr bool larger = M != similarity_metric::euclidean;
   using entry = pairwise::detail::topk_entry<float>;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -348,13 +390,23 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
       const std::int64_t lr = g0 + src;
       const unsigned count = __shfl_sync(0xFFFFFFFFu, my_count, src);
       const std::int64_t gr = a.row0 + lr;
-      pairwise::detail::warp_topk<float, larger> t;
+      pairwise::detail::warp_topk<float, larger, B> t;
       t.load(a.state + gr * a.k, a.k);
       if (count <= static_cast<unsigned>(a.cap)) {
         const entry* b = a.buck + lr * a.cap;
         for (unsigned q = 0; q < count; q += 32) {
           const bool in = q + static_cast<unsigned>(lane) < count;
           const entry e = in ? b[q + static_cast<unsigned>(lane)] : entry{0.0f, INT_MAX};
+          if constexpr (B == 4) {
+            // 128-place lists: an insert shifts four blocks, so many passing candidates merge at
+            // once (topk_merge32: ~40 shuffle steps for the 32, against ~14 per insert).
+            const bool pass = in && pairwise::detail::topk_better_dev<float, larger>(e.v, e.c, t.wv, t.wc);
+            if (__popc(__ballot_sync(0xFFFFFFFFu, pass)) > 4) {
+              pairwise::detail::topk_merge32(
+                  t, pass ? e.v : pairwise::detail::topk_worst_value<float, larger>(), pass ? e.c : INT_MAX);
+              continue;
+            }
+          }
           t.offer(in, e.v, e.c);
         }
       } else {
@@ -365,11 +417,7 @@ __global__ void fused_merge_kernel(const fused_merge_args<T> a) {
         for (std::int64_t o0 = a.other0; o0 < a.other1; o0 += 32) {
           const std::int64_t o = o0 + lane;
           const bool in = o < a.other1;
-          float acc = 0.0f;
-          if (in) {
-            const T* y = a.data + o * a.ld;
-            for (std::int64_t q = 0; q < a.d; ++q) acc = fmaf(to_float(x[q]), to_float(y[q]), acc);
-          }
+          const float acc = in ? fused_dot(x, a.data + o * a.ld, a.d) : 0.0f;
           const float s = fused_score<M>(acc, ia, in ? a.aux[o] : 0.0f, a.cosine_zero);
           t.offer(in, s, static_cast<std::int32_t>(o));
         }
