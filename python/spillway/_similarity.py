@@ -136,7 +136,8 @@ def similarity(
         candidates — each row's ``binary`` (k..128) nearest rows by the Hamming distance of the
         rows' sign bits, rescored exactly, the best k kept. Every score is exact; a true neighbour
         outside its row's candidates is missed (recall: docs/similarity.md). One GPU (Hopper), all
-        rows resident on it; no host implementation, no progress reports.
+        rows resident on it, no progress reports; with no GPU the host implementation (all
+        pairs' Hamming distances: small inputs).
     format : sink="threshold": "coo" (``scipy.sparse.coo_array``, the default) or "csr"
         (``scipy.sparse.csr_array``).
     budget : device memory per GPU ("8GiB", bytes, or None for 80% of free memory).
@@ -206,9 +207,6 @@ def similarity(
     if tf32 and code != "f":
         raise ValueError("similarity: tf32=True is for float32 rows (bf16 and float16 always run on tensor cores)")
 
-    if binary is not None and not a_dev and not devs and not _gpu():
-        raise RuntimeError(f"similarity: binary= needs a GPU (the binary mode has no host implementation): "
-                           f"{_core.no_gpu_reason()}")
     if host_fallback is None:
         host_fallback = not a_dev and not devs and not _gpu()
         if host_fallback:

@@ -135,6 +135,14 @@ gram_result run_typed(const rows_matrix& ra, const rows_matrix* rb, const simila
       sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(a), who, "A");
       if (rb != nullptr) sg::detail::refuse_nonfinite(sg::detail::first_nonfinite_row(b), who, "B");
     }
+    if (r.binary_candidates > 0) {  // the binary mode's host form, whole (no row blocks, no progress)
+      auto t = sg::host_similarity_topk_binary(a, pw::topk_options{r.k, false}, r.binary_candidates,
+                                               r.cosine_zero);
+      gram_result out;
+      out.values = own_vector(std::move(t.values));
+      out.indices = own_vector(std::move(t.indices));
+      return out;
+    }
     const detail::host_shape shape{
         r.kind, r.k, r.threshold, r.include_diagonal, r.both_halves, r.host_block_rows, r.csr};
     const similarity_host_ops<T> ops{metric_of(r.metric), r.cosine_zero};

@@ -460,3 +460,29 @@ def test_binary_mode_lists_exact_scores_of_sign_bit_candidates(gpu, rng):
     recall = np.mean([len(set(i[r]) & set(ie[r])) / k for r in range(n)])
     assert recall > 0.8, f"recall@{k} {recall:.3f} against the exact job"
 
+
+
+def test_binary_mode_on_any_machine_equals_its_definition(rng):
+    # Small enough for the host implementation (the no-GPU fallback in CI; the GPU where there is
+    # one): the best 5 of each row's 40 sign-bit candidates, against NumPy's evaluation of that
+    # definition (Hamming order, ties to the smaller column; cosines; the best 5, ties likewise).
+    n, d, k, c = 300, 40, 5, 40
+    a = rng.standard_normal((n, d)).astype(np.float32)
+    a[4] = a[3]
+    v, i = sim(a, sink="topk", k=k, binary=c)
+    a64 = a.astype(np.float64)
+    nrm = np.sqrt((a64 * a64).sum(1))
+    bits = a > 0
+    e = 4.0 * (d + 8) * 2.0**-24
+    for r in range(n):
+        ham = (bits != bits[r]).sum(1).astype(np.int64)
+        ham[r] = 10 * d
+        cand = np.lexsort((np.arange(n), ham))[:c]
+        sc = a64[cand] @ a64[r] / (nrm[cand] * nrm[r])
+        best = cand[np.lexsort((cand, -sc.astype(np.float32)))][:k]
+        kth = np.sort(sc)[-k]
+        assert set(i[r].tolist()) <= set(cand.tolist()), f"row {r}: a listed column is not a candidate"
+        exact = a64[i[r]] @ a64[r] / (nrm[i[r]] * nrm[r])
+        assert np.all(np.abs(v[r] - exact) <= e) and np.all(exact >= kth - 2 * e), f"row {r}"
+        if not spillway.gpu_available():
+            np.testing.assert_array_equal(i[r], best)  # the host form in double: the same order

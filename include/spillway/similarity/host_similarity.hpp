@@ -14,11 +14,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <bitset>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace spillway::similarity {
@@ -134,6 +138,29 @@ std::vector<double> host_sq_norms(const matrix_view<const T>& a) {
   return n;
 }
 
+/// The binary mode's own refusals (similarity_topk_binary and its host form): the diagonal, and
+/// the candidate count outside [k, max_top_k].
+inline void check_binary(const pairwise::topk_options& k, int candidates, const char* who) {
+  if (k.include_diagonal) {
+    throw logic_error(std::string(who) + ": include_diagonal is not taken (a row is its own best candidate)");
+  }
+  if (candidates < k.k || candidates > pairwise::max_top_k) {
+    throw logic_error(std::string(who) + ": candidates must be in [k = " + std::to_string(k.k) + ", " +
+                      std::to_string(pairwise::max_top_k) + "], got " + std::to_string(candidates));
+  }
+}
+
+/// Each row's sign bits (x > 0), 64 to a word, `words` words a row.
+template <class T>
+std::vector<std::uint64_t> host_sign_words(const matrix_view<const T>& a, std::int64_t words) {
+  std::vector<std::uint64_t> w(static_cast<std::size_t>(a.rows * words), 0);
+  for (std::int64_t i = 0; i < a.rows; ++i)
+    for (std::int64_t c = 0; c < a.cols; ++c)
+      if (to_double(a.data[i * a.ld + c]) > 0.0)
+        w[static_cast<std::size_t>(i * words + c / 64)] |= std::uint64_t{1} << (c % 64);
+  return w;
+}
+
 /// One score in double from the dot product and the two squared norms.
 inline double host_score_from(similarity_metric m, double dot, double na, double nb, float cosine_zero) {
   switch (m) {
@@ -232,6 +259,48 @@ pairwise::topk_result<float> host_similarity_topk(matrix_view<T> a_, const pairw
   const std::vector<double> na = detail::host_sq_norms(a);
   return pairwise::detail::host_topk<float>(a.rows, true, k, is_similarity(m), [&](std::int64_t i, auto&& emit) {
     detail::host_row_scores(a, a, na, na, i, 0, m, cosine_zero, emit);
+  });
+}
+
+/// The binary-quantized mode (similarity_topk_binary) on the host: each row's `candidates` nearest
+/// rows by the Hamming distance of the rows' sign bits (x > 0; ties to the smaller column), their
+/// cosines in double, the best k kept (ties to the smaller column; the diagonal excluded). The
+/// distances cost n²·d/64 word operations: for tests, small inputs and the no-GPU fallback.
+template <class T>
+pairwise::topk_result<float> host_similarity_topk_binary(matrix_view<T> a_, const pairwise::topk_options& k,
+                                                         int candidates = pairwise::max_top_k,
+                                                         float cosine_zero = 0.0f) {
+  const matrix_view<const std::remove_cv_t<T>> a = a_;
+  constexpr const char* who = "host_similarity_topk_binary";
+  detail::check_rows(a, who, "a");
+  pairwise::detail::check_topk(k, who);
+  detail::check_binary(k, candidates, who);
+  const std::int64_t n = a.rows, words = (a.cols + 63) / 64;
+  const std::vector<std::uint64_t> sign = detail::host_sign_words(a, words);
+  const std::vector<double> na = detail::host_sq_norms(a);
+  return pairwise::detail::host_topk<float>(n, true, k, true, [&](std::int64_t i, auto&& emit) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> hj;  // (distance, column): ties to the smaller column
+    hj.reserve(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      std::int64_t h = 0;
+      for (std::int64_t w = 0; w < words; ++w)
+        h += static_cast<std::int64_t>(std::bitset<64>(sign[static_cast<std::size_t>(i * words + w)] ^
+                                                       sign[static_cast<std::size_t>(j * words + w)])
+                                           .count());
+      hj.emplace_back(h, j);
+    }
+    const auto m = std::min<std::size_t>(static_cast<std::size_t>(candidates), hj.size());
+    std::partial_sort(hj.begin(), hj.begin() + static_cast<std::ptrdiff_t>(m), hj.end());
+    for (std::size_t q = 0; q < m; ++q) {
+      const std::int64_t j = hj[q].second;
+      double dot = 0.0;
+      for (std::int64_t c = 0; c < a.cols; ++c)
+        dot += detail::to_double(a.data[i * a.ld + c]) * detail::to_double(a.data[j * a.ld + c]);
+      emit(j, static_cast<float>(detail::host_score_from(similarity_metric::cosine, dot,
+                                                         na[static_cast<std::size_t>(i)],
+                                                         na[static_cast<std::size_t>(j)], cosine_zero)));
+    }
   });
 }
 

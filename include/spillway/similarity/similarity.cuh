@@ -419,7 +419,8 @@ topk_result<float> similarity_topk(matrix_view<T> a_, const topk_options& k, con
 /// every row resident on it (opt.budget bounds the job's memory beside the rows). 1 ≤ k ≤
 /// candidates ≤ max_top_k (128). Throws logic_error for another metric, include_diagonal,
 /// non-finite rows (with check_finite: the first such row named) and a k or candidate count out of
-/// range, no_gpu_error without a GPU.
+/// range; without a GPU runs host_similarity_topk_binary with opt.host_fallback, else throws
+/// no_gpu_error.
 template <class T>
 topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options& k,
                                           const similarity_options& opt = {}, int candidates = 128) {
@@ -427,13 +428,7 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
   constexpr const char* who = "similarity_topk_binary";
   detail::check_rows(a, who, "a");
   ::spillway::pairwise::detail::check_topk(k, who);
-  if (k.include_diagonal)
-    throw logic_error(std::string(who) + ": include_diagonal is not taken (a row is its own best candidate)");
-  if (candidates < k.k || candidates > ::spillway::pairwise::max_top_k) {
-    throw logic_error(std::string(who) + ": candidates must be in [k = " + std::to_string(k.k) + ", " +
-                      std::to_string(::spillway::pairwise::max_top_k) + "], got " +
-                      std::to_string(candidates));
-  }
+  detail::check_binary(k, candidates, who);
   if (opt.metric != similarity_metric::cosine) {
     throw logic_error(std::string(who) + ": sign bits rank by angle: the metric must be cosine, got " +
                       std::string(to_string(opt.metric)));
@@ -442,9 +437,11 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
     throw logic_error(std::string(who) + ": runs on one GPU, got " + std::to_string(opt.devices.size()) +
                       " devices");
   }
-  if (device_count() == 0) {
-    throw no_gpu_error(cudaErrorNoDevice,
-                       std::string(who) + ": no GPU is visible (the binary mode has no host implementation)");
+  if (::spillway::detail::run_on_host_instead(opt.host_fallback, opt.devices, who,
+                                              "similarity_options::host_fallback",
+                                              "host_similarity_topk_binary")) {
+    detail::check_host_finite(a, static_cast<const detail::const_rows<T>*>(nullptr), opt, who);
+    return host_similarity_topk_binary(a, k, candidates, opt.cosine_zero);
   }
   const int dev = opt.devices.empty() ? current_device() : opt.devices[0];
   if (dev < 0 || dev >= device_count())
