@@ -193,19 +193,27 @@ inline int device_of(const void* p) {
   return at.type == cudaMemoryTypeDevice ? at.device : -1;
 }
 
+/// The first row of device rows `a` (the current device's) holding a NaN or an infinity, or -1:
+/// scanned on `s`, after the work already queued there (a copy of the rows, say).
 template <class T>
-std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int device) {
+std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, stream_view s) {
   if (a.rows == 0 || a.cols == 0) return -1;
-  device_guard g(device);
-  stream st(device);
-  device_buffer<unsigned long long> flag(1, st.view());
-  flag.fill_bytes_async(0xFF, st.view());
+  device_buffer<unsigned long long> flag(1, s);
+  flag.fill_bytes_async(0xFF, s);
   const std::int64_t total = a.rows * a.cols;
   first_nonfinite_row_kernel<T>
-      <<<grid_blocks(total, 256), 256, 0, st.view().value()>>>(a.data, a.rows, a.cols, a.ld, flag.data());
+      <<<grid_blocks(total, 256), 256, 0, s.value()>>>(a.data, a.rows, a.cols, a.ld, flag.data());
   SPILLWAY_CHECK_LAUNCH();
-  const std::vector<unsigned long long> h = flag.to_host(st.view());
+  const std::vector<unsigned long long> h = flag.to_host(s);
   return h[0] == ~0ULL ? -1 : static_cast<std::int64_t>(h[0]);
+}
+
+/// The same on a stream of its own on `device`.
+template <class T>
+std::int64_t first_nonfinite_row_device(const matrix_view<const T>& a, int device) {
+  device_guard g(device);
+  stream st(device);
+  return first_nonfinite_row_device(a, st.view());
 }
 
 /// A job over A·Aᵀ (b null) or A·Bᵀ into `sink`: rows in host memory stream through the scheduler;
@@ -477,14 +485,8 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
     x = copy.data();
   }
   if (opt.check_finite) {  // on s: after the copy
-    device_buffer<unsigned long long> flag(1, s);
-    flag.fill_bytes_async(0xFF, s);
-    detail::first_nonfinite_row_kernel<V>
-        <<<grid_blocks(n * d, 256), 256, 0, s.value()>>>(x, n, d, ld, flag.data(), std::int64_t{0});
-    SPILLWAY_CHECK_LAUNCH();
-    const unsigned long long bad = flag.to_host(s)[0];
-    if (bad != ~0ULL)
-      throw logic_error(std::string(who) + ": row " + std::to_string(bad) + " holds a NaN or an infinity");
+    detail::refuse_nonfinite(
+        detail::first_nonfinite_row_device(matrix_view<const V>(row_major(x, n, d, ld)), s), who, "A");
   }
   std::size_t budget = 0;
   if (opt.budget) {

@@ -201,9 +201,7 @@ struct fused_topk_filter {
       else return acc * ia * ib;
     } else if constexpr (M == similarity_metric::inner_product) {
       return acc * ia * ib;  // ia, ib: 1, or NaN for padding
-    } else if constexpr (M == fused_hamming) {
-      return 2.0f * acc - ia - ib;  // popcounts, or NaN for padding
-    } else {
+    } else {                 // Euclidean; fused_hamming (ia, ib popcounts, or NaN for padding)
       return fused_score<M>(acc, ia, ib, cosine_zero);
     }
   }
