@@ -33,6 +33,7 @@
 #include <spillway/pairwise/sink_kernels.cuh>
 #include <spillway/pairwise/sinks.hpp>
 #include <spillway/pairwise/sinks/neighbour_counts.cuh>
+#include <spillway/pairwise/sinks/topk.cuh>
 #include <spillway/pipeline/job.hpp>
 #include <spillway/pipeline/task_pipeline.hpp>
 #include <spillway/similarity/detail/binary_topk.cuh>
@@ -496,22 +497,27 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
     SPILLWAY_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     budget = free_b / 10 * 8;
   }
-  using entry = ::spillway::pairwise::detail::topk_entry<float>;
-  device_buffer<entry> lists(static_cast<std::size_t>(n * k.k), s);
-  const std::size_t lists_bytes = lists.size() * sizeof(entry);
+  namespace pd = ::spillway::pairwise::detail;
+  using entry = pd::topk_entry<float>;
+  // The result's vectors and a pinned block for their copy, made on a host thread meanwhile; the
+  // lists come back as the exact job's do (values and int32 columns, widened on the host).
+  auto host = pd::start_topk_host<float>(n, k.k);
+  const auto cnt = static_cast<std::size_t>(n) * static_cast<std::size_t>(k.k);
+  device_buffer<entry> lists(cnt, s);
+  device_buffer<float> dv(cnt, s);
+  device_buffer<std::int32_t> di(cnt, s);
+  const std::size_t lists_bytes = cnt * (sizeof(entry) + sizeof(float) + sizeof(std::int32_t));
   budget = budget > lists_bytes ? budget - lists_bytes : 0;
   (void)detail::binary_topk_device(s, x, n, d, ld, k.k, candidates, opt.cosine_zero, budget, lists.data(),
                                    who);
-  const std::vector<entry> h = lists.to_host(s);
-  topk_result<float> r{n, k.k, {}, {}};
-  r.values.resize(h.size());
-  r.indices.resize(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) {
-    const bool empty = h[i].c == INT_MAX;
-    r.values[i] = empty ? 0.0f : h[i].v;
-    r.indices[i] = empty ? -1 : h[i].c;
-  }
-  return r;
+  pd::topk_export_kernel<float, std::int32_t>
+      <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
+          lists.data(), static_cast<std::int64_t>(cnt), dv.data(), di.data());
+  SPILLWAY_CHECK_LAUNCH();
+  pd::topk_host_side<float> h = host.get();
+  pd::copy_lists_to_host(dv.data(), di.data(), cnt, h.result.values.data(), h.result.indices.data(),
+                         static_cast<std::byte*>(h.stage.data()), s);
+  return std::move(h.result);
 }
 
 /// Per-row top-k of A·Bᵀ: for each row of A, the k closest rows of B.

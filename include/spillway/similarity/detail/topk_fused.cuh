@@ -269,7 +269,13 @@ struct fused_topk_filter {
           hit = hit || fmaxf(k0, k1) >= __int_as_float(e == 0 ? bb[jj].x : bb[jj].z);
         }
       }
-      hit = hit || rmax0 >= bak[0] || rmax1 >= bak[1];
+      // Rows of bits (fused_hamming, one worker): a strip's columns all follow every column its rows'
+      // lists hold (their blocks, earlier chunks, earlier strips' rows), so a score that only ties a
+      // row's bar loses to it, and integer scores tie often: the row side's test is strict.
+      if constexpr (M == fused_hamming)
+        hit = hit || rmax0 > bak[0] || rmax1 > bak[1];
+      else
+        hit = hit || rmax0 >= bak[0] || rmax1 >= bak[1];
       if (!__any_sync(0xFFFFFFFFu, hit)) continue;
       std::uint32_t at = stage;
 #pragma unroll
@@ -284,7 +290,7 @@ struct fused_topk_filter {
           for (int h = 0; h < 2; ++h) {
             const float sc = score_of<M, CZ>(static_cast<float>(d[4 * j + 2 * h + e]), ia[h], ibe);
             const float key = larger ? sc : -sc;
-            const bool pa = okc && key >= bak[h];
+            const bool pa = okc && (M == fused_hamming ? key > bak[h] : key >= bak[h]);
             const bool pb = okc && okr[h] && key >= bkey;
             const unsigned code = static_cast<unsigned>(j << 2 | e << 1 | h) | (pa ? 0x100u : 0u) | (pb ? 0x200u : 0u);
             asm volatile(
