@@ -309,7 +309,9 @@ binary_topk_stats binary_topk_device(stream_view s, const T* x, std::int64_t n, 
       ::spillway::gemm::fragment_sink_bit_gemm_async(s, bits(r0, rn), bits(c0, w), f);
       marks.mark(s);
       fused_topk_merge(ma, fused_hamming, rn, r0, cnt_a.data(), buck_a.data(), L.cap_a, c0, c0 + w, s);
-      fused_topk_merge(ma, fused_hamming, w, c0, cnt_b.data(), buck_b.data(), L.cap_b, r0, r0 + rn, s);
+      fused_merge_args<std::uint32_t> mb = ma;
+      mb.rows_per_warp = 8;  // the column side: many rows, few candidates each
+      fused_topk_merge(mb, fused_hamming, w, c0, cnt_b.data(), buck_b.data(), L.cap_b, r0, r0 + rn, s);
       marks.mark(s);
       ++st.chunks;
     });
