@@ -12,6 +12,7 @@
 // the check allows eps = 4(d + 8)·u per score, 2·eps on the k-th place (as similarity_test.cu).
 #include <spillway/similarity/similarity.cuh>
 
+#include <support/expect_throw.hpp>
 #include <support/gpu_test.hpp>
 
 #include "fused_sizes_scope.hpp"
@@ -193,32 +194,16 @@ TEST(SimilarityBinary, RefusesBeforeAnyDeviceWork) {
   // Refused before a device is asked for: these run on a machine without a GPU too.
   std::vector<float> rows(8 * 16, 1.0f);
   const auto a = g::row_major(rows.data(), 8, 16, 16);
-  const auto msg = [&](auto f) {
-    try {
-      f();
-    } catch (const logic_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no logic_error");
-  };
-  EXPECT_NE(msg([&] {
-              (void)g::similarity_topk_binary(a, {4}, {}, 3);
-            }).find("candidates must be in [k = 4, 128], got 3"),
-            std::string::npos);
-  EXPECT_NE(msg([&] { (void)g::similarity_topk_binary(a, {4}, {}, 129); }).find("got 129"),
-            std::string::npos);
-  EXPECT_NE(msg([&] {
-              (void)g::similarity_topk_binary(a, {4, true});
-            }).find("include_diagonal"),
-            std::string::npos);
+  using test::expect_throw_naming;
+  expect_throw_naming([&] { (void)g::similarity_topk_binary(a, {4}, {}, 3); },
+                      {"candidates must be in [k = 4, 128], got 3"});
+  expect_throw_naming([&] { (void)g::similarity_topk_binary(a, {4}, {}, 129); }, {"got 129"});
+  expect_throw_naming([&] { (void)g::similarity_topk_binary(a, {4, true}); }, {"include_diagonal"});
   g::similarity_options o;
   o.metric = g::similarity_metric::euclidean;
-  EXPECT_NE(msg([&] {
-              (void)g::similarity_topk_binary(a, {4}, o);
-            }).find("the metric must be cosine, got euclidean"),
-            std::string::npos);
-  EXPECT_NE(msg([&] { (void)g::similarity_topk_binary(a, {0}); }).find("k must be in [1, 128], got 0"),
-            std::string::npos);
+  expect_throw_naming([&] { (void)g::similarity_topk_binary(a, {4}, o); },
+                      {"the metric must be cosine, got euclidean"});
+  expect_throw_naming([&] { (void)g::similarity_topk_binary(a, {0}); }, {"k must be in [1, 128], got 0"});
 }
 
 }  // namespace

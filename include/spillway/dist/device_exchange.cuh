@@ -16,6 +16,7 @@
 #include <spillway/dist/host_gram.hpp>
 #include <spillway/pairwise/pair_job.cuh>
 #include <spillway/pairwise/sink_kernels.cuh>
+#include <spillway/pairwise/sinks/topk.cuh>
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -205,16 +206,8 @@ pairwise::topk_result<V> ipc_lists_to_owners(const communicator& c, const gram_s
   agree(c, "merging its rows' lists on its GPU", [&] {
     if (r.rows != rows) throw logic_error("dist top-k: the result's rows do not match this rank's rows");
     pd::merge_topk_device(gathered.data(), rows, k, static_cast<int>(1 + from.size()), cnt, larger, s);
-    device_buffer<V> dv(cnt, s);
-    device_buffer<std::int32_t> di(cnt, s);
-    if (cnt > 0) {
-      pd::topk_export_kernel<V, std::int32_t>
-          <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
-              gathered.data(), static_cast<std::int64_t>(cnt), dv.data(), di.data());
-      SPILLWAY_CUDA_TRY(cudaGetLastError());
-    }
-    pd::copy_lists_to_host(dv.data(), di.data(), cnt, r.values.data(), r.indices.data(),
-                           static_cast<std::byte*>(host.stage.data()), s);
+    pd::export_lists_to_host(gathered.data(), cnt, r.values.data(), r.indices.data(),
+                             static_cast<std::byte*>(host.stage.data()), s);
     s.synchronize();
   });
   x.close();

@@ -47,7 +47,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -489,14 +488,8 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
     detail::refuse_nonfinite(
         detail::first_nonfinite_row_device(matrix_view<const V>(row_major(x, n, d, ld)), s), who, "A");
   }
-  std::size_t budget = 0;
-  if (opt.budget) {
-    budget = static_cast<std::size_t>(opt.budget->bytes());
-  } else {
-    std::size_t free_b = 0, total_b = 0;
-    SPILLWAY_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    budget = free_b / 10 * 8;
-  }
+  // Every job's budget rule (memory_budget::or_default) on the job's one device.
+  std::size_t budget = memory_budget::or_default(opt.budget, std::vector<int>{dev}).bytes();
   namespace pd = ::spillway::pairwise::detail;
   using entry = pd::topk_entry<float>;
   // The result's vectors and a pinned block for their copy, made on a host thread meanwhile; the
@@ -504,19 +497,14 @@ topk_result<float> similarity_topk_binary(matrix_view<T> a_, const topk_options&
   auto host = pd::start_topk_host<float>(n, k.k);
   const auto cnt = static_cast<std::size_t>(n) * static_cast<std::size_t>(k.k);
   device_buffer<entry> lists(cnt, s);
-  device_buffer<float> dv(cnt, s);
-  device_buffer<std::int32_t> di(cnt, s);
+  // (the lists and their export, which follows the job)
   const std::size_t lists_bytes = cnt * (sizeof(entry) + sizeof(float) + sizeof(std::int32_t));
   budget = budget > lists_bytes ? budget - lists_bytes : 0;
   (void)detail::binary_topk_device(s, x, n, d, ld, k.k, candidates, opt.cosine_zero, budget, lists.data(),
                                    who);
-  pd::topk_export_kernel<float, std::int32_t>
-      <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
-          lists.data(), static_cast<std::int64_t>(cnt), dv.data(), di.data());
-  SPILLWAY_CHECK_LAUNCH();
   pd::topk_host_side<float> h = host.get();
-  pd::copy_lists_to_host(dv.data(), di.data(), cnt, h.result.values.data(), h.result.indices.data(),
-                         static_cast<std::byte*>(h.stage.data()), s);
+  pd::export_lists_to_host(lists.data(), cnt, h.result.values.data(), h.result.indices.data(),
+                           static_cast<std::byte*>(h.stage.data()), s);
   return std::move(h.result);
 }
 

@@ -126,6 +126,23 @@ void copy_lists_to_host(const V* dv, const std::int32_t* di, std::size_t count, 
   }
 }
 
+/// Device lists (`count` entries) into the host vectors as copy_lists_to_host brings them: their
+/// values and int32 columns written on the device first (topk_export_kernel, on s). Returns when
+/// every entry is on the host.
+template <class V>
+void export_lists_to_host(const topk_entry<V>* lists, std::size_t count, V* hv, std::int64_t* hi,
+                          std::byte* stage, stream_view s) {
+  device_buffer<V> dv(count, s);
+  device_buffer<std::int32_t> di(count, s);
+  if (count > 0) {
+    topk_export_kernel<V, std::int32_t>
+        <<<grid_blocks(static_cast<std::int64_t>(count), 256), 256, 0, s.value()>>>(
+            lists, static_cast<std::int64_t>(count), dv.data(), di.data());
+    SPILLWAY_CUDA_TRY(cudaGetLastError());
+  }
+  copy_lists_to_host(dv.data(), di.data(), count, hv, hi, stage, s);
+}
+
 /// Merges `lists` lists of `rows` rows of k entries, `stride` entries apart, into the first (in
 /// place, on `s`).
 template <class V>

@@ -674,19 +674,10 @@ class fused_topk_sink : public pairwise::detail::sink_base {
                             job.prod.larger(), s);
       lists = gathered.data();
     }
-    device_buffer<float> dv(cnt, s);
-    device_buffer<std::int32_t> di(cnt, s);
-    if (cnt > 0) {
-      pd::topk_export_kernel<float, std::int32_t>
-          <<<grid_blocks(static_cast<std::int64_t>(cnt), 256), 256, 0, s.value()>>>(
-              lists, static_cast<std::int64_t>(cnt), dv.data(), di.data());
-      SPILLWAY_CHECK_LAUNCH();
-    }
     auto* stage = static_cast<std::byte*>(h.stage.data());
     if (stage != nullptr) stage += w * 2 * pd::topk_stage_half_bytes;
-    pd::copy_lists_to_host(dv.data(), di.data(), cnt,
-                           h.result.values.data() + static_cast<std::size_t>(r0) * k,
-                           h.result.indices.data() + static_cast<std::size_t>(r0) * k, stage, s);
+    pd::export_lists_to_host(lists, cnt, h.result.values.data() + static_cast<std::size_t>(r0) * k,
+                             h.result.indices.data() + static_cast<std::size_t>(r0) * k, stage, s);
   }
 
   /// Worker w (of several) before its first strip: every row (one worker seeded, so holds, them
