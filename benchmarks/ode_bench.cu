@@ -99,10 +99,29 @@ void BM_dopri5_adaptive(benchmark::State& state) {
   run_dopri5<Real>(state, o);
 }
 
+// diffrax's convention (Shampine's error estimate, the plain controller): its steps against
+// diffrax's Dopri5 at the same tolerances (benchmarks/ode_diffrax_baseline.py).
+template <class Real>
+void BM_dopri5_adaptive_shampine_plain(benchmark::State& state) {
+  so::adaptive_options o;
+  o.rtol = o.atol = sizeof(Real) == 4 ? 1e-6 : 1e-8;
+  o.estimate = so::dp5_error_estimate::shampine;
+  o.beta = 0;
+  run_dopri5<Real>(state, o);
+}
+
 }  // namespace
 
 BENCHMARK(BM_rk4_fixed<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_dopri5_fixed<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_dopri5_adaptive<float>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_dopri5_adaptive<double>)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_dopri5_adaptive_shampine_plain<float>)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+BENCHMARK(BM_dopri5_adaptive_shampine_plain<double>)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK_MAIN();

@@ -38,7 +38,8 @@
 #                                              first 20,000 rows (FP_SUBSET) against NumPy's integer test
 #   scripts/gpu-check.sh ode-baseline           (GPU machine) spillway_ode_bench (the DiffEqGPU Lorenz ensemble,
 #                                              one GPU) and benchmarks/ode_diffrax_baseline.py (diffrax's Dopri5
-#                                              under jax.vmap, same problem) in one call
+#                                              under jax.vmap, same problem) in one call (DIFFRAX_ARGS: more
+#                                              arguments, e.g. "--modes adaptive32,adaptive64 --check 20000")
 #   scripts/gpu-check.sh gemm-alt               (GPU machine) spillway_gemm_bench --alternations: per GEMM type at
 #                                              8192³, 20 alternated pairs of spillway (automatic) and cuBLAS(Lt),
 #                                              medians, spreads, SM clock / power / temperature (NVML)
@@ -499,7 +500,7 @@ run_ode_baseline() {
   fi
   while read -r line; do summary+=("$(echo "$line" | cut -c1-120)"); done < <(grep -E '_median' "$log")
   if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${BENCH_TIMEOUT:-400}" python3 \
-    benchmarks/ode_diffrax_baseline.py --reps 2 >>"$log" 2>&1; then
+    benchmarks/ode_diffrax_baseline.py --reps 2 ${DIFFRAX_ARGS:-} >>"$log" 2>&1; then
     status=1
     summary+=("ode-baseline: the diffrax baseline failed (needs python3 with jax and diffrax): $(tail -1 "$log")")
   fi

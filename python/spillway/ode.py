@@ -51,6 +51,7 @@ __all__ = [
     "AdaptiveResult",
     "CoupledResult",
     "STATUS",
+    "ESTIMATES",
 ]
 
 #: A system's status code (``AdaptiveResult.status``) by name, as ``spillway::ode::solve_status``.
@@ -89,10 +90,20 @@ def _span(who, t0, t1):
     return t0f, t1f
 
 
-def _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta) -> dict:
+#: The error estimates of ``estimate=`` (spillway::ode::dp5_error_estimate).
+ESTIMATES = {"dormand_prince": 0, "shampine": 1}
+
+
+def _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta,
+             estimate="dormand_prince") -> dict:
+    if not isinstance(estimate, str):
+        raise TypeError(f"{who}: estimate must be 'dormand_prince' or 'shampine', got {estimate!r}")
+    if estimate not in ESTIMATES:
+        raise ValueError(f"{who}: estimate must be 'dormand_prince' or 'shampine', got {estimate!r}")
     o = {k: real(who, k, v, compat=False) for k, v in (
         ("rtol", rtol), ("atol", atol), ("h0", h0), ("h_min", h_min), ("h_max", h_max), ("fixed_dt", fixed_dt),
         ("safety", safety), ("fac_min", fac_min), ("fac_max", fac_max), ("pi_beta", pi_beta))}
+    o["estimate"] = ESTIMATES[estimate]
     o["max_steps"] = integer(who, "max_steps", max_steps, "a positive integer", compat=False)
     if o["max_steps"] < 1:
         raise ValueError(f"{who}: max_steps must be a positive integer, got {max_steps!r}")
@@ -118,6 +129,7 @@ def lorenz_dopri5(
     fac_min: float = 0.2,
     fac_max: float = 10.0,
     pi_beta: float = 0.04,
+    estimate: str = "dormand_prince",
     sigma: float = 10.0,
     beta: float = 8.0 / 3.0,
     rho: Union[float, Sequence[float]] = (20.0, 30.0),
@@ -135,7 +147,11 @@ def lorenz_dopri5(
     divided by ``atol + rtol * max(|y|, |y_new|)`` is at most 1; ``rtol`` below 4 epsilon of the
     state's type is raised to it; ``h0`` (0: Hairer's starting step), ``h_min``, ``h_max`` (0: no
     bound), ``max_steps`` attempted steps per system; ``safety``, ``fac_min``, ``fac_max`` and
-    ``pi_beta`` (the PI controller's beta; 0: the plain controller); ``fixed_dt`` > 0: fixed steps
+    ``pi_beta`` (the PI controller's beta; 0: the plain controller); ``estimate``: which embedded
+    4th-order solution the error compares with, ``"dormand_prince"`` (Hairer's DOPRI5, SciPy's
+    RK45) or ``"shampine"`` (diffrax's Dopri5, torchdiffeq's dopri5: 2/3 of the former, so it
+    steps as the classic pair at 1.5 times the tolerances; with ``pi_beta=0`` a job takes diffrax's
+    steps at the same tolerances); ``fixed_dt`` > 0: fixed steps
     of the tableau with no error control. ``save_times``: m times in the direction of integration
     within [t0, t1] (host values), where the method's dense output is saved.
 
@@ -147,7 +163,7 @@ def lorenz_dopri5(
     start = time.perf_counter()
     who = "lorenz_dopri5"
     t0f, t1f = _span(who, t0, t1)
-    opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta)
+    opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta, estimate)
     params = [real(who, k, v, compat=False) for k, v in (("sigma", sigma), ("beta", beta))]
     if np.isscalar(rho):
         rho_lo = rho_hi = real(who, "rho", rho, compat=False)
@@ -205,6 +221,7 @@ def mean_field_dopri5(
     fac_min: float = 0.2,
     fac_max: float = 10.0,
     pi_beta: float = 0.04,
+    estimate: str = "dormand_prince",
     max_records: int = 100_000,
     stream=None,
     host_fallback: Optional[bool] = None,
@@ -232,7 +249,7 @@ def mean_field_dopri5(
     start = time.perf_counter()
     who = "mean_field_dopri5"
     t0f, t1f = _span(who, t0, t1)
-    opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, 0.0, safety, fac_min, fac_max, pi_beta)
+    opt = _options(who, rtol, atol, h0, h_min, h_max, max_steps, 0.0, safety, fac_min, fac_max, pi_beta, estimate)
     cap = integer(who, "max_records", max_records, "a positive integer", compat=False)
     if cap < 1:
         raise ValueError(f"{who}: max_records must be a positive integer, got {max_records!r}")

@@ -6,6 +6,7 @@ from .rk4 import lorenz_ensemble as lorenz_ensemble, mean_field as mean_field
 __all__: List[str]
 
 STATUS: Dict[str, int]
+ESTIMATES: Dict[str, int]
 
 class AdaptiveResult(NamedTuple):
     state: Any
@@ -31,6 +32,7 @@ def lorenz_dopri5(
     fac_min: float = 0.2,
     fac_max: float = 10.0,
     pi_beta: float = 0.04,
+    estimate: str = "dormand_prince",
     sigma: float = 10.0,
     beta: float = ...,
     rho: Union[float, Sequence[float]] = (20.0, 30.0),
@@ -72,6 +74,7 @@ def mean_field_dopri5(
     fac_min: float = 0.2,
     fac_max: float = 10.0,
     pi_beta: float = 0.04,
+    estimate: str = "dormand_prince",
     max_records: int = 100000,
     stream: Any = None,
     host_fallback: Optional[bool] = None,

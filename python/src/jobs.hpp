@@ -143,6 +143,7 @@ struct dopri5_request {
   double t0 = 0, t1 = 1, sigma = 10, beta = 8.0 / 3.0, rho_lo = 20, rho_hi = 30;
   double rtol = 1e-6, atol = 1e-6, h0 = 0, h_min = 0, h_max = 0, fixed_dt = 0;
   double safety = 0.9, fac_min = 0.2, fac_max = 10, pi_beta = 0.04;
+  int estimate = 0;  ///< spillway::ode::dp5_error_estimate (0 dormand_prince, 1 shampine)
   bool dbl = true;  ///< float64 (else float32) state and save times
 };
 /// Device arrays (`state` 3 x n; `saved` 0 or m x 3 x n; `accepted`, `rejected` uint32 n;

@@ -81,6 +81,7 @@ so::adaptive_options options_of(const dopri5_request& r) {
   o.fac_min = r.fac_min;
   o.fac_max = r.fac_max;
   o.beta = r.pi_beta;
+  o.estimate = static_cast<so::dp5_error_estimate>(r.estimate);  // checked by check_adaptive
   return o;
 }
 

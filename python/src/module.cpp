@@ -781,6 +781,7 @@ void step_control(const nb::dict& opt, sp::dopri5_request& r) {
   r.fac_min = num("fac_min");
   r.fac_max = num("fac_max");
   r.pi_beta = num("pi_beta");
+  r.estimate = nb::cast<int>(opt["estimate"]);
   r.max_steps = nb::cast<std::uint64_t>(opt["max_steps"]);
 }
 

@@ -61,6 +61,24 @@ def test_end_and_saved_states_within_ten_tolerances(dtype, tol):
     np.testing.assert_array_equal(r.saved[-1], r.state)  # the last save time is t1: the state itself
 
 
+def test_shampine_estimate_steps_as_the_classic_at_one_and_a_half_tolerances():
+    # diffrax's convention (estimate="shampine", pi_beta=0): Shampine's error estimate is 2/3 of
+    # the classic one, so at tol it steps as the classic pair at 1.5 tol; fewer steps than the
+    # default at the same tolerance, the end states within 15 tolerances (10 at 1.5 tol).
+    n, tol = 64, 1e-8
+    s0 = start(n, np.float64)
+    sh = dopri5(s0, t1=1.0, rtol=tol, atol=tol, rho=(0.0, 21.0), estimate="shampine")
+    dp = dopri5(s0, t1=1.0, rtol=1.5 * tol, atol=1.5 * tol, rho=(0.0, 21.0))
+    default = dopri5(s0, t1=1.0, rtol=tol, atol=tol, rho=(0.0, 21.0))
+    plain = dopri5(s0, t1=1.0, rtol=tol, atol=tol, rho=(0.0, 21.0), estimate="shampine", pi_beta=0.0)
+    assert (sh.status == 0).all() and (plain.status == 0).all()
+    assert abs(int(sh.accepted.sum()) - int(dp.accepted.sum())) <= 0.005 * dp.accepted.sum()
+    assert sh.accepted.sum() < default.accepted.sum()
+    assert plain.accepted.sum() < sh.accepted.sum()
+    want = lorenz_reference(s0, 0.0, 21.0, 10_000, 1e-4)
+    assert mixed_error(plain.state, want, tol).max() < 15.0
+
+
 def test_statuses_fixed_steps_and_direction():
     s0 = start(8, np.float64)
     # Out of steps: each system stops after max_steps attempted steps with that status.
@@ -96,6 +114,8 @@ def test_same_functions_under_ode_and_rk4():
     ({"t1": 1.0, "max_steps": 2.5}, TypeError, "max_steps must be a positive integer"),
     ({"t1": 1.0, "pi_beta": 0.3}, ValueError, "beta must be in"),
     ({"t1": 1.0, "safety": 1.5}, ValueError, "safety must be in"),
+    ({"t1": 1.0, "estimate": "rk45"}, ValueError, "estimate must be 'dormand_prince' or 'shampine', got 'rk45'"),
+    ({"t1": 1.0, "estimate": 1}, TypeError, "estimate must be 'dormand_prince' or 'shampine', got 1"),
     ({"t1": 1.0, "save_times": [0.5, 2.0]}, ValueError, "save time 1 is 2"),
     ({"t1": 1.0, "save_times": [0.5, 0.25]}, ValueError, "direction of integration"),
     ({"t1": 1.0, "rho": (1.0, 2.0, 3.0)}, ValueError, "rho must be a number or a"),
@@ -205,6 +225,7 @@ def test_mean_field_dopri5_records_statuses_and_direction():
     ({"t1": 1.0, "coupling": "mean", "max_records": 0}, ValueError, "max_records must be a positive integer"),
     ({"t1": float("inf"), "coupling": "mean"}, ValueError, "t0 and t1 must be finite"),
     ({"t1": 1.0, "coupling": "mean", "delta0": "1"}, TypeError, "delta0 must be a number"),
+    ({"t1": 1.0, "coupling": "mean", "estimate": "bs32"}, ValueError, "estimate must be 'dormand_prince' or"),
 ])
 def test_mean_field_dopri5_bad_inputs_name_the_value(kw, exc, match):
     f, g = mf_fields(8)

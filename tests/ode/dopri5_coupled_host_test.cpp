@@ -104,6 +104,33 @@ TEST(Dopri5CoupledHost, PinnedStepsFollowTheCoupledRk4) {
   EXPECT_LT(rf.accepted, 100u);
 }
 
+// The coupled path takes adaptive_options::estimate as the ensemble does: Shampine's estimate at
+// tol steps as the classic one at 1.5 tol, and fewer steps than the classic at tol.
+TEST(Dopri5CoupledHost, ShampineEstimateStepsAsTheClassicAtOneAndAHalfTheTolerance) {
+  const std::uint64_t n = 256;
+  const auto s = test::seed("Dopri5CoupledHost.ShampineEstimate");
+  const auto F0 = random_fields(n, s), G0 = random_fields(n, s + 1);
+  const auto coupling = systems::mean_field_coupling<double>::mean(n);
+  const cd p0 = mean_of(F0);
+  const auto run = [&](double tol, dp5_error_estimate e) {
+    adaptive_options o;
+    o.rtol = o.atol = tol;
+    o.estimate = e;
+    auto F = F0, G = G0;
+    return host::dopri5_integrate_coupled(systems::mean_field_rhs{}, coupling, p0, 0.0, 2.0, o, nullptr,
+                                          nullptr, F, G);
+  };
+  const coupled_stats sh = run(1e-9, dp5_error_estimate::shampine);
+  const coupled_stats dp = run(1.5e-9, dp5_error_estimate::dormand_prince);
+  const coupled_stats classic = run(1e-9, dp5_error_estimate::dormand_prince);
+  ASSERT_EQ(sh.status, solve_status::success);
+  std::printf("[ coupled  ] shampine %llu, classic at 1.5 tol %llu, classic %llu accepted steps\n",
+              static_cast<unsigned long long>(sh.accepted), static_cast<unsigned long long>(dp.accepted),
+              static_cast<unsigned long long>(classic.accepted));
+  EXPECT_NEAR(static_cast<double>(sh.accepted), static_cast<double>(dp.accepted), 1.0);
+  EXPECT_LT(sh.accepted, classic.accepted);
+}
+
 TEST(Dopri5CoupledHost, PinnedStepsConvergeAtOrderFive) {
   const std::uint64_t n = 16;
   std::vector<cd> y0(n);

@@ -25,8 +25,11 @@ struct keep_saves {
   SPILLWAY_HD void operator()(std::uint64_t k, const cuda::std::array<double, 3>& v) const { out[k] = v; }
 };
 
+// est, beta: the error estimate and the PI term (Shampine's estimate with beta 0 is diffrax's
+// convention).
 template <class R>
-void check_ensemble(double tol, std::uint64_t n) {
+void check_ensemble(double tol, std::uint64_t n,
+                    so::dp5_error_estimate est = so::dp5_error_estimate::dormand_prince, double beta = 0.04) {
   spillway::stream s;
   const so::systems::lorenz_family<R> fam{n, R(10), R(8) / R(3), R(0), R(21)};
   std::vector<R> y0(3 * n);
@@ -38,6 +41,8 @@ void check_ensemble(double tol, std::uint64_t n) {
   const std::vector<R> times{R(0), R(0.25), R(0.5), R(1)};
   so::adaptive_options o;
   o.rtol = o.atol = tol;
+  o.estimate = est;
+  o.beta = beta;
   // Device, outputs poisoned.
   spillway::device_buffer<R> dy(y0.size(), s), dt(times.size(), s), dsaved(times.size() * 3 * n, s);
   spillway::device_buffer<std::uint32_t> dacc(n, s), drej(n, s);
@@ -99,16 +104,26 @@ void check_ensemble(double tol, std::uint64_t n) {
       }
     }
   }
-  EXPECT_LT(worst, 10.0) << "end states: the worst error in units of the tolerance " << tol;
-  EXPECT_LT(worst_saved, 10.0) << "saved states: the worst error in units of the tolerance " << tol;
-  // Device and host run the same code; contraction into FMAs may move a borderline decision.
-  EXPECT_LE(count_diff, n / 100) << count_diff << " systems with other step counts than the host";
+  // Within 10 tolerances (issue 36's rule); Shampine's estimate steps as the classic one at 1.5
+  // times the tolerance, so its bound is 15 (measured on the host: double 1e-8 with the plain
+  // controller 11.5, 97 of 2,000 systems past 10; docs/ode.md).
+  const double limit = est == so::dp5_error_estimate::shampine ? 15.0 : 10.0;
+  EXPECT_LT(worst, limit) << "end states: the worst error in units of the tolerance " << tol;
+  EXPECT_LT(worst_saved, limit) << "saved states: the worst error in units of the tolerance " << tol;
+  // Device and host run the same code; contraction into FMAs may move a borderline decision (the
+  // plain controller rejects more steps, so has more of them: 29 of 2,048 float systems, H200).
+  EXPECT_LE(count_diff, beta == 0 ? n / 40 : n / 100)
+      << count_diff << " systems with other step counts than the host";
   EXPECT_NEAR(static_cast<double>(acc_total), static_cast<double>(hacc_total),
               0.001 * static_cast<double>(hacc_total));
   EXPECT_GT(acc_total, 10 * n);
   std::printf(
-      "[ dopri5   ] %s tol %g: %.1f accepted, %.2f rejected steps per system; worst %.2f / %.2f tol\n",
-      sizeof(R) == 4 ? "float" : "double", tol, static_cast<double>(acc_total) / static_cast<double>(n),
+      "[ dopri5   ] %s tol %g (%s, beta %g): %.1f accepted, %.2f rejected steps per system; worst %.2f / "
+      "%.2f "
+      "tol\n",
+      sizeof(R) == 4 ? "float" : "double", tol,
+      est == so::dp5_error_estimate::shampine ? "shampine" : "dormand_prince", beta,
+      static_cast<double>(acc_total) / static_cast<double>(n),
       static_cast<double>(rejected_total) / static_cast<double>(n), worst, worst_saved);
 }
 
@@ -120,6 +135,14 @@ TEST(Dopri5EnsembleGpu, LorenzFloatAtOneInAMillion) {
 TEST(Dopri5EnsembleGpu, LorenzDoubleAtOneInTenToTheEight) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   check_ensemble<double>(1e-8, 2048);
+}
+
+// diffrax's convention (Shampine's estimate, the plain controller): fewer steps, the end states
+// within 15 tolerances of the float64 reference (10 at the 1.5 tolerances it steps as).
+TEST(Dopri5EnsembleGpu, LorenzShampineEstimatePlainController) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  check_ensemble<float>(1e-6, 2048, so::dp5_error_estimate::shampine, 0.0);
+  check_ensemble<double>(1e-8, 2048, so::dp5_error_estimate::shampine, 0.0);
 }
 
 // Fixed steps and the statuses on the device: a stiff member stops at max_steps while the others

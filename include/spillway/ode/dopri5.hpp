@@ -45,6 +45,21 @@ inline const char* to_string(solve_status s) noexcept {
   return "unknown";
 }
 
+/// Which embedded 4th-order solution y4 measures a step's error y5 − y4. Both are order-4
+/// embeddings of the same 5th-order step (same stages, same y5); they differ only in size:
+/// Shampine's is exactly 2/3 of Dormand and Prince's, so at equal tolerances it steps as the
+/// classic pair does at 1.5 times them.
+enum class dp5_error_estimate : std::uint8_t {
+  /// b̂ = 5179/57600, 0, 7571/16695, 393/640, −92097/339200, 187/2100, 1/40 (Dormand & Prince 1980):
+  /// Hairer's DOPRI5, SciPy's RK45, MATLAB's ode45, OrdinaryDiffEq's DP5.
+  dormand_prince = 0,
+  /// b̂ = 1951/21600, 0, 22642/50085, 451/720, −12231/42400, 649/6300, 1/60 (torchdiffeq's
+  /// "Dormand–Prince–Shampine" tableau): diffrax's Dopri5, torchdiffeq's dopri5,
+  /// jax.experimental.ode.odeint. With beta = 0 (their plain controller) a job steps as diffrax
+  /// does at the same tolerances (docs/ode.md).
+  shampine = 1
+};
+
 /// Step control of the adaptive methods. Error norm of a step (Hairer, Nørsett & Wanner II.4):
 /// sqrt(mean_d ((y5_d − y4_d) / (atol + rtol · max(|y_d|, |y5_d|)))²); a step is accepted when it
 /// is ≤ 1. A relative tolerance below 4 ε of the state's type (float 4.8·10⁻⁷, double 8.9·10⁻¹⁶)
@@ -64,6 +79,7 @@ struct adaptive_options {
   double fac_min = 0.2;  ///< bounds on that factor (after a rejection it is at most 1)
   double fac_max = 10.0;
   double beta = 0.04;  ///< PI stabilization (Hairer's DOPRI5 value; 0: the plain controller)
+  dp5_error_estimate estimate = dp5_error_estimate::dormand_prince;  ///< which y4 the error compares with
 };
 
 /// What one trajectory's integration did.
@@ -118,6 +134,10 @@ inline void check_adaptive(const char* who, double t0, double t1, const adaptive
   if (!(o.fac_max >= 1) || !std::isfinite(o.fac_max))
     throw logic_error(w + ": fac_max must be finite and >= 1, got " + num(o.fac_max));
   if (!(o.beta >= 0 && o.beta < 0.2)) throw logic_error(w + ": beta must be in [0, 0.2), got " + num(o.beta));
+  if (o.estimate != dp5_error_estimate::dormand_prince && o.estimate != dp5_error_estimate::shampine) {
+    throw logic_error(w + ": estimate must be dormand_prince or shampine, got " +
+                      std::to_string(static_cast<int>(o.estimate)));
+  }
 }
 
 /// Save times: `m` values in the direction of integration (non-decreasing for t1 ≥ t0,
@@ -217,6 +237,13 @@ SPILLWAY_HD inline float controller_pow(float a, float x) {
 
 // The step control shared by the ensemble's loop (dopri5_run) and the coupled system's decisions
 // (ode/dopri5_coupled.hpp).
+
+/// The factor that turns the classic estimate y5 − y4 (the loops compute Dormand and Prince's
+/// b − b̂) into the one `e` asks for: Shampine's b − b̂ is exactly 2/3 of it, weight by weight
+/// (71/86400 against 71/57600 for k1, …, −1/60 against −1/40 for k7; tests/ode check it).
+SPILLWAY_HD inline float error_estimate_scale(dp5_error_estimate e) {
+  return e == dp5_error_estimate::shampine ? 2.0f / 3.0f : 1.0f;
+}
 
 /// The next step's factor after an accepted step: safety · err^(−expo) · err_prev^β (err = 0, an
 /// exact step, gives fac_max), within [fac_min, fac_max] and at most 1 right after a rejection.
@@ -445,6 +472,7 @@ SPILLWAY_HD trajectory_stats dopri5_run(const F& f, Real t0, Real t1, cuda::std:
   const float beta = static_cast<float>(o.beta);
   const float safety = static_cast<float>(o.safety), fac_min = static_cast<float>(o.fac_min);
   const float fac_max = static_cast<float>(o.fac_max);
+  const float est_scale = error_estimate_scale(o.estimate);
   const Real h_min = static_cast<Real>(o.h_min);
 
   const detail::dp5_tableau<Real> T = detail::dp5_coefficients<Real>(Real(1));
@@ -474,7 +502,7 @@ SPILLWAY_HD trajectory_stats dopri5_run(const F& f, Real t0, Real t1, cuda::std:
       e[d] = h * detail::weighted_sum<Real>(Real(71) / Real(57600), k1[d], Real(-71) / Real(16695), k3[d],
                                             Real(71) / Real(1920), k4[d], Real(-17253) / Real(339200), k5[d],
                                             Real(22) / Real(525), k6[d], Real(-1) / Real(40), k7[d]);
-    float err = detail::scaled_rms<float, Real, D>(e, y, y5, rtol, atol);
+    float err = est_scale * detail::scaled_rms<float, Real, D>(e, y, y5, rtol, atol);
     if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
     if (err <= 1.0f) {
       detail::dp5_dense<Real, D>(save, save_times, m, next, dir, t, t_new, h, y, y5, k1, k3, k4, k5, k6, k7);

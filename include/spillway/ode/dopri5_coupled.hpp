@@ -46,6 +46,7 @@ struct coupled_constants {
   std::uint64_t max_steps;
   double components;  ///< state elements × arrays: the error norm's mean divides by it
   float safety, fac_min, fac_max, expo, beta;
+  float est_scale;  ///< error_estimate_scale(adaptive_options::estimate)
 };
 
 /// The smallest-precision epsilon over the state's arrays (float if any array holds float).
@@ -78,6 +79,7 @@ inline coupled_constants make_coupled_constants(double t0, double t1, const adap
   c.fac_max = static_cast<float>(o.fac_max);
   c.expo = 0.2f - 0.75f * static_cast<float>(o.beta);
   c.beta = static_cast<float>(o.beta);
+  c.est_scale = error_estimate_scale(o.estimate);
   return c;
 }
 
@@ -333,7 +335,7 @@ SPILLWAY_HD bool coupled_decide(coupled_control<P>& c, const coupled_constants& 
   double h = 0, t_new = 0;
   bool last = false;
   attempt_span(c, k, h, t_new, last);
-  float err = static_cast<float>(cuda::std::sqrt(sum_err / k.components));
+  float err = k.est_scale * static_cast<float>(cuda::std::sqrt(sum_err / k.components));
   if (!(err == err) || !cuda::std::isfinite(err)) err = cuda::std::numeric_limits<float>::infinity();
   if (err <= 1.0f) {
     ++c.accepted;
