@@ -795,9 +795,12 @@ class fused_topk_sink : public pairwise::detail::sink_base {
       ::spillway::gemm::fragment_sink_gemm_async(s, row_major(rows + r0 * ld, rn, d, ld),
                                                  row_major(rows + c0 * ld, w, d, ld), f);
       D.marks.mark(s);
-      // The strip's rows, then the chunk's columns as rows.
+      // The strip's rows, then the chunk's columns as rows (up to 524,288, a few candidates each:
+      // a warp serves 8 consecutive ones, as in the binary mode).
       fused_topk_merge(ma, p.m, rn, r0, D.cnt_a.data(), D.buck_a.data(), L_.cap_a, c0, c0 + w, s);
-      fused_topk_merge(ma, p.m, w, c0, D.cnt_b.data(), D.buck_b.data(), L_.cap_b, r0, r0 + rn, s);
+      fused_merge_args<T> mb = ma;
+      mb.rows_per_warp = 8;
+      fused_topk_merge(mb, p.m, w, c0, D.cnt_b.data(), D.buck_b.data(), L_.cap_b, r0, r0 + rn, s);
       D.marks.mark(s);
       ++D.chunks;
     });
