@@ -71,7 +71,9 @@ so::coupled_stats run_device(const Rhs& rhs, const Coupling& coupling, typename 
 }
 
 template <class R>
-void check_mean_field(std::uint64_t n, double tol, double match, const char* salt) {
+void check_mean_field(std::uint64_t n, double tol, double match, const char* salt,
+                      so::dp5_error_estimate est = so::dp5_error_estimate::dormand_prince,
+                      double beta = 0.04) {
   using C = cuda::std::complex<R>;
   std::mt19937_64 g(spillway::test::seed(salt));
   std::uniform_real_distribution<double> u(-7e-4, 7e-4);
@@ -82,6 +84,8 @@ void check_mean_field(std::uint64_t n, double tol, double match, const char* sal
   const C p0(static_cast<R>(0.3), static_cast<R>(-0.2));  // not the state's mean: delta jumps after step 1
   so::adaptive_options o;
   o.rtol = o.atol = tol;
+  o.estimate = est;
+  o.beta = beta;
   spillway::stream s;
   auto dF = upload(F, s), dG = upload(G, s);
   const std::uint64_t capacity = 4096;
@@ -155,6 +159,13 @@ TEST(Dopri5CoupledGpu, MeanFieldComplexFloatMatchesHost) {
   SPILLWAY_GPU_TEST_OR_SKIP();
   for (std::uint64_t n : {1ull, 513ull, 262144ull})
     check_mean_field<float>(n, 1e-5, 1e-4, "Dopri5CoupledGpu.float");
+}
+
+// diffrax's convention (Shampine's estimate, the plain controller) on the device's decisions too.
+TEST(Dopri5CoupledGpu, MeanFieldShampineEstimateMatchesHost) {
+  SPILLWAY_GPU_TEST_OR_SKIP();
+  check_mean_field<double>(1000, 1e-8, 1e-8, "Dopri5CoupledGpu.shampine", so::dp5_error_estimate::shampine,
+                           0.0);
 }
 
 TEST(Dopri5CoupledGpu, RejectionsAndStatuses) {
