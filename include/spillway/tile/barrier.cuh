@@ -83,6 +83,21 @@ SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_release_cluster, "mbarrier.arrive.releas
   }
 SPILLWAY_TILE_TRY_WAIT(mbar_try_wait, "mbarrier.try_wait.parity.shared::cta.b64")
 
+/// The probe with a suspend-time hint (ns): a thread whose phase is not complete is suspended
+/// until it completes or the hint runs out, instead of returning at once, so a waiting producer
+/// does not spin on its scheduler's issue slots.
+__device__ __forceinline__ bool mbar_try_wait_suspend(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 1;
+  SPILLWAY_TILE_TMA_BODY(
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                   " selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity), "r"(10000000u)
+                   : "memory");)
+  (void)bar, (void)parity;
+  return done != 0;
+}
+
 /// The same probe with acquire at cluster scope (mbar_wait_cluster).
 SPILLWAY_TILE_TRY_WAIT(mbar_try_wait_cluster, "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")
 #undef SPILLWAY_TILE_TRY_WAIT
@@ -99,6 +114,13 @@ __device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32
 /// producer waiting on "empty" with parity phase ^ 1 passes the first round.
 __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+/// mbar_wait for a thread with nothing else to do (the producer waiting for a free stage): it
+/// sleeps in the barrier instead of spinning.
+__device__ __forceinline__ void mbar_wait_suspend(std::uint32_t bar, std::uint32_t parity) {
+  while (!mbar_try_wait_suspend(bar, parity)) {
   }
 }
 

@@ -74,7 +74,7 @@ struct wgmma_ring {
   template <class Load>
   __device__ __forceinline__ void produce(ring_position<S>& pos, std::int64_t num_k, Load&& load) const {
     for (std::int64_t kb = 0; kb < num_k; ++kb) {
-      mbar_wait(empty_bar(pos.stage), pos.phase ^ 1u);
+      mbar_wait_suspend(empty_bar(pos.stage), pos.phase ^ 1u);
       mbar_arrive_expect_tx(full_bar(pos.stage), StageBytes);
       load(stage(pos.stage), full_bar(pos.stage), kb);
       pos.advance();
