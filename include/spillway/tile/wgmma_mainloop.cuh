@@ -140,8 +140,10 @@ struct wgmma_ring {
   /// with a group carried across the loop (those three before the descriptor change). ptxas cannot
   /// follow the group carried across the loop here either and injects one full wait per stage
   /// before its add (info C7517). A span of 256 (two stages per scratch sum, half the adds) ran
-  /// 0.93x but its worst long-k error was 33x the 128-k loop's (1.2e-3): not kept. The gap to the fast
-  /// form (0.96x) is open (docs/gemm.md, "FP8").
+  /// 0.93x but its worst long-k error was 33x the 128-k loop's (1.2e-3): not kept. Eight parts of
+  /// N / 8 through three or four scratch sets, drained per stage (groups carried across the back
+  /// edge make ptxas serialize every wgmma, info C7514; four sets spill): 0.63-0.65x. The gap to the
+  /// fast form (0.96x) is open (docs/gemm.md, "FP8").
   template <class Op, int N, int RowBytes, int ABytes>
   __device__ __forceinline__ void consume_promoted(ring_position<S>& pos, std::int64_t num_k, int cw,
                                                    int lane, float (&d)[N / 2]) const {
