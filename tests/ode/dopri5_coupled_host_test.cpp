@@ -57,15 +57,29 @@ cd mean_of(const std::vector<cd>& v) {
   return m / static_cast<double>(v.size());
 }
 
+/// A mean-field case of n random complex fields (seeded by `name`, printed) and its coupling.
+struct mean_field_case {
+  std::vector<cd> F0, G0;
+  systems::mean_field_coupling<double> coupling;
+  cd p0;
+  mean_field_case(std::uint64_t n, const char* name)
+      : coupling(systems::mean_field_coupling<double>::mean(n)) {
+    const auto s = test::seed(name);
+    F0 = random_fields(n, s);
+    G0 = random_fields(n, s + 1);
+    p0 = mean_of(F0);
+  }
+};
+
 TEST(Dopri5CoupledHost, PinnedStepsFollowTheCoupledRk4) {
   // h0 = h_max = dt and tolerances the steps always meet: the parameters are held over each step
   // and updated after it, as rk4_integrate_coupled does, so both methods' delta(t) agree to their
   // own (tiny) step errors; a free step size then takes far fewer steps.
   const std::uint64_t n = 1024;
-  const auto s = test::seed("Dopri5CoupledHost.PinnedSteps");
-  const auto F0 = random_fields(n, s), G0 = random_fields(n, s + 1);
-  const auto coupling = systems::mean_field_coupling<double>::mean(n);
-  const cd p0 = mean_of(F0);
+  const mean_field_case c(n, "Dopri5CoupledHost.PinnedSteps");
+  const auto &F0 = c.F0, &G0 = c.G0;
+  const auto& coupling = c.coupling;
+  const cd p0 = c.p0;
   const double dt = 1.0 / 512;
   auto F = F0, G = G0;
   const auto rk4 = host::rk4_integrate_coupled(systems::mean_field_rhs{}, coupling, p0, 0.0, dt, 512, F, G);
@@ -107,11 +121,10 @@ TEST(Dopri5CoupledHost, PinnedStepsFollowTheCoupledRk4) {
 // The coupled path takes adaptive_options::estimate as the ensemble does: Shampine's estimate at
 // tol steps as the classic one at 1.5 tol, and fewer steps than the classic at tol.
 TEST(Dopri5CoupledHost, ShampineEstimateStepsAsTheClassicAtOneAndAHalfTheTolerance) {
-  const std::uint64_t n = 256;
-  const auto s = test::seed("Dopri5CoupledHost.ShampineEstimate");
-  const auto F0 = random_fields(n, s), G0 = random_fields(n, s + 1);
-  const auto coupling = systems::mean_field_coupling<double>::mean(n);
-  const cd p0 = mean_of(F0);
+  const mean_field_case c(256, "Dopri5CoupledHost.ShampineEstimate");
+  const auto &F0 = c.F0, &G0 = c.G0;
+  const auto& coupling = c.coupling;
+  const cd p0 = c.p0;
   const auto run = [&](double tol, dp5_error_estimate e) {
     adaptive_options o;
     o.rtol = o.atol = tol;
