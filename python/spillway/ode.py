@@ -92,14 +92,15 @@ def _span(who, t0, t1):
 
 #: The error estimates of ``estimate=`` (spillway::ode::dp5_error_estimate).
 ESTIMATES = {"dormand_prince": 0, "shampine": 1}
+_ESTIMATE_NAMES = " or ".join(repr(k) for k in ESTIMATES)  # for messages
 
 
 def _options(who, rtol, atol, h0, h_min, h_max, max_steps, fixed_dt, safety, fac_min, fac_max, pi_beta,
              estimate="dormand_prince") -> dict:
-    if not isinstance(estimate, str) or estimate not in ESTIMATES:
-        names = " or ".join(repr(k) for k in ESTIMATES)
-        error = TypeError if not isinstance(estimate, str) else ValueError
-        raise error(f"{who}: estimate must be {names}, got {estimate!r}")
+    if not isinstance(estimate, str):
+        raise TypeError(f"{who}: estimate must be {_ESTIMATE_NAMES}, got {estimate!r}")
+    if estimate not in ESTIMATES:
+        raise ValueError(f"{who}: estimate must be {_ESTIMATE_NAMES}, got {estimate!r}")
     o = {k: real(who, k, v, compat=False) for k, v in (
         ("rtol", rtol), ("atol", atol), ("h0", h0), ("h_min", h_min), ("h_max", h_max), ("fixed_dt", fixed_dt),
         ("safety", safety), ("fac_min", fac_min), ("fac_max", fac_max), ("pi_beta", pi_beta))}
