@@ -13,11 +13,13 @@
 //                          the scores it saw equal the schedule's pair count exactly, and its sum of
 //                          scores equals the host's (from block sums of the rows, in double)
 //   BM_fused_bare_again    the bare product once more after the top-k rows (a drift check)
-//   BM_shape_bf16/spillway:S/m:M/n:N  C = X[0, M)·X[0, N)ᵀ, k = 768, bf16 in and out, compute 32F, by
-//                          cublasGemmEx (S = 0) or gemm_async (S = 1): the rate each library reaches
+//   BM_shape_bf16/spillway:S/m:M/n:N/k:K  C = X[0, M)·X[0, N)ᵀ over K <= 768 columns, bf16 in and
+//                          out, compute 32F, by cublasGemmEx (S = 0) or gemm_async (S = 1): the rate
+//                          each library reaches
 //                          on the job's dimension and the schedule's shapes (a square of 16,384 —
 //                          until 2026-12-01 the row BM_cublas_bf16_16384x768 —, a 2,048-row strip
-//                          against a 262,144- or 524,288-column chunk)
+//                          against a 262,144- or 524,288-column chunk; the 262,144 strip at k = 256,
+//                          512 and 768)
 //
 // Rows: 10^6 x 768 (SIMILARITY_BENCH_ROWS to change) standard normal, drawn on the host per
 // 8,192-row block from its own seed (seed 20261130). Times: CUDA events around each synchronous
@@ -268,13 +270,14 @@ void bm_fused_topk(benchmark::State& state) {
   if (R.bare_ms > 0) state.counters["x_bare"] = m / R.bare_ms;
 }
 
-/// One k = 768 product C = X[0, m)·X[0, n)ᵀ of the rows, bf16 in and out, float accumulation, by
-/// cuBLAS (range 0 = 0) or spillway's gemm_async (1): the rate each reaches on the fused schedule's
-/// shapes — a square like the seeds' blocks, and a strip of 2,048 rows against a wide chunk.
+/// One product C = X[0, m)·X[0, n)ᵀ over the rows' first k columns (k <= 768), bf16 in and out,
+/// float accumulation, by cuBLAS (range 0 = 0) or spillway's gemm_async (1): the rate each reaches
+/// on the fused schedule's shapes — a square like the seeds' blocks, a strip of 2,048 rows against
+/// a wide chunk — and, from the strip at three k, the cost of a tile apart from its k-slices.
 void bm_shape_bf16(benchmark::State& state) {
   if (spillway::bench::skip_without_gpu(state)) return;
   const bool ours = state.range(0) == 1;
-  const std::int64_t m = state.range(1), n = state.range(2);
+  const std::int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   rows_set& R = rows();
   if (m > R.n || n > R.n) {
     state.SkipWithError("fewer rows than the shape needs");
@@ -293,12 +296,12 @@ void bm_shape_bf16(benchmark::State& state) {
   const bf16* x = R.dev.data();
   const std::vector<double> ms = spillway::bench::run_timed(state, s.view(), [&](spillway::stream_view sv) {
     if (ours) {
-      spillway::gemm::gemm_async(sv, 1.0f, sim::row_major(x, m, dim, dim), sim::row_major(x, n, dim, dim).t(), 0.0f,
+      spillway::gemm::gemm_async(sv, 1.0f, sim::row_major(x, m, k, dim), sim::row_major(x, n, k, dim).t(), 0.0f,
                                  sim::row_major(c.data(), m, n, n));
     } else {
       // Row-major C (m x n) is column-major Cᵀ (n x m) = X_nᵀ·X_m over column-major views.
       const cublasStatus_t e =
-          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), dim, &alpha, x,
+          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, x,
                        CUDA_R_16BF, dim, x, CUDA_R_16BF, dim, &beta, c.data(), CUDA_R_16BF, static_cast<int>(n),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (e != CUBLAS_STATUS_SUCCESS) st = e;
@@ -311,7 +314,8 @@ void bm_shape_bf16(benchmark::State& state) {
   }
   const double med = median(ms);
   state.counters["median_ms"] = med;
-  state.counters["TFLOPs"] = 2.0 * static_cast<double>(m) * static_cast<double>(n) * dim / (med * 1e-3) * 1e-12;
+  state.counters["TFLOPs"] = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                            (med * 1e-3) * 1e-12;
 }
 
 }  // namespace
@@ -337,13 +341,10 @@ BENCHMARK(bm_fused_bare)
 
 BENCHMARK(bm_shape_bf16)
     ->Name("BM_shape_bf16")
-    ->ArgNames({"spillway", "m", "n"})
-    ->Args({0, 16384, 16384})
-    ->Args({1, 16384, 16384})
-    ->Args({0, 2048, 262144})
-    ->Args({1, 2048, 262144})
-    ->Args({0, 2048, 524288})
-    ->Args({1, 2048, 524288})
+    ->ArgNames({"spillway", "m", "n", "k"})
+    ->ArgsProduct({{0, 1}, {16384}, {16384}, {768}})
+    ->ArgsProduct({{0, 1}, {2048}, {262144}, {256, 512, 768}})
+    ->ArgsProduct({{0, 1}, {2048}, {524288}, {768}})
     ->UseManualTime()
     ->Iterations(10)
     ->Unit(benchmark::kMillisecond);
