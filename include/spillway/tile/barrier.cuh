@@ -69,37 +69,28 @@ SPILLWAY_TILE_ARRIVE_REMOTE(mbar_arrive_release_cluster, "mbarrier.arrive.releas
 #undef SPILLWAY_TILE_ARRIVE_REMOTE
 
 /// One probe: true when the phase of parity `parity` of `bar` has completed (`try_wait`: the
-/// instruction, with its semantics and scope).
-#define SPILLWAY_TILE_TRY_WAIT(name, try_wait)                                            \
-  __device__ __forceinline__ bool name(std::uint32_t bar, std::uint32_t parity) {         \
-    std::uint32_t done = 1;                                                               \
-    SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .pred p;\n " try_wait " p, [%1], %2;\n" \
-                                        " selp.u32 %0, 1, 0, p;\n}\n"                     \
-                                        : "=r"(done)                                      \
-                                        : "r"(bar), "r"(parity)                           \
-                                        : "memory");)                                     \
-    (void)bar, (void)parity;                                                              \
-    return done != 0;                                                                     \
+/// instruction, with its semantics and scope). `hint` is "" or ", %3": the suspend-time hint
+/// operand (10 ms, an immediate; an operand the text does not name emits nothing).
+#define SPILLWAY_TILE_TRY_WAIT(name, try_wait, hint)                                              \
+  __device__ __forceinline__ bool name(std::uint32_t bar, std::uint32_t parity) {                 \
+    std::uint32_t done = 1;                                                                       \
+    SPILLWAY_TILE_TMA_BODY(asm volatile("{\n .reg .pred p;\n " try_wait " p, [%1], %2" hint ";\n" \
+                                        " selp.u32 %0, 1, 0, p;\n}\n"                             \
+                                        : "=r"(done)                                              \
+                                        : "r"(bar), "r"(parity), "n"(10000000)                    \
+                                        : "memory");)                                             \
+    (void)bar, (void)parity;                                                                      \
+    return done != 0;                                                                             \
   }
-SPILLWAY_TILE_TRY_WAIT(mbar_try_wait, "mbarrier.try_wait.parity.shared::cta.b64")
+SPILLWAY_TILE_TRY_WAIT(mbar_try_wait, "mbarrier.try_wait.parity.shared::cta.b64", "")
 
 /// The probe with a suspend-time hint (ns): a thread whose phase is not complete is suspended
 /// until it completes or the hint runs out, instead of returning at once, so a waiting producer
 /// does not spin on its scheduler's issue slots.
-__device__ __forceinline__ bool mbar_try_wait_suspend(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 1;
-  SPILLWAY_TILE_TMA_BODY(
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-                   " selp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity), "r"(10000000u)
-                   : "memory");)
-  (void)bar, (void)parity;
-  return done != 0;
-}
+SPILLWAY_TILE_TRY_WAIT(mbar_try_wait_suspend, "mbarrier.try_wait.parity.shared::cta.b64", ", %3")
 
 /// The same probe with acquire at cluster scope (mbar_wait_cluster).
-SPILLWAY_TILE_TRY_WAIT(mbar_try_wait_cluster, "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")
+SPILLWAY_TILE_TRY_WAIT(mbar_try_wait_cluster, "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64", "")
 #undef SPILLWAY_TILE_TRY_WAIT
 
 /// mbar_wait with acquire at cluster scope (the phase was completed by arrivals from other blocks
